@@ -1,0 +1,36 @@
+//! The `spindle` command: `parse` (one response), and the tools built on it.
+
+mod parse;
+mod render;
+
+use clap::{Parser as ClapParser, Subcommand};
+use std::process::ExitCode;
+
+/// Structured, repaired events from LLM output, while it streams.
+#[derive(Debug, ClapParser)]
+#[command(name = "spindle", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Parse one response (a file or stdin) and print its events.
+    Parse(parse::ParseArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Parse(args) => parse::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            // One line, the whole cause chain: what failed and why.
+            eprintln!("spindle: error: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! Printing events: JSONL for programs, a coloured view for people, the
+//! corrected text, or a summary.
+
+use anyhow::Result;
+use spindle::event::{Event, RepairKind};
+use spindle::Registry;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::time::Duration;
+
+/// How `spindle parse` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Format {
+    /// One JSON object per event and line (the public contract).
+    Jsonl,
+    /// The corrected text: synthetic tags inserted, dropped markers removed.
+    Rewrite,
+    /// A readable, coloured view (colour only on a terminal, never with NO_COLOR).
+    Pretty,
+    /// Counts of elements, repairs and diagnostics, bytes and time.
+    Summary,
+}
+
+const RESET: &str = "\x1b[0m";
+const DIM: &str = "\x1b[2m";
+const ITALIC_DIM: &str = "\x1b[2;3m";
+const BOLD_CYAN: &str = "\x1b[1;36m";
+const YELLOW: &str = "\x1b[33m";
+const MAGENTA: &str = "\x1b[35m";
+const GREEN: &str = "\x1b[32m";
+
+/// Counts for `--format summary`.
+#[derive(Debug, Default)]
+struct Counts {
+    elements: BTreeMap<String, usize>,
+    repairs: BTreeMap<&'static str, usize>,
+    diagnostics: BTreeMap<String, usize>,
+    deltas: usize,
+    comments: usize,
+}
+
+/// Prints events in one [`Format`].
+pub(crate) struct Renderer {
+    format: Format,
+    /// Plain stdout, except for `pretty`, where colour is stripped unless
+    /// stdout is a terminal and NO_COLOR is unset. Never stripped for
+    /// `rewrite`: its bytes must be exact.
+    out: Box<dyn Write>,
+    counts: Counts,
+    /// The streaming element whose deltas are being printed (pretty).
+    streaming: Option<u32>,
+    stream_tags: Vec<String>,
+    at_line_start: bool,
+}
+
+impl Renderer {
+    pub(crate) fn new(format: Format, registry: &Registry) -> Renderer {
+        let out: Box<dyn Write> = match format {
+            Format::Pretty => Box::new(std::io::BufWriter::new(anstream::AutoStream::auto(std::io::stdout()))),
+            _ => Box::new(std::io::BufWriter::new(std::io::stdout())),
+        };
+        Renderer {
+            format,
+            out,
+            counts: Counts::default(),
+            streaming: None,
+            stream_tags: registry
+                .tags()
+                .iter()
+                .filter(|t| t.body.emits_deltas())
+                .map(|t| t.name.clone())
+                .collect(),
+            at_line_start: true,
+        }
+    }
+
+    pub(crate) fn events(&mut self, events: &[Event]) -> Result<()> {
+        for event in events {
+            self.count(event);
+            match self.format {
+                Format::Jsonl => {
+                    serde_json::to_writer(&mut self.out, event)?;
+                    self.out.write_all(b"\n")?;
+                }
+                Format::Pretty => self.pretty(event)?,
+                Format::Rewrite | Format::Summary => {}
+            }
+        }
+        self.out.flush()?;
+        Ok(())
+    }
+
+    pub(crate) fn rewrite(&mut self, bytes: &[u8]) -> Result<()> {
+        if self.format == Format::Rewrite && !bytes.is_empty() {
+            self.out.write_all(bytes)?;
+            self.out.flush()?;
+        }
+        Ok(())
+    }
+
+    fn count(&mut self, event: &Event) {
+        let c = &mut self.counts;
+        match event {
+            Event::Element(e) => *c.elements.entry(e.tag.to_string()).or_default() += 1,
+            Event::Repair(r) => *c.repairs.entry(r.kind.as_str()).or_default() += 1,
+            Event::Diagnostic(d) => *c.diagnostics.entry(d.code.clone()).or_default() += 1,
+            Event::Delta(_) => c.deltas += 1,
+            Event::Comment(_) => c.comments += 1,
+            _ => {}
+        }
+    }
+
+    fn newline_if_needed(&mut self) -> Result<()> {
+        if !self.at_line_start {
+            writeln!(self.out)?;
+            self.at_line_start = true;
+        }
+        Ok(())
+    }
+
+    fn pretty(&mut self, event: &Event) -> Result<()> {
+        match event {
+            Event::Open(o) if self.stream_tags.iter().any(|t| **t == *o.tag) => {
+                self.newline_if_needed()?;
+                let mark = if o.synthetic { " (inserted)" } else { "" };
+                writeln!(self.out, "{BOLD_CYAN}── {}{mark} ──{RESET}", o.tag)?;
+                self.streaming = Some(o.id);
+            }
+            Event::Delta(d) if self.streaming == Some(d.id) => {
+                let style = if &*d.tag == "thought" { ITALIC_DIM } else { "" };
+                write!(self.out, "{style}{}{RESET}", d.text)?;
+                self.at_line_start = d.text.ends_with('\n');
+            }
+            Event::Delta(d) => {
+                write!(self.out, "{DIM}{}{RESET}", d.text)?;
+                self.at_line_start = d.text.ends_with('\n');
+            }
+            Event::Element(e) if self.streaming == Some(e.id) => {
+                self.streaming = None;
+                self.newline_if_needed()?;
+                if !e.payload.is_null() {
+                    writeln!(self.out, "{GREEN}   payload: {}{RESET}", e.payload)?;
+                }
+            }
+            Event::Element(e) => {
+                self.newline_if_needed()?;
+                let attrs: String = e.attrs.iter().map(|(k, v)| format!(" {k}={v:?}")).collect();
+                writeln!(self.out, "{BOLD_CYAN}◆ {}{attrs}{RESET}", e.tag)?;
+                for line in e.text.trim_matches('\n').lines() {
+                    writeln!(self.out, "  │ {line}")?;
+                }
+                if !e.payload.is_null() {
+                    writeln!(self.out, "{GREEN}  payload: {}{RESET}", e.payload)?;
+                }
+            }
+            Event::Repair(r) => {
+                self.newline_if_needed()?;
+                let tag = r.tag.as_deref().unwrap_or("-");
+                let from = match (&r.from, r.kind) {
+                    (Some(f), RepairKind::Reclassified) => format!(" (was {f})"),
+                    (Some(f), _) => format!(" ({f})"),
+                    _ => String::new(),
+                };
+                writeln!(self.out, "{YELLOW}⟲ {} {tag}{from} at byte {}{RESET}", r.kind.as_str(), r.at)?;
+            }
+            Event::Diagnostic(d) => {
+                self.newline_if_needed()?;
+                writeln!(self.out, "{MAGENTA}! {}: {}{RESET}", d.code, d.message)?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    pub(crate) fn finish(&mut self, bytes: usize, elapsed: Duration) -> Result<()> {
+        match self.format {
+            Format::Pretty => self.newline_if_needed()?,
+            Format::Summary => {
+                let c = &self.counts;
+                write_counts(&mut self.out, "elements", &c.elements)?;
+                write_counts(&mut self.out, "repairs", &c.repairs)?;
+                write_counts(&mut self.out, "diagnostics", &c.diagnostics)?;
+                writeln!(self.out, "{:<12} {}", "deltas", c.deltas)?;
+                writeln!(self.out, "{:<12} {}", "comments", c.comments)?;
+                writeln!(self.out, "{:<12} {}", "bytes", bytes)?;
+                let secs = elapsed.as_secs_f64();
+                let rate = if secs > 0.0 { bytes as f64 / secs / 1e6 } else { 0.0 };
+                writeln!(self.out, "{:<12} {:.3} ms ({rate:.1} MB/s)", "elapsed", secs * 1e3)?;
+            }
+            Format::Jsonl | Format::Rewrite => {}
+        }
+        self.out.flush()?;
+        Ok(())
+    }
+}
+
+fn write_counts<K: std::fmt::Display>(out: &mut impl Write, label: &str, map: &BTreeMap<K, usize>) -> Result<()> {
+    let total: usize = map.values().sum();
+    let detail: Vec<String> = map.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    if detail.is_empty() {
+        writeln!(out, "{label:<12} {total}")?;
+    } else {
+        writeln!(out, "{label:<12} {total}  ({})", detail.join(", "))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,255 @@
+//! The events a parser emits (DESIGN §5). Their serde form is the JSONL
+//! contract of `spindle parse --format jsonl`: one object per line with a
+//! `type` field; the field names below are public and stable, extra fields
+//! may be added.
+//!
+//! This module owns the shapes only; which events are emitted and when is
+//! [`crate::machine`]'s business, and payloads are filled in by
+//! [`crate::payload`].
+
+use crate::scan::Span;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// A canonical tag name, shared cheaply between events.
+pub type TagName = Arc<str>;
+
+/// Attributes of a tag, name to value (entities decoded).
+pub type AttrMap = BTreeMap<String, String>;
+
+/// One event. See the variants for when each is emitted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Event {
+    /// An element started (explicitly, or synthetically by a repair).
+    Open(Open),
+    /// Text of a streaming element, released as soon as it cannot belong to
+    /// a marker. Adjacent deltas of one element join into its text.
+    Delta(Delta),
+    /// An element ended (explicitly, or synthetically by a repair).
+    Close(Close),
+    /// An element is complete: its whole inner text and its payload.
+    Element(Element),
+    /// The parser changed the structure it was given.
+    Repair(Repair),
+    /// Something worth knowing that changed nothing (missing tags, limits).
+    Diagnostic(Diagnostic),
+    /// An HTML comment `<!-- -->`, inside an element or between elements.
+    Comment(Comment),
+    /// Bytes between top-level elements (only whitespace): they belong to
+    /// no element, but are reported so that every input byte is accounted
+    /// for.
+    Gap(Gap),
+}
+
+/// An element started.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Open {
+    /// The element's number in this response, counting from 0.
+    pub id: u32,
+    /// Canonical tag name.
+    pub tag: TagName,
+    /// The spelling the model used (the registry's spelling when synthetic).
+    pub raw_tag: String,
+    /// Attributes of the opening tag.
+    pub attrs: AttrMap,
+    /// Whether the parser inserted this open (see the `repair` before it).
+    pub synthetic: bool,
+    /// Input offset of the opening tag, or of the first text byte when
+    /// synthetic.
+    pub at: usize,
+}
+
+/// Streamed text of an element.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Delta {
+    /// The element this text belongs to.
+    pub id: u32,
+    /// Canonical tag name of that element.
+    pub tag: TagName,
+    /// The text (raw, as the model wrote it).
+    pub text: String,
+}
+
+/// An element ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Close {
+    /// The element.
+    pub id: u32,
+    /// Canonical tag name.
+    pub tag: TagName,
+    /// Whether the parser supplied this close.
+    pub synthetic: bool,
+    /// Input offset of the closing tag, or where the element was ended.
+    pub at: usize,
+}
+
+/// A complete element.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Element {
+    /// The element's number in this response.
+    pub id: u32,
+    /// Canonical tag name.
+    pub tag: TagName,
+    /// The spelling the model used (the registry's when synthetic).
+    pub raw_tag: String,
+    /// Attributes of the opening tag.
+    pub attrs: AttrMap,
+    /// The raw inner text as the model wrote it. Merged parts are joined
+    /// with the close, the whitespace between and the reopen removed; an
+    /// auto-closed element's text ends where the tag that closed it begins.
+    pub text: String,
+    /// The typed payload, `null` for tags without one.
+    #[serde(default)]
+    pub payload: serde_json::Value,
+    /// From the opening tag (or first text byte) to the end of the closing
+    /// tag (or where the element was ended).
+    pub span: Span,
+    /// Whether `text` was cut at the element size limit (the rest arrived
+    /// as deltas).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+}
+
+/// What kind of change a repair made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum RepairKind {
+    /// An open tag was inserted before bare text.
+    HeaderInserted,
+    /// An element was closed because another top-level tag began.
+    AutoClosed,
+    /// `</A>` + whitespace + `<A>` (or bare text) continued one element.
+    MergedAdjacent,
+    /// A close tag of another name closed the open element.
+    MismatchedClose,
+    /// A close tag with nothing to close was dropped.
+    StrayCloseDropped,
+    /// An element was still open at end of input.
+    ClosedAtEof,
+    /// A marker cut off by the end of input was dropped.
+    TruncatedMarker,
+    /// An unparseable payload's text was shown as content.
+    FallbackToContent,
+    /// An implicitly opened element turned out to be another tag.
+    Reclassified,
+}
+
+impl RepairKind {
+    /// The snake_case name used in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RepairKind::HeaderInserted => "header_inserted",
+            RepairKind::AutoClosed => "auto_closed",
+            RepairKind::MergedAdjacent => "merged_adjacent",
+            RepairKind::MismatchedClose => "mismatched_close",
+            RepairKind::StrayCloseDropped => "stray_close_dropped",
+            RepairKind::ClosedAtEof => "closed_at_eof",
+            RepairKind::TruncatedMarker => "truncated_marker",
+            RepairKind::FallbackToContent => "fallback_to_content",
+            RepairKind::Reclassified => "reclassified",
+        }
+    }
+}
+
+/// A change the parser made to the structure.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Repair {
+    /// What was done.
+    pub kind: RepairKind,
+    /// The canonical tag concerned (for `reclassified`, the new tag).
+    pub tag: Option<TagName>,
+    /// Input offset where the repair applies.
+    pub at: usize,
+    /// The element concerned, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub element: Option<u32>,
+    /// Bytes of the input that were dropped by this repair.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub span: Option<Span>,
+    /// For `reclassified`, the tag the element had before; for
+    /// `mismatched_close` and `stray_close_dropped`, the tag as written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+}
+
+/// How serious a diagnostic is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Level {
+    /// Informational.
+    Info,
+    /// Something is off but nothing was lost.
+    Warning,
+    /// Something could not be done (a payload that did not parse).
+    Error,
+}
+
+/// A finding that changed nothing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Diagnostic {
+    /// Severity.
+    pub level: Level,
+    /// A stable snake_case code (`missing_mandatory`, `order_violation`,
+    /// `marker_too_long`, `element_too_large`, `invalid_utf8`, ...).
+    pub code: String,
+    /// The canonical tag concerned.
+    pub tag: Option<TagName>,
+    /// The element concerned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub element: Option<u32>,
+    /// Where, when it has a place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<usize>,
+    /// A sentence for people.
+    pub message: String,
+}
+
+/// An HTML comment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Comment {
+    /// The element it sits in, if any.
+    pub element: Option<u32>,
+    /// That element's canonical tag.
+    pub tag: Option<TagName>,
+    /// The text between `<!--` and `-->`.
+    pub text: String,
+    /// Where the whole comment is.
+    pub span: Span,
+}
+
+/// Whitespace between elements.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Gap {
+    /// The bytes (whitespace only).
+    pub text: String,
+    /// Where they are.
+    pub span: Span,
+}
+
+impl Event {
+    /// The event's `type` in JSON.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Event::Open(_) => "open",
+            Event::Delta(_) => "delta",
+            Event::Close(_) => "close",
+            Event::Element(_) => "element",
+            Event::Repair(_) => "repair",
+            Event::Diagnostic(_) => "diagnostic",
+            Event::Comment(_) => "comment",
+            Event::Gap(_) => "gap",
+        }
+    }
+
+    /// The element, if this is an `element` event.
+    pub fn as_element(&self) -> Option<&Element> {
+        match self {
+            Event::Element(e) => Some(e),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,1008 @@
+//! The fault-tolerant state machine (DESIGN §4, spec 003 §11.3): tokens in,
+//! events out, with every correction announced as a `repair`.
+//!
+//! This module owns the structure of a response: which element is open,
+//! when it ends, and what the corrector changes. It must not read bytes
+//! (that is [`crate::scan`]'s job) and must not interpret bodies (payloads
+//! belong to [`crate::payload`]). Its state is one enum, [`State`]; every
+//! row of DESIGN §4's table is one arm of [`Machine::on_open`],
+//! [`Machine::on_close`], [`Machine::on_text`] or [`Machine::finish`]:
+//!
+//! | DESIGN §4 situation                        | where                                   | repair |
+//! |--------------------------------------------|-----------------------------------------|--------|
+//! | output starts with bare text               | `on_text`, `State::Start`               | `header_inserted` |
+//! | `<B>` top-level while A is open            | `on_open`, `State::Open`                | `auto_closed` |
+//! | `</A>` ws `<A>`, A mergeable               | `on_close` -> `State::CloseHeld`, then `on_open` | `merged_adjacent` |
+//! | `</A>` ws bare text, A the default         | `State::CloseHeld`, `on_text`           | `merged_adjacent` |
+//! | `</B>` while A is open                     | `on_close`, `State::Open`               | `mismatched_close` |
+//! | `</B>` with nothing open                   | `on_close`, `State::Start`/`Between`    | `stray_close_dropped` |
+//! | bare text between elements                 | `on_text`, `State::Between`             | `header_inserted` |
+//! | end of input with A open                   | `finish`                                | `closed_at_eof` |
+//! | implicit lead that was not the lead        | [`LeadCheck`], `finish`                 | `reclassified` |
+//! | mandatory tag missing, order broken        | `finish`                                | `diagnostic` |
+//!
+//! # Reclassification
+//!
+//! When the output starts with bare text, the registry's lead tag (thought)
+//! is opened implicitly and its text streams as thought deltas. Whether it
+//! really was a thought is known only later:
+//!
+//! * `</thought>` closes it, or `<content>` follows it: it was a thought.
+//! * `</B>` closes it: it was a `B` (the model forgot `<B>`).
+//! * `<B>` follows it and B must come after content (variable_update), or
+//!   the output ends with no content at all: it was content.
+//! * `<B>` follows it and B says nothing (status_bar): undecided. The
+//!   element's `close`/`element` events, and everything after them, wait in
+//!   a queue until one of the above decides.
+//!
+//! Changing its tag emits one `repair` of kind `reclassified` naming the
+//! element and its new tag, so a UI that showed its deltas as thought can
+//! move them.
+
+mod rewrite;
+
+use crate::event::{
+    AttrMap, Close, Comment, Delta, Diagnostic, Element, Event, Gap, Level, Open, Repair,
+    RepairKind, TagName,
+};
+use crate::registry::{MarkerRole, Registry, TagId};
+use crate::scan::{ScanNotice, Span, TagKind, TagToken, Token, TokenSink, UnfinishedKind};
+use rewrite::Rewrite;
+use std::sync::Arc;
+
+/// Limits the machine enforces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MachineLimits {
+    /// Largest inner text kept for one element's `element` event, in bytes.
+    /// Past it the text is cut (`truncated: true`), a diagnostic says so, and
+    /// the rest still arrives as `delta` events. Default 4 MiB.
+    pub max_element_len: usize,
+}
+
+impl Default for MachineLimits {
+    fn default() -> Self {
+        MachineLimits {
+            max_element_len: 4 * 1024 * 1024,
+        }
+    }
+}
+
+/// How an element came to be open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Opened {
+    /// By a tag the model wrote.
+    Tag,
+    /// By the corrector, before bare text between elements.
+    Synthetic,
+    /// By the corrector, as the registry's lead tag at the start of output;
+    /// whether it really is the lead is checked by [`LeadCheck`].
+    ImplicitLead,
+}
+
+/// An element that is open.
+#[derive(Debug)]
+struct OpenElement {
+    id: u32,
+    tag: TagId,
+    raw_tag: String,
+    attrs: AttrMap,
+    /// Offset of the opening tag (or first text byte).
+    start: usize,
+    opened: Opened,
+    /// Inner text, up to the element size limit.
+    text: Vec<u8>,
+    truncated: bool,
+}
+
+/// A close tag of a mergeable element, waiting for the next non-space byte.
+#[derive(Debug)]
+struct HeldClose {
+    /// The close tag.
+    span: Span,
+    /// Whitespace read since, and where it started.
+    space: Vec<u8>,
+}
+
+/// Where the machine is between two tokens.
+#[derive(Debug)]
+enum State {
+    /// Nothing but whitespace and comments so far.
+    Start,
+    /// Between top-level elements.
+    Between,
+    /// Inside a top-level element.
+    Open(OpenElement),
+    /// `</A>` of a mergeable element read; the next non-space byte decides
+    /// between a merge (`<A>`), a continuation (bare text, A the default)
+    /// and a real close (anything else).
+    CloseHeld(OpenElement, HeldClose),
+}
+
+/// Whether the implicitly opened lead element has been confirmed.
+#[derive(Debug)]
+enum LeadCheck {
+    /// No implicit lead element, or it has been decided.
+    Settled,
+    /// The implicit lead element is still open.
+    Open { id: u32 },
+    /// The implicit lead element has ended but its tag is undecided: its
+    /// close and element events, and every event after them, wait here.
+    Queued { id: u32, queue: Vec<Event>, queued_bytes: usize },
+}
+
+/// Text waiting to be emitted as one event (so that a run of text tokens
+/// becomes one delta).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TextTarget {
+    None,
+    Delta { id: u32, tag: TagId },
+    Gap { start: usize },
+}
+
+/// The machine. Create it with a registry; feed it tokens through
+/// [`TokenSink`]; collect events with [`Machine::drain`].
+#[derive(Debug)]
+pub struct Machine {
+    registry: Arc<Registry>,
+    /// Canonical names, one per tag, shared by all events.
+    names: Vec<TagName>,
+    limits: MachineLimits,
+    state: State,
+    lead: LeadCheck,
+    next_id: u32,
+    events: Vec<Event>,
+    text_target: TextTarget,
+    text_buf: Vec<u8>,
+    /// The id of the first element of each tag (ids follow input order).
+    first_seen: Vec<Option<u32>>,
+    invalid_utf8_reported: bool,
+    rewrite: Option<Rewrite>,
+}
+
+impl Machine {
+    /// A machine for one response.
+    pub fn new(registry: Arc<Registry>, limits: MachineLimits) -> Machine {
+        let names = registry.tags().iter().map(|t| TagName::from(t.name.as_str())).collect();
+        let n = registry.tags().len();
+        Machine {
+            registry,
+            names,
+            limits,
+            state: State::Start,
+            lead: LeadCheck::Settled,
+            next_id: 0,
+            events: Vec::new(),
+            text_target: TextTarget::None,
+            text_buf: Vec::new(),
+            first_seen: vec![None; n],
+            invalid_utf8_reported: false,
+            rewrite: None,
+        }
+    }
+
+    /// Also produce the corrected text (`--format rewrite`), collected with
+    /// [`Machine::take_rewrite`].
+    pub fn enable_rewrite(&mut self) {
+        self.rewrite = Some(Rewrite::default());
+    }
+
+    /// Corrected text that is final so far.
+    pub fn take_rewrite(&mut self) -> Vec<u8> {
+        self.rewrite.as_mut().map(Rewrite::take).unwrap_or_default()
+    }
+
+    /// Moves the events produced so far into `out`. Text that may still
+    /// continue in the next chunk (an unfinished UTF-8 character) stays.
+    pub fn drain(&mut self, out: &mut Vec<Event>) {
+        self.flush_text(false);
+        out.append(&mut self.events);
+    }
+
+    /// Bytes held for pending decisions, for memory accounting in tests.
+    pub fn held_bytes(&self) -> usize {
+        let el = match &self.state {
+            State::Open(el) | State::CloseHeld(el, _) => el.text.capacity(),
+            _ => 0,
+        };
+        let queue = match &self.lead {
+            LeadCheck::Queued { queued_bytes, .. } => *queued_bytes,
+            _ => 0,
+        };
+        el + queue + self.text_buf.capacity()
+    }
+
+    fn name(&self, tag: TagId) -> TagName {
+        self.names[tag.index()].clone()
+    }
+
+    // ----- emitting -----------------------------------------------------
+
+    /// Queues an event, after any pending text.
+    fn emit(&mut self, event: Event) {
+        self.flush_text(true);
+        self.push_event(event);
+    }
+
+    fn push_event(&mut self, event: Event) {
+        match &mut self.lead {
+            LeadCheck::Queued { queue, queued_bytes, .. } => {
+                *queued_bytes += event_weight(&event);
+                queue.push(event);
+                if *queued_bytes > self.limits.max_element_len {
+                    // Waiting longer would hold unbounded memory: keep the
+                    // lead tag and say so.
+                    self.diagnostic(
+                        Level::Warning,
+                        "lead_undecided",
+                        None,
+                        "the implicit lead element stayed undecided past the element size limit; kept as the lead tag",
+                    );
+                    self.settle_lead(None);
+                }
+            }
+            _ => self.events.push(event),
+        }
+    }
+
+    /// Adds text to the pending delta or gap, flushing first if the target
+    /// changes.
+    fn push_text(&mut self, target: TextTarget, bytes: &[u8]) {
+        if self.text_target != target {
+            self.flush_text(true);
+            self.text_target = target;
+        }
+        self.text_buf.extend_from_slice(bytes);
+    }
+
+    /// Emits pending text. With `complete == false` an unfinished UTF-8
+    /// character at the end stays for the next chunk.
+    fn flush_text(&mut self, complete: bool) {
+        if self.text_buf.is_empty() {
+            return;
+        }
+        let keep = if complete { 0 } else { incomplete_utf8_tail(&self.text_buf) };
+        let cut = self.text_buf.len() - keep;
+        if cut == 0 {
+            return;
+        }
+        let text = lossy(&self.text_buf[..cut]);
+        if text.is_err() {
+            self.report_invalid_utf8();
+        }
+        let text = text.unwrap_or_else(|s| s);
+        self.text_buf.drain(..cut);
+        let event = match self.text_target {
+            TextTarget::Delta { id, tag } => Event::Delta(Delta {
+                id,
+                tag: self.name(tag),
+                text,
+            }),
+            TextTarget::Gap { start } => {
+                let span = Span::new(start, start + cut);
+                self.text_target = TextTarget::Gap { start: start + cut };
+                Event::Gap(Gap { text, span })
+            }
+            TextTarget::None => return,
+        };
+        self.push_event(event);
+    }
+
+    fn report_invalid_utf8(&mut self) {
+        if !self.invalid_utf8_reported {
+            self.invalid_utf8_reported = true;
+            let d = Diagnostic {
+                level: Level::Warning,
+                code: "invalid_utf8".into(),
+                tag: None,
+                element: None,
+                at: None,
+                message: "input holds bytes that are not UTF-8; they appear as U+FFFD in text".into(),
+            };
+            self.push_event(Event::Diagnostic(d));
+        }
+    }
+
+    fn repair(&mut self, kind: RepairKind, tag: Option<TagId>, at: usize, element: Option<u32>, span: Option<Span>, from: Option<String>) {
+        let tag = tag.map(|t| self.name(t));
+        self.emit(Event::Repair(Repair {
+            kind,
+            tag,
+            at,
+            element,
+            span,
+            from,
+        }));
+    }
+
+    fn diagnostic(&mut self, level: Level, code: &str, tag: Option<TagId>, message: &str) {
+        let tag = tag.map(|t| self.name(t));
+        self.emit(Event::Diagnostic(Diagnostic {
+            level,
+            code: code.into(),
+            tag,
+            element: None,
+            at: None,
+            message: message.into(),
+        }));
+    }
+
+    fn rewrite_raw(&mut self, bytes: &[u8]) {
+        if let Some(r) = &mut self.rewrite {
+            r.push(bytes);
+        }
+    }
+
+    fn rewrite_tag(&mut self, tag: TagId, close: bool) {
+        let spec = self.registry.tag(tag);
+        if spec.bare {
+            return;
+        }
+        if let Some(r) = &mut self.rewrite {
+            r.push_tag(&spec.spelling, close);
+        }
+    }
+
+    // ----- opening and closing -----------------------------------------
+
+    fn open_element(&mut self, tag: TagId, raw_tag: String, attrs: AttrMap, at: usize, opened: Opened) -> OpenElement {
+        let id = self.next_id;
+        self.next_id += 1;
+        let synthetic = opened != Opened::Tag;
+        if opened == Opened::ImplicitLead {
+            self.lead = LeadCheck::Open { id };
+        } else {
+            self.lead_sees_open(tag);
+            self.mark_seen(tag, id);
+        }
+        self.emit(Event::Open(Open {
+            id,
+            tag: self.name(tag),
+            raw_tag: raw_tag.clone(),
+            attrs: attrs.clone(),
+            synthetic,
+            at,
+        }));
+        OpenElement {
+            id,
+            tag,
+            raw_tag,
+            attrs,
+            start: at,
+            opened,
+            text: Vec::new(),
+            truncated: false,
+        }
+    }
+
+    /// Opens the lead (at the start of output) or the default tag (between
+    /// elements) before bare text at `at`.
+    fn open_for_bare_text(&mut self, at: usize, at_start: bool) -> Option<OpenElement> {
+        let reg = self.registry.clone();
+        let default = reg.default_tag();
+        let (tag, opened) = match (at_start, reg.lead()) {
+            (true, Some(lead)) if Some(lead) != default => (lead, Opened::ImplicitLead),
+            _ => (default?, Opened::Synthetic),
+        };
+        let spec = reg.tag(tag);
+        if !spec.bare {
+            self.repair(RepairKind::HeaderInserted, Some(tag), at, None, None, None);
+        }
+        if opened == Opened::ImplicitLead {
+            if let Some(r) = &mut self.rewrite {
+                r.hold_open();
+            }
+        } else {
+            self.rewrite_tag(tag, false);
+        }
+        Some(self.open_element(tag, spec.spelling.clone(), AttrMap::new(), at, opened))
+    }
+
+    /// Appends inner text to the open element: to its element text (up to
+    /// the limit), to its deltas (streaming bodies, or overflow), and to the
+    /// rewrite.
+    fn element_text(&mut self, el: &mut OpenElement, bytes: &[u8]) {
+        let body = self.registry.tag(el.tag).body;
+        let room = self.limits.max_element_len.saturating_sub(el.text.len());
+        let kept = bytes.len().min(room);
+        el.text.extend_from_slice(&bytes[..kept]);
+        if kept < bytes.len() && !el.truncated {
+            el.truncated = true;
+            let d = Diagnostic {
+                level: Level::Warning,
+                code: "element_too_large".into(),
+                tag: Some(self.name(el.tag)),
+                element: Some(el.id),
+                at: None,
+                message: format!(
+                    "element text passed the {}-byte limit; the element keeps the first part, the rest arrives as deltas",
+                    self.limits.max_element_len
+                ),
+            };
+            self.emit(Event::Diagnostic(d));
+        }
+        if body.emits_deltas() {
+            self.push_text(TextTarget::Delta { id: el.id, tag: el.tag }, bytes);
+        } else if kept < bytes.len() {
+            self.push_text(TextTarget::Delta { id: el.id, tag: el.tag }, &bytes[kept..]);
+        }
+        self.rewrite_raw(bytes);
+    }
+
+    fn gap(&mut self, at: usize, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        let target = match self.text_target {
+            TextTarget::Gap { start } if start + self.text_buf.len() == at => self.text_target,
+            _ => TextTarget::Gap { start: at },
+        };
+        self.push_text(target, bytes);
+        self.rewrite_raw(bytes);
+    }
+
+    /// Emits `close` and `element` for `el`. `end` is where the element ends
+    /// (after its close tag, or where it was cut); `close_at` where its close
+    /// tag starts.
+    fn complete(&mut self, el: OpenElement, close_at: usize, end: usize, synthetic: bool) {
+        let text = match lossy(&el.text) {
+            Ok(t) => t,
+            Err(t) => {
+                self.report_invalid_utf8();
+                t
+            }
+        };
+        let tag = self.name(el.tag);
+        self.emit(Event::Close(Close {
+            id: el.id,
+            tag: tag.clone(),
+            synthetic,
+            at: close_at,
+        }));
+        self.emit(Event::Element(Element {
+            id: el.id,
+            tag,
+            raw_tag: el.raw_tag,
+            attrs: el.attrs,
+            text,
+            payload: serde_json::Value::Null,
+            span: Span::new(el.start, end),
+            truncated: el.truncated,
+        }));
+    }
+
+    /// Ends `el` because something else begins at `at` (auto-close) or the
+    /// input ended (`eof`).
+    fn close_synthetic(&mut self, mut el: OpenElement, at: usize, kind: RepairKind, next: Option<TagId>) {
+        if el.opened == Opened::ImplicitLead {
+            match self.decide_lead_on_end(next) {
+                Some(tag) => {
+                    self.reclassify(&mut el, tag, at);
+                }
+                None if matches!(self.lead, LeadCheck::Open { .. }) => {
+                    // Undecided: queue from here on.
+                    let id = el.id;
+                    self.flush_text(true);
+                    self.lead = LeadCheck::Queued { id, queue: Vec::new(), queued_bytes: 0 };
+                    if let Some(r) = &mut self.rewrite {
+                        r.hold_close();
+                    }
+                    if !self.registry.tag(el.tag).bare {
+                        self.repair(kind, Some(el.tag), at, Some(el.id), None, None);
+                    }
+                    self.complete(el, at, at, true);
+                    return;
+                }
+                None => {}
+            }
+        }
+        if !self.registry.tag(el.tag).bare {
+            self.repair(kind, Some(el.tag), at, Some(el.id), None, None);
+        }
+        self.rewrite_tag(el.tag, true);
+        self.complete(el, at, at, true);
+    }
+
+    /// Closes `el` with the close tag `close` (resolving a held close).
+    fn close_with_tag(&mut self, el: OpenElement, close: Span) {
+        self.complete(el, close.start, close.end, false);
+    }
+
+    /// `<B>` (a registry tag, or a registry special marker) opens.
+    fn on_open(&mut self, tag: TagId, raw_tag: String, attrs: AttrMap, span: Span, raw: &[u8], self_closing: bool) {
+        let state = std::mem::replace(&mut self.state, State::Between);
+        match state {
+            State::Start | State::Between => {}
+            State::Open(el) => {
+                self.close_synthetic(el, span.start, RepairKind::AutoClosed, Some(tag));
+            }
+            State::CloseHeld(el, held) if el.tag == tag && !self_closing => {
+                // `</A>` whitespace `<A>`: one element.
+                let dropped = Span::new(held.span.start, span.end);
+                self.repair(RepairKind::MergedAdjacent, Some(tag), held.span.start, Some(el.id), Some(dropped), None);
+                self.state = State::Open(el);
+                return;
+            }
+            State::CloseHeld(el, held) => {
+                self.resolve_held(el, held);
+            }
+        }
+        self.rewrite_raw(raw);
+        let el = self.open_element(tag, raw_tag, attrs, span.start, Opened::Tag);
+        if self_closing {
+            self.complete(el, span.start, span.end, false);
+            self.state = State::Between;
+        } else {
+            self.state = State::Open(el);
+        }
+    }
+
+    /// `</B>` (a registry tag, or a closing special marker).
+    fn on_close(&mut self, tag: TagId, raw_tag: String, span: Span, raw: &[u8]) {
+        let state = std::mem::replace(&mut self.state, State::Between);
+        match state {
+            State::Start | State::Between => {
+                self.repair(RepairKind::StrayCloseDropped, Some(tag), span.start, None, Some(span), Some(raw_tag));
+            }
+            State::CloseHeld(el, held) => {
+                self.resolve_held(el, held);
+                self.repair(RepairKind::StrayCloseDropped, Some(tag), span.start, None, Some(span), Some(raw_tag));
+            }
+            State::Open(mut el) => {
+                if el.opened == Opened::ImplicitLead && matches!(self.lead, LeadCheck::Open { .. }) {
+                    // `</lead>` confirms the lead; `</B>` proves it was a B.
+                    let reg = self.registry.clone();
+                    if Some(tag) == reg.lead() {
+                        self.settle_lead(None);
+                    } else {
+                        self.reclassify(&mut el, tag, span.start);
+                    }
+                }
+                let spec = self.registry.tag(el.tag);
+                if tag != el.tag {
+                    // `</B>` closes A.
+                    let spelling = el.raw_tag.clone();
+                    self.repair(RepairKind::MismatchedClose, Some(el.tag), span.start, Some(el.id), None, Some(raw_tag));
+                    if let Some(r) = &mut self.rewrite {
+                        r.push_tag(&spelling, true);
+                    }
+                    self.close_with_tag(el, span);
+                    return;
+                }
+                if !raw_tag.eq_ignore_ascii_case(&el.raw_tag) && el.opened == Opened::Tag {
+                    // An alias closes it: `<think>...</thought>`.
+                    let spelling = el.raw_tag.clone();
+                    self.repair(RepairKind::MismatchedClose, Some(el.tag), span.start, Some(el.id), None, Some(raw_tag));
+                    if let Some(r) = &mut self.rewrite {
+                        r.push_tag(&spelling, true);
+                    }
+                } else if spec.mergeable {
+                    self.flush_text(true);
+                    self.state = State::CloseHeld(el, HeldClose { span, space: Vec::new() });
+                    if let Some(r) = &mut self.rewrite {
+                        r.hold_raw(raw);
+                    }
+                    return;
+                } else {
+                    self.rewrite_raw(raw);
+                }
+                self.close_with_tag(el, span);
+            }
+        }
+    }
+
+    /// A held `</A>` turned out to be a real close: close, and hand the
+    /// whitespace after it to no element.
+    fn resolve_held(&mut self, el: OpenElement, held: HeldClose) {
+        if let Some(r) = &mut self.rewrite {
+            r.release_held();
+        }
+        let span = held.span;
+        self.close_with_tag(el, span);
+        self.gap(span.end, &held.space);
+        self.state = State::Between;
+    }
+
+    fn on_text(&mut self, span: Span, bytes: &[u8]) {
+        let state = std::mem::replace(&mut self.state, State::Between);
+        match state {
+            State::Open(mut el) => {
+                self.element_text(&mut el, bytes);
+                self.state = State::Open(el);
+            }
+            State::Start | State::Between => {
+                let at_start = matches!(state, State::Start);
+                let n = leading_space(bytes);
+                self.gap(span.start, &bytes[..n]);
+                if n == bytes.len() {
+                    self.state = state;
+                    return;
+                }
+                match self.open_for_bare_text(span.start + n, at_start) {
+                    Some(mut el) => {
+                        self.element_text(&mut el, &bytes[n..]);
+                        self.state = State::Open(el);
+                    }
+                    None => {
+                        // A registry with no default tag has nowhere to put
+                        // bare text; keep it as a gap rather than lose it.
+                        self.push_text(TextTarget::Gap { start: span.start + n }, &bytes[n..]);
+                        self.rewrite_raw(&bytes[n..]);
+                        self.state = state;
+                    }
+                }
+            }
+            State::CloseHeld(mut el, mut held) => {
+                let n = leading_space(bytes);
+                held.space.extend_from_slice(&bytes[..n]);
+                if n == bytes.len() {
+                    self.state = State::CloseHeld(el, held);
+                    return;
+                }
+                if Some(el.tag) == self.registry.default_tag() {
+                    // `</content>` then bare text: the same element goes on.
+                    self.repair(RepairKind::MergedAdjacent, Some(el.tag), held.span.start, Some(el.id), Some(held.span), None);
+                    if let Some(r) = &mut self.rewrite {
+                        r.drop_held();
+                    }
+                    let mut text = held.space;
+                    text.extend_from_slice(&bytes[n..]);
+                    self.element_text(&mut el, &text);
+                    self.state = State::Open(el);
+                } else {
+                    self.resolve_held(el, held);
+                    self.on_text(Span::new(span.start + n, span.end), &bytes[n..]);
+                }
+            }
+        }
+    }
+
+    fn on_comment(&mut self, span: Span, raw: &[u8], body: &[u8]) {
+        let state = std::mem::replace(&mut self.state, State::Between);
+        let state = match state {
+            State::CloseHeld(el, held) => {
+                self.resolve_held(el, held);
+                State::Between
+            }
+            other => other,
+        };
+        let (element, tag) = match &state {
+            State::Open(el) => (Some(el.id), Some(self.name(el.tag))),
+            _ => (None, None),
+        };
+        let text = lossy(body).unwrap_or_else(|s| s);
+        self.emit(Event::Comment(Comment { element, tag, text, span }));
+        match state {
+            State::Open(mut el) => {
+                self.element_text(&mut el, raw);
+                self.state = State::Open(el);
+            }
+            other => {
+                self.rewrite_raw(raw);
+                self.state = other;
+            }
+        }
+    }
+
+    /// A token that is text wherever it appears (a non-registry tag, CDATA,
+    /// an unknown special marker).
+    fn on_markup_text(&mut self, span: Span, raw: &[u8]) {
+        self.on_text(span, raw);
+    }
+
+    fn on_tag(&mut self, tag: TagToken<'_>) {
+        let reg = self.registry.clone();
+        let Some(id) = reg.lookup(tag.name) else {
+            return self.on_markup_text(tag.span, tag.raw);
+        };
+        if let State::Open(el) = &self.state {
+            let body = reg.tag(el.tag).body;
+            let own_close = tag.kind == TagKind::Close && id == el.tag;
+            if body.is_opaque() && !own_close {
+                return self.on_markup_text(tag.span, tag.raw);
+            }
+            if reg.is_child(el.tag, tag.name) {
+                return self.on_markup_text(tag.span, tag.raw);
+            }
+        }
+        let raw_tag = String::from_utf8_lossy(tag.name).into_owned();
+        match tag.kind {
+            TagKind::Open | TagKind::SelfClosing => {
+                let attrs = tag
+                    .attrs()
+                    .map(|a| {
+                        (
+                            String::from_utf8_lossy(a.name).into_owned(),
+                            crate::scan::decode_entities(a.value),
+                        )
+                    })
+                    .collect();
+                self.on_open(id, raw_tag, attrs, tag.span, tag.raw, tag.kind == TagKind::SelfClosing);
+            }
+            TagKind::Close => self.on_close(id, raw_tag, tag.span, tag.raw),
+        }
+    }
+
+    fn on_special(&mut self, span: Span, raw: &[u8], name: &[u8]) {
+        let reg = self.registry.clone();
+        let Some((id, role)) = reg.lookup_marker(name) else {
+            return self.on_markup_text(span, raw);
+        };
+        if let State::Open(el) = &self.state {
+            let opaque = reg.tag(el.tag).body.is_opaque();
+            if opaque && !(role == MarkerRole::Close && id == el.tag) {
+                return self.on_markup_text(span, raw);
+            }
+        }
+        let raw_tag = String::from_utf8_lossy(name).into_owned();
+        match role {
+            MarkerRole::Open => self.on_open(id, raw_tag, AttrMap::new(), span, raw, false),
+            MarkerRole::Close => self.on_close(id, raw_tag, span, raw),
+        }
+    }
+
+    /// A marker cut off by the end of input: dropped (with a repair) when it
+    /// was on its way to a registry tag, otherwise text.
+    fn on_unfinished(&mut self, span: Span, raw: &[u8], kind: UnfinishedKind, name: &[u8]) {
+        let reg = self.registry.clone();
+        let opaque_tag = match &self.state {
+            State::Open(el) if reg.tag(el.tag).body.is_opaque() => Some(el.tag),
+            _ => None,
+        };
+        let cut_marker = match kind {
+            UnfinishedKind::OpenTag => opaque_tag.is_none() && !name.is_empty() && reg.is_name_prefix(name),
+            UnfinishedKind::CloseTag => match opaque_tag {
+                Some(t) => name.is_empty() || prefix_of(name, reg.tag(t).name.as_bytes()) || reg.tag(t).aliases.iter().any(|a| prefix_of(name, a.as_bytes())),
+                None => name.is_empty() || reg.is_name_prefix(name),
+            },
+            UnfinishedKind::Special => {
+                let inner = raw.get(2..).unwrap_or_default();
+                reg.is_marker_prefix(inner.strip_suffix(b"|").unwrap_or(inner))
+                    && reg.tags().iter().any(|t| t.markers.is_some())
+            }
+            UnfinishedKind::Lt | UnfinishedKind::Comment => false,
+        };
+        if cut_marker {
+            let tag = reg.lookup(name);
+            let element = match &self.state {
+                State::Open(el) => Some(el.id),
+                _ => None,
+            };
+            self.repair(RepairKind::TruncatedMarker, tag, span.start, element, Some(span), Some(String::from_utf8_lossy(raw).into_owned()));
+        } else {
+            self.on_text(span, raw);
+        }
+    }
+
+    /// Ends the input at offset `end`.
+    pub fn finish(&mut self, end: usize) {
+        let state = std::mem::replace(&mut self.state, State::Between);
+        match state {
+            State::Open(el) => {
+                self.close_synthetic(el, end, RepairKind::ClosedAtEof, None);
+            }
+            State::CloseHeld(el, held) => self.resolve_held(el, held),
+            State::Start | State::Between => {}
+        }
+        if !matches!(self.lead, LeadCheck::Settled) {
+            let default = self.registry.default_tag();
+            self.settle_lead(default);
+        }
+        self.end_diagnostics();
+        self.flush_text(true);
+        if let Some(r) = &mut self.rewrite {
+            r.release_held();
+        }
+    }
+
+    fn end_diagnostics(&mut self) {
+        let reg = self.registry.clone();
+        for (i, spec) in reg.tags().iter().enumerate() {
+            let id = TagId(i as u16);
+            if spec.mandatory && self.first_seen[i].is_none() {
+                let msg = format!("the response has no <{}> element", spec.name);
+                self.diagnostic(Level::Warning, "missing_mandatory", Some(id), &msg);
+            }
+            let Some(me) = self.first_seen[i] else { continue };
+            for &before in &spec.after {
+                if let Some(b) = self.first_seen[before.index()]
+                    && b > me
+                {
+                    let msg = format!(
+                        "<{}> appeared before <{}>, which it should follow",
+                        spec.name,
+                        reg.tag(before).name
+                    );
+                    self.diagnostic(Level::Warning, "order_violation", Some(id), &msg);
+                }
+            }
+        }
+    }
+
+    fn mark_seen(&mut self, tag: TagId, id: u32) {
+        let slot = &mut self.first_seen[tag.index()];
+        if slot.is_none_or(|first| id < first) {
+            *slot = Some(id);
+        }
+    }
+
+    // ----- the implicit lead ------------------------------------------
+
+    /// The implicit lead element ends because `next` opens (or input ends,
+    /// `None`). Returns the tag it must become, if that is now known and is
+    /// not the lead; settles the check when it is the lead.
+    fn decide_lead_on_end(&mut self, next: Option<TagId>) -> Option<TagId> {
+        let reg = self.registry.clone();
+        let default = reg.default_tag()?;
+        match next {
+            None => Some(default),
+            Some(t) if t == default => {
+                self.settle_lead(None);
+                None
+            }
+            Some(t) if reg.tag(t).after.contains(&default) => Some(default),
+            Some(_) => None,
+        }
+    }
+
+    /// While the lead is open or queued, an element `tag` opening may decide
+    /// it: content confirms it, a tag that must follow content proves the
+    /// lead was content.
+    fn lead_sees_open(&mut self, tag: TagId) {
+        if !matches!(self.lead, LeadCheck::Queued { .. }) {
+            return;
+        }
+        let reg = self.registry.clone();
+        let Some(default) = reg.default_tag() else { return };
+        if tag == default {
+            self.settle_lead(None);
+        } else if reg.tag(tag).after.contains(&default) {
+            self.settle_lead(Some(default));
+        }
+    }
+
+    /// Changes the tag of the open implicit lead element.
+    fn reclassify(&mut self, el: &mut OpenElement, tag: TagId, at: usize) {
+        let from = self.registry.tag(el.tag).name.clone();
+        el.tag = tag;
+        el.raw_tag = self.registry.tag(tag).spelling.clone();
+        self.lead = LeadCheck::Settled;
+        self.mark_seen(tag, el.id);
+        if let Some(r) = &mut self.rewrite {
+            let spec = self.registry.tag(tag);
+            r.resolve(if spec.bare { None } else { Some(spec.spelling.as_str()) });
+        }
+        self.repair(RepairKind::Reclassified, Some(tag), at, Some(el.id), None, Some(from));
+    }
+
+    /// Decides the implicit lead: `None` keeps the lead tag, `Some(tag)`
+    /// reclassifies it. Releases queued events.
+    fn settle_lead(&mut self, new_tag: Option<TagId>) {
+        let state = std::mem::replace(&mut self.lead, LeadCheck::Settled);
+        let reg = self.registry.clone();
+        let final_tag = match (new_tag, reg.lead()) {
+            (Some(t), _) => t,
+            (None, Some(lead)) => lead,
+            (None, None) => return,
+        };
+        let spec = reg.tag(final_tag);
+        if let Some(r) = &mut self.rewrite {
+            r.resolve(if spec.bare { None } else { Some(spec.spelling.as_str()) });
+        }
+        match &state {
+            LeadCheck::Open { id } | LeadCheck::Queued { id, .. } => self.mark_seen(final_tag, *id),
+            LeadCheck::Settled => {}
+        }
+        match state {
+            LeadCheck::Settled => {}
+            LeadCheck::Open { id } => {
+                if let (Some(t), State::Open(el)) = (new_tag, &mut self.state)
+                    && el.id == id
+                {
+                    el.tag = t;
+                    el.raw_tag = spec.spelling.clone();
+                }
+            }
+            LeadCheck::Queued { id, mut queue, .. } => {
+                if let Some(t) = new_tag {
+                    let name = self.name(t);
+                    let from = reg.lead().map(|l| reg.tag(l).name.clone());
+                    let mut at = 0;
+                    for ev in &mut queue {
+                        match ev {
+                            Event::Close(c) if c.id == id => {
+                                c.tag = name.clone();
+                                at = c.at;
+                            }
+                            Event::Element(e) if e.id == id => {
+                                e.tag = name.clone();
+                                e.raw_tag = spec.spelling.clone();
+                            }
+                            Event::Repair(r) if r.element == Some(id) => r.tag = Some(name.clone()),
+                            _ => {}
+                        }
+                    }
+                    self.events.push(Event::Repair(Repair {
+                        kind: RepairKind::Reclassified,
+                        tag: Some(name),
+                        at,
+                        element: Some(id),
+                        span: None,
+                        from,
+                    }));
+                }
+                self.events.append(&mut queue);
+            }
+        }
+    }
+}
+
+impl TokenSink for Machine {
+    fn token(&mut self, token: Token<'_>) {
+        match token {
+            Token::Text { span, bytes } => self.on_text(span, bytes),
+            Token::Tag(tag) => self.on_tag(tag),
+            Token::Comment { span, raw, body } => self.on_comment(span, raw, body),
+            Token::CData { span, raw, .. } => self.on_markup_text(span, raw),
+            Token::Special { span, raw, name } => self.on_special(span, raw, name),
+            Token::Unfinished { span, raw, kind, name } => self.on_unfinished(span, raw, kind, name),
+            Token::Notice(ScanNotice::MarkerTooLong { at, limit }) => {
+                let d = Diagnostic {
+                    level: Level::Warning,
+                    code: "marker_too_long".into(),
+                    tag: None,
+                    element: None,
+                    at: Some(at),
+                    message: format!("a marker starting here passed the {limit}-byte limit; its bytes are kept as text"),
+                };
+                self.emit(Event::Diagnostic(d));
+            }
+        }
+    }
+}
+
+/// Rough memory weight of a queued event.
+fn event_weight(event: &Event) -> usize {
+    match event {
+        Event::Delta(d) => d.text.len(),
+        Event::Element(e) => e.text.len(),
+        _ => 64,
+    }
+}
+
+fn leading_space(bytes: &[u8]) -> usize {
+    bytes.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(bytes.len())
+}
+
+fn prefix_of(prefix: &[u8], name: &[u8]) -> bool {
+    name.len() >= prefix.len() && name[..prefix.len()].eq_ignore_ascii_case(prefix)
+}
+
+/// Decodes UTF-8; `Err` carries the lossy text when some bytes were invalid.
+fn lossy(bytes: &[u8]) -> Result<String, String> {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => Ok(s.to_owned()),
+        Err(_) => Err(String::from_utf8_lossy(bytes).into_owned()),
+    }
+}
+
+/// Length of an unfinished (but so far valid) UTF-8 sequence at the end.
+fn incomplete_utf8_tail(bytes: &[u8]) -> usize {
+    let n = bytes.len();
+    for back in 1..=3.min(n) {
+        let b = bytes[n - back];
+        if b & 0xC0 == 0x80 {
+            continue; // continuation byte, keep looking for the lead
+        }
+        let need = match b {
+            0xC2..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            0xF0..=0xF4 => 4,
+            _ => return 0,
+        };
+        return if need > back { back } else { 0 };
+    }
+    0
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,83 @@
+//! The corrected text (`--format rewrite`): the input with synthetic tags
+//! inserted and dropped markers left out, built as the machine decides.
+//!
+//! Two decisions arrive late and are made room for here rather than in the
+//! machine: a held `</A>` (merge or real close?) and the open/close tags of
+//! an implicit lead element whose tag is not known yet. [`Rewrite::take`]
+//! never hands out bytes in front of an undecided insertion point.
+
+#[derive(Debug, Default)]
+pub(super) struct Rewrite {
+    buf: Vec<u8>,
+    /// Where the implicit lead element's open tag goes once its tag is known.
+    open_at: Option<usize>,
+    /// Where its synthetic close goes.
+    close_at: Option<usize>,
+    /// A close tag waiting for the merge decision.
+    held: Option<Vec<u8>>,
+}
+
+impl Rewrite {
+    pub(super) fn push(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
+    pub(super) fn push_tag(&mut self, spelling: &str, close: bool) {
+        self.buf.push(b'<');
+        if close {
+            self.buf.push(b'/');
+        }
+        self.buf.extend_from_slice(spelling.as_bytes());
+        self.buf.push(b'>');
+    }
+
+    pub(super) fn hold_open(&mut self) {
+        self.open_at = Some(self.buf.len());
+    }
+
+    pub(super) fn hold_close(&mut self) {
+        self.close_at = Some(self.buf.len());
+    }
+
+    /// The implicit lead's tag is known: `None` when it is written bare.
+    pub(super) fn resolve(&mut self, spelling: Option<&str>) {
+        let close = self.close_at.take();
+        let open = self.open_at.take();
+        let Some(s) = spelling else { return };
+        if let Some(c) = close {
+            let tag = format!("</{s}>");
+            self.buf.splice(c..c, tag.into_bytes());
+        }
+        if let Some(o) = open {
+            let tag = format!("<{s}>");
+            self.buf.splice(o..o, tag.into_bytes());
+        }
+    }
+
+    pub(super) fn hold_raw(&mut self, raw: &[u8]) {
+        self.held = Some(raw.to_vec());
+    }
+
+    pub(super) fn release_held(&mut self) {
+        if let Some(h) = self.held.take() {
+            self.buf.extend_from_slice(&h);
+        }
+    }
+
+    pub(super) fn drop_held(&mut self) {
+        self.held = None;
+    }
+
+    /// The bytes that are final.
+    pub(super) fn take(&mut self) -> Vec<u8> {
+        let upto = self.open_at.unwrap_or(self.buf.len());
+        let out: Vec<u8> = self.buf.drain(..upto).collect();
+        if let Some(o) = &mut self.open_at {
+            *o -= upto;
+        }
+        if let Some(c) = &mut self.close_at {
+            *c -= upto;
+        }
+        out
+    }
+}

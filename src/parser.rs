@@ -1,0 +1,136 @@
+//! The parser: the scanner and the machine joined behind one `feed` /
+//! `finish` pair. This is the type most users want; it owns no I/O and no
+//! runtime, so it runs the same inside a proxy, a CLI or a test.
+
+use crate::event::Event;
+use crate::machine::{Machine, MachineLimits};
+use crate::registry::Registry;
+use crate::scan::{ScanLimits, Scanner};
+use std::sync::Arc;
+
+/// Limits and switches for a [`Parser`]. Every limit bounds memory; past a
+/// limit the parser degrades and says so in a `diagnostic` event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ParserOptions {
+    /// Marker and comment length limits (see [`ScanLimits`]).
+    pub scan: ScanLimits,
+    /// Element size limit (see [`MachineLimits`]).
+    pub machine: MachineLimits,
+    /// Also build the corrected text, read with [`Parser::take_rewrite`].
+    pub rewrite: bool,
+}
+
+/// An incremental, fault-tolerant parser for one response (one choice of a
+/// streamed completion).
+///
+/// Feed it chunks as they arrive, split anywhere (inside a tag, inside a
+/// UTF-8 character); it returns the events that became certain. Joining
+/// adjacent deltas of one element, the events do not depend on how the input
+/// was split.
+///
+/// ```
+/// use spindle::{Event, Parser, Registry};
+///
+/// let mut parser = Parser::new(Registry::filament());
+/// let mut events = Vec::new();
+/// for chunk in ["Let me th", "ink.</thou", "ght>\n<content>Hi", "!</content>"] {
+///     events.extend(parser.feed(chunk.as_bytes()));
+/// }
+/// events.extend(parser.finish());
+///
+/// let elements: Vec<(&str, &str)> = events
+///     .iter()
+///     .filter_map(Event::as_element)
+///     .map(|e| (&*e.tag, e.text.as_str()))
+///     .collect();
+/// assert_eq!(elements, [("thought", "Let me think."), ("content", "Hi!")]);
+/// ```
+#[derive(Debug)]
+pub struct Parser {
+    scanner: Scanner,
+    machine: Machine,
+}
+
+impl Parser {
+    /// A parser with default limits.
+    pub fn new(registry: Registry) -> Parser {
+        Parser::with_options(Arc::new(registry), ParserOptions::default())
+    }
+
+    /// A parser sharing `registry`, with explicit options.
+    pub fn with_options(registry: Arc<Registry>, options: ParserOptions) -> Parser {
+        let mut machine = Machine::new(registry, options.machine);
+        if options.rewrite {
+            machine.enable_rewrite();
+        }
+        Parser {
+            scanner: Scanner::new(options.scan),
+            machine,
+        }
+    }
+
+    /// Parses one chunk and returns the events it made certain.
+    pub fn feed(&mut self, chunk: &[u8]) -> Vec<Event> {
+        let mut out = Vec::new();
+        self.feed_into(chunk, &mut out);
+        out
+    }
+
+    /// Like [`Parser::feed`], appending to `out` (no allocation per call).
+    pub fn feed_into(&mut self, chunk: &[u8], out: &mut Vec<Event>) {
+        self.scanner.feed(chunk, &mut self.machine);
+        self.machine.drain(out);
+    }
+
+    /// Ends the input: closes what is open, settles pending decisions, and
+    /// returns the last events (including end-of-response diagnostics).
+    pub fn finish(self) -> Vec<Event> {
+        self.finish_with_rewrite().0
+    }
+
+    /// Like [`Parser::finish`], appending to `out`.
+    pub fn finish_into(self, out: &mut Vec<Event>) {
+        out.extend(self.finish());
+    }
+
+    /// Ends the input and also returns the rest of the corrected text.
+    pub fn finish_with_rewrite(mut self) -> (Vec<Event>, Vec<u8>) {
+        self.scanner.finish(&mut self.machine);
+        self.machine.finish(self.scanner.offset());
+        let mut out = Vec::new();
+        self.machine.drain(&mut out);
+        let rest = self.machine.take_rewrite();
+        (out, rest)
+    }
+
+    /// The corrected text that is final so far (only with
+    /// [`ParserOptions::rewrite`]; empty otherwise).
+    pub fn take_rewrite(&mut self) -> Vec<u8> {
+        self.machine.take_rewrite()
+    }
+
+    /// Bytes fed so far.
+    pub fn offset(&self) -> usize {
+        self.scanner.offset()
+    }
+
+    /// Bytes the parser holds for undecided structure (a marker, an
+    /// element's text, queued events); for memory tests.
+    pub fn held_bytes(&self) -> usize {
+        self.scanner.held_capacity() + self.machine.held_bytes()
+    }
+}
+
+/// Parses a whole response at once.
+///
+/// ```
+/// let events = spindle::parse(spindle::Registry::reasoning(), b"Hmm.</think>42");
+/// let tags: Vec<_> = events.iter().filter_map(|e| e.as_element()).map(|e| &*e.tag).collect();
+/// assert_eq!(tags, ["thought", "content"]);
+/// ```
+pub fn parse(registry: Registry, input: &[u8]) -> Vec<Event> {
+    let mut parser = Parser::new(registry);
+    let mut events = parser.feed(input);
+    events.extend(parser.finish());
+    events
+}

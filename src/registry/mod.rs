@@ -1,0 +1,534 @@
+//! The expected-structure registry (DESIGN §3, spec 003 §11.2): which tags a
+//! response may contain, how each one's body is read, and what the
+//! corrector may assume (lead tag, default tag, mergeable tags, order).
+//!
+//! This module owns the data and its validation, the built-in profiles and
+//! the file format. It must not look at input bytes: the machine asks it
+//! questions ([`Registry::lookup`], [`Registry::lookup_marker`]) and acts on
+//! the answers.
+//!
+//! # Example: a registry from a TOML file
+//!
+//! ```
+//! use spindle::registry::{Registry, BodyKind};
+//!
+//! let registry = Registry::from_toml_str(r#"
+//!     name = "rp"
+//!     extends = "filament"
+//!
+//!     [[tag]]
+//!     name = "status_block"
+//!     aliases = ["StatusBlock"]
+//!     body = "structured"
+//!     after = ["content"]
+//! "#).unwrap();
+//! let id = registry.lookup(b"STATUSBLOCK").unwrap();
+//! assert_eq!(registry.tag(id).name, "status_block");
+//! assert_eq!(registry.tag(id).body, BodyKind::Structured);
+//! ```
+
+mod profiles;
+
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// How an element's body is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum BodyKind {
+    /// Text delivered as `delta` events while it arrives (thought, content).
+    /// Non-registry tags inside are text (inline HTML).
+    Stream,
+    /// A JSON document, parsed when the element completes (tool_call,
+    /// ui_component).
+    Json,
+    /// Child tags parsed into a tree when the element completes
+    /// (variable_update, status_bar, choice, details).
+    Structured,
+    /// No body needed: `<media ... />` (a body, if written, is kept).
+    Void,
+    /// Verbatim text: only the element's own close tag ends it.
+    Raw,
+    /// A TAM block, `<|[REQUEST_TOOL]|> ... <|[END_TOOL]|>` (spec 000).
+    Tam,
+    /// An `<ACTION>` XML block (spec 004).
+    Action,
+    /// A whole-output ATTP TOML document (spec 001).
+    Attp,
+}
+
+impl BodyKind {
+    /// Whether the machine streams this body as `delta` events.
+    pub fn emits_deltas(self) -> bool {
+        matches!(self, BodyKind::Stream | BodyKind::Attp)
+    }
+
+    /// Whether only the element's own close can end it: other registry tags
+    /// inside are text (a TAM value or an ACTION parameter may hold any
+    /// markup).
+    pub fn is_opaque(self) -> bool {
+        matches!(
+            self,
+            BodyKind::Raw | BodyKind::Tam | BodyKind::Action | BodyKind::Attp
+        )
+    }
+}
+
+/// Index of a tag in its registry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TagId(pub(crate) u16);
+
+impl TagId {
+    /// The position of the tag in [`Registry::tags`].
+    pub fn index(self) -> usize {
+        usize::from(self.0)
+    }
+}
+
+/// Special-marker delimiters for a tag written as `<|[OPEN]|> ... <|[CLOSE]|>`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Markers {
+    /// The name inside the opening marker, e.g. `REQUEST_TOOL`.
+    pub open: String,
+    /// The name inside the closing marker, e.g. `END_TOOL`.
+    pub close: String,
+}
+
+/// Everything the registry says about one top-level tag.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TagSpec {
+    /// Canonical name, used in events (`tag`).
+    pub name: String,
+    /// How synthetic tags are written in rewritten output (`think` for the
+    /// reasoning profile's thought).
+    pub spelling: String,
+    /// Other spellings that mean this tag (matched case-insensitively).
+    pub aliases: Vec<String>,
+    /// How the body is read.
+    pub body: BodyKind,
+    /// A response without this tag gets a `missing_mandatory` diagnostic.
+    pub mandatory: bool,
+    /// `</A>` + whitespace + `<A>` is one element.
+    pub mergeable: bool,
+    /// Written without tags in this profile (the reasoning profile's content,
+    /// the free text around TAM blocks): opening or auto-closing it is not a
+    /// repair, and rewritten output adds no tags for it.
+    pub bare: bool,
+    /// Tags that must appear before this one (order dependencies).
+    pub after: Vec<TagId>,
+    /// Registry tags that are children of this one rather than siblings.
+    pub children: Vec<String>,
+    /// Special markers that open and close this tag instead of `<name>`.
+    pub markers: Option<Markers>,
+    /// When the payload cannot be parsed even leniently, show the raw text
+    /// as content (spec 003 §11.4).
+    pub fallback_to_content: bool,
+}
+
+/// Which end of a tag a special marker is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkerRole {
+    /// `<|[REQUEST_TOOL]|>`
+    Open,
+    /// `<|[END_TOOL]|>`
+    Close,
+}
+
+/// An expected-structure registry: the tags of one response and the rules
+/// the corrector follows. Cheap to share behind an `Arc`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registry {
+    name: String,
+    tags: Vec<TagSpec>,
+    /// Lower-cased names and aliases.
+    names: Vec<(Vec<u8>, TagId)>,
+    lead: Option<TagId>,
+    default: Option<TagId>,
+}
+
+/// Why a registry could not be built or loaded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegistryError {
+    /// The file could not be read.
+    #[error("cannot read registry file {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The TOML did not parse or did not fit the schema.
+    #[error("registry TOML is invalid: {0}")]
+    Toml(#[from] toml::de::Error),
+    /// The JSON did not parse or did not fit the schema.
+    #[error("registry JSON is invalid: {0}")]
+    Json(#[from] serde_json::Error),
+    /// `extends` names no built-in profile.
+    #[error("unknown profile {0:?} (known: {known})", known = Registry::profile_names().join(", "))]
+    UnknownProfile(String),
+    /// A tag name or alias is empty or not a valid tag name.
+    #[error("invalid tag name {0:?}: names start with a letter or '_' and hold letters, digits, '_', '-', '.', ':'")]
+    InvalidName(String),
+    /// Two tags claim the same name or alias.
+    #[error("tag name {0:?} is used twice")]
+    Duplicate(String),
+    /// `lead`, `default` or `after` names a tag that is not declared.
+    #[error("{field} names unknown tag {name:?}")]
+    UnknownTag {
+        /// Which field.
+        field: &'static str,
+        /// The name it gave.
+        name: String,
+    },
+    /// More tags than the machine can index.
+    #[error("too many tags ({0}); the limit is 65535")]
+    TooMany(usize),
+}
+
+/// The on-disk form of a registry (TOML or JSON). Every field but the tag
+/// name has a default, so a file states only what differs.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegistryFile {
+    /// A name for the registry (shown in summaries).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Start from a built-in profile; tags below add to it or replace its
+    /// tags of the same name.
+    #[serde(default)]
+    pub extends: Option<String>,
+    /// The tag assumed when the output starts with bare text.
+    #[serde(default)]
+    pub lead: Option<String>,
+    /// The tag opened by bare text between elements.
+    #[serde(default)]
+    pub default: Option<String>,
+    /// The tags.
+    #[serde(default, rename = "tag", alias = "tags")]
+    pub tags: Vec<TagFile>,
+}
+
+/// One tag in a [`RegistryFile`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TagFile {
+    /// Canonical name.
+    pub name: String,
+    /// Spelling for synthetic tags; defaults to the name.
+    #[serde(default)]
+    pub spelling: Option<String>,
+    /// Other spellings.
+    #[serde(default)]
+    pub aliases: Vec<String>,
+    /// Body kind; defaults to `stream`.
+    #[serde(default = "default_body")]
+    pub body: BodyKind,
+    /// See [`TagSpec::mandatory`].
+    #[serde(default)]
+    pub mandatory: bool,
+    /// See [`TagSpec::mergeable`].
+    #[serde(default)]
+    pub mergeable: bool,
+    /// See [`TagSpec::bare`].
+    #[serde(default)]
+    pub bare: bool,
+    /// Names of tags that must come first.
+    #[serde(default)]
+    pub after: Vec<String>,
+    /// See [`TagSpec::children`].
+    #[serde(default)]
+    pub children: Vec<String>,
+    /// See [`TagSpec::markers`].
+    #[serde(default)]
+    pub markers: Option<Markers>,
+    /// See [`TagSpec::fallback_to_content`].
+    #[serde(default)]
+    pub fallback_to_content: bool,
+}
+
+fn default_body() -> BodyKind {
+    BodyKind::Stream
+}
+
+impl TagFile {
+    /// A tag with every optional field at its default.
+    pub fn new(name: &str, body: BodyKind) -> TagFile {
+        TagFile {
+            name: name.to_string(),
+            spelling: None,
+            aliases: Vec::new(),
+            body,
+            mandatory: false,
+            mergeable: false,
+            bare: false,
+            after: Vec::new(),
+            children: Vec::new(),
+            markers: None,
+            fallback_to_content: false,
+        }
+    }
+}
+
+fn valid_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    !b.is_empty()
+        && crate::scan::is_name_start(b[0])
+        && b.iter().all(|&c| crate::scan::is_name_char(c))
+}
+
+impl Registry {
+    /// Builds and validates a registry from its file form.
+    ///
+    /// # Errors
+    ///
+    /// [`RegistryError`] when a name is invalid or used twice, when `lead`,
+    /// `default` or `after` name an undeclared tag, or when `extends` names
+    /// no built-in profile.
+    pub fn from_file_spec(file: RegistryFile) -> Result<Registry, RegistryError> {
+        let mut merged = match &file.extends {
+            Some(base) => profiles::file_spec(base)
+                .ok_or_else(|| RegistryError::UnknownProfile(base.clone()))?,
+            None => RegistryFile::default(),
+        };
+        for tag in file.tags {
+            match merged.tags.iter_mut().find(|t| t.name.eq_ignore_ascii_case(&tag.name)) {
+                Some(slot) => *slot = tag,
+                None => merged.tags.push(tag),
+            }
+        }
+        if file.name.is_some() {
+            merged.name = file.name;
+        }
+        if file.lead.is_some() {
+            merged.lead = file.lead;
+        }
+        if file.default.is_some() {
+            merged.default = file.default;
+        }
+        Registry::build(merged)
+    }
+
+    fn build(file: RegistryFile) -> Result<Registry, RegistryError> {
+        if file.tags.len() > usize::from(u16::MAX) {
+            return Err(RegistryError::TooMany(file.tags.len()));
+        }
+        let mut names: Vec<(Vec<u8>, TagId)> = Vec::new();
+        for (i, tag) in file.tags.iter().enumerate() {
+            let id = TagId(i as u16);
+            for n in std::iter::once(&tag.name).chain(&tag.aliases) {
+                if !valid_name(n) {
+                    return Err(RegistryError::InvalidName(n.clone()));
+                }
+                let lower = n.to_ascii_lowercase().into_bytes();
+                if names.iter().any(|(k, _)| *k == lower) {
+                    return Err(RegistryError::Duplicate(n.clone()));
+                }
+                names.push((lower, id));
+            }
+        }
+        let find = |field: &'static str, name: &str| -> Result<TagId, RegistryError> {
+            let lower = name.to_ascii_lowercase().into_bytes();
+            names
+                .iter()
+                .find(|(k, _)| *k == lower)
+                .map(|(_, id)| *id)
+                .ok_or_else(|| RegistryError::UnknownTag {
+                    field,
+                    name: name.to_string(),
+                })
+        };
+        let lead = file.lead.as_deref().map(|n| find("lead", n)).transpose()?;
+        let default = file.default.as_deref().map(|n| find("default", n)).transpose()?;
+        let mut tags = Vec::with_capacity(file.tags.len());
+        for tag in &file.tags {
+            let after = tag
+                .after
+                .iter()
+                .map(|n| find("after", n))
+                .collect::<Result<Vec<_>, _>>()?;
+            tags.push(TagSpec {
+                name: tag.name.clone(),
+                spelling: tag.spelling.clone().unwrap_or_else(|| tag.name.clone()),
+                aliases: tag.aliases.clone(),
+                body: tag.body,
+                mandatory: tag.mandatory,
+                mergeable: tag.mergeable,
+                bare: tag.bare,
+                after,
+                children: tag.children.iter().map(|c| c.to_ascii_lowercase()).collect(),
+                markers: tag.markers.clone(),
+                fallback_to_content: tag.fallback_to_content,
+            });
+        }
+        Ok(Registry {
+            name: file.name.unwrap_or_else(|| "custom".to_string()),
+            tags,
+            names,
+            lead,
+            default,
+        })
+    }
+
+    /// Parses a registry from TOML text.
+    ///
+    /// # Errors
+    ///
+    /// As [`Registry::from_file_spec`], plus TOML syntax and schema errors.
+    pub fn from_toml_str(text: &str) -> Result<Registry, RegistryError> {
+        Registry::from_file_spec(toml::from_str(text)?)
+    }
+
+    /// Parses a registry from JSON text.
+    ///
+    /// # Errors
+    ///
+    /// As [`Registry::from_file_spec`], plus JSON syntax and schema errors.
+    pub fn from_json_str(text: &str) -> Result<Registry, RegistryError> {
+        Registry::from_file_spec(serde_json::from_str(text)?)
+    }
+
+    /// Loads a registry file: `.json` files are JSON, anything else TOML.
+    ///
+    /// # Errors
+    ///
+    /// [`RegistryError::Io`] when the file cannot be read, otherwise as
+    /// [`Registry::from_toml_str`] / [`Registry::from_json_str`].
+    pub fn load(path: &Path) -> Result<Registry, RegistryError> {
+        let text = std::fs::read_to_string(path).map_err(|source| RegistryError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let is_json = path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+        if is_json {
+            Registry::from_json_str(&text)
+        } else {
+            Registry::from_toml_str(&text)
+        }
+    }
+
+    /// A built-in profile by name (see [`Registry::profile_names`]).
+    pub fn profile(name: &str) -> Option<Registry> {
+        let spec = profiles::file_spec(name)?;
+        Registry::build(spec).ok()
+    }
+
+    /// The names of the built-in profiles.
+    pub fn profile_names() -> &'static [&'static str] {
+        profiles::NAMES
+    }
+
+    /// The `filament` profile: every tag of spec 003 §3 with the legacy
+    /// aliases; thought leads, content is the mandatory default, and
+    /// variable_update comes after content.
+    pub fn filament() -> Registry {
+        Registry::build(profiles::filament()).unwrap_or_else(|_| unreachable_profile())
+    }
+
+    /// The `reasoning` profile for `<think>`-first models: thought leads and
+    /// text after `</think>` is content without a `<content>` tag.
+    pub fn reasoning() -> Registry {
+        Registry::build(profiles::reasoning()).unwrap_or_else(|_| unreachable_profile())
+    }
+
+    /// The registry's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// All tags, indexed by [`TagId::index`].
+    pub fn tags(&self) -> &[TagSpec] {
+        &self.tags
+    }
+
+    /// One tag's spec.
+    pub fn tag(&self, id: TagId) -> &TagSpec {
+        &self.tags[id.index()]
+    }
+
+    /// The tag assumed when output starts with bare text.
+    pub fn lead(&self) -> Option<TagId> {
+        self.lead
+    }
+
+    /// The tag opened by bare text between elements.
+    pub fn default_tag(&self) -> Option<TagId> {
+        self.default
+    }
+
+    /// The tag a name (or alias) means, matched case-insensitively.
+    pub fn lookup(&self, name: &[u8]) -> Option<TagId> {
+        self.names
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, id)| *id)
+    }
+
+    /// Whether some registry name or alias starts with `prefix`
+    /// (case-insensitively); used to recognise a tag cut off at end of input.
+    pub fn is_name_prefix(&self, prefix: &[u8]) -> bool {
+        self.names
+            .iter()
+            .any(|(k, _)| k.len() >= prefix.len() && k[..prefix.len()].eq_ignore_ascii_case(prefix))
+    }
+
+    /// The tag and role of a special marker name (`REQUEST_TOOL`).
+    pub fn lookup_marker(&self, name: &[u8]) -> Option<(TagId, MarkerRole)> {
+        self.tags.iter().enumerate().find_map(|(i, t)| {
+            let m = t.markers.as_ref()?;
+            let id = TagId(i as u16);
+            if marker_eq(m.open.as_bytes(), name) {
+                Some((id, MarkerRole::Open))
+            } else if marker_eq(m.close.as_bytes(), name) {
+                Some((id, MarkerRole::Close))
+            } else {
+                None
+            }
+        })
+    }
+
+    /// Whether some special marker of this registry starts with `prefix`.
+    pub fn is_marker_prefix(&self, prefix: &[u8]) -> bool {
+        let norm: Vec<u8> = prefix
+            .iter()
+            .filter(|b| !matches!(b, b'[' | b']' | b' ' | b'\t'))
+            .copied()
+            .collect();
+        self.tags.iter().filter_map(|t| t.markers.as_ref()).any(|m| {
+            [&m.open, &m.close].iter().any(|n| {
+                let n = n.as_bytes();
+                n.len() >= norm.len() && n[..norm.len()].eq_ignore_ascii_case(&norm)
+            })
+        })
+    }
+
+    /// Whether `child` (a registry tag) is declared a child of `parent`,
+    /// so it does not end `parent`.
+    pub fn is_child(&self, parent: TagId, child: &[u8]) -> bool {
+        self.tag(parent)
+            .children
+            .iter()
+            .any(|c| c.as_bytes().eq_ignore_ascii_case(child))
+    }
+}
+
+/// Special marker names compare case-insensitively, ignoring spaces and
+/// treating `-` and `_` alike (`<|[request-tool]|>`).
+fn marker_eq(want: &[u8], got: &[u8]) -> bool {
+    let norm = |b: u8| if b == b'-' { b'_' } else { b.to_ascii_lowercase() };
+    let got = got.iter().copied().filter(|b| !matches!(b, b' ' | b'\t'));
+    want.iter().copied().map(norm).eq(got.map(norm))
+}
+
+/// The built-in profiles are fixed data validated by the unit tests; a
+/// failure here is a bug in this file, never a consequence of input.
+#[cold]
+fn unreachable_profile() -> ! {
+    panic!("built-in profile failed validation; see registry::tests")
+}
+
+#[cfg(test)]
+mod tests;

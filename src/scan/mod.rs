@@ -1,0 +1,724 @@
+//! The incremental tokenizer: bytes in, text runs and markers out.
+//!
+//! This module owns the byte-level grammar of markers (tags, comments,
+//! CDATA sections, `<|[NAME]|>` special markers) and nothing else. It does
+//! not know which tags matter: deciding what a tag *means* belongs to
+//! [`crate::machine`], which receives every [`Token`] through a
+//! [`TokenSink`]. It must not allocate per byte, must not look back at text
+//! it has already released, and must never hold more than one unfinished
+//! marker (bounded by [`ScanLimits`]).
+//!
+//! # How bytes move
+//!
+//! In text, the scanner jumps with `memchr` to the next `<`; everything
+//! before it is released at once as [`Token::Text`]. From a `<` on, bytes are
+//! *held* while a small state machine ([`Candidate`]) decides, one byte at a
+//! time and resumably across chunks, whether they form a marker:
+//!
+//! ```text
+//!   "abc<con" | "tent>xyz"      chunks as they arrive
+//!    Text(abc)                  released at once
+//!       <con                    held: could still be a marker
+//!             tent>             completes it: Tag(content)
+//!                  Text(xyz)
+//! ```
+//!
+//! A candidate that turns out not to be a marker is released as text and the
+//! byte that broke it is looked at once more (it may start a new candidate:
+//! "A `<` met while reading a candidate tag ends that candidate"). So every
+//! byte is examined at most twice, and no accumulated buffer is ever
+//! re-scanned.
+//!
+//! Delimiters split across chunks need no special code: the candidate state
+//! is carried over. The multi-byte ends are drawn here once:
+//!
+//! ```text
+//!   comment end   -|->   --|>        CDATA end   ]|]>   ]]|>
+//!   special end   |>  as  ||>        close tag   <|/x>  </|x>  </x|>
+//! ```
+//!
+//! # Limits
+//!
+//! A tag or special marker longer than [`ScanLimits::max_marker_len`], or a
+//! comment/CDATA longer than [`ScanLimits::max_comment_len`], is given up:
+//! its bytes are released as text and a [`Token::Notice`] says so. Memory
+//! held by the scanner is therefore bounded by the larger of the two limits.
+
+mod tag;
+
+pub use tag::{Attr, Attrs, TagKind, TagToken, decode_entities};
+
+/// A half-open byte range `[start, end)` in the input stream.
+///
+/// Offsets count bytes from the first byte ever fed to the parser.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+pub struct Span {
+    /// Offset of the first byte.
+    pub start: usize,
+    /// Offset one past the last byte.
+    pub end: usize,
+}
+
+impl Span {
+    /// Builds a span from its two ends.
+    pub fn new(start: usize, end: usize) -> Span {
+        Span { start, end }
+    }
+
+    /// The number of bytes covered.
+    pub fn len(&self) -> usize {
+        self.end - self.start
+    }
+
+    /// Whether the span covers no byte.
+    pub fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+}
+
+impl serde::Serialize for Span {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        [self.start, self.end].serialize(s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Span {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let [start, end] = <[usize; 2]>::deserialize(d)?;
+        Ok(Span { start, end })
+    }
+}
+
+/// Size limits that bound the memory a scanner holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScanLimits {
+    /// Longest tag (`<name attr="v">`) or special marker (`<|[NAME]|>`), in
+    /// bytes, including the angle brackets. Default 4 KiB.
+    pub max_marker_len: usize,
+    /// Longest comment (`<!-- -->`) or CDATA section, in bytes, including
+    /// its delimiters. Default 256 KiB.
+    pub max_comment_len: usize,
+}
+
+impl Default for ScanLimits {
+    fn default() -> Self {
+        ScanLimits {
+            max_marker_len: 4 * 1024,
+            max_comment_len: 256 * 1024,
+        }
+    }
+}
+
+/// One unit of scanner output. Borrowed data lives until the sink returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Token<'a> {
+    /// Bytes that are not part of any marker. Consecutive text may arrive
+    /// as several tokens; a run may end in the middle of a UTF-8 character
+    /// when a chunk does.
+    Text {
+        /// Where the bytes are in the input.
+        span: Span,
+        /// The bytes.
+        bytes: &'a [u8],
+    },
+    /// An open, close or self-closing tag.
+    Tag(TagToken<'a>),
+    /// `<!-- ... -->`; `body` excludes the delimiters.
+    Comment {
+        /// Where the whole comment is.
+        span: Span,
+        /// The comment as written, delimiters included.
+        raw: &'a [u8],
+        /// The text between `<!--` and `-->`.
+        body: &'a [u8],
+    },
+    /// `<![CDATA[ ... ]]>`; `body` excludes the delimiters.
+    CData {
+        /// Where the whole section is.
+        span: Span,
+        /// The section as written, delimiters included.
+        raw: &'a [u8],
+        /// The text between `<![CDATA[` and `]]>`.
+        body: &'a [u8],
+    },
+    /// `<|[NAME]|>`, `<|NAME|>` or `<| [NAME] |>`; `name` is trimmed and
+    /// stripped of its square brackets.
+    Special {
+        /// Where the marker is.
+        span: Span,
+        /// The marker as written.
+        raw: &'a [u8],
+        /// The name inside the marker.
+        name: &'a [u8],
+    },
+    /// At end of input, the bytes of a marker that never finished.
+    /// The receiver decides whether they are text or a cut-off marker.
+    Unfinished {
+        /// Where the bytes are.
+        span: Span,
+        /// The held bytes.
+        raw: &'a [u8],
+        /// What the bytes were on their way to becoming.
+        kind: UnfinishedKind,
+        /// For a tag, the (possibly partial) name read so far.
+        name: &'a [u8],
+    },
+    /// Something the scanner gave up on; its bytes were released as text.
+    Notice(ScanNotice),
+}
+
+/// What an unfinished marker at end of input was on its way to becoming.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnfinishedKind {
+    /// A lone `<` (or `<` and whitespace).
+    Lt,
+    /// An open or self-closing tag.
+    OpenTag,
+    /// A close tag.
+    CloseTag,
+    /// A comment or CDATA section.
+    Comment,
+    /// A `<|...|>` special marker.
+    Special,
+}
+
+/// Something the scanner degraded on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScanNotice {
+    /// A candidate marker grew past its limit; its bytes were released as
+    /// text.
+    MarkerTooLong {
+        /// Where the candidate started.
+        at: usize,
+        /// The limit that was hit.
+        limit: usize,
+    },
+}
+
+/// Receives tokens from a [`Scanner`].
+pub trait TokenSink {
+    /// Called once per token, in input order.
+    fn token(&mut self, token: Token<'_>);
+}
+
+/// The scanner's position inside a candidate marker. One small `Copy` enum;
+/// each variant names what has been read since the `<`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Candidate {
+    /// `<`
+    Lt,
+    /// `<` and whitespace: only a tag may follow (`< content >`).
+    LtSpace,
+    /// `<na`: reading an open tag's name.
+    Name,
+    /// `<name ` (or after an attribute): expecting an attribute, `/` or `>`.
+    AfterName,
+    /// `<name at`: reading an attribute name.
+    AttrName,
+    /// `<name attr `: expecting `=`, another attribute, `/` or `>`.
+    AfterAttrName,
+    /// `<name attr=`: expecting a value.
+    BeforeValue,
+    /// Inside a quoted value; the byte is the quote.
+    Quoted(u8),
+    /// Inside an unquoted value.
+    Bare,
+    /// `<name /`: expecting `>`.
+    SelfClose,
+    /// `</` or `< /`: expecting the name.
+    CloseSlash,
+    /// `</na`: reading a close tag's name.
+    CloseName,
+    /// `</name `: expecting `>`.
+    CloseAfterName,
+    /// `<!`
+    Bang,
+    /// `<!-`
+    BangDash,
+    /// Inside a comment; the count of `-` just read (0, 1, 2).
+    Comment(u8),
+    /// `<![CDA`: the count of `[CDATA[` bytes matched so far.
+    CdataOpen(u8),
+    /// Inside CDATA; the count of `]` just read (0, 1, 2).
+    Cdata(u8),
+    /// `<|`: expecting the name of a special marker.
+    Pipe,
+    /// `<|[NA`: inside a special marker's name.
+    SpecialName,
+    /// `<|[NAME]|`: expecting `>`.
+    SpecialEnd,
+}
+
+impl Candidate {
+    fn is_comment_like(self) -> bool {
+        matches!(
+            self,
+            Candidate::Comment(_) | Candidate::CdataOpen(_) | Candidate::Cdata(_)
+        )
+    }
+
+    fn unfinished_kind(self) -> UnfinishedKind {
+        use Candidate::*;
+        match self {
+            Lt | LtSpace => UnfinishedKind::Lt,
+            Name | AfterName | AttrName | AfterAttrName | BeforeValue | Quoted(_) | Bare
+            | SelfClose => UnfinishedKind::OpenTag,
+            CloseSlash | CloseName | CloseAfterName => UnfinishedKind::CloseTag,
+            Bang | BangDash | Comment(_) | CdataOpen(_) | Cdata(_) => UnfinishedKind::Comment,
+            Pipe | SpecialName | SpecialEnd => UnfinishedKind::Special,
+        }
+    }
+}
+
+/// What one byte does to a candidate.
+enum Step {
+    /// Keep reading.
+    Next(Candidate),
+    /// This byte completes a marker.
+    Done(Finished),
+    /// Not a marker: the held bytes are text; look at this byte again.
+    Fail,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Finished {
+    Open,
+    SelfClosing,
+    Close,
+    Comment,
+    Cdata,
+    Special,
+}
+
+const CDATA_OPEN: &[u8; 7] = b"[CDATA[";
+
+/// Whether `b` may start a tag name: ASCII letters, `_`, and any non-ASCII
+/// byte (so `<状态栏>` is a tag; the machine decides whether it matters).
+pub(crate) fn is_name_start(b: u8) -> bool {
+    b.is_ascii_alphabetic() || b == b'_' || b >= 0x80
+}
+
+pub(crate) fn is_name_char(b: u8) -> bool {
+    is_name_start(b) || b.is_ascii_digit() || matches!(b, b'-' | b'.' | b':')
+}
+
+fn is_attr_name_char(b: u8) -> bool {
+    is_name_char(b) || b == b'@'
+}
+
+fn is_special_char(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':' | b'[' | b']' | b' ' | b'\t')
+}
+
+fn is_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b'\x0c')
+}
+
+/// One transition of the candidate machine. Kept free of any buffer so it
+/// reads as the grammar it is.
+fn step(cand: Candidate, b: u8) -> Step {
+    use Candidate::*;
+    use Step::*;
+    if b == b'<' && !cand.is_comment_like() {
+        return Fail;
+    }
+    match cand {
+        Lt => match b {
+            b'/' => Next(CloseSlash),
+            b'!' => Next(Bang),
+            b'|' => Next(Pipe),
+            _ if is_space(b) => Next(LtSpace),
+            _ if is_name_start(b) => Next(Name),
+            _ => Fail,
+        },
+        LtSpace => match b {
+            b'/' => Next(CloseSlash),
+            _ if is_space(b) => Next(LtSpace),
+            _ if is_name_start(b) => Next(Name),
+            _ => Fail,
+        },
+        Name => match b {
+            b'>' => Done(Finished::Open),
+            b'/' => Next(SelfClose),
+            _ if is_space(b) => Next(AfterName),
+            _ if is_name_char(b) => Next(Name),
+            _ => Fail,
+        },
+        AfterName => match b {
+            b'>' => Done(Finished::Open),
+            b'/' => Next(SelfClose),
+            _ if is_space(b) => Next(AfterName),
+            _ if is_attr_name_char(b) => Next(AttrName),
+            _ => Fail,
+        },
+        AttrName => match b {
+            b'>' => Done(Finished::Open),
+            b'/' => Next(SelfClose),
+            b'=' => Next(BeforeValue),
+            _ if is_space(b) => Next(AfterAttrName),
+            _ if is_attr_name_char(b) => Next(AttrName),
+            _ => Fail,
+        },
+        AfterAttrName => match b {
+            b'>' => Done(Finished::Open),
+            b'/' => Next(SelfClose),
+            b'=' => Next(BeforeValue),
+            _ if is_space(b) => Next(AfterAttrName),
+            _ if is_attr_name_char(b) => Next(AttrName),
+            _ => Fail,
+        },
+        BeforeValue => match b {
+            b'"' | b'\'' => Next(Quoted(b)),
+            b'>' => Fail,
+            _ if is_space(b) => Next(BeforeValue),
+            _ => Next(Bare),
+        },
+        Quoted(q) if b == q => Next(AfterName),
+        Quoted(q) => Next(Quoted(q)),
+        Bare => match b {
+            b'>' => Done(Finished::Open),
+            _ if is_space(b) => Next(AfterName),
+            _ => Next(Bare),
+        },
+        SelfClose => match b {
+            b'>' => Done(Finished::SelfClosing),
+            _ if is_space(b) => Next(SelfClose),
+            _ => Fail,
+        },
+        CloseSlash => match b {
+            _ if is_space(b) => Next(CloseSlash),
+            _ if is_name_start(b) => Next(CloseName),
+            _ => Fail,
+        },
+        CloseName => match b {
+            b'>' => Done(Finished::Close),
+            _ if is_space(b) => Next(CloseAfterName),
+            _ if is_name_char(b) => Next(CloseName),
+            _ => Fail,
+        },
+        CloseAfterName => match b {
+            b'>' => Done(Finished::Close),
+            _ if is_space(b) => Next(CloseAfterName),
+            _ => Fail,
+        },
+        Bang => match b {
+            b'-' => Next(BangDash),
+            b'[' => Next(CdataOpen(1)),
+            _ => Fail,
+        },
+        BangDash => match b {
+            b'-' => Next(Comment(0)),
+            _ => Fail,
+        },
+        Comment(dashes) => match b {
+            b'-' => Next(Comment((dashes + 1).min(2))),
+            b'>' if dashes == 2 => Done(Finished::Comment),
+            _ => Next(Comment(0)),
+        },
+        CdataOpen(n) => {
+            let want = CDATA_OPEN[usize::from(n)];
+            if b.eq_ignore_ascii_case(&want) {
+                if usize::from(n) + 1 == CDATA_OPEN.len() {
+                    Next(Cdata(0))
+                } else {
+                    Next(CdataOpen(n + 1))
+                }
+            } else {
+                Fail
+            }
+        }
+        Cdata(brackets) => match b {
+            b']' => Next(Cdata((brackets + 1).min(2))),
+            b'>' if brackets == 2 => Done(Finished::Cdata),
+            _ => Next(Cdata(0)),
+        },
+        Pipe => match b {
+            _ if is_special_char(b) => Next(SpecialName),
+            _ => Fail,
+        },
+        SpecialName => match b {
+            b'|' => Next(SpecialEnd),
+            _ if is_special_char(b) => Next(SpecialName),
+            _ => Fail,
+        },
+        SpecialEnd => match b {
+            b'>' => Done(Finished::Special),
+            _ => Fail,
+        },
+    }
+}
+
+/// Where the scanner is between two bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ScanState {
+    /// Outside any marker.
+    Text,
+    /// Holding the bytes of a candidate marker that started at `held_start`.
+    Marker(Candidate),
+}
+
+/// The incremental tokenizer. Feed it chunks split anywhere; it calls the
+/// sink with tokens in input order.
+///
+/// ```
+/// use spindle::scan::{Scanner, Token, TokenSink};
+///
+/// #[derive(Default)]
+/// struct Names(Vec<String>);
+/// impl TokenSink for Names {
+///     fn token(&mut self, token: Token<'_>) {
+///         if let Token::Tag(tag) = token {
+///             self.0.push(String::from_utf8_lossy(tag.name).into_owned());
+///         }
+///     }
+/// }
+///
+/// let mut names = Names::default();
+/// let mut scanner = Scanner::default();
+/// for chunk in [&b"<tho"[..], b"ught>hi</", b"thought>"] {
+///     scanner.feed(chunk, &mut names);
+/// }
+/// scanner.finish(&mut names);
+/// assert_eq!(names.0, ["thought", "thought"]);
+/// ```
+#[derive(Debug, Clone)]
+pub struct Scanner {
+    state: ScanState,
+    /// The bytes of the current candidate (empty in text).
+    held: Vec<u8>,
+    /// Input offset of `held[0]`.
+    held_start: usize,
+    /// Input offset of the next byte to be fed.
+    offset: usize,
+    limits: ScanLimits,
+}
+
+impl Default for Scanner {
+    fn default() -> Self {
+        Scanner::new(ScanLimits::default())
+    }
+}
+
+impl Scanner {
+    /// A scanner with the given limits.
+    pub fn new(limits: ScanLimits) -> Scanner {
+        Scanner {
+            state: ScanState::Text,
+            held: Vec::new(),
+            held_start: 0,
+            offset: 0,
+            limits,
+        }
+    }
+
+    /// The offset of the next byte to be fed (the total fed so far).
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// Bytes currently held back as an unfinished marker.
+    pub fn held_len(&self) -> usize {
+        self.held.len()
+    }
+
+    /// The capacity of the hold buffer, for memory accounting in tests.
+    pub fn held_capacity(&self) -> usize {
+        self.held.capacity()
+    }
+
+    /// Scans one chunk. Text is released as soon as it cannot be part of a
+    /// marker; an unfinished marker at the end of the chunk is held.
+    pub fn feed(&mut self, chunk: &[u8], sink: &mut impl TokenSink) {
+        let base = self.offset;
+        self.offset += chunk.len();
+        let mut i = 0;
+        while i < chunk.len() {
+            match self.state {
+                ScanState::Text => {
+                    let Some(lt) = memchr::memchr(b'<', &chunk[i..]) else {
+                        emit_text(sink, base + i, &chunk[i..]);
+                        return;
+                    };
+                    if lt > 0 {
+                        emit_text(sink, base + i, &chunk[i..i + lt]);
+                    }
+                    i += lt;
+                    self.held.clear();
+                    self.held.push(b'<');
+                    self.held_start = base + i;
+                    self.state = ScanState::Marker(Candidate::Lt);
+                    i += 1;
+                }
+                ScanState::Marker(cand) => {
+                    i = self.advance(cand, chunk, i, sink);
+                }
+            }
+        }
+    }
+
+    /// Moves a candidate forward through `chunk[i..]`; returns the index of
+    /// the next unread byte.
+    fn advance(
+        &mut self,
+        mut cand: Candidate,
+        chunk: &[u8],
+        mut i: usize,
+        sink: &mut impl TokenSink,
+    ) -> usize {
+        while i < chunk.len() {
+            // Inside comment and CDATA bodies, jump to the next byte that can
+            // matter instead of stepping through the body one byte at a time.
+            if let Candidate::Comment(0) | Candidate::Cdata(0) = cand {
+                let key = if matches!(cand, Candidate::Comment(_)) { b'-' } else { b']' };
+                let skip = memchr::memchr(key, &chunk[i..]).unwrap_or(chunk.len() - i);
+                if skip > 0 {
+                    let limit = self.limits.max_comment_len;
+                    if self.held.len() + skip > limit {
+                        let room = limit.saturating_sub(self.held.len());
+                        self.held.extend_from_slice(&chunk[i..i + room]);
+                        i += room;
+                        self.give_up(limit, sink);
+                        return i;
+                    }
+                    self.held.extend_from_slice(&chunk[i..i + skip]);
+                    i += skip;
+                    continue;
+                }
+            }
+            let b = chunk[i];
+            match step(cand, b) {
+                Step::Next(next) => {
+                    self.held.push(b);
+                    i += 1;
+                    let limit = if next.is_comment_like() {
+                        self.limits.max_comment_len
+                    } else {
+                        self.limits.max_marker_len
+                    };
+                    if self.held.len() > limit {
+                        self.give_up(limit, sink);
+                        return i;
+                    }
+                    cand = next;
+                }
+                Step::Done(done) => {
+                    self.held.push(b);
+                    i += 1;
+                    self.complete(done, sink);
+                    self.state = ScanState::Text;
+                    return i;
+                }
+                Step::Fail => {
+                    // The held bytes were text; `b` is looked at again in
+                    // text state, where a `<` starts a new candidate.
+                    self.release_as_text(sink);
+                    return i;
+                }
+            }
+        }
+        self.state = ScanState::Marker(cand);
+        i
+    }
+
+    /// A candidate outgrew its limit: release it as text and say so.
+    fn give_up(&mut self, limit: usize, sink: &mut impl TokenSink) {
+        sink.token(Token::Notice(ScanNotice::MarkerTooLong {
+            at: self.held_start,
+            limit,
+        }));
+        self.release_as_text(sink);
+    }
+
+    fn release_as_text(&mut self, sink: &mut impl TokenSink) {
+        if !self.held.is_empty() {
+            emit_text(sink, self.held_start, &self.held);
+        }
+        self.held.clear();
+        self.shrink_if_oversized();
+        self.state = ScanState::Text;
+    }
+
+    /// After a large comment the hold buffer may keep a big allocation; give
+    /// it back so that a stream's resident memory follows what it holds now.
+    fn shrink_if_oversized(&mut self) {
+        if self.held.capacity() > 2 * self.limits.max_marker_len.max(1024) {
+            self.held = Vec::new();
+        }
+    }
+
+    fn complete(&mut self, done: Finished, sink: &mut impl TokenSink) {
+        let span = Span::new(self.held_start, self.held_start + self.held.len());
+        let raw = &self.held[..];
+        match done {
+            Finished::Open | Finished::SelfClosing | Finished::Close => {
+                let kind = match done {
+                    Finished::Open => TagKind::Open,
+                    Finished::SelfClosing => TagKind::SelfClosing,
+                    _ => TagKind::Close,
+                };
+                sink.token(Token::Tag(TagToken::from_raw(kind, raw, span)));
+            }
+            Finished::Comment => sink.token(Token::Comment {
+                span,
+                raw,
+                body: &raw[4..raw.len() - 3],
+            }),
+            Finished::Cdata => sink.token(Token::CData {
+                span,
+                raw,
+                body: &raw[9..raw.len() - 3],
+            }),
+            Finished::Special => {
+                let inner = &raw[2..raw.len() - 2];
+                let name = trim_special(inner);
+                sink.token(Token::Special { span, raw, name });
+            }
+        }
+        self.held.clear();
+        self.shrink_if_oversized();
+    }
+
+    /// Ends the input: an unfinished marker is handed over as
+    /// [`Token::Unfinished`] so the receiver can decide what it was.
+    pub fn finish(&mut self, sink: &mut impl TokenSink) {
+        if let ScanState::Marker(cand) = self.state {
+            let span = Span::new(self.held_start, self.held_start + self.held.len());
+            let raw = &self.held[..];
+            let name = partial_name(raw);
+            sink.token(Token::Unfinished {
+                span,
+                raw,
+                kind: cand.unfinished_kind(),
+                name,
+            });
+            self.held.clear();
+            self.state = ScanState::Text;
+        }
+    }
+}
+
+fn emit_text(sink: &mut impl TokenSink, at: usize, bytes: &[u8]) {
+    sink.token(Token::Text {
+        span: Span::new(at, at + bytes.len()),
+        bytes,
+    });
+}
+
+/// `[ NAME ]` -> `NAME`.
+fn trim_special(inner: &[u8]) -> &[u8] {
+    let t = inner.trim_ascii();
+    let t = t.strip_prefix(b"[").unwrap_or(t);
+    let t = t.strip_suffix(b"]").unwrap_or(t);
+    t.trim_ascii()
+}
+
+/// The tag name in an unfinished `<na` or `</na`, possibly partial.
+fn partial_name(raw: &[u8]) -> &[u8] {
+    let rest = raw.strip_prefix(b"<").unwrap_or(raw).trim_ascii_start();
+    let rest = rest.strip_prefix(b"/").unwrap_or(rest).trim_ascii_start();
+    let end = rest.iter().position(|&b| !is_name_char(b)).unwrap_or(rest.len());
+    &rest[..end]
+}
+
+#[cfg(test)]
+mod tests;
