@@ -4,9 +4,11 @@
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations, rust_2018_idioms, unreachable_pub)]
 
+pub mod calls;
 pub mod event;
 pub mod machine;
 mod parser;
+pub mod payload;
 pub mod registry;
 pub mod scan;
 

@@ -4,6 +4,7 @@
 
 use crate::event::Event;
 use crate::machine::{Machine, MachineLimits};
+use crate::payload::Stage;
 use crate::registry::Registry;
 use crate::scan::{ScanLimits, Scanner};
 use std::sync::Arc;
@@ -49,6 +50,9 @@ pub struct ParserOptions {
 pub struct Parser {
     scanner: Scanner,
     machine: Machine,
+    stage: Stage,
+    /// Machine events on their way through the stage (reused buffer).
+    staged: Vec<Event>,
 }
 
 impl Parser {
@@ -59,13 +63,15 @@ impl Parser {
 
     /// A parser sharing `registry`, with explicit options.
     pub fn with_options(registry: Arc<Registry>, options: ParserOptions) -> Parser {
-        let mut machine = Machine::new(registry, options.machine);
+        let mut machine = Machine::new(registry.clone(), options.machine);
         if options.rewrite {
             machine.enable_rewrite();
         }
         Parser {
             scanner: Scanner::new(options.scan),
             machine,
+            stage: Stage::new(registry),
+            staged: Vec::new(),
         }
     }
 
@@ -79,7 +85,8 @@ impl Parser {
     /// Like [`Parser::feed`], appending to `out` (no allocation per call).
     pub fn feed_into(&mut self, chunk: &[u8], out: &mut Vec<Event>) {
         self.scanner.feed(chunk, &mut self.machine);
-        self.machine.drain(out);
+        self.machine.drain(&mut self.staged);
+        self.stage.process(self.staged.drain(..), out);
     }
 
     /// Ends the input: closes what is open, settles pending decisions, and
@@ -97,8 +104,9 @@ impl Parser {
     pub fn finish_with_rewrite(mut self) -> (Vec<Event>, Vec<u8>) {
         self.scanner.finish(&mut self.machine);
         self.machine.finish(self.scanner.offset());
+        self.machine.drain(&mut self.staged);
         let mut out = Vec::new();
-        self.machine.drain(&mut out);
+        self.stage.process(self.staged.drain(..), &mut out);
         let rest = self.machine.take_rewrite();
         (out, rest)
     }
