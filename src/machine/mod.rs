@@ -519,6 +519,9 @@ impl Machine {
                 // `</A>` whitespace `<A>`: one element.
                 let dropped = Span::new(held.span.start, span.end);
                 self.repair(RepairKind::MergedAdjacent, Some(tag), held.span.start, Some(el.id), Some(dropped), None);
+                if let Some(r) = &mut self.rewrite {
+                    r.drop_held();
+                }
                 self.state = State::Open(el);
                 return;
             }

@@ -1,0 +1,358 @@
+//! One test per row of DESIGN §4's table, and the edges around each, each
+//! checked whole, byte by byte and at 7-byte chunks.
+
+use crate::event::{Event, RepairKind};
+use crate::{Parser, ParserOptions, Registry};
+use std::sync::Arc;
+
+fn run(registry: &Registry, input: &[u8], chunk: usize) -> Vec<Event> {
+    let options = ParserOptions {
+        rewrite: true,
+        ..ParserOptions::default()
+    };
+    let mut p = Parser::with_options(Arc::new(registry.clone()), options);
+    let mut out = Vec::new();
+    for c in input.chunks(chunk.max(1)) {
+        p.feed_into(c, &mut out);
+    }
+    out.extend(p.finish());
+    out
+}
+
+fn elements(events: &[Event]) -> Vec<(String, String)> {
+    events
+        .iter()
+        .filter_map(Event::as_element)
+        .map(|e| (e.tag.to_string(), e.text.clone()))
+        .collect()
+}
+
+fn repairs(events: &[Event]) -> Vec<RepairKind> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Repair(r) => Some(r.kind),
+            _ => None,
+        })
+        .collect()
+}
+
+fn diagnostics(events: &[Event]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Diagnostic(d) => Some(d.code.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Parses `input` whole, byte by byte and in 7-byte chunks, checks the three
+/// agree, and returns the whole-input events.
+fn check(registry: &Registry, input: &str, want_elements: &[(&str, &str)], want_repairs: &[RepairKind]) -> Vec<Event> {
+    let whole = run(registry, input.as_bytes(), usize::MAX);
+    let got: Vec<(String, String)> = elements(&whole);
+    let want: Vec<(String, String)> = want_elements.iter().map(|(t, x)| (t.to_string(), x.to_string())).collect();
+    assert_eq!(got, want, "elements of {input:?}");
+    assert_eq!(repairs(&whole), want_repairs, "repairs of {input:?}");
+    for chunk in [1, 7] {
+        let split = run(registry, input.as_bytes(), chunk);
+        assert_eq!(elements(&split), want, "elements at chunk {chunk} of {input:?}");
+        assert_eq!(repairs(&split), want_repairs, "repairs at chunk {chunk} of {input:?}");
+    }
+    whole
+}
+
+fn f() -> Registry {
+    Registry::filament()
+}
+
+fn r() -> Registry {
+    Registry::reasoning()
+}
+
+use RepairKind::*;
+
+// ----- header insertion -------------------------------------------------
+
+#[test]
+fn header_inserted_before_leading_text_then_thought_confirmed() {
+    check(&f(), "thinking...</thought><content>hi</content>", &[("thought", "thinking..."), ("content", "hi")], &[HeaderInserted]);
+}
+
+#[test]
+fn header_inserted_leading_whitespace_belongs_to_no_element() {
+    let ev = check(&f(), "\n  idea</thought>\n<content>x</content>", &[("thought", "idea"), ("content", "x")], &[HeaderInserted]);
+    assert!(ev.iter().any(|e| matches!(e, Event::Gap(g) if g.text == "\n  ")));
+}
+
+#[test]
+fn header_inserted_for_default_between_elements() {
+    check(&f(), "<thought>t</thought>\n\nThe answer.", &[("thought", "t"), ("content", "The answer.")], &[HeaderInserted, ClosedAtEof]);
+}
+
+#[test]
+fn reasoning_bare_content_is_not_a_repair() {
+    check(&r(), "<think>t</think>\n\nThe answer.", &[("thought", "t"), ("content", "The answer.")], &[]);
+    check(&r(), "deep thought</think>The answer.", &[("thought", "deep thought"), ("content", "The answer.")], &[HeaderInserted]);
+}
+
+// ----- auto-close ------------------------------------------------------
+
+#[test]
+fn auto_closed_by_next_top_level_tag() {
+    check(&f(), "<thought>a\n<content>b</content>", &[("thought", "a\n"), ("content", "b")], &[AutoClosed]);
+    check(&f(), "<content>b\n<variable_update>[]</variable_update>", &[("content", "b\n"), ("variable_update", "[]")], &[AutoClosed]);
+}
+
+#[test]
+fn json_body_auto_closed() {
+    check(&f(), "<content>x</content><tool_call name=\"f\">{\"a\":1}<content>y</content>", &[("content", "x"), ("tool_call", "{\"a\":1}"), ("content", "y")], &[AutoClosed]);
+}
+
+#[test]
+fn declared_child_does_not_auto_close() {
+    let reg = Registry::from_toml_str(
+        r#"
+        extends = "filament"
+        [[tag]]
+        name = "panel"
+        body = "structured"
+        children = ["content"]
+    "#,
+    )
+    .unwrap();
+    check(&reg, "<content>a</content><panel><content>inner</content></panel>", &[("content", "a"), ("panel", "<content>inner</content>")], &[]);
+}
+
+#[test]
+fn opaque_body_is_not_auto_closed() {
+    let reg = Registry::from_toml_str(
+        r#"
+        extends = "filament"
+        [[tag]]
+        name = "code"
+        body = "raw"
+    "#,
+    )
+    .unwrap();
+    check(&reg, "<content>a</content><code><content>x</thought></code>", &[("content", "a"), ("code", "<content>x</thought>")], &[]);
+}
+
+// ----- adjacent merge ---------------------------------------------------
+
+#[test]
+fn merged_adjacent_content() {
+    check(&f(), "<content>Hello</content>\n \n<content> world</content>", &[("content", "Hello world")], &[MergedAdjacent]);
+}
+
+#[test]
+fn merged_adjacent_thought() {
+    check(&f(), "<thought>a</thought><thought>b</thought><content>c</content>", &[("thought", "ab"), ("content", "c")], &[MergedAdjacent]);
+}
+
+#[test]
+fn held_close_then_other_tag_is_a_real_close() {
+    let ev = check(&f(), "<content>a</content>\n<variable_update>[]</variable_update>", &[("content", "a"), ("variable_update", "[]")], &[]);
+    // The whitespace between belongs to no element.
+    assert!(ev.iter().any(|e| matches!(e, Event::Gap(g) if g.text == "\n")));
+}
+
+#[test]
+fn held_close_at_eof_is_a_real_close() {
+    let ev = check(&f(), "<content>a</content>\n", &[("content", "a")], &[]);
+    let el = ev.iter().find_map(Event::as_element).unwrap();
+    assert_eq!((el.span.start, el.span.end), (0, 20));
+}
+
+#[test]
+fn bare_text_after_closed_default_continues_it() {
+    // The continued element is then open until the end of input.
+    check(&f(), "<content>Hello</content> and more", &[("content", "Hello and more")], &[MergedAdjacent, ClosedAtEof]);
+}
+
+#[test]
+fn bare_text_after_closed_thought_opens_content() {
+    check(&f(), "<thought>t</thought> answer", &[("thought", "t"), ("content", "answer")], &[HeaderInserted, ClosedAtEof]);
+}
+
+// ----- mismatched and stray closes -------------------------------------
+
+#[test]
+fn mismatched_close_by_alias() {
+    check(&f(), "<think>t</thought><content>c</content>", &[("thought", "t"), ("content", "c")], &[MismatchedClose]);
+}
+
+#[test]
+fn mismatched_close_by_other_top_level_tag() {
+    check(&f(), "<thought>t</content><content>c</content>", &[("thought", "t"), ("content", "c")], &[MismatchedClose]);
+}
+
+#[test]
+fn case_only_difference_is_not_a_mismatch() {
+    check(&f(), "<Content>c</CONTENT>", &[("content", "c")], &[]);
+}
+
+#[test]
+fn stray_close_dropped() {
+    check(&f(), "<content>c</content>\n</thought>", &[("content", "c")], &[StrayCloseDropped]);
+    check(&f(), "</think><content>c</content>", &[("content", "c")], &[StrayCloseDropped]);
+}
+
+#[test]
+fn stray_lead_close_at_start_means_content_follows() {
+    check(&r(), "</think>\n\nanswer", &[("content", "answer")], &[StrayCloseDropped]);
+}
+
+#[test]
+fn non_registry_tags_are_text() {
+    check(&f(), "<content>a <b>bold</b> <span style=\"color:red\">x</span><br/></content>", &[("content", "a <b>bold</b> <span style=\"color:red\">x</span><br/>")], &[]);
+}
+
+#[test]
+fn prose_angle_brackets_are_text() {
+    check(&f(), "<content>if a < b and 5 > 3 then <3</content>", &[("content", "if a < b and 5 > 3 then <3")], &[]);
+}
+
+#[test]
+fn structured_children_are_text_of_the_element() {
+    check(&f(), "<content>x</content><status_bar><mood>ok</mood><loc>here</loc></status_bar>", &[("content", "x"), ("status_bar", "<mood>ok</mood><loc>here</loc>")], &[]);
+}
+
+#[test]
+fn self_closing_registry_tag() {
+    let ev = check(&f(), "<content>x</content><media type=\"image\" src=\"a.png\" alt=\"A &amp; B\"/>", &[("content", "x"), ("media", "")], &[]);
+    let media = ev.iter().filter_map(Event::as_element).nth(1).unwrap();
+    assert_eq!(media.attrs.get("alt").map(String::as_str), Some("A & B"));
+}
+
+// ----- end of stream ----------------------------------------------------
+
+#[test]
+fn closed_at_eof() {
+    check(&f(), "<thought>t</thought><content>cut off mid", &[("thought", "t"), ("content", "cut off mid")], &[ClosedAtEof]);
+}
+
+#[test]
+fn truncated_marker_dropped_at_eof() {
+    check(&f(), "<content>almost done</cont", &[("content", "almost done")], &[TruncatedMarker, ClosedAtEof]);
+    check(&f(), "<content>x</content><variable_upd", &[("content", "x")], &[TruncatedMarker]);
+    // A lone `<` at the end is prose, not a cut marker.
+    check(&f(), "<content>x <", &[("content", "x <")], &[ClosedAtEof]);
+}
+
+// ----- reclassification --------------------------------------------------
+
+#[test]
+fn reclassified_when_only_an_implicit_thought() {
+    let ev = check(&f(), "Just an answer.", &[("content", "Just an answer.")], &[HeaderInserted, Reclassified, ClosedAtEof]);
+    // Deltas streamed as thought; the repair names the element.
+    assert!(ev.iter().any(|e| matches!(e, Event::Delta(d) if &*d.tag == "thought")));
+    let rep = ev
+        .iter()
+        .find_map(|e| match e {
+            Event::Repair(r) if r.kind == Reclassified => Some(r),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!((rep.element, rep.tag.as_deref(), rep.from.as_deref()), (Some(0), Some("content"), Some("thought")));
+    check(&r(), "Just an answer.", &[("content", "Just an answer.")], &[HeaderInserted, Reclassified]);
+}
+
+#[test]
+fn reclassified_by_its_close_tag() {
+    check(&f(), "an answer</content>", &[("content", "an answer")], &[HeaderInserted, Reclassified]);
+    check(&f(), "[[\"SET\",\"a\",1]]</variable_update>", &[("variable_update", "[[\"SET\",\"a\",1]]")], &[HeaderInserted, Reclassified]);
+}
+
+#[test]
+fn reclassified_by_order_dependency() {
+    check(&f(), "Answer.\n<variable_update>[]</variable_update>", &[("content", "Answer.\n"), ("variable_update", "[]")], &[HeaderInserted, Reclassified, AutoClosed]);
+}
+
+#[test]
+fn undecided_lead_waits_and_keeps_order() {
+    // Decided at the end: no content at all, so it was content.
+    check(&f(), "Answer.\n<status_bar><hp>3</hp></status_bar>\n", &[("content", "Answer.\n"), ("status_bar", "<hp>3</hp>")], &[HeaderInserted, Reclassified, AutoClosed]);
+    // Decided by a later content element: it was a thought.
+    check(&f(), "Plan.\n<status_bar><hp>3</hp></status_bar><content>Hi</content>", &[("thought", "Plan.\n"), ("status_bar", "<hp>3</hp>"), ("content", "Hi")], &[HeaderInserted, AutoClosed]);
+}
+
+#[test]
+fn explicit_thought_is_never_reclassified() {
+    check(&f(), "<thought>only thinking", &[("thought", "only thinking")], &[ClosedAtEof]);
+}
+
+// ----- diagnostics -------------------------------------------------------
+
+#[test]
+fn missing_mandatory_and_order_diagnostics() {
+    let ev = check(&f(), "<thought>t</thought>", &[("thought", "t")], &[]);
+    assert_eq!(diagnostics(&ev), ["missing_mandatory"]);
+    let ev = check(&f(), "<variable_update>[]</variable_update><content>c</content>", &[("variable_update", "[]"), ("content", "c")], &[]);
+    assert_eq!(diagnostics(&ev), ["order_violation"]);
+}
+
+#[test]
+fn element_size_limit_truncates_text_but_not_deltas() {
+    let mut options = ParserOptions::default();
+    options.machine.max_element_len = 10;
+    let mut p = Parser::with_options(Arc::new(f()), options);
+    let mut ev = p.feed(b"<content>0123456789abcdef</content><tool_call>{\"k\":\"0123456789\"}</tool_call>");
+    ev.extend(p.finish());
+    let els: Vec<_> = ev.iter().filter_map(Event::as_element).collect();
+    assert_eq!((els[0].text.as_str(), els[0].truncated), ("0123456789", true));
+    let content_deltas: String = ev
+        .iter()
+        .filter_map(|e| match e {
+            Event::Delta(d) if d.id == 0 => Some(d.text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(content_deltas, "0123456789abcdef");
+    // A non-streaming body's overflow still arrives, as deltas.
+    let call_deltas: String = ev
+        .iter()
+        .filter_map(|e| match e {
+            Event::Delta(d) if d.id == 1 => Some(d.text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(format!("{}{call_deltas}", els[1].text), "{\"k\":\"0123456789\"}");
+    assert_eq!(diagnostics(&ev).iter().filter(|d| *d == "element_too_large").count(), 2);
+}
+
+// ----- rewrite -----------------------------------------------------------
+
+fn rewrite(registry: &Registry, input: &str, chunk: usize) -> String {
+    let options = ParserOptions {
+        rewrite: true,
+        ..ParserOptions::default()
+    };
+    let mut p = Parser::with_options(Arc::new(registry.clone()), options);
+    let mut out = Vec::new();
+    for c in input.as_bytes().chunks(chunk) {
+        p.feed(c);
+        out.extend(p.take_rewrite());
+    }
+    let (_, rest) = p.finish_with_rewrite();
+    out.extend(rest);
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn rewrite_inserts_and_drops() {
+    let cases = [
+        (f(), "thinking</thought>\n<content>a</content>\n<content>b", "<thought>thinking</thought>\n<content>ab</content>"),
+        (f(), "Only.", "<content>Only.</content>"),
+        (f(), "A.\n<status_bar>s</status_bar>", "<content>A.\n</content><status_bar>s</status_bar>"),
+        (f(), "<Think>x</thought></content>", "<Think>x</Think>"),
+        (r(), "deep</think>answer", "<think>deep</think>answer"),
+        (f(), "<content>x</cont", "<content>x</content>"),
+    ];
+    for (reg, input, want) in cases {
+        for chunk in [1, 3, input.len()] {
+            assert_eq!(rewrite(&reg, input, chunk), want, "{input:?} at {chunk}");
+        }
+    }
+}

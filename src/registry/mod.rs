@@ -292,8 +292,11 @@ impl Registry {
                 .ok_or_else(|| RegistryError::UnknownProfile(base.clone()))?,
             None => RegistryFile::default(),
         };
+        // A file's tag replaces an inherited tag of the same name; two tags
+        // of one name in the file itself are an error (found by `build`).
+        let inherited = merged.tags.len();
         for tag in file.tags {
-            match merged.tags.iter_mut().find(|t| t.name.eq_ignore_ascii_case(&tag.name)) {
+            match merged.tags[..inherited].iter_mut().find(|t| t.name.eq_ignore_ascii_case(&tag.name)) {
                 Some(slot) => *slot = tag,
                 None => merged.tags.push(tag),
             }

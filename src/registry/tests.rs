@@ -1,0 +1,123 @@
+use super::*;
+
+#[test]
+fn builtin_profiles_validate() {
+    for name in Registry::profile_names() {
+        let reg = Registry::profile(name).unwrap_or_else(|| panic!("profile {name} must build"));
+        assert_eq!(reg.name(), *name);
+        assert!(reg.default_tag().is_some(), "{name} needs a default tag");
+    }
+    assert!(Registry::profile("nope").is_none());
+}
+
+#[test]
+fn filament_has_every_spec_tag_and_legacy_alias() {
+    let reg = Registry::filament();
+    let canon = |n: &str| reg.lookup(n.as_bytes()).map(|id| reg.tag(id).name.clone());
+    for (written, want) in [
+        ("thought", "thought"),
+        ("THINK", "thought"),
+        ("thinking", "thought"),
+        ("content", "content"),
+        ("variable_update", "variable_update"),
+        ("UpdateVariable", "variable_update"),
+        ("state_update", "variable_update"),
+        ("tool_call", "tool_call"),
+        ("status_bar", "status_bar"),
+        ("details", "details"),
+        ("choice", "choice"),
+        ("xx", "choice"),
+        ("ui_component", "ui_component"),
+        ("media", "media"),
+    ] {
+        assert_eq!(canon(written).as_deref(), Some(want), "{written}");
+    }
+    assert_eq!(canon("span"), None);
+    let lead = reg.lead().unwrap();
+    let default = reg.default_tag().unwrap();
+    assert_eq!(reg.tag(lead).name, "thought");
+    assert_eq!(reg.tag(default).name, "content");
+    assert!(reg.tag(default).mandatory && reg.tag(default).mergeable);
+    let vu = reg.lookup(b"variable_update").unwrap();
+    assert_eq!(reg.tag(vu).after, [default]);
+}
+
+#[test]
+fn reasoning_profile_shape() {
+    let reg = Registry::reasoning();
+    let thought = reg.lookup(b"think").unwrap();
+    assert_eq!(reg.lead(), Some(thought));
+    assert_eq!(reg.tag(thought).spelling, "think");
+    let content = reg.default_tag().unwrap();
+    assert!(reg.tag(content).bare);
+}
+
+#[test]
+fn json_and_toml_files_load_the_same() {
+    let toml = r#"
+        name = "mini"
+        lead = "plan"
+        default = "say"
+        [[tag]]
+        name = "plan"
+        mergeable = true
+        [[tag]]
+        name = "say"
+        mandatory = true
+        [[tag]]
+        name = "call"
+        body = "json"
+        after = ["say"]
+        markers = { open = "CALL", close = "END_CALL" }
+    "#;
+    let json = r#"{"name":"mini","lead":"plan","default":"say","tag":[
+        {"name":"plan","mergeable":true},
+        {"name":"say","mandatory":true},
+        {"name":"call","body":"json","after":["say"],"markers":{"open":"CALL","close":"END_CALL"}}]}"#;
+    let a = Registry::from_toml_str(toml).unwrap();
+    let b = Registry::from_json_str(json).unwrap();
+    assert_eq!(a, b);
+    assert_eq!(a.lookup_marker(b"end-call").map(|(_, r)| r), Some(MarkerRole::Close));
+    assert!(a.is_marker_prefix(b"[END_C"));
+}
+
+#[test]
+fn extends_adds_and_replaces() {
+    let reg = Registry::from_toml_str(
+        r#"
+        extends = "filament"
+        [[tag]]
+        name = "content"
+        mandatory = false
+        mergeable = true
+        [[tag]]
+        name = "StatusBlock"
+        body = "structured"
+    "#,
+    )
+    .unwrap();
+    let content = reg.lookup(b"content").unwrap();
+    assert!(!reg.tag(content).mandatory);
+    assert!(reg.lookup(b"statusblock").is_some());
+    assert!(reg.lookup(b"UpdateVariable").is_some(), "inherited tags stay");
+}
+
+#[test]
+fn broken_registries_are_clear_errors() {
+    let cases = [
+        ("[[tag]]\nname = \"a\"\n[[tag]]\nname = \"A\"", "used twice"),
+        ("lead = \"x\"\n[[tag]]\nname = \"a\"", "lead names unknown tag"),
+        ("[[tag]]\nname = \"a\"\nafter = [\"b\"]", "after names unknown tag"),
+        ("[[tag]]\nname = \"1a\"", "invalid tag name"),
+        ("[[tag]]\nname = \"a\"\nbody = \"yaml\"", "registry TOML is invalid"),
+        ("extends = \"nope\"", "unknown profile"),
+        ("[[tag]]\nname = \"a\"\ncolour = 1", "registry TOML is invalid"),
+        ("this is not toml", "registry TOML is invalid"),
+    ];
+    for (text, want) in cases {
+        let err = Registry::from_toml_str(text).unwrap_err().to_string();
+        assert!(err.contains(want), "{text:?}: {err}");
+    }
+    let err = Registry::load(Path::new("/nonexistent/registry.toml")).unwrap_err().to_string();
+    assert!(err.contains("cannot read registry file"), "{err}");
+}

@@ -652,6 +652,9 @@ impl Scanner {
         match done {
             Finished::Open | Finished::SelfClosing | Finished::Close => {
                 let kind = match done {
+                    // `<media src=a.png/>`: the unquoted value swallowed the
+                    // `/`, but the tag is self-closing.
+                    Finished::Open if raw.ends_with(b"/>") => TagKind::SelfClosing,
                     Finished::Open => TagKind::Open,
                     Finished::SelfClosing => TagKind::SelfClosing,
                     _ => TagKind::Close,

@@ -1,0 +1,335 @@
+use super::*;
+
+/// A token in owned form, with adjacent text joined, for comparisons.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Tok {
+    Text(String),
+    Open(String, Vec<(String, String)>),
+    SelfClosing(String, Vec<(String, String)>),
+    Close(String),
+    Comment(String),
+    CData(String),
+    Special(String),
+    Unfinished(String),
+    TooLong,
+}
+
+#[derive(Default)]
+struct Collect {
+    toks: Vec<Tok>,
+    /// Every span seen, to check coverage.
+    spans: Vec<Span>,
+    /// Text not yet pushed as a token (adjacent text is joined byte-wise:
+    /// a chunk may end inside a character).
+    text: Vec<u8>,
+}
+
+impl Collect {
+    fn flush(&mut self) {
+        if !self.text.is_empty() {
+            self.toks.push(Tok::Text(s(&self.text)));
+            self.text.clear();
+        }
+    }
+
+    fn done(mut self) -> Collect {
+        self.flush();
+        self
+    }
+}
+
+fn s(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+impl TokenSink for Collect {
+    fn token(&mut self, token: Token<'_>) {
+        if !matches!(token, Token::Text { .. }) {
+            self.flush();
+        }
+        let tok = match token {
+            Token::Text { span, bytes } => {
+                self.spans.push(span);
+                self.text.extend_from_slice(bytes);
+                return;
+            }
+            Token::Tag(t) => {
+                self.spans.push(t.span);
+                let attrs = t.attrs().map(|a| (s(a.name), s(a.value))).collect();
+                match t.kind {
+                    TagKind::Open => Tok::Open(s(t.name), attrs),
+                    TagKind::SelfClosing => Tok::SelfClosing(s(t.name), attrs),
+                    TagKind::Close => Tok::Close(s(t.name)),
+                }
+            }
+            Token::Comment { span, body, .. } => {
+                self.spans.push(span);
+                Tok::Comment(s(body))
+            }
+            Token::CData { span, body, .. } => {
+                self.spans.push(span);
+                Tok::CData(s(body))
+            }
+            Token::Special { span, name, .. } => {
+                self.spans.push(span);
+                Tok::Special(s(name))
+            }
+            Token::Unfinished { span, raw, .. } => {
+                self.spans.push(span);
+                Tok::Unfinished(s(raw))
+            }
+            Token::Notice(_) => Tok::TooLong,
+        };
+        self.toks.push(tok);
+    }
+}
+
+fn scan_chunks(chunks: &[&[u8]], limits: ScanLimits) -> Collect {
+    let mut c = Collect::default();
+    let mut sc = Scanner::new(limits);
+    for ch in chunks {
+        sc.feed(ch, &mut c);
+    }
+    sc.finish(&mut c);
+    c.done()
+}
+
+fn scan(input: &str) -> Vec<Tok> {
+    scan_chunks(&[input.as_bytes()], ScanLimits::default()).toks
+}
+
+/// The token list is the same for the whole input, for every split into
+/// two and three pieces, and byte by byte; and spans tile the input.
+fn check_splits(input: &[u8]) -> Vec<Tok> {
+    let whole = scan_chunks(&[input], ScanLimits::default());
+    let mut covered = 0;
+    for sp in &whole.spans {
+        assert_eq!(sp.start, covered, "spans must tile the input: {input:?}");
+        covered = sp.end;
+    }
+    assert_eq!(covered, input.len());
+    for i in 0..=input.len() {
+        let two = scan_chunks(&[&input[..i], &input[i..]], ScanLimits::default());
+        assert_eq!(two.toks, whole.toks, "split at {i} of {:?}", s(input));
+        for j in i..=input.len() {
+            let three = scan_chunks(&[&input[..i], &input[i..j], &input[j..]], ScanLimits::default());
+            assert_eq!(three.toks, whole.toks, "split at {i},{j} of {:?}", s(input));
+        }
+    }
+    let bytes: Vec<&[u8]> = input.chunks(1).collect();
+    assert_eq!(scan_chunks(&bytes, ScanLimits::default()).toks, whole.toks);
+    whole.toks
+}
+
+fn text(t: &str) -> Tok {
+    Tok::Text(t.into())
+}
+fn open(n: &str) -> Tok {
+    Tok::Open(n.into(), vec![])
+}
+fn close(n: &str) -> Tok {
+    Tok::Close(n.into())
+}
+
+#[test]
+fn text_and_tags() {
+    assert_eq!(
+        check_splits(b"a<thought>b</thought>c"),
+        [text("a"), open("thought"), text("b"), close("thought"), text("c")]
+    );
+}
+
+#[test]
+fn attributes_quoted_unquoted_and_bare() {
+    let toks = check_splits(br#"<media type="image" src='a b.png' alt=x hidden/>"#);
+    assert_eq!(
+        toks,
+        [Tok::SelfClosing(
+            "media".into(),
+            vec![
+                ("type".into(), "image".into()),
+                ("src".into(), "a b.png".into()),
+                ("alt".into(), "x".into()),
+                ("hidden".into(), "".into()),
+            ]
+        )]
+    );
+    // A `>` inside a quoted value does not end the tag.
+    assert_eq!(
+        scan(r#"<t a="x>y">"#),
+        [Tok::Open("t".into(), vec![("a".into(), "x>y".into())])]
+    );
+    // An unquoted value ending in `/` right before `>` is a self-closing tag.
+    assert_eq!(
+        scan("<media src=a.png/>"),
+        [Tok::SelfClosing("media".into(), vec![("src".into(), "a.png".into())])]
+    );
+}
+
+#[test]
+fn padded_tags() {
+    assert_eq!(check_splits(b"< content >x</ content >"), [open("content"), text("x"), close("content")]);
+    let mut c = Collect::default();
+    let mut sc = Scanner::default();
+    sc.feed(b"< content >", &mut c);
+    assert_eq!(c.done().toks, [open("content")]);
+}
+
+#[test]
+fn comments_cdata_special() {
+    assert_eq!(
+        check_splits(b"a<!-- x -- y -->b<![CDATA[<x>]]]>c<|[REQUEST_TOOL]|>d"),
+        [
+            text("a"),
+            Tok::Comment(" x -- y ".into()),
+            text("b"),
+            Tok::CData("<x>]".into()),
+            text("c"),
+            Tok::Special("REQUEST_TOOL".into()),
+            text("d"),
+        ]
+    );
+    assert_eq!(scan("<| [END_TOOL] |>"), [Tok::Special("END_TOOL".into())]);
+    assert_eq!(scan("<|im_end|>"), [Tok::Special("im_end".into())]);
+    assert_eq!(scan("<!---->"), [Tok::Comment("".into())]);
+}
+
+#[test]
+fn prose_with_angle_brackets_is_text() {
+    // `a < b and 5 > 3` is a well-formed tag `b` to the scanner; the
+    // machine keeps non-registry tags as text (see machine tests).
+    assert_eq!(scan("a < b and 5 > 3."), [text("a "), Tok::Open("b".into(), vec![("and".into(), "".into()), ("5".into(), "".into())]), text(" 3.")]);
+    for input in ["a < b, 5 > 3.", "x<3 y", "a <= b", "<<>>", "1 <2", "<!DOCTYPE html>", "<|| x", "a <- b"] {
+        let toks = check_splits(input.as_bytes());
+        assert_eq!(toks, [text(input)], "{input}");
+    }
+}
+
+#[test]
+fn a_lt_inside_a_candidate_ends_it() {
+    // The first `<` was text; the second starts a real tag.
+    assert_eq!(check_splits(b"a < b<content>"), [text("a < b"), open("content")]);
+    assert_eq!(check_splits(b"<x y=\"<content>"), [text("<x y=\""), open("content")]);
+}
+
+#[test]
+fn utf8_names_and_text() {
+    assert_eq!(check_splits("<状态栏>好</状态栏>".as_bytes()), [open("状态栏"), text("好"), close("状态栏")]);
+}
+
+#[test]
+fn unfinished_marker_at_eof() {
+    assert_eq!(scan("hi</cont"), [text("hi"), Tok::Unfinished("</cont".into())]);
+    assert_eq!(scan("<!-- never closed"), [Tok::Unfinished("<!-- never closed".into())]);
+    assert_eq!(scan("x <"), [text("x "), Tok::Unfinished("<".into())]);
+}
+
+#[test]
+fn marker_limit_releases_text() {
+    let limits = ScanLimits {
+        max_marker_len: 16,
+        max_comment_len: 32,
+    };
+    let long_tag = format!("<content a=\"{}\">", "x".repeat(40));
+    let c = scan_chunks(&[long_tag.as_bytes()], limits);
+    assert_eq!(c.toks[0], Tok::TooLong);
+    assert_eq!(c.toks[1], text(&long_tag));
+    let long_comment = format!("<!--{}-->", "y".repeat(100));
+    let c = scan_chunks(&[long_comment.as_bytes()], limits);
+    assert_eq!(c.toks[0], Tok::TooLong);
+    assert_eq!(c.toks[1], text(&long_comment));
+}
+
+#[test]
+fn memory_stays_bounded_on_hostile_input() {
+    let limits = ScanLimits {
+        max_marker_len: 64,
+        max_comment_len: 256,
+    };
+    let mut sc = Scanner::new(limits);
+    let mut sink = Collect::default();
+    // A MiB of `<`, an endless tag, an endless comment, fed in odd chunks.
+    let inputs: [Vec<u8>; 3] = [
+        vec![b'<'; 1 << 20],
+        [b"<content ".as_slice(), &b"a=b ".repeat(1 << 18)].concat(),
+        [b"<!--".as_slice(), &b"-x".repeat(1 << 19)].concat(),
+    ];
+    for input in &inputs {
+        for chunk in input.chunks(4093) {
+            sc.feed(chunk, &mut sink);
+            assert!(sc.held_len() <= 256, "held {}", sc.held_len());
+            assert!(sc.held_capacity() <= 4096, "capacity {}", sc.held_capacity());
+            sink.toks.clear();
+            sink.spans.clear();
+            sink.text.clear();
+        }
+    }
+}
+
+/// Every delimiter split at every position (STYLE §4), drawn:
+/// `<|/x>`, `</|x>`, `</x|>`, `-|->`, `--|>`, `]|]>`, `]]|>`, `<|||>`.
+#[test]
+fn every_delimiter_split() {
+    let cases: &[&[u8]] = &[
+        b"</x>",
+        b"<x/>",
+        b"<!--c-->",
+        b"<![CDATA[c]]>",
+        b"<|[N]|>",
+        b"<x a='1' b=\"2\" c=3 d>",
+    ];
+    for case in cases {
+        check_splits(case);
+    }
+}
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn fragment() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            Just(b"<".to_vec()),
+            Just(b">".to_vec()),
+            Just(b"</".to_vec()),
+            Just(b"<!--".to_vec()),
+            Just(b"-->".to_vec()),
+            Just(b"<![CDATA[".to_vec()),
+            Just(b"]]>".to_vec()),
+            Just(b"<|[".to_vec()),
+            Just(b"]|>".to_vec()),
+            Just(b"content".to_vec()),
+            Just(b" a=\"".to_vec()),
+            Just(b"\"".to_vec()),
+            Just(b"/".to_vec()),
+            Just("中文".as_bytes().to_vec()),
+            proptest::collection::vec(any::<u8>(), 0..6),
+        ]
+    }
+
+    proptest! {
+        /// Any split gives the same tokens, and spans tile the input.
+        #[test]
+        fn split_invariance(parts in proptest::collection::vec(fragment(), 0..24), cuts in proptest::collection::vec(any::<proptest::sample::Index>(), 0..8)) {
+            let input: Vec<u8> = parts.concat();
+            let whole = scan_chunks(&[&input], ScanLimits::default());
+            let mut points: Vec<usize> = cuts.iter().map(|c| c.index(input.len() + 1)).collect();
+            points.sort_unstable();
+            let mut chunks = Vec::new();
+            let mut last = 0;
+            for p in points {
+                chunks.push(&input[last..p]);
+                last = p;
+            }
+            chunks.push(&input[last..]);
+            let split = scan_chunks(&chunks, ScanLimits::default());
+            prop_assert_eq!(&split.toks, &whole.toks);
+            let mut covered = 0;
+            for sp in &whole.spans {
+                prop_assert_eq!(sp.start, covered);
+                covered = sp.end;
+            }
+            prop_assert_eq!(covered, input.len());
+        }
+    }
+}
