@@ -136,6 +136,9 @@ pub enum RepairKind {
     FallbackToContent,
     /// An implicitly opened element turned out to be another tag.
     Reclassified,
+    /// A special token the registry does not know (`<|im_end|>`) between
+    /// elements was dropped.
+    SpecialTokenDropped,
 }
 
 impl RepairKind {
@@ -151,6 +154,7 @@ impl RepairKind {
             RepairKind::TruncatedMarker => "truncated_marker",
             RepairKind::FallbackToContent => "fallback_to_content",
             RepairKind::Reclassified => "reclassified",
+            RepairKind::SpecialTokenDropped => "special_token_dropped",
         }
     }
 }

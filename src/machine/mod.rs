@@ -155,7 +155,7 @@ pub struct Machine {
     text_buf: Vec<u8>,
     /// The id of the first element of each tag (ids follow input order).
     first_seen: Vec<Option<u32>>,
-    invalid_utf8_reported: bool,
+    invalid_utf8_seen: bool,
     rewrite: Option<Rewrite>,
 }
 
@@ -175,7 +175,7 @@ impl Machine {
             text_target: TextTarget::None,
             text_buf: Vec::new(),
             first_seen: vec![None; n],
-            invalid_utf8_reported: false,
+            invalid_utf8_seen: false,
             rewrite: None,
         }
     }
@@ -287,9 +287,14 @@ impl Machine {
         self.push_event(event);
     }
 
+    /// Notes invalid UTF-8; the diagnostic is emitted at the end, because
+    /// where it is first seen depends on how the input was split.
     fn report_invalid_utf8(&mut self) {
-        if !self.invalid_utf8_reported {
-            self.invalid_utf8_reported = true;
+        self.invalid_utf8_seen = true;
+    }
+
+    fn invalid_utf8_diagnostic(&mut self) {
+        if self.invalid_utf8_seen {
             let d = Diagnostic {
                 level: Level::Warning,
                 code: "invalid_utf8".into(),
@@ -298,7 +303,7 @@ impl Machine {
                 at: None,
                 message: "input holds bytes that are not UTF-8; they appear as U+FFFD in text".into(),
             };
-            self.push_event(Event::Diagnostic(d));
+            self.emit(Event::Diagnostic(d));
         }
     }
 
@@ -332,13 +337,31 @@ impl Machine {
         }
     }
 
-    fn rewrite_tag(&mut self, tag: TagId, close: bool) {
+    /// Writes a synthetic open in the registry's spelling.
+    fn rewrite_open(&mut self, tag: TagId) {
         let spec = self.registry.tag(tag);
         if spec.bare {
             return;
         }
         if let Some(r) = &mut self.rewrite {
-            r.push_tag(&spec.spelling, close);
+            match &spec.markers {
+                Some(m) => r.push(format!("<|[{}]|>", m.open).as_bytes()),
+                None => r.push_tag(&spec.spelling, false),
+            }
+        }
+    }
+
+    /// Writes a synthetic close for `el`, in the spelling its open used.
+    fn rewrite_close(&mut self, el: &OpenElement) {
+        let spec = self.registry.tag(el.tag);
+        if spec.bare {
+            return;
+        }
+        if let Some(r) = &mut self.rewrite {
+            match &spec.markers {
+                Some(m) => r.push(format!("<|[{}]|>", m.close).as_bytes()),
+                None => r.push_tag(&el.raw_tag, true),
+            }
         }
     }
 
@@ -392,7 +415,7 @@ impl Machine {
                 r.hold_open();
             }
         } else {
-            self.rewrite_tag(tag, false);
+            self.rewrite_open(tag);
         }
         Some(self.open_element(tag, spec.spelling.clone(), AttrMap::new(), at, opened))
     }
@@ -498,7 +521,7 @@ impl Machine {
         if !self.registry.tag(el.tag).bare {
             self.repair(kind, Some(el.tag), at, Some(el.id), None, None);
         }
-        self.rewrite_tag(el.tag, true);
+        self.rewrite_close(&el);
         self.complete(el, at, at, true);
     }
 
@@ -512,6 +535,16 @@ impl Machine {
         let state = std::mem::replace(&mut self.state, State::Between);
         match state {
             State::Start | State::Between => {}
+            State::Open(el) if el.tag == tag && !self_closing && self.registry.tag(tag).mergeable => {
+                // `<A>` again while A is open: the model repeated itself;
+                // one element, the repeated open dropped.
+                if el.opened == Opened::ImplicitLead && matches!(self.lead, LeadCheck::Open { .. }) {
+                    self.settle_lead(None);
+                }
+                self.repair(RepairKind::MergedAdjacent, Some(tag), span.start, Some(el.id), Some(span), None);
+                self.state = State::Open(el);
+                return;
+            }
             State::Open(el) => {
                 self.close_synthetic(el, span.start, RepairKind::AutoClosed, Some(tag));
             }
@@ -539,8 +572,10 @@ impl Machine {
         }
     }
 
-    /// `</B>` (a registry tag, or a closing special marker).
-    fn on_close(&mut self, tag: TagId, raw_tag: String, span: Span, raw: &[u8]) {
+    /// `</B>` (a registry tag, or a closing special marker). `by_marker`
+    /// says it was a special marker, whose name never matches the opening
+    /// marker's (`END_TOOL` closes `REQUEST_TOOL`).
+    fn on_close(&mut self, tag: TagId, raw_tag: String, span: Span, raw: &[u8], by_marker: bool) {
         let state = std::mem::replace(&mut self.state, State::Between);
         match state {
             State::Start | State::Between => {
@@ -561,33 +596,34 @@ impl Machine {
                     }
                 }
                 let spec = self.registry.tag(el.tag);
-                if tag != el.tag {
-                    // `</B>` closes A.
-                    let spelling = el.raw_tag.clone();
+                let mergeable = spec.mergeable;
+                let same_spelling = by_marker || raw_tag.eq_ignore_ascii_case(&el.raw_tag);
+                if tag != el.tag || (!same_spelling && el.opened == Opened::Tag) {
+                    // `</B>` closes A, or an alias does: `<think>...</thought>`.
                     self.repair(RepairKind::MismatchedClose, Some(el.tag), span.start, Some(el.id), None, Some(raw_tag));
+                    let spelling = el.raw_tag.clone();
                     if let Some(r) = &mut self.rewrite {
                         r.push_tag(&spelling, true);
                     }
                     self.close_with_tag(el, span);
                     return;
                 }
-                if !raw_tag.eq_ignore_ascii_case(&el.raw_tag) && el.opened == Opened::Tag {
-                    // An alias closes it: `<think>...</thought>`.
-                    let spelling = el.raw_tag.clone();
-                    self.repair(RepairKind::MismatchedClose, Some(el.tag), span.start, Some(el.id), None, Some(raw_tag));
-                    if let Some(r) = &mut self.rewrite {
-                        r.push_tag(&spelling, true);
-                    }
-                } else if spec.mergeable {
+                // The rewrite closes in the opening's spelling, so that an
+                // inserted `<think>` is not closed by `</thought>`.
+                let close_bytes: Vec<u8> = if same_spelling {
+                    raw.to_vec()
+                } else {
+                    format!("</{}>", el.raw_tag).into_bytes()
+                };
+                if mergeable {
                     self.flush_text(true);
                     self.state = State::CloseHeld(el, HeldClose { span, space: Vec::new() });
                     if let Some(r) = &mut self.rewrite {
-                        r.hold_raw(raw);
+                        r.hold_raw(&close_bytes);
                     }
                     return;
-                } else {
-                    self.rewrite_raw(raw);
                 }
+                self.rewrite_raw(&close_bytes);
                 self.close_with_tag(el, span);
             }
         }
@@ -721,14 +757,14 @@ impl Machine {
                     .collect();
                 self.on_open(id, raw_tag, attrs, tag.span, tag.raw, tag.kind == TagKind::SelfClosing);
             }
-            TagKind::Close => self.on_close(id, raw_tag, tag.span, tag.raw),
+            TagKind::Close => self.on_close(id, raw_tag, tag.span, tag.raw, false),
         }
     }
 
     fn on_special(&mut self, span: Span, raw: &[u8], name: &[u8]) {
         let reg = self.registry.clone();
         let Some((id, role)) = reg.lookup_marker(name) else {
-            return self.on_markup_text(span, raw);
+            return self.on_unknown_special(span, raw);
         };
         if let State::Open(el) = &self.state {
             let opaque = reg.tag(el.tag).body.is_opaque();
@@ -739,8 +775,30 @@ impl Machine {
         let raw_tag = String::from_utf8_lossy(name).into_owned();
         match role {
             MarkerRole::Open => self.on_open(id, raw_tag, AttrMap::new(), span, raw, false),
-            MarkerRole::Close => self.on_close(id, raw_tag, span, raw),
+            MarkerRole::Close => self.on_close(id, raw_tag, span, raw, true),
         }
+    }
+
+    /// A special marker the registry does not know (`<|im_end|>`,
+    /// `<|eot_id|>`): chat-template tokens leaked by a server. Inside an
+    /// element it is that element's text; between elements it would invent
+    /// a content element, so it is dropped and announced.
+    fn on_unknown_special(&mut self, span: Span, raw: &[u8]) {
+        let state = std::mem::replace(&mut self.state, State::Between);
+        let state = match state {
+            State::CloseHeld(el, held) => {
+                self.resolve_held(el, held);
+                State::Between
+            }
+            State::Open(el) => {
+                self.state = State::Open(el);
+                return self.on_markup_text(span, raw);
+            }
+            other => other,
+        };
+        self.state = state;
+        let token = String::from_utf8_lossy(raw).into_owned();
+        self.repair(RepairKind::SpecialTokenDropped, None, span.start, None, Some(span), Some(token));
     }
 
     /// A marker cut off by the end of input: dropped (with a repair) when it
@@ -790,7 +848,9 @@ impl Machine {
             let default = self.registry.default_tag();
             self.settle_lead(default);
         }
+        self.flush_text(true);
         self.end_diagnostics();
+        self.invalid_utf8_diagnostic();
         self.flush_text(true);
         if let Some(r) = &mut self.rewrite {
             r.release_held();

@@ -176,6 +176,18 @@ fn bare_text_after_closed_thought_opens_content() {
     check(&f(), "<thought>t</thought> answer", &[("thought", "t"), ("content", "answer")], &[HeaderInserted, ClosedAtEof]);
 }
 
+#[test]
+fn repeated_open_of_an_open_mergeable_tag_merges() {
+    check(&f(), "<content>a <content>b</content>", &[("content", "a b")], &[MergedAdjacent]);
+    check(&f(), "<content>A</content>\nbare B\n<content>C</content>", &[("content", "A\nbare B\nC")], &[MergedAdjacent, MergedAdjacent]);
+}
+
+#[test]
+fn unknown_special_tokens_between_elements_are_dropped() {
+    check(&f(), "<content>hi</content>\n<|im_end|>", &[("content", "hi")], &[SpecialTokenDropped]);
+    check(&f(), "<content>hi<|im_end|></content>", &[("content", "hi<|im_end|>")], &[]);
+}
+
 // ----- mismatched and stray closes -------------------------------------
 
 #[test]
