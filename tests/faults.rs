@@ -265,6 +265,9 @@ fn determined(pieces: &[Piece], faults: &[Fault]) -> bool {
 }
 
 proptest! {
+    // Some fault mixes have no single reading and are skipped.
+    #![proptest_config(ProptestConfig { max_global_rejects: 1_000_000, ..ProptestConfig::default() })]
+
     /// Any split of a (possibly faulty) document gives the same events.
     #[test]
     fn split_invariance(pieces in document(), faults in proptest::collection::vec(fault(), 0..4), cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..12), reasoning in any::<bool>()) {
@@ -301,7 +304,15 @@ proptest! {
         let (events, fixed) = run(&registry, &[input.as_bytes()], true);
         let (again, _) = run(&registry, &[&fixed], true);
         prop_assert_eq!(elements(&again), elements(&events), "rewrite {:?}", String::from_utf8_lossy(&fixed));
-        let repairs: Vec<RepairKind> = again.iter().filter_map(|e| match e { Event::Repair(r) => Some(r.kind), _ => None }).collect();
+        let mut repairs: Vec<RepairKind> = again.iter().filter_map(|e| match e { Event::Repair(r) => Some(r.kind), _ => None }).collect();
+        // Where content is written bare (reasoning), an answer with no
+        // thought has no tags to say so: re-reading it reclassifies again.
+        let first_is_bare = again.iter().find_map(Event::as_element).is_some_and(|e| {
+            registry.lookup(e.tag.as_bytes()).is_some_and(|id| registry.tag(id).bare)
+        });
+        if first_is_bare {
+            repairs.retain(|k| !matches!(k, RepairKind::HeaderInserted | RepairKind::Reclassified));
+        }
         prop_assert!(repairs.is_empty(), "repairs {:?} in rewrite {:?}", repairs, String::from_utf8_lossy(&fixed));
     }
 
