@@ -1,0 +1,86 @@
+//! Every transcript in `corpora/` parses to its checked-in expected events
+//! (`corpora/expected/*.snap`, insta snapshots), identically whole, byte by
+//! byte and in 7-byte chunks (lol_html's re-chunking harness, STYLE B.4).
+//!
+//! The profile comes from the file name: `reasoning-*`, `tam-*`, `action-*`
+//! and `attp-*` use those profiles, everything else `filament`.
+//! Accept intended changes with `INSTA_UPDATE=always cargo test --test corpus`
+//! and review the diff. `CHUNK_SIZE=n` adds one more chunk size to compare.
+
+use spindle::event::Event;
+use spindle::{Parser, ParserOptions, Registry};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+fn profile_for(name: &str) -> &'static str {
+    for p in ["reasoning", "tam", "action", "attp"] {
+        if name.starts_with(&format!("{p}-")) {
+            return p;
+        }
+    }
+    "filament"
+}
+
+fn transcripts() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpora");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("corpora/ exists")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "txt"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn parse(registry: &Arc<Registry>, input: &[u8], chunk: usize) -> Vec<Event> {
+    let mut parser = Parser::with_options(registry.clone(), ParserOptions::default());
+    let mut events = Vec::new();
+    for c in input.chunks(chunk.max(1)) {
+        parser.feed_into(c, &mut events);
+    }
+    events.extend(parser.finish());
+    normalize(events)
+}
+
+/// Joins adjacent deltas of one element and adjacent gaps.
+fn normalize(events: Vec<Event>) -> Vec<Event> {
+    let mut out: Vec<Event> = Vec::new();
+    for e in events {
+        match (out.last_mut(), e) {
+            (Some(Event::Delta(prev)), Event::Delta(d)) if prev.id == d.id && prev.tag == d.tag => prev.text.push_str(&d.text),
+            (Some(Event::Gap(prev)), Event::Gap(g)) if prev.span.end == g.span.start => {
+                prev.text.push_str(&g.text);
+                prev.span.end = g.span.end;
+            }
+            (_, e) => out.push(e),
+        }
+    }
+    out
+}
+
+#[test]
+fn corpus_has_at_least_30_transcripts() {
+    assert!(transcripts().len() >= 30, "corpora/ holds {} transcripts", transcripts().len());
+}
+
+#[test]
+fn every_transcript_matches_its_snapshot_at_every_chunk_size() {
+    let extra: Option<usize> = std::env::var("CHUNK_SIZE").ok().and_then(|s| s.parse().ok());
+    for path in transcripts() {
+        let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string();
+        let registry = Arc::new(Registry::profile(profile_for(&name)).expect("known profile"));
+        let input = std::fs::read(&path).expect("readable transcript");
+        let whole = parse(&registry, &input, input.len());
+        for chunk in [1, 7].into_iter().chain(extra) {
+            assert_eq!(parse(&registry, &input, chunk), whole, "{name} at chunk size {chunk}");
+        }
+        let jsonl: String = whole.iter().map(|e| serde_json::to_string(e).expect("events serialise") + "\n").collect();
+        insta::with_settings!({
+            snapshot_path => "../corpora/expected",
+            prepend_module_to_snapshot => false,
+            description => format!("spindle parse corpora/{name}.txt --profile {}", profile_for(&name)),
+        }, {
+            insta::assert_snapshot!(name, jsonl);
+        });
+    }
+}
