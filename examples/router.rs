@@ -1,6 +1,7 @@
 //! Routes a Filament response to async handlers while it streams in.
 //!
-//! Reads a transcript (default `corpora/route-tavern-en.txt`), feeds it to a
+//! Reads a transcript (default `corpora/route-tavern-en.txt`; try
+//! `corpora/route-sloppy-en.txt` for repairs and a failing handler), feeds it to a
 //! parser in small chunks with a delay between them (as a model would send
 //! it), and routes each element to a handler the moment it completes: the
 //! times printed show elements handled while the input is still arriving.
@@ -100,8 +101,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         move |el| {
             let s = s.clone();
             async move {
-                let name = el.attrs.get("name").cloned().unwrap_or_default();
-                let args: serde_json::Value = serde_json::from_str(el.text.trim())?;
+                // The typed payload `{name, arguments}` when the payload
+                // stage provides it (read leniently); else the raw body,
+                // read strictly here, so a sloppy body fails this handler
+                // (reported, nothing else stops).
+                let name = match el.payload.get("name").and_then(|n| n.as_str()) {
+                    Some(n) => n.to_string(),
+                    None => el.attrs.get("name").cloned().unwrap_or_default(),
+                };
+                let args = match el.payload.get("arguments") {
+                    Some(a) => a.clone(),
+                    None => serde_json::from_str::<serde_json::Value>(el.text.trim())?,
+                };
                 println!("{} tool_call    {name}({args}) running ...", s());
                 tokio::time::sleep(Duration::from_millis(40)).await;
                 println!(

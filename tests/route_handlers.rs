@@ -381,3 +381,28 @@ async fn handlers_keep_state_and_subscriptions_stream() {
     assert_eq!(*total.lock().unwrap(), 6);
     assert_eq!(collected.await.unwrap(), (0..6).collect::<Vec<u32>>());
 }
+
+#[tokio::test]
+async fn dropping_the_router_ends_every_handler_task() {
+    let mut router = Router::new();
+    router.on("content", |_| async { Err::<(), _>("fails") });
+    // Each handler owns a guard; its receiver sees `None` once the
+    // handler's task (and with it the closure) is gone.
+    let (guard, mut gone) = tokio::sync::mpsc::channel::<()>(1);
+    let failures = router.subscribe_failures();
+    let g = guard.clone();
+    router.handle(failures, move |_| {
+        let _g = g.clone();
+        async {}
+    });
+    let g = guard;
+    router.on_all(move |_| {
+        let _g = g.clone();
+        async {}
+    });
+    router
+        .dispatch_all(spindle::parse(Registry::filament(), b"<content>x</content>"))
+        .await;
+    drop(router);
+    assert_eq!(within(gone.recv()).await, None);
+}

@@ -74,7 +74,7 @@
 //! # Example: subscriptions, streams and deltas
 //!
 //! A [`Subscription`] is a bounded receiver; it is also a
-//! [`Stream`](futures::Stream), so `tokio-stream` and `futures` combinators
+//! [`Stream`], so `tokio-stream` and `futures` combinators
 //! apply. Delta subscriptions stream the text of `thought` and `content` as
 //! it arrives (to a chat UI, say) while element subscriptions wait for the
 //! whole element.
@@ -163,8 +163,8 @@
 //! failure subscriptions and waits for their handlers, and returns the
 //! [`RouteReport`]. With [`RouterOptions::drain_timeout`], handlers still
 //! busy at the deadline are aborted and reported. Dropping a router without
-//! finishing also closes the channels; its handlers then drain in the
-//! background, unreported.
+//! finishing also closes the channels (failure subscriptions at once); its
+//! handlers then drain in the background, unreported.
 //!
 //! # Cancel safety
 //!
@@ -437,13 +437,18 @@ impl Router {
 
     /// Text deltas of one streaming tag (`thought`, `content`): joined, they
     /// are the streamed text of each element of that tag (see
-    /// [`Delta::id`] to tell elements apart).
+    /// [`Delta::id`] to tell elements apart). They carry what the payload
+    /// stage releases: for `content` that is the HTML-filtered text, which
+    /// may differ from the raw [`Element::text`].
     pub fn subscribe_deltas(&mut self, tag: &str) -> Subscription<Delta> {
         self.subscribe_to(Topic::deltas(tag), SubscribeOptions::new())
     }
 
     /// Handler errors and panics, as they happen. Closed after every other
-    /// handler has finished, so it sees all of them.
+    /// handler has finished, so it sees all of them. Under
+    /// [`Backpressure::Wait`] a failing handler waits for room here, so read
+    /// it (or attach a handler with [`Router::handle`]); a failure handler's
+    /// own failures are recorded but not sent back to it.
     pub fn subscribe_failures(&mut self) -> Subscription<HandlerFailure> {
         self.subscribe_to(Topic::failures(), SubscribeOptions::new())
     }
@@ -463,10 +468,12 @@ impl Router {
         options: SubscribeOptions,
     ) -> Subscription<T> {
         let filter = self.canonical(topic.filter);
+        // tokio channels need 1..=MAX_PERMITS places; they allocate lazily,
+        // so a large capacity costs nothing until it fills.
         let capacity = options
             .get_capacity()
             .unwrap_or(self.options.capacity)
-            .max(1);
+            .clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
         let policy = options.get_policy().unwrap_or(self.options.policy);
         let name = options.get_name().map(str::to_string);
         let (tx, rx) = mpsc::channel(capacity);
@@ -851,6 +858,16 @@ impl Router {
             h.join(deadline).await;
         }
         self.report()
+    }
+}
+
+impl Drop for Router {
+    /// Closes the failure subscriptions too, so that no handler task (a
+    /// failure handler holds the hub that feeds it) outlives the router
+    /// for good; handlers still draining record their failures in the log
+    /// but no longer publish them.
+    fn drop(&mut self) {
+        self.hub.close();
     }
 }
 
