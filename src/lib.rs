@@ -10,6 +10,7 @@ pub mod machine;
 mod parser;
 pub mod payload;
 pub mod registry;
+pub mod route;
 pub mod scan;
 
 pub use event::Event;
