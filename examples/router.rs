@@ -22,36 +22,22 @@ use std::time::{Duration, Instant};
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let path = args.next().map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("corpora/route-tavern-en.txt")
-    });
-    let chunk: usize = args
+    let path = args
         .next()
-        .map(|a| a.parse())
-        .transpose()?
-        .unwrap_or(16)
-        .max(1);
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("corpora/route-tavern-en.txt"));
+    let chunk: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(16).max(1);
     let delay = Duration::from_millis(args.next().map(|a| a.parse()).transpose()?.unwrap_or(3));
     let text = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let total = text.len();
-    println!(
-        "routing {} ({total} bytes) in {chunk}-byte chunks, {} ms apart\n",
-        path.display(),
-        delay.as_millis()
-    );
+    println!("routing {} ({total} bytes) in {chunk}-byte chunks, {} ms apart\n", path.display(), delay.as_millis());
 
     let start = Instant::now();
     let fed = Arc::new(AtomicUsize::new(0));
     // A line with the time since start and how much input had arrived.
     let stamp = {
         let fed = fed.clone();
-        move || {
-            format!(
-                "[{:>5} ms, input {:>4}/{total}]",
-                start.elapsed().as_millis(),
-                fed.load(Ordering::Relaxed)
-            )
-        }
+        move || format!("[{:>5} ms, input {:>4}/{total}]", start.elapsed().as_millis(), fed.load(Ordering::Relaxed))
     };
 
     let registry = Registry::filament();
@@ -95,34 +81,27 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // The tool executor: slow, so it runs beside the stream, not in it.
     let s = stamp.clone();
-    router.on_with(
-        "tool_call",
-        SubscribeOptions::new().name("tool executor"),
-        move |el| {
-            let s = s.clone();
-            async move {
-                // The typed payload `{name, arguments}` when the payload
-                // stage provides it (read leniently); else the raw body,
-                // read strictly here, so a sloppy body fails this handler
-                // (reported, nothing else stops).
-                let name = match el.payload.get("name").and_then(|n| n.as_str()) {
-                    Some(n) => n.to_string(),
-                    None => el.attrs.get("name").cloned().unwrap_or_default(),
-                };
-                let args = match el.payload.get("arguments") {
-                    Some(a) => a.clone(),
-                    None => serde_json::from_str::<serde_json::Value>(el.text.trim())?,
-                };
-                println!("{} tool_call    {name}({args}) running ...", s());
-                tokio::time::sleep(Duration::from_millis(40)).await;
-                println!(
-                    "{} tool_call    {name} done: -4 °C, snow after dark (simulated)",
-                    s()
-                );
-                Ok::<_, serde_json::Error>(())
-            }
-        },
-    );
+    router.on_with("tool_call", SubscribeOptions::new().name("tool executor"), move |el| {
+        let s = s.clone();
+        async move {
+            // The typed payload `{name, arguments}` when the payload
+            // stage provides it (read leniently); else the raw body,
+            // read strictly here, so a sloppy body fails this handler
+            // (reported, nothing else stops).
+            let name = match el.payload.get("name").and_then(|n| n.as_str()) {
+                Some(n) => n.to_string(),
+                None => el.attrs.get("name").cloned().unwrap_or_default(),
+            };
+            let args = match el.payload.get("arguments") {
+                Some(a) => a.clone(),
+                None => serde_json::from_str::<serde_json::Value>(el.text.trim())?,
+            };
+            println!("{} tool_call    {name}({args}) running ...", s());
+            tokio::time::sleep(Duration::from_millis(40)).await;
+            println!("{} tool_call    {name} done: -4 °C, snow after dark (simulated)", s());
+            Ok::<_, serde_json::Error>(())
+        }
+    });
 
     // State updates: the payload when the payload stage fills it, else the
     // raw body.
@@ -139,11 +118,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // A renderer that is not wired up here: its failure is reported, and
     // nothing else stops.
-    router.on_with(
-        "choice",
-        SubscribeOptions::new().name("choice renderer"),
-        |_| async { Err::<(), _>("no UI attached in this example") },
-    );
+    router.on_with("choice", SubscribeOptions::new().name("choice renderer"), |_| async {
+        Err::<(), _>("no UI attached in this example")
+    });
 
     // Handler failures, as they happen (they are in the report too).
     let s = stamp.clone();
@@ -158,10 +135,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     router.on_all(move |el| {
         let line = format!("{} element      #{} {} done", s(), el.id, el.tag);
         async move {
-            if matches!(
-                &*el.tag,
-                "status_bar" | "details" | "media" | "ui_component"
-            ) {
+            if matches!(&*el.tag, "status_bar" | "details" | "media" | "ui_component") {
                 println!("{line}");
             }
         }
@@ -170,12 +144,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let repairs = router.subscribe_to(Topic::repairs(), SubscribeOptions::new());
     router.handle(repairs, move |r| {
         let tag = r.tag.as_deref().unwrap_or("-").to_string();
-        let line = format!(
-            "{} repair       {} ({tag}) at byte {}",
-            s(),
-            r.kind.as_str(),
-            r.at
-        );
+        let line = format!("{} repair       {} ({tag}) at byte {}", s(), r.kind.as_str(), r.at);
         async move { println!("{line}") }
     });
 

@@ -257,3 +257,37 @@ impl Event {
         }
     }
 }
+
+/// Joins adjacent `delta` events of one element and adjacent `gap` events:
+/// the only difference chunking makes, so two parses of one input split
+/// differently coalesce to equal lists (DESIGN §2.1).
+///
+/// ```
+/// use spindle::{Parser, Registry, event::coalesce};
+///
+/// let input = b"<content>Hello, world</content>";
+/// let whole = spindle::parse(Registry::filament(), input);
+/// let mut p = Parser::new(Registry::filament());
+/// let mut bytewise = Vec::new();
+/// for b in input.chunks(1) {
+///     bytewise.extend(p.feed(b));
+/// }
+/// bytewise.extend(p.finish());
+/// assert_eq!(coalesce(bytewise), coalesce(whole));
+/// ```
+pub fn coalesce(events: impl IntoIterator<Item = Event>) -> Vec<Event> {
+    let mut out: Vec<Event> = Vec::new();
+    for e in events {
+        match (out.last_mut(), e) {
+            (Some(Event::Delta(prev)), Event::Delta(d)) if prev.id == d.id && prev.tag == d.tag => {
+                prev.text.push_str(&d.text)
+            }
+            (Some(Event::Gap(prev)), Event::Gap(g)) if prev.span.end == g.span.start => {
+                prev.text.push_str(&g.text);
+                prev.span.end = g.span.end;
+            }
+            (_, e) => out.push(e),
+        }
+    }
+    out
+}

@@ -5,6 +5,8 @@
 #![warn(missing_debug_implementations, rust_2018_idioms, unreachable_pub)]
 
 pub mod calls;
+#[doc(hidden)]
+pub mod check;
 pub mod event;
 pub mod machine;
 mod parser;

@@ -7,7 +7,7 @@
 //! Accept intended changes with `INSTA_UPDATE=always cargo test --test corpus`
 //! and review the diff. `CHUNK_SIZE=n` adds one more chunk size to compare.
 
-use spindle::event::Event;
+use spindle::event::{Event, coalesce};
 use spindle::{Parser, ParserOptions, Registry};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -39,23 +39,7 @@ fn parse(registry: &Arc<Registry>, input: &[u8], chunk: usize) -> Vec<Event> {
         parser.feed_into(c, &mut events);
     }
     events.extend(parser.finish());
-    normalize(events)
-}
-
-/// Joins adjacent deltas of one element and adjacent gaps.
-fn normalize(events: Vec<Event>) -> Vec<Event> {
-    let mut out: Vec<Event> = Vec::new();
-    for e in events {
-        match (out.last_mut(), e) {
-            (Some(Event::Delta(prev)), Event::Delta(d)) if prev.id == d.id && prev.tag == d.tag => prev.text.push_str(&d.text),
-            (Some(Event::Gap(prev)), Event::Gap(g)) if prev.span.end == g.span.start => {
-                prev.text.push_str(&g.text);
-                prev.span.end = g.span.end;
-            }
-            (_, e) => out.push(e),
-        }
-    }
-    out
+    coalesce(events)
 }
 
 #[test]

@@ -12,15 +12,12 @@
 //! Raise the case count locally with `PROPTEST_CASES=10000`.
 
 use proptest::prelude::*;
-use spindle::event::{Event, RepairKind};
+use spindle::event::{Event, RepairKind, coalesce};
 use spindle::{Parser, ParserOptions, Registry};
 use std::sync::Arc;
 
 fn run(registry: &Arc<Registry>, chunks: &[&[u8]], rewrite: bool) -> (Vec<Event>, Vec<u8>) {
-    let options = ParserOptions {
-        rewrite,
-        ..ParserOptions::default()
-    };
+    let options = ParserOptions { rewrite, ..ParserOptions::default() };
     let mut p = Parser::with_options(registry.clone(), options);
     let mut events = Vec::new();
     let mut text = Vec::new();
@@ -32,23 +29,6 @@ fn run(registry: &Arc<Registry>, chunks: &[&[u8]], rewrite: bool) -> (Vec<Event>
     events.extend(last);
     text.extend(rest);
     (events, text)
-}
-
-/// Joins adjacent deltas of one element (and adjacent gaps), the only
-/// freedom chunking has.
-fn normalize(events: Vec<Event>) -> Vec<Event> {
-    let mut out: Vec<Event> = Vec::new();
-    for e in events {
-        match (out.last_mut(), e) {
-            (Some(Event::Delta(prev)), Event::Delta(d)) if prev.id == d.id && prev.tag == d.tag => prev.text.push_str(&d.text),
-            (Some(Event::Gap(prev)), Event::Gap(g)) if prev.span.end == g.span.start => {
-                prev.text.push_str(&g.text);
-                prev.span.end = g.span.end;
-            }
-            (_, e) => out.push(e),
-        }
-    }
-    out
 }
 
 fn collapse(s: &str) -> String {
@@ -122,7 +102,8 @@ fn body_for(tag: &'static str) -> BoxedStrategy<String> {
 /// A well-formed response: optional thought, content, then optional
 /// state and decoration elements.
 fn document() -> impl Strategy<Value = Vec<Piece>> {
-    let tail = proptest::collection::vec(prop_oneof![Just("variable_update"), Just("status_bar"), Just("tool_call")], 0..3);
+    let tail =
+        proptest::collection::vec(prop_oneof![Just("variable_update"), Just("status_bar"), Just("tool_call")], 0..3);
     (any::<bool>(), prose(), tail).prop_flat_map(|(with_thought, content, tail)| {
         let mut pieces: Vec<BoxedStrategy<Piece>> = Vec::new();
         if with_thought {
@@ -243,7 +224,10 @@ fn render(pieces: &[Piece], faults: &[Fault]) -> String {
 /// Whether `prefix` ends inside a comment or a tag (no place to split).
 fn inside_markup(prefix: &str) -> bool {
     let in_comment = prefix.rfind("<!--").is_some_and(|open| !prefix[open..].contains("-->"));
-    let in_tag = prefix.rfind('<').is_some_and(|lt| !prefix[lt..].contains('>') && prefix[lt + 1..].starts_with(|c: char| c.is_ascii_alphabetic() || c == '/' || c == '!'));
+    let in_tag = prefix.rfind('<').is_some_and(|lt| {
+        !prefix[lt..].contains('>')
+            && prefix[lt + 1..].starts_with(|c: char| c.is_ascii_alphabetic() || c == '/' || c == '!')
+    });
     in_comment || in_tag
 }
 
@@ -273,11 +257,11 @@ proptest! {
     fn split_invariance(pieces in document(), faults in proptest::collection::vec(fault(), 0..4), cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..12), reasoning in any::<bool>()) {
         let input = render(&pieces, &faults);
         let registry = Arc::new(if reasoning { Registry::reasoning() } else { Registry::filament() });
-        let whole = normalize(run(&registry, &[input.as_bytes()], false).0);
+        let whole = coalesce(run(&registry, &[input.as_bytes()], false).0);
         let bytes: Vec<&[u8]> = input.as_bytes().chunks(1).collect();
-        prop_assert_eq!(&normalize(run(&registry, &bytes, false).0), &whole, "byte by byte: {:?}", input);
+        prop_assert_eq!(&coalesce(run(&registry, &bytes, false).0), &whole, "byte by byte: {:?}", input);
         let split = chunks_at(input.as_bytes(), &cuts);
-        prop_assert_eq!(&normalize(run(&registry, &split, false).0), &whole, "split: {:?}", input);
+        prop_assert_eq!(&coalesce(run(&registry, &split, false).0), &whole, "split: {:?}", input);
     }
 
     /// Faults with one intended reading give the intended elements, at
@@ -329,8 +313,8 @@ proptest! {
         ], 0..40), cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..10), reasoning in any::<bool>()) {
         let input: Vec<u8> = parts.concat();
         let registry = Arc::new(if reasoning { Registry::reasoning() } else { Registry::filament() });
-        let whole = normalize(run(&registry, &[&input], true).0);
-        let split = normalize(run(&registry, &chunks_at(&input, &cuts), true).0);
+        let whole = coalesce(run(&registry, &[&input], true).0);
+        let split = coalesce(run(&registry, &chunks_at(&input, &cuts), true).0);
         prop_assert_eq!(&split, &whole);
         let mut covered = vec![false; input.len()];
         let mut mark = |s: spindle::scan::Span| for c in &mut covered[s.start..s.end] { *c = true; };

@@ -20,10 +20,7 @@ fn tool_calls(n: usize) -> String {
 }
 
 /// The input cut into chunks of `size` bytes, as a fallible byte stream.
-fn chunked(
-    text: &str,
-    size: usize,
-) -> impl futures::Stream<Item = Result<Vec<u8>, std::io::Error>> + use<> {
+fn chunked(text: &str, size: usize) -> impl futures::Stream<Item = Result<Vec<u8>, std::io::Error>> + use<> {
     let chunks: Vec<Vec<u8>> = text.as_bytes().chunks(size).map(<[u8]>::to_vec).collect();
     stream::iter(chunks.into_iter().map(Ok))
 }
@@ -38,9 +35,7 @@ fn take<T: Clone>(v: &Arc<Mutex<Vec<T>>>) -> Vec<T> {
 
 /// Fails the test instead of hanging it.
 async fn within<F: std::future::Future>(f: F) -> F::Output {
-    tokio::time::timeout(Duration::from_secs(20), f)
-        .await
-        .expect("test timed out")
+    tokio::time::timeout(Duration::from_secs(20), f).await.expect("test timed out")
 }
 
 #[tokio::test]
@@ -66,9 +61,7 @@ async fn slow_handler_with_wait_policy_loses_nothing() {
     });
 
     let input = tool_calls(N);
-    let report = within(router.run(Parser::new(Registry::filament()), chunked(&input, 5)))
-        .await
-        .unwrap();
+    let report = within(router.run(Parser::new(Registry::filament()), chunked(&input, 5))).await.unwrap();
 
     let expected: Vec<String> = (0..N).map(|i| format!("{{\"n\": {i}}}")).collect();
     assert_eq!(take(&seen), expected, "every element, in order");
@@ -77,10 +70,7 @@ async fn slow_handler_with_wait_policy_loses_nothing() {
     assert_eq!(r.dropped(), 0);
     assert!(r.is_clean(), "{r}");
     let h = r.handler(slow).unwrap();
-    assert_eq!(
-        (h.received, h.succeeded, h.errors, h.panics),
-        (N as u64, N as u64, 0, 0)
-    );
+    assert_eq!((h.received, h.succeeded, h.errors, h.panics), (N as u64, N as u64, 0, 0));
     let sub = r.subscription(h.subscription).unwrap();
     assert_eq!((sub.delivered, sub.dropped, sub.capacity), (N as u64, 0, 2));
 }
@@ -95,33 +85,21 @@ async fn panicking_handler_leaves_the_others_running() {
     // receiving the ones after.
     let survived = shared();
     let s = survived.clone();
-    let panicky = router.on_with(
-        "tool_call",
-        SubscribeOptions::new().name("panicky"),
-        move |el| {
-            let s = s.clone();
-            async move {
-                let v: serde_json::Value = serde_json::from_str(&el.text).unwrap();
-                let n = v["n"].as_u64().unwrap() as usize;
-                if n.is_multiple_of(4) {
-                    panic!("boom at {n}");
-                }
-                s.lock().unwrap().push(n);
+    let panicky = router.on_with("tool_call", SubscribeOptions::new().name("panicky"), move |el| {
+        let s = s.clone();
+        async move {
+            let v: serde_json::Value = serde_json::from_str(&el.text).unwrap();
+            let n = v["n"].as_u64().unwrap() as usize;
+            if n.is_multiple_of(4) {
+                panic!("boom at {n}");
             }
-        },
-    );
+            s.lock().unwrap().push(n);
+        }
+    });
     // Returns an error on odd numbers.
-    let erring = router.on_with(
-        "tool_call",
-        SubscribeOptions::new().name("erring"),
-        |el| async move {
-            if el.id % 2 == 1 {
-                Err(format!("odd element {}", el.id))
-            } else {
-                Ok(())
-            }
-        },
-    );
+    let erring = router.on_with("tool_call", SubscribeOptions::new().name("erring"), |el| async move {
+        if el.id % 2 == 1 { Err(format!("odd element {}", el.id)) } else { Ok(()) }
+    });
     // A well-behaved handler must see every element.
     let calm = shared();
     let c = calm.clone();
@@ -131,10 +109,7 @@ async fn panicking_handler_leaves_the_others_running() {
     });
 
     let input = tool_calls(N);
-    let report = within(router.run(Parser::new(Registry::filament()), chunked(&input, 7)))
-        .await
-        .unwrap()
-        .routing;
+    let report = within(router.run(Parser::new(Registry::filament()), chunked(&input, 7))).await.unwrap().routing;
 
     // The calm handler saw all N + 1 elements; the stream ran to the end.
     assert_eq!(take(&calm), (0..=N as u32).collect::<Vec<_>>());
@@ -165,9 +140,12 @@ async fn panicking_handler_leaves_the_others_running() {
             ("panicky", "boom at 8", Some("tool_call")),
         ]
     );
-    assert!(report.failures.iter().any(|f| f.kind == FailureKind::Error
-        && f.message == "odd element 1"
-        && f.element == Some(1)));
+    assert!(
+        report
+            .failures
+            .iter()
+            .any(|f| f.kind == FailureKind::Error && f.message == "odd element 1" && f.element == Some(1))
+    );
 
     // The failure subscription got the same failures, then ended.
     let mut received = Vec::new();
@@ -215,17 +193,13 @@ async fn element_reaches_its_handler_before_the_stream_ends() {
             match step {
                 Step::First(fired) => Some((
                     Ok::<_, std::io::Error>(
-                        b"<thought>calling</thought><tool_call>{\"name\":\"w\"}</tool_call>"
-                            .to_vec(),
+                        b"<thought>calling</thought><tool_call>{\"name\":\"w\"}</tool_call>".to_vec(),
                     ),
                     Step::Wait(fired),
                 )),
                 Step::Wait(rx) => {
                     let id = rx.await.map_err(std::io::Error::other);
-                    Some((
-                        id.map(|id| format!("<content>tool {id} ran</content>").into_bytes()),
-                        Step::Done,
-                    ))
+                    Some((id.map(|id| format!("<content>tool {id} ran</content>").into_bytes()), Step::Done))
                 }
                 Step::Done => {
                     end_flag.store(true, Ordering::SeqCst);
@@ -235,15 +209,9 @@ async fn element_reaches_its_handler_before_the_stream_ends() {
         }
     });
     let mut contents = router.subscribe("content");
-    let report = within(router.run(Parser::new(Registry::filament()), input))
-        .await
-        .unwrap();
+    let report = within(router.run(Parser::new(Registry::filament()), input)).await.unwrap();
 
-    assert_eq!(
-        take(&saw_end),
-        [false],
-        "handler ran while the input was open"
-    );
+    assert_eq!(take(&saw_end), [false], "handler ran while the input was open");
     assert_eq!(contents.recv().await.unwrap().text, "tool 1 ran");
     assert_eq!(report.chunks, 2);
     assert!(report.routing.is_clean());
@@ -260,12 +228,7 @@ async fn element_reaches_its_handler_before_the_stream_ends_multi_thread() {
         async move { tx.send(el.text.clone()).await }
     });
     let mut parser = Parser::new(Registry::filament());
-    router
-        .feed(
-            &mut parser,
-            b"<content>hi</content><variable_update>[[\"SET\",\"a\",1]]",
-        )
-        .await;
+    router.feed(&mut parser, b"<content>hi</content><variable_update>[[\"SET\",\"a\",1]]").await;
     router.feed(&mut parser, b"</variable_update>").await;
     let got = within(rx.recv()).await.unwrap();
     assert_eq!(got, "[[\"SET\",\"a\",1]]");
@@ -282,12 +245,7 @@ async fn handler_error_messages_keep_their_sources() {
         let io = std::io::Error::other("disk full");
         Err::<(), _>(anyhow::Error::new(io).context("saving the reply"))
     });
-    router
-        .dispatch_all(spindle::parse(
-            Registry::filament(),
-            b"<content>x</content>",
-        ))
-        .await;
+    router.dispatch_all(spindle::parse(Registry::filament(), b"<content>x</content>")).await;
     let report = within(router.finish()).await;
     assert_eq!(report.failures.len(), 1);
     assert_eq!(report.failures[0].message, "saving the reply: disk full");
@@ -305,10 +263,7 @@ async fn failure_handler_sees_every_failure_and_finish_does_not_deadlock() {
     });
     let logged = shared();
     let l = logged.clone();
-    let failures = router.subscribe_to(
-        spindle::route::Topic::failures(),
-        SubscribeOptions::new().capacity(1),
-    );
+    let failures = router.subscribe_to(spindle::route::Topic::failures(), SubscribeOptions::new().capacity(1));
     // A failure handler that itself fails: recorded, not re-published.
     router.handle(failures, move |f| {
         let l = l.clone();
@@ -317,39 +272,23 @@ async fn failure_handler_sees_every_failure_and_finish_does_not_deadlock() {
             Err::<(), _>("logger broke too")
         }
     });
-    let report = within(router.run(
-        Parser::new(Registry::filament()),
-        chunked(&tool_calls(5), 3),
-    ))
-    .await
-    .unwrap()
-    .routing;
+    let report =
+        within(router.run(Parser::new(Registry::filament()), chunked(&tool_calls(5), 3))).await.unwrap().routing;
     let logged = take(&logged);
     assert_eq!(logged.len(), 5, "{logged:?}");
-    assert!(
-        logged
-            .iter()
-            .any(|l| l.contains("panicked on tool_call #1: second call broke"))
-    );
+    assert!(logged.iter().any(|l| l.contains("panicked on tool_call #1: second call broke")));
     // 5 from the tool handler, 5 from the logger itself.
     assert_eq!(report.failure_count(), 10);
 }
 
 #[tokio::test]
 async fn drain_timeout_aborts_a_stuck_handler_and_reports_it() {
-    let options = RouterOptions::new()
-        .capacity(8)
-        .drain_timeout(Duration::from_millis(100));
+    let options = RouterOptions::new().capacity(8).drain_timeout(Duration::from_millis(100));
     let mut router = Router::with_options(options);
     let stuck = router.on("tool_call", |_| std::future::pending::<()>());
     let fine = router.on("content", |_| async {});
-    let report = within(router.run(
-        Parser::new(Registry::filament()),
-        chunked(&tool_calls(3), 64),
-    ))
-    .await
-    .unwrap()
-    .routing;
+    let report =
+        within(router.run(Parser::new(Registry::filament()), chunked(&tool_calls(3), 64))).await.unwrap().routing;
     let s = report.handler(stuck).unwrap();
     assert!(s.aborted);
     assert_eq!(s.received, 1);
@@ -372,12 +311,7 @@ async fn handlers_keep_state_and_subscriptions_stream() {
     });
     let texts = router.subscribe("tool_call");
     let collected = tokio::spawn(texts.map(|el| el.id).collect::<Vec<_>>());
-    within(router.run(
-        Parser::new(Registry::filament()),
-        chunked(&tool_calls(6), 1),
-    ))
-    .await
-    .unwrap();
+    within(router.run(Parser::new(Registry::filament()), chunked(&tool_calls(6), 1))).await.unwrap();
     assert_eq!(*total.lock().unwrap(), 6);
     assert_eq!(collected.await.unwrap(), (0..6).collect::<Vec<u32>>());
 }
@@ -400,9 +334,7 @@ async fn dropping_the_router_ends_every_handler_task() {
         let _g = g.clone();
         async {}
     });
-    router
-        .dispatch_all(spindle::parse(Registry::filament(), b"<content>x</content>"))
-        .await;
+    router.dispatch_all(spindle::parse(Registry::filament(), b"<content>x</content>")).await;
     drop(router);
     assert_eq!(within(gone.recv()).await, None);
 }

@@ -5,9 +5,8 @@
 use futures::stream;
 use spindle::event::{Comment, Delta, Diagnostic, Element, Event, Repair};
 use spindle::route::{
-    Backpressure, FailureKind, HandlerFailure, HandlerId, HandlerReport, RouteReport, Router,
-    RouterOptions, RunError, RunReport, SubscribeOptions, Subscription, SubscriptionId,
-    SubscriptionReport, SubscriptionStats, Topic,
+    Backpressure, FailureKind, HandlerFailure, HandlerId, HandlerReport, RouteReport, Router, RouterOptions, RunError,
+    RunReport, SubscribeOptions, Subscription, SubscriptionId, SubscriptionReport, SubscriptionStats, Topic,
 };
 use spindle::{Parser, Registry};
 use std::sync::Arc;
@@ -49,33 +48,20 @@ fn public_types_are_send_sync_unpin() {
 
 #[test]
 fn router_futures_are_send() {
-    let event = spindle::parse(Registry::filament(), b"<content>x</content>")
-        .into_iter()
-        .next()
-        .unwrap();
+    let event = spindle::parse(Registry::filament(), b"<content>x</content>").into_iter().next().unwrap();
     let mut router = Router::new();
     let mut sub = router.subscribe("content");
     drop(send_future(sub.recv()));
     drop(send_future(router.dispatch(&event)));
     drop(send_future(router.dispatch_all(vec![event.clone()])));
-    drop(send_future(
-        router.dispatch_stream(stream::iter(vec![event.clone()])),
-    ));
+    drop(send_future(router.dispatch_stream(stream::iter(vec![event.clone()]))));
     let mut parser = Parser::new(Registry::filament());
     drop(send_future(router.feed(&mut parser, b"<content>")));
     drop(send_future(router.flush()));
-    drop(send_future(
-        Router::new().end(Parser::new(Registry::filament())),
-    ));
+    drop(send_future(Router::new().end(Parser::new(Registry::filament()))));
     drop(send_future(Router::new().finish()));
-    let input = stream::iter(vec![Ok::<_, std::io::Error>(bytes::Bytes::from_static(
-        b"x",
-    ))]);
-    drop(send_future(
-        Router::new().run(Parser::new(Registry::filament()), input),
-    ));
-    drop(send_future(
-        Router::new().run_reader(Parser::new(Registry::filament()), &b"x"[..]),
-    ));
+    let input = stream::iter(vec![Ok::<_, std::io::Error>(bytes::Bytes::from_static(b"x"))]);
+    drop(send_future(Router::new().run(Parser::new(Registry::filament()), input)));
+    drop(send_future(Router::new().run_reader(Parser::new(Registry::filament()), &b"x"[..])));
     drop(router);
 }

@@ -20,17 +20,11 @@ const RESPONSE: &str = "Let me think about the forest.\n</thought>\n\
 <media type=\"image\" src=\"a.jpg\" alt=\"x\" /><content>tail, never closed";
 
 fn elements_of(events: &[Event]) -> Vec<Element> {
-    events
-        .iter()
-        .filter_map(Event::as_element)
-        .cloned()
-        .collect()
+    events.iter().filter_map(Event::as_element).cloned().collect()
 }
 
 async fn within<F: std::future::Future>(f: F) -> F::Output {
-    tokio::time::timeout(Duration::from_secs(20), f)
-        .await
-        .expect("test timed out")
+    tokio::time::timeout(Duration::from_secs(20), f).await.expect("test timed out")
 }
 
 /// Feeds `input` split at `cuts` through a router and returns what the
@@ -61,12 +55,7 @@ async fn route_split(input: &[u8], cuts: &[usize]) -> (Vec<Element>, Vec<Event>,
     router.end(parser).await;
     let report = within(router.finish()).await;
     assert!(report.is_clean());
-    (
-        all.await.unwrap(),
-        events.await.unwrap(),
-        thought.await.unwrap(),
-        content.await.unwrap(),
-    )
+    (all.await.unwrap(), events.await.unwrap(), thought.await.unwrap(), content.await.unwrap())
 }
 
 #[tokio::test]
@@ -81,12 +70,8 @@ async fn catch_all_sees_every_element_in_order_at_chunk_sizes_whole_1_and_7() {
         assert_eq!(all, want, "chunk size {size}");
         // The events topic is the parser's own output in order (deltas may
         // be split differently, so compare everything else).
-        let no_deltas = |v: &[Event]| -> Vec<Event> {
-            v.iter()
-                .filter(|e| !matches!(e, Event::Delta(_)))
-                .cloned()
-                .collect()
-        };
+        let no_deltas =
+            |v: &[Event]| -> Vec<Event> { v.iter().filter(|e| !matches!(e, Event::Delta(_))).cloned().collect() };
         assert_eq!(no_deltas(&events), no_deltas(&oracle), "chunk size {size}");
     }
 }
@@ -98,17 +83,8 @@ async fn content_deltas_join_into_the_element_text() {
     // rewrite markup in deltas, so the fixture has none).
     let input = "<thought>step one, step two</thought>\n<content>Hello, \u{4e16}\u{754c}! Line two.</content>\n<content>merged</content>";
     let want = elements_of(&spindle::parse(Registry::filament(), input.as_bytes()));
-    let join_of = |tag: &str| -> String {
-        want.iter()
-            .filter(|e| &*e.tag == tag)
-            .map(|e| e.text.as_str())
-            .collect()
-    };
-    for cuts in [
-        vec![],
-        (1..input.len()).collect::<Vec<_>>(),
-        vec![3, 17, 40, 41, 42],
-    ] {
+    let join_of = |tag: &str| -> String { want.iter().filter(|e| &*e.tag == tag).map(|e| e.text.as_str()).collect() };
+    for cuts in [vec![], (1..input.len()).collect::<Vec<_>>(), vec![3, 17, 40, 41, 42]] {
         let (_, _, thought, content) = route_split(input.as_bytes(), &cuts).await;
         assert_eq!(thought, join_of("thought"));
         assert_eq!(content, join_of("content"));
@@ -133,43 +109,25 @@ proptest! {
 #[tokio::test]
 async fn drop_newest_counts_every_drop_and_keeps_the_oldest() {
     let mut router = Router::new();
-    let mut preview = router.subscribe_to(
-        Topic::elements("tool_call"),
-        SubscribeOptions::new()
-            .capacity(3)
-            .drop_newest()
-            .name("preview"),
-    );
+    let mut preview = router
+        .subscribe_to(Topic::elements("tool_call"), SubscribeOptions::new().capacity(3).drop_newest().name("preview"));
     // A Wait subscription beside it, read after the stream: capacity 16
     // holds all ten, so nothing waits.
-    let mut lossless = router.subscribe_to(
-        Topic::elements("tool_call"),
-        SubscribeOptions::new().capacity(16),
-    );
+    let mut lossless = router.subscribe_to(Topic::elements("tool_call"), SubscribeOptions::new().capacity(16));
     let mut input = String::new();
     for i in 0..10 {
         input.push_str(&format!("<tool_call>{i}</tool_call>"));
     }
-    router
-        .dispatch_all(&spindle::parse(Registry::filament(), input.as_bytes()))
-        .await;
+    router.dispatch_all(&spindle::parse(Registry::filament(), input.as_bytes())).await;
     assert_eq!(preview.dropped(), 7);
     let mid = router.report();
     let line = mid.subscription(preview.id()).unwrap();
-    assert_eq!(
-        (line.delivered, line.dropped, line.policy),
-        (3, 7, Backpressure::DropNewest)
-    );
+    assert_eq!((line.delivered, line.dropped, line.policy), (3, 7, Backpressure::DropNewest));
     assert_eq!(mid.dropped(), 7);
 
     // After a read makes room, the next element fits again.
     assert_eq!(preview.recv().await.unwrap().text, "0");
-    router
-        .dispatch_all(spindle::parse(
-            Registry::filament(),
-            b"<tool_call>10</tool_call>",
-        ))
-        .await;
+    router.dispatch_all(spindle::parse(Registry::filament(), b"<tool_call>10</tool_call>")).await;
     let report = within(router.finish()).await;
     let mut kept = Vec::new();
     while let Some(el) = preview.recv().await {
@@ -193,12 +151,7 @@ async fn same_element_is_shared_between_subscribers() {
     let mut router = Router::new();
     let mut a = router.subscribe("content");
     let mut b = router.subscribe_all();
-    router
-        .dispatch_all(spindle::parse(
-            Registry::filament(),
-            b"<content>x</content>",
-        ))
-        .await;
+    router.dispatch_all(spindle::parse(Registry::filament(), b"<content>x</content>")).await;
     let (a, b) = (a.recv().await.unwrap(), b.recv().await.unwrap());
     assert!(Arc::ptr_eq(&a, &b));
 }
@@ -230,10 +183,7 @@ async fn repair_diagnostic_and_comment_topics() {
             _ => None,
         })
         .collect();
-    assert!(
-        want_repairs.len() >= 3,
-        "header, stray close, closed at eof"
-    );
+    assert!(want_repairs.len() >= 3, "header, stray close, closed at eof");
     assert_eq!(got_repairs, want_repairs);
     assert_eq!(got_diags, want_diags);
     assert_eq!(got_comments.len(), 1);
@@ -251,9 +201,7 @@ async fn aliases_resolve_through_the_registry() {
     assert_eq!(updates.topic(), "element:variable_update");
     assert_eq!(deltas.topic(), "delta:thought");
     let input = b"<think>hm</think><content>c</content><UpdateVariable>[]</UpdateVariable>";
-    router
-        .dispatch_all(spindle::parse(Registry::filament(), input))
-        .await;
+    router.dispatch_all(spindle::parse(Registry::filament(), input)).await;
     drop(router);
     let think: Vec<_> = think.map(|e| e.raw_tag.clone()).collect().await;
     let updates: Vec<_> = updates.map(|e| e.raw_tag.clone()).collect().await;
@@ -262,12 +210,7 @@ async fn aliases_resolve_through_the_registry() {
     // Without a registry a name matches the canonical tag, ignoring case.
     let mut plain = Router::new();
     let mut upper = plain.subscribe("Tool_Call");
-    plain
-        .dispatch_all(spindle::parse(
-            Registry::filament(),
-            b"<tool_call>{}</tool_call>",
-        ))
-        .await;
+    plain.dispatch_all(spindle::parse(Registry::filament(), b"<tool_call>{}</tool_call>")).await;
     assert_eq!(upper.recv().await.unwrap().tag.as_ref(), "tool_call");
 }
 
@@ -277,10 +220,7 @@ async fn a_dropped_subscription_never_blocks_the_stream() {
     let gone = router.subscribe("content");
     let gone_id = gone.id();
     drop(gone);
-    let mut kept = router.subscribe_to(
-        Topic::elements("content"),
-        SubscribeOptions::new().capacity(8),
-    );
+    let mut kept = router.subscribe_to(Topic::elements("content"), SubscribeOptions::new().capacity(8));
     let input = "<content>a</content><tool_call>{}</tool_call><content>b</content><tool_call>{}</tool_call><content>c</content>";
     within(router.dispatch_all(spindle::parse(Registry::filament(), input.as_bytes()))).await;
     let report = within(router.finish()).await;
@@ -296,30 +236,19 @@ async fn a_dropped_subscription_never_blocks_the_stream() {
 #[tokio::test]
 async fn cancelled_dispatch_delivers_to_no_subscription() {
     let mut router = Router::with_options(RouterOptions::new().capacity(1));
-    let mut fast = router.subscribe_to(
-        Topic::elements("content"),
-        SubscribeOptions::new().capacity(8),
-    );
+    let mut fast = router.subscribe_to(Topic::elements("content"), SubscribeOptions::new().capacity(8));
     let mut full = router.subscribe("content");
-    let events = spindle::parse(
-        Registry::filament(),
-        b"<content>a</content><tool_call>{}</tool_call><content>b</content>",
-    );
-    let contents: Vec<&Event> = events
-        .iter()
-        .filter(|e| matches!(e, Event::Element(el) if &*el.tag == "content"))
-        .collect();
+    let events =
+        spindle::parse(Registry::filament(), b"<content>a</content><tool_call>{}</tool_call><content>b</content>");
+    let contents: Vec<&Event> =
+        events.iter().filter(|e| matches!(e, Event::Element(el) if &*el.tag == "content")).collect();
     router.dispatch(contents[0]).await;
     // `full` holds one item and is not read: this dispatch waits, and is
     // cancelled by the timeout.
-    let waited =
-        tokio::time::timeout(Duration::from_millis(50), router.dispatch(contents[1])).await;
+    let waited = tokio::time::timeout(Duration::from_millis(50), router.dispatch(contents[1])).await;
     assert!(waited.is_err(), "dispatch had to wait");
     assert_eq!(fast.try_recv().unwrap().text, "a");
-    assert!(
-        fast.try_recv().is_err(),
-        "the cancelled dispatch reached no one"
-    );
+    assert!(fast.try_recv().is_err(), "the cancelled dispatch reached no one");
     assert_eq!(router.report().events, 1);
 
     // Make room and dispatch again: each subscriber gets it exactly once.
@@ -336,11 +265,9 @@ async fn cancelled_feed_keeps_undispatched_events() {
     let mut router = Router::with_options(RouterOptions::new().capacity(1));
     let mut all = router.subscribe_all();
     let mut parser = Parser::new(Registry::filament());
-    let input =
-        b"<thought>t</thought><content>c</content><tool_call>{}</tool_call><media src=\"x\"/>";
+    let input = b"<thought>t</thought><content>c</content><tool_call>{}</tool_call><media src=\"x\"/>";
     // Capacity 1 and nobody reading: feed stalls after the first element.
-    let fed =
-        tokio::time::timeout(Duration::from_millis(50), router.feed(&mut parser, input)).await;
+    let fed = tokio::time::timeout(Duration::from_millis(50), router.feed(&mut parser, input)).await;
     assert!(fed.is_err());
     let mut got = vec![all.recv().await.unwrap().tag.to_string()];
     let reader = tokio::spawn(async move {
@@ -351,40 +278,26 @@ async fn cancelled_feed_keeps_undispatched_events() {
     });
     router.end(parser).await;
     within(router.finish()).await;
-    assert_eq!(
-        reader.await.unwrap(),
-        ["thought", "content", "tool_call", "media"]
-    );
+    assert_eq!(reader.await.unwrap(), ["thought", "content", "tool_call", "media"]);
 }
 
 #[tokio::test]
 async fn input_error_still_routes_what_arrived_and_returns_the_report() {
     let mut router = Router::new();
     let all = router.subscribe_all();
-    let all = tokio::spawn(
-        all.map(|e| (e.tag.to_string(), e.text.clone()))
-            .collect::<Vec<_>>(),
-    );
+    let all = tokio::spawn(all.map(|e| (e.tag.to_string(), e.text.clone())).collect::<Vec<_>>());
     let input = stream::iter(vec![
         Ok(b"<thought>t</thought><content>partial ".to_vec()),
-        Err(std::io::Error::new(
-            std::io::ErrorKind::ConnectionReset,
-            "peer went away",
-        )),
+        Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "peer went away")),
         Ok(b"never read</content>".to_vec()),
     ]);
-    let err = within(router.run(Parser::new(Registry::filament()), input))
-        .await
-        .unwrap_err();
+    let err = within(router.run(Parser::new(Registry::filament()), input)).await.unwrap_err();
     assert_eq!(err.error.kind(), std::io::ErrorKind::ConnectionReset);
     assert_eq!(err.report.chunks, 1);
     assert!(err.to_string().contains("peer went away"), "{err}");
     assert_eq!(
         all.await.unwrap(),
-        [
-            ("thought".to_string(), "t".to_string()),
-            ("content".to_string(), "partial ".to_string())
-        ]
+        [("thought".to_string(), "t".to_string()), ("content".to_string(), "partial ".to_string())]
     );
     assert_eq!(err.report.routing.elements, 2);
 }
@@ -403,9 +316,7 @@ async fn run_reader_reads_in_configured_chunks() {
     let mut router = Router::with_options(RouterOptions::new().read_chunk(4));
     let all = router.subscribe_all();
     let all = tokio::spawn(all.map(|e| e.text.clone()).collect::<Vec<_>>());
-    let report = within(router.run_reader(Parser::new(Registry::filament()), reader))
-        .await
-        .unwrap();
+    let report = within(router.run_reader(Parser::new(Registry::filament()), reader)).await.unwrap();
     writer.await.unwrap();
     assert_eq!(all.await.unwrap(), ["slowly", "ok"]);
     let total: usize = PARTS.iter().map(|p| p.len()).sum();
@@ -417,16 +328,8 @@ async fn run_reader_reads_in_configured_chunks() {
 async fn report_serializes_to_json() {
     let mut router = Router::new();
     router.on("content", |_| async { Err::<(), _>("nope") });
-    let _keep = router.subscribe_to(
-        Topic::all_deltas(),
-        SubscribeOptions::new().drop_newest().capacity(1),
-    );
-    router
-        .dispatch_all(spindle::parse(
-            Registry::filament(),
-            b"<content>hello</content>",
-        ))
-        .await;
+    let _keep = router.subscribe_to(Topic::all_deltas(), SubscribeOptions::new().drop_newest().capacity(1));
+    router.dispatch_all(spindle::parse(Registry::filament(), b"<content>hello</content>")).await;
     let report = within(router.finish()).await;
     let json = serde_json::to_value(&report).unwrap();
     assert_eq!(json["elements"], 1);

@@ -42,8 +42,7 @@
 mod rewrite;
 
 use crate::event::{
-    AttrMap, Close, Comment, Delta, Diagnostic, Element, Event, Gap, Level, Open, Repair,
-    RepairKind, TagName,
+    AttrMap, Close, Comment, Delta, Diagnostic, Element, Event, Gap, Level, Open, Repair, RepairKind, TagName,
 };
 use crate::registry::{MarkerRole, Registry, TagId};
 use crate::scan::{ScanNotice, Span, TagKind, TagToken, Token, TokenSink, UnfinishedKind};
@@ -61,9 +60,7 @@ pub struct MachineLimits {
 
 impl Default for MachineLimits {
     fn default() -> Self {
-        MachineLimits {
-            max_element_len: 4 * 1024 * 1024,
-        }
+        MachineLimits { max_element_len: 4 * 1024 * 1024 }
     }
 }
 
@@ -272,11 +269,7 @@ impl Machine {
         let text = text.unwrap_or_else(|s| s);
         self.text_buf.drain(..cut);
         let event = match self.text_target {
-            TextTarget::Delta { id, tag } => Event::Delta(Delta {
-                id,
-                tag: self.name(tag),
-                text,
-            }),
+            TextTarget::Delta { id, tag } => Event::Delta(Delta { id, tag: self.name(tag), text }),
             TextTarget::Gap { start } => {
                 let span = Span::new(start, start + cut);
                 self.text_target = TextTarget::Gap { start: start + cut };
@@ -307,16 +300,17 @@ impl Machine {
         }
     }
 
-    fn repair(&mut self, kind: RepairKind, tag: Option<TagId>, at: usize, element: Option<u32>, span: Option<Span>, from: Option<String>) {
+    fn repair(
+        &mut self,
+        kind: RepairKind,
+        tag: Option<TagId>,
+        at: usize,
+        element: Option<u32>,
+        span: Option<Span>,
+        from: Option<String>,
+    ) {
         let tag = tag.map(|t| self.name(t));
-        self.emit(Event::Repair(Repair {
-            kind,
-            tag,
-            at,
-            element,
-            span,
-            from,
-        }));
+        self.emit(Event::Repair(Repair { kind, tag, at, element, span, from }));
     }
 
     fn diagnostic(&mut self, level: Level, code: &str, tag: Option<TagId>, message: &str) {
@@ -385,16 +379,7 @@ impl Machine {
             synthetic,
             at,
         }));
-        OpenElement {
-            id,
-            tag,
-            raw_tag,
-            attrs,
-            start: at,
-            opened,
-            text: Vec::new(),
-            truncated: false,
-        }
+        OpenElement { id, tag, raw_tag, attrs, start: at, opened, text: Vec::new(), truncated: false }
     }
 
     /// Opens the lead (at the start of output) or the default tag (between
@@ -475,12 +460,7 @@ impl Machine {
             }
         };
         let tag = self.name(el.tag);
-        self.emit(Event::Close(Close {
-            id: el.id,
-            tag: tag.clone(),
-            synthetic,
-            at: close_at,
-        }));
+        self.emit(Event::Close(Close { id: el.id, tag: tag.clone(), synthetic, at: close_at }));
         self.emit(Event::Element(Element {
             id: el.id,
             tag,
@@ -600,7 +580,14 @@ impl Machine {
                 let same_spelling = by_marker || raw_tag.eq_ignore_ascii_case(&el.raw_tag);
                 if tag != el.tag || (!same_spelling && el.opened == Opened::Tag) {
                     // `</B>` closes A, or an alias does: `<think>...</thought>`.
-                    self.repair(RepairKind::MismatchedClose, Some(el.tag), span.start, Some(el.id), None, Some(raw_tag));
+                    self.repair(
+                        RepairKind::MismatchedClose,
+                        Some(el.tag),
+                        span.start,
+                        Some(el.id),
+                        None,
+                        Some(raw_tag),
+                    );
                     let spelling = el.raw_tag.clone();
                     if let Some(r) = &mut self.rewrite {
                         r.push_tag(&spelling, true);
@@ -610,11 +597,8 @@ impl Machine {
                 }
                 // The rewrite closes in the opening's spelling, so that an
                 // inserted `<think>` is not closed by `</thought>`.
-                let close_bytes: Vec<u8> = if same_spelling {
-                    raw.to_vec()
-                } else {
-                    format!("</{}>", el.raw_tag).into_bytes()
-                };
+                let close_bytes: Vec<u8> =
+                    if same_spelling { raw.to_vec() } else { format!("</{}>", el.raw_tag).into_bytes() };
                 if mergeable {
                     self.flush_text(true);
                     self.state = State::CloseHeld(el, HeldClose { span, space: Vec::new() });
@@ -679,7 +663,14 @@ impl Machine {
                 }
                 if Some(el.tag) == self.registry.default_tag() {
                     // `</content>` then bare text: the same element goes on.
-                    self.repair(RepairKind::MergedAdjacent, Some(el.tag), held.span.start, Some(el.id), Some(held.span), None);
+                    self.repair(
+                        RepairKind::MergedAdjacent,
+                        Some(el.tag),
+                        held.span.start,
+                        Some(el.id),
+                        Some(held.span),
+                        None,
+                    );
                     if let Some(r) = &mut self.rewrite {
                         r.drop_held();
                     }
@@ -748,12 +739,7 @@ impl Machine {
             TagKind::Open | TagKind::SelfClosing => {
                 let attrs = tag
                     .attrs()
-                    .map(|a| {
-                        (
-                            String::from_utf8_lossy(a.name).into_owned(),
-                            crate::scan::decode_entities(a.value),
-                        )
-                    })
+                    .map(|a| (String::from_utf8_lossy(a.name).into_owned(), crate::scan::decode_entities(a.value)))
                     .collect();
                 self.on_open(id, raw_tag, attrs, tag.span, tag.raw, tag.kind == TagKind::SelfClosing);
             }
@@ -812,7 +798,11 @@ impl Machine {
         let cut_marker = match kind {
             UnfinishedKind::OpenTag => opaque_tag.is_none() && !name.is_empty() && reg.is_name_prefix(name),
             UnfinishedKind::CloseTag => match opaque_tag {
-                Some(t) => name.is_empty() || prefix_of(name, reg.tag(t).name.as_bytes()) || reg.tag(t).aliases.iter().any(|a| prefix_of(name, a.as_bytes())),
+                Some(t) => {
+                    name.is_empty()
+                        || prefix_of(name, reg.tag(t).name.as_bytes())
+                        || reg.tag(t).aliases.iter().any(|a| prefix_of(name, a.as_bytes()))
+                }
                 None => name.is_empty() || reg.is_name_prefix(name),
             },
             UnfinishedKind::Special => {
@@ -828,7 +818,14 @@ impl Machine {
                 State::Open(el) => Some(el.id),
                 _ => None,
             };
-            self.repair(RepairKind::TruncatedMarker, tag, span.start, element, Some(span), Some(String::from_utf8_lossy(raw).into_owned()));
+            self.repair(
+                RepairKind::TruncatedMarker,
+                tag,
+                span.start,
+                element,
+                Some(span),
+                Some(String::from_utf8_lossy(raw).into_owned()),
+            );
         } else {
             self.on_text(span, raw);
         }
@@ -870,11 +867,8 @@ impl Machine {
                 if let Some(b) = self.first_seen[before.index()]
                     && b > me
                 {
-                    let msg = format!(
-                        "<{}> appeared before <{}>, which it should follow",
-                        spec.name,
-                        reg.tag(before).name
-                    );
+                    let msg =
+                        format!("<{}> appeared before <{}>, which it should follow", spec.name, reg.tag(before).name);
                     self.diagnostic(Level::Warning, "order_violation", Some(id), &msg);
                 }
             }
@@ -1015,7 +1009,9 @@ impl TokenSink for Machine {
                     tag: None,
                     element: None,
                     at: Some(at),
-                    message: format!("a marker starting here passed the {limit}-byte limit; its bytes are kept as text"),
+                    message: format!(
+                        "a marker starting here passed the {limit}-byte limit; its bytes are kept as text"
+                    ),
                 };
                 self.emit(Event::Diagnostic(d));
             }

@@ -6,10 +6,7 @@ use crate::{Parser, ParserOptions, Registry};
 use std::sync::Arc;
 
 fn run(registry: &Registry, input: &[u8], chunk: usize) -> Vec<Event> {
-    let options = ParserOptions {
-        rewrite: true,
-        ..ParserOptions::default()
-    };
+    let options = ParserOptions { rewrite: true, ..ParserOptions::default() };
     let mut p = Parser::with_options(Arc::new(registry.clone()), options);
     let mut out = Vec::new();
     for c in input.chunks(chunk.max(1)) {
@@ -20,11 +17,7 @@ fn run(registry: &Registry, input: &[u8], chunk: usize) -> Vec<Event> {
 }
 
 fn elements(events: &[Event]) -> Vec<(String, String)> {
-    events
-        .iter()
-        .filter_map(Event::as_element)
-        .map(|e| (e.tag.to_string(), e.text.clone()))
-        .collect()
+    events.iter().filter_map(Event::as_element).map(|e| (e.tag.to_string(), e.text.clone())).collect()
 }
 
 fn repairs(events: &[Event]) -> Vec<RepairKind> {
@@ -77,24 +70,44 @@ use RepairKind::*;
 
 #[test]
 fn header_inserted_before_leading_text_then_thought_confirmed() {
-    check(&f(), "thinking...</thought><content>hi</content>", &[("thought", "thinking..."), ("content", "hi")], &[HeaderInserted]);
+    check(
+        &f(),
+        "thinking...</thought><content>hi</content>",
+        &[("thought", "thinking..."), ("content", "hi")],
+        &[HeaderInserted],
+    );
 }
 
 #[test]
 fn header_inserted_leading_whitespace_belongs_to_no_element() {
-    let ev = check(&f(), "\n  idea</thought>\n<content>x</content>", &[("thought", "idea"), ("content", "x")], &[HeaderInserted]);
+    let ev = check(
+        &f(),
+        "\n  idea</thought>\n<content>x</content>",
+        &[("thought", "idea"), ("content", "x")],
+        &[HeaderInserted],
+    );
     assert!(ev.iter().any(|e| matches!(e, Event::Gap(g) if g.text == "\n  ")));
 }
 
 #[test]
 fn header_inserted_for_default_between_elements() {
-    check(&f(), "<thought>t</thought>\n\nThe answer.", &[("thought", "t"), ("content", "The answer.")], &[HeaderInserted, ClosedAtEof]);
+    check(
+        &f(),
+        "<thought>t</thought>\n\nThe answer.",
+        &[("thought", "t"), ("content", "The answer.")],
+        &[HeaderInserted, ClosedAtEof],
+    );
 }
 
 #[test]
 fn reasoning_bare_content_is_not_a_repair() {
     check(&r(), "<think>t</think>\n\nThe answer.", &[("thought", "t"), ("content", "The answer.")], &[]);
-    check(&r(), "deep thought</think>The answer.", &[("thought", "deep thought"), ("content", "The answer.")], &[HeaderInserted]);
+    check(
+        &r(),
+        "deep thought</think>The answer.",
+        &[("thought", "deep thought"), ("content", "The answer.")],
+        &[HeaderInserted],
+    );
 }
 
 // ----- auto-close ------------------------------------------------------
@@ -102,12 +115,22 @@ fn reasoning_bare_content_is_not_a_repair() {
 #[test]
 fn auto_closed_by_next_top_level_tag() {
     check(&f(), "<thought>a\n<content>b</content>", &[("thought", "a\n"), ("content", "b")], &[AutoClosed]);
-    check(&f(), "<content>b\n<variable_update>[]</variable_update>", &[("content", "b\n"), ("variable_update", "[]")], &[AutoClosed]);
+    check(
+        &f(),
+        "<content>b\n<variable_update>[]</variable_update>",
+        &[("content", "b\n"), ("variable_update", "[]")],
+        &[AutoClosed],
+    );
 }
 
 #[test]
 fn json_body_auto_closed() {
-    check(&f(), "<content>x</content><tool_call name=\"f\">{\"a\":1}<content>y</content>", &[("content", "x"), ("tool_call", "{\"a\":1}"), ("content", "y")], &[AutoClosed]);
+    check(
+        &f(),
+        "<content>x</content><tool_call name=\"f\">{\"a\":1}<content>y</content>",
+        &[("content", "x"), ("tool_call", "{\"a\":1}"), ("content", "y")],
+        &[AutoClosed],
+    );
 }
 
 #[test]
@@ -122,7 +145,12 @@ fn declared_child_does_not_auto_close() {
     "#,
     )
     .unwrap();
-    check(&reg, "<content>a</content><panel><content>inner</content></panel>", &[("content", "a"), ("panel", "<content>inner</content>")], &[]);
+    check(
+        &reg,
+        "<content>a</content><panel><content>inner</content></panel>",
+        &[("content", "a"), ("panel", "<content>inner</content>")],
+        &[],
+    );
 }
 
 #[test]
@@ -136,24 +164,44 @@ fn opaque_body_is_not_auto_closed() {
     "#,
     )
     .unwrap();
-    check(&reg, "<content>a</content><code><content>x</thought></code>", &[("content", "a"), ("code", "<content>x</thought>")], &[]);
+    check(
+        &reg,
+        "<content>a</content><code><content>x</thought></code>",
+        &[("content", "a"), ("code", "<content>x</thought>")],
+        &[],
+    );
 }
 
 // ----- adjacent merge ---------------------------------------------------
 
 #[test]
 fn merged_adjacent_content() {
-    check(&f(), "<content>Hello</content>\n \n<content> world</content>", &[("content", "Hello world")], &[MergedAdjacent]);
+    check(
+        &f(),
+        "<content>Hello</content>\n \n<content> world</content>",
+        &[("content", "Hello world")],
+        &[MergedAdjacent],
+    );
 }
 
 #[test]
 fn merged_adjacent_thought() {
-    check(&f(), "<thought>a</thought><thought>b</thought><content>c</content>", &[("thought", "ab"), ("content", "c")], &[MergedAdjacent]);
+    check(
+        &f(),
+        "<thought>a</thought><thought>b</thought><content>c</content>",
+        &[("thought", "ab"), ("content", "c")],
+        &[MergedAdjacent],
+    );
 }
 
 #[test]
 fn held_close_then_other_tag_is_a_real_close() {
-    let ev = check(&f(), "<content>a</content>\n<variable_update>[]</variable_update>", &[("content", "a"), ("variable_update", "[]")], &[]);
+    let ev = check(
+        &f(),
+        "<content>a</content>\n<variable_update>[]</variable_update>",
+        &[("content", "a"), ("variable_update", "[]")],
+        &[],
+    );
     // The whitespace between belongs to no element.
     assert!(ev.iter().any(|e| matches!(e, Event::Gap(g) if g.text == "\n")));
 }
@@ -173,13 +221,23 @@ fn bare_text_after_closed_default_continues_it() {
 
 #[test]
 fn bare_text_after_closed_thought_opens_content() {
-    check(&f(), "<thought>t</thought> answer", &[("thought", "t"), ("content", "answer")], &[HeaderInserted, ClosedAtEof]);
+    check(
+        &f(),
+        "<thought>t</thought> answer",
+        &[("thought", "t"), ("content", "answer")],
+        &[HeaderInserted, ClosedAtEof],
+    );
 }
 
 #[test]
 fn repeated_open_of_an_open_mergeable_tag_merges() {
     check(&f(), "<content>a <content>b</content>", &[("content", "a b")], &[MergedAdjacent]);
-    check(&f(), "<content>A</content>\nbare B\n<content>C</content>", &[("content", "A\nbare B\nC")], &[MergedAdjacent, MergedAdjacent]);
+    check(
+        &f(),
+        "<content>A</content>\nbare B\n<content>C</content>",
+        &[("content", "A\nbare B\nC")],
+        &[MergedAdjacent, MergedAdjacent],
+    );
 }
 
 #[test]
@@ -218,7 +276,12 @@ fn stray_lead_close_at_start_means_content_follows() {
 
 #[test]
 fn non_registry_tags_are_text() {
-    check(&f(), "<content>a <b>bold</b> <span style=\"color:red\">x</span><br/></content>", &[("content", "a <b>bold</b> <span style=\"color:red\">x</span><br/>")], &[]);
+    check(
+        &f(),
+        "<content>a <b>bold</b> <span style=\"color:red\">x</span><br/></content>",
+        &[("content", "a <b>bold</b> <span style=\"color:red\">x</span><br/>")],
+        &[],
+    );
 }
 
 #[test]
@@ -228,12 +291,22 @@ fn prose_angle_brackets_are_text() {
 
 #[test]
 fn structured_children_are_text_of_the_element() {
-    check(&f(), "<content>x</content><status_bar><mood>ok</mood><loc>here</loc></status_bar>", &[("content", "x"), ("status_bar", "<mood>ok</mood><loc>here</loc>")], &[]);
+    check(
+        &f(),
+        "<content>x</content><status_bar><mood>ok</mood><loc>here</loc></status_bar>",
+        &[("content", "x"), ("status_bar", "<mood>ok</mood><loc>here</loc>")],
+        &[],
+    );
 }
 
 #[test]
 fn self_closing_registry_tag() {
-    let ev = check(&f(), "<content>x</content><media type=\"image\" src=\"a.png\" alt=\"A &amp; B\"/>", &[("content", "x"), ("media", "")], &[]);
+    let ev = check(
+        &f(),
+        "<content>x</content><media type=\"image\" src=\"a.png\" alt=\"A &amp; B\"/>",
+        &[("content", "x"), ("media", "")],
+        &[],
+    );
     let media = ev.iter().filter_map(Event::as_element).nth(1).unwrap();
     assert_eq!(media.attrs.get("alt").map(String::as_str), Some("A & B"));
 }
@@ -242,7 +315,12 @@ fn self_closing_registry_tag() {
 
 #[test]
 fn closed_at_eof() {
-    check(&f(), "<thought>t</thought><content>cut off mid", &[("thought", "t"), ("content", "cut off mid")], &[ClosedAtEof]);
+    check(
+        &f(),
+        "<thought>t</thought><content>cut off mid",
+        &[("thought", "t"), ("content", "cut off mid")],
+        &[ClosedAtEof],
+    );
 }
 
 #[test]
@@ -257,7 +335,8 @@ fn truncated_marker_dropped_at_eof() {
 
 #[test]
 fn reclassified_when_only_an_implicit_thought() {
-    let ev = check(&f(), "Just an answer.", &[("content", "Just an answer.")], &[HeaderInserted, Reclassified, ClosedAtEof]);
+    let ev =
+        check(&f(), "Just an answer.", &[("content", "Just an answer.")], &[HeaderInserted, Reclassified, ClosedAtEof]);
     // Deltas streamed as thought; the repair names the element.
     assert!(ev.iter().any(|e| matches!(e, Event::Delta(d) if &*d.tag == "thought")));
     let rep = ev
@@ -274,20 +353,40 @@ fn reclassified_when_only_an_implicit_thought() {
 #[test]
 fn reclassified_by_its_close_tag() {
     check(&f(), "an answer</content>", &[("content", "an answer")], &[HeaderInserted, Reclassified]);
-    check(&f(), "[[\"SET\",\"a\",1]]</variable_update>", &[("variable_update", "[[\"SET\",\"a\",1]]")], &[HeaderInserted, Reclassified]);
+    check(
+        &f(),
+        "[[\"SET\",\"a\",1]]</variable_update>",
+        &[("variable_update", "[[\"SET\",\"a\",1]]")],
+        &[HeaderInserted, Reclassified],
+    );
 }
 
 #[test]
 fn reclassified_by_order_dependency() {
-    check(&f(), "Answer.\n<variable_update>[]</variable_update>", &[("content", "Answer.\n"), ("variable_update", "[]")], &[HeaderInserted, Reclassified, AutoClosed]);
+    check(
+        &f(),
+        "Answer.\n<variable_update>[]</variable_update>",
+        &[("content", "Answer.\n"), ("variable_update", "[]")],
+        &[HeaderInserted, Reclassified, AutoClosed],
+    );
 }
 
 #[test]
 fn undecided_lead_waits_and_keeps_order() {
     // Decided at the end: no content at all, so it was content.
-    check(&f(), "Answer.\n<status_bar><hp>3</hp></status_bar>\n", &[("content", "Answer.\n"), ("status_bar", "<hp>3</hp>")], &[HeaderInserted, Reclassified, AutoClosed]);
+    check(
+        &f(),
+        "Answer.\n<status_bar><hp>3</hp></status_bar>\n",
+        &[("content", "Answer.\n"), ("status_bar", "<hp>3</hp>")],
+        &[HeaderInserted, Reclassified, AutoClosed],
+    );
     // Decided by a later content element: it was a thought.
-    check(&f(), "Plan.\n<status_bar><hp>3</hp></status_bar><content>Hi</content>", &[("thought", "Plan.\n"), ("status_bar", "<hp>3</hp>"), ("content", "Hi")], &[HeaderInserted, AutoClosed]);
+    check(
+        &f(),
+        "Plan.\n<status_bar><hp>3</hp></status_bar><content>Hi</content>",
+        &[("thought", "Plan.\n"), ("status_bar", "<hp>3</hp>"), ("content", "Hi")],
+        &[HeaderInserted, AutoClosed],
+    );
 }
 
 #[test]
@@ -301,7 +400,12 @@ fn explicit_thought_is_never_reclassified() {
 fn missing_mandatory_and_order_diagnostics() {
     let ev = check(&f(), "<thought>t</thought>", &[("thought", "t")], &[]);
     assert_eq!(diagnostics(&ev), ["missing_mandatory"]);
-    let ev = check(&f(), "<variable_update>[]</variable_update><content>c</content>", &[("variable_update", "[]"), ("content", "c")], &[]);
+    let ev = check(
+        &f(),
+        "<variable_update>[]</variable_update><content>c</content>",
+        &[("variable_update", "[]"), ("content", "c")],
+        &[],
+    );
     assert_eq!(diagnostics(&ev), ["order_violation"]);
 }
 
@@ -337,10 +441,7 @@ fn element_size_limit_truncates_text_but_not_deltas() {
 // ----- rewrite -----------------------------------------------------------
 
 fn rewrite(registry: &Registry, input: &str, chunk: usize) -> String {
-    let options = ParserOptions {
-        rewrite: true,
-        ..ParserOptions::default()
-    };
+    let options = ParserOptions { rewrite: true, ..ParserOptions::default() };
     let mut p = Parser::with_options(Arc::new(registry.clone()), options);
     let mut out = Vec::new();
     for c in input.as_bytes().chunks(chunk) {
@@ -355,7 +456,11 @@ fn rewrite(registry: &Registry, input: &str, chunk: usize) -> String {
 #[test]
 fn rewrite_inserts_and_drops() {
     let cases = [
-        (f(), "thinking</thought>\n<content>a</content>\n<content>b", "<thought>thinking</thought>\n<content>ab</content>"),
+        (
+            f(),
+            "thinking</thought>\n<content>a</content>\n<content>b",
+            "<thought>thinking</thought>\n<content>ab</content>",
+        ),
         (f(), "Only.", "<content>Only.</content>"),
         (f(), "A.\n<status_bar>s</status_bar>", "<content>A.\n</content><status_bar>s</status_bar>"),
         (f(), "<Think>x</thought></content>", "<Think>x</Think>"),

@@ -48,10 +48,7 @@ pub(crate) struct Stage {
 
 impl Stage {
     pub(crate) fn new(registry: Arc<Registry>) -> Stage {
-        Stage {
-            registry,
-            open: HashMap::new(),
-        }
+        Stage { registry, open: HashMap::new() }
     }
 
     /// Transforms machine events into caller events.

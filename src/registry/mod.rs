@@ -68,10 +68,7 @@ impl BodyKind {
     /// inside are text (a TAM value or an ACTION parameter may hold any
     /// markup).
     pub fn is_opaque(self) -> bool {
-        matches!(
-            self,
-            BodyKind::Raw | BodyKind::Tam | BodyKind::Action | BodyKind::Attp
-        )
+        matches!(self, BodyKind::Raw | BodyKind::Tam | BodyKind::Action | BodyKind::Attp)
     }
 }
 
@@ -273,9 +270,7 @@ impl TagFile {
 
 fn valid_name(name: &str) -> bool {
     let b = name.as_bytes();
-    !b.is_empty()
-        && crate::scan::is_name_start(b[0])
-        && b.iter().all(|&c| crate::scan::is_name_char(c))
+    !b.is_empty() && crate::scan::is_name_start(b[0]) && b.iter().all(|&c| crate::scan::is_name_char(c))
 }
 
 impl Registry {
@@ -288,8 +283,7 @@ impl Registry {
     /// no built-in profile.
     pub fn from_file_spec(file: RegistryFile) -> Result<Registry, RegistryError> {
         let mut merged = match &file.extends {
-            Some(base) => profiles::file_spec(base)
-                .ok_or_else(|| RegistryError::UnknownProfile(base.clone()))?,
+            Some(base) => profiles::file_spec(base).ok_or_else(|| RegistryError::UnknownProfile(base.clone()))?,
             None => RegistryFile::default(),
         };
         // A file's tag replaces an inherited tag of the same name; two tags
@@ -337,20 +331,13 @@ impl Registry {
                 .iter()
                 .find(|(k, _)| *k == lower)
                 .map(|(_, id)| *id)
-                .ok_or_else(|| RegistryError::UnknownTag {
-                    field,
-                    name: name.to_string(),
-                })
+                .ok_or_else(|| RegistryError::UnknownTag { field, name: name.to_string() })
         };
         let lead = file.lead.as_deref().map(|n| find("lead", n)).transpose()?;
         let default = file.default.as_deref().map(|n| find("default", n)).transpose()?;
         let mut tags = Vec::with_capacity(file.tags.len());
         for tag in &file.tags {
-            let after = tag
-                .after
-                .iter()
-                .map(|n| find("after", n))
-                .collect::<Result<Vec<_>, _>>()?;
+            let after = tag.after.iter().map(|n| find("after", n)).collect::<Result<Vec<_>, _>>()?;
             tags.push(TagSpec {
                 name: tag.name.clone(),
                 spelling: tag.spelling.clone().unwrap_or_else(|| tag.name.clone()),
@@ -365,13 +352,7 @@ impl Registry {
                 fallback_to_content: tag.fallback_to_content,
             });
         }
-        Ok(Registry {
-            name: file.name.unwrap_or_else(|| "custom".to_string()),
-            tags,
-            names,
-            lead,
-            default,
-        })
+        Ok(Registry { name: file.name.unwrap_or_else(|| "custom".to_string()), tags, names, lead, default })
     }
 
     /// Parses a registry from TOML text.
@@ -399,18 +380,10 @@ impl Registry {
     /// [`RegistryError::Io`] when the file cannot be read, otherwise as
     /// [`Registry::from_toml_str`] / [`Registry::from_json_str`].
     pub fn load(path: &Path) -> Result<Registry, RegistryError> {
-        let text = std::fs::read_to_string(path).map_err(|source| RegistryError::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
-        let is_json = path
-            .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("json"));
-        if is_json {
-            Registry::from_json_str(&text)
-        } else {
-            Registry::from_toml_str(&text)
-        }
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| RegistryError::Io { path: path.display().to_string(), source })?;
+        let is_json = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("json"));
+        if is_json { Registry::from_json_str(&text) } else { Registry::from_toml_str(&text) }
     }
 
     /// A built-in profile by name (see [`Registry::profile_names`]).
@@ -464,18 +437,13 @@ impl Registry {
 
     /// The tag a name (or alias) means, matched case-insensitively.
     pub fn lookup(&self, name: &[u8]) -> Option<TagId> {
-        self.names
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, id)| *id)
+        self.names.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, id)| *id)
     }
 
     /// Whether some registry name or alias starts with `prefix`
     /// (case-insensitively); used to recognise a tag cut off at end of input.
     pub fn is_name_prefix(&self, prefix: &[u8]) -> bool {
-        self.names
-            .iter()
-            .any(|(k, _)| k.len() >= prefix.len() && k[..prefix.len()].eq_ignore_ascii_case(prefix))
+        self.names.iter().any(|(k, _)| k.len() >= prefix.len() && k[..prefix.len()].eq_ignore_ascii_case(prefix))
     }
 
     /// The tag and role of a special marker name (`REQUEST_TOOL`).
@@ -495,11 +463,7 @@ impl Registry {
 
     /// Whether some special marker of this registry starts with `prefix`.
     pub fn is_marker_prefix(&self, prefix: &[u8]) -> bool {
-        let norm: Vec<u8> = prefix
-            .iter()
-            .filter(|b| !matches!(b, b'[' | b']' | b' ' | b'\t'))
-            .copied()
-            .collect();
+        let norm: Vec<u8> = prefix.iter().filter(|b| !matches!(b, b'[' | b']' | b' ' | b'\t')).copied().collect();
         self.tags.iter().filter_map(|t| t.markers.as_ref()).any(|m| {
             [&m.open, &m.close].iter().any(|n| {
                 let n = n.as_bytes();
@@ -511,10 +475,7 @@ impl Registry {
     /// Whether `child` (a registry tag) is declared a child of `parent`,
     /// so it does not end `parent`.
     pub fn is_child(&self, parent: TagId, child: &[u8]) -> bool {
-        self.tag(parent)
-            .children
-            .iter()
-            .any(|c| c.as_bytes().eq_ignore_ascii_case(child))
+        self.tag(parent).children.iter().any(|c| c.as_bytes().eq_ignore_ascii_case(child))
     }
 }
 

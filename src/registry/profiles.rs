@@ -26,11 +26,7 @@ pub(super) fn filament() -> RegistryFile {
         mergeable: true,
         ..tag("thought", BodyKind::Stream)
     };
-    let content = TagFile {
-        mergeable: true,
-        mandatory: true,
-        ..tag("content", BodyKind::Stream)
-    };
+    let content = TagFile { mergeable: true, mandatory: true, ..tag("content", BodyKind::Stream) };
     let variable_update = TagFile {
         aliases: vec!["state_update".into(), "UpdateVariable".into()],
         after: vec!["content".into()],
@@ -38,18 +34,9 @@ pub(super) fn filament() -> RegistryFile {
         fallback_to_content: true,
         ..tag("variable_update", BodyKind::Structured)
     };
-    let tool_call = TagFile {
-        fallback_to_content: true,
-        ..tag("tool_call", BodyKind::Json)
-    };
-    let ui_component = TagFile {
-        fallback_to_content: true,
-        ..tag("ui_component", BodyKind::Json)
-    };
-    let choice = TagFile {
-        aliases: vec!["xx".into()],
-        ..tag("choice", BodyKind::Structured)
-    };
+    let tool_call = TagFile { fallback_to_content: true, ..tag("tool_call", BodyKind::Json) };
+    let ui_component = TagFile { fallback_to_content: true, ..tag("ui_component", BodyKind::Json) };
+    let choice = TagFile { aliases: vec!["xx".into()], ..tag("choice", BodyKind::Structured) };
     RegistryFile {
         name: Some("filament".into()),
         extends: None,
@@ -78,12 +65,7 @@ pub(super) fn reasoning() -> RegistryFile {
         mergeable: true,
         ..tag("thought", BodyKind::Stream)
     };
-    let content = TagFile {
-        mergeable: true,
-        mandatory: true,
-        bare: true,
-        ..tag("content", BodyKind::Stream)
-    };
+    let content = TagFile { mergeable: true, mandatory: true, bare: true, ..tag("content", BodyKind::Stream) };
     RegistryFile {
         name: Some("reasoning".into()),
         extends: None,

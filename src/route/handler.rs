@@ -157,14 +157,7 @@ struct HubState {
 
 impl FailureHub {
     pub(crate) fn new(limit: usize) -> FailureHub {
-        FailureHub {
-            state: Mutex::new(HubState {
-                log: Vec::new(),
-                omitted: 0,
-                limit,
-                slots: Vec::new(),
-            }),
-        }
+        FailureHub { state: Mutex::new(HubState { log: Vec::new(), omitted: 0, limit, slots: Vec::new() }) }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HubState> {
@@ -198,11 +191,7 @@ impl FailureHub {
             } else {
                 state.omitted += 1;
             }
-            if publish {
-                state.slots.clone()
-            } else {
-                Vec::new()
-            }
+            if publish { state.slots.clone() } else { Vec::new() }
         };
         for slot in slots {
             let permit = match slot.policy {
@@ -242,11 +231,8 @@ pub(crate) struct HandlerContext {
 /// The handler task: calls `f` once per item, in order, until the channel
 /// ends. Errors and panics are recorded and the loop goes on with the next
 /// item; this task itself never panics.
-pub(crate) async fn run_handler<T, F, Fut, R>(
-    mut sub: Subscription<T>,
-    mut f: F,
-    cx: HandlerContext,
-) where
+pub(crate) async fn run_handler<T, F, Fut, R>(mut sub: Subscription<T>, mut f: F, cx: HandlerContext)
+where
     T: Routable,
     F: FnMut(T) -> Fut + Send + 'static,
     Fut: Future<Output = R> + Send + 'static,
@@ -259,9 +245,7 @@ pub(crate) async fn run_handler<T, F, Fut, R>(
         // closure body (before its future exists) is caught as well. The
         // closure's own state may be left half-updated by a panic; that is
         // the documented price of keeping the handler alive.
-        let outcome = AssertUnwindSafe(async { f(item).await.into_result() })
-            .catch_unwind()
-            .await;
+        let outcome = AssertUnwindSafe(async { f(item).await.into_result() }).catch_unwind().await;
         let (kind, message) = match outcome {
             Ok(Ok(())) => {
                 cx.stats.succeeded.fetch_add(1, Ordering::Relaxed);

@@ -192,9 +192,7 @@ mod topic;
 pub use handler::{FailureKind, HandlerFailure, HandlerId, HandlerOutcome};
 pub use report::{HandlerReport, RouteReport, SubscriptionReport};
 pub use run::{RunError, RunReport};
-pub use subscription::{
-    Backpressure, SubscribeOptions, Subscription, SubscriptionId, SubscriptionStats,
-};
+pub use subscription::{Backpressure, SubscribeOptions, Subscription, SubscriptionId, SubscriptionStats};
 pub use topic::{Routable, Topic};
 
 use crate::event::{Delta, Element, Event, TagName};
@@ -266,18 +264,12 @@ impl RouterOptions {
     /// names are matched against canonical tags as given (ignoring ASCII
     /// case).
     pub fn registry(self, registry: impl Into<Arc<Registry>>) -> RouterOptions {
-        RouterOptions {
-            registry: Some(registry.into()),
-            ..self
-        }
+        RouterOptions { registry: Some(registry.into()), ..self }
     }
 
     /// Default channel capacity for subscriptions (`0` is taken as `1`).
     pub fn capacity(self, capacity: usize) -> RouterOptions {
-        RouterOptions {
-            capacity: capacity.max(1),
-            ..self
-        }
+        RouterOptions { capacity: capacity.max(1), ..self }
     }
 
     /// Default backpressure policy for subscriptions.
@@ -288,34 +280,22 @@ impl RouterOptions {
     /// How long [`Router::finish`] waits for handlers to drain before it
     /// aborts them (default: no limit).
     pub fn drain_timeout(self, timeout: Duration) -> RouterOptions {
-        RouterOptions {
-            drain_timeout: Some(timeout),
-            ..self
-        }
+        RouterOptions { drain_timeout: Some(timeout), ..self }
     }
 
     /// How many handler failures the report keeps (the rest are counted).
     pub fn max_failures(self, max: usize) -> RouterOptions {
-        RouterOptions {
-            max_failures: max,
-            ..self
-        }
+        RouterOptions { max_failures: max, ..self }
     }
 
     /// Read size of [`Router::run_reader`] (`0` is taken as `1`).
     pub fn read_chunk(self, bytes: usize) -> RouterOptions {
-        RouterOptions {
-            read_chunk: bytes.max(1),
-            ..self
-        }
+        RouterOptions { read_chunk: bytes.max(1), ..self }
     }
 
     /// Spawn handler tasks on this runtime instead of the current one.
     pub fn runtime(self, handle: tokio::runtime::Handle) -> RouterOptions {
-        RouterOptions {
-            runtime: Some(handle),
-            ..self
-        }
+        RouterOptions { runtime: Some(handle), ..self }
     }
 
     /// The default capacity.
@@ -462,18 +442,12 @@ impl Router {
     /// let repairs = router.subscribe_to(Topic::repairs(), SubscribeOptions::new().drop_newest());
     /// assert_eq!(repairs.topic(), "repair");
     /// ```
-    pub fn subscribe_to<T: Routable>(
-        &mut self,
-        topic: Topic<T>,
-        options: SubscribeOptions,
-    ) -> Subscription<T> {
+    pub fn subscribe_to<T: Routable>(&mut self, topic: Topic<T>, options: SubscribeOptions) -> Subscription<T> {
         let filter = self.canonical(topic.filter);
         // tokio channels need 1..=MAX_PERMITS places; they allocate lazily,
         // so a large capacity costs nothing until it fills.
-        let capacity = options
-            .get_capacity()
-            .unwrap_or(self.options.capacity)
-            .clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
+        let capacity =
+            options.get_capacity().unwrap_or(self.options.capacity).clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
         let policy = options.get_policy().unwrap_or(self.options.policy);
         let name = options.get_name().map(str::to_string);
         let (tx, rx) = mpsc::channel(capacity);
@@ -501,13 +475,7 @@ impl Router {
         } else {
             self.core.slots.push(slot);
         }
-        Subscription {
-            id,
-            filter,
-            name,
-            rx,
-            stats,
-        }
+        Subscription { id, filter, name, rx, stats }
     }
 
     /// Resolves the tag of a filter through the registry, warning about
@@ -579,12 +547,7 @@ impl Router {
     /// # Panics
     ///
     /// Outside a tokio runtime, unless [`RouterOptions::runtime`] was set.
-    pub fn on_with<F, Fut, R>(
-        &mut self,
-        tag: &str,
-        options: SubscribeOptions,
-        handler: F,
-    ) -> HandlerId
+    pub fn on_with<F, Fut, R>(&mut self, tag: &str, options: SubscribeOptions, handler: F) -> HandlerId
     where
         F: FnMut(Arc<Element>) -> Fut + Send + 'static,
         Fut: Future<Output = R> + Send + 'static,
@@ -799,10 +762,7 @@ impl Router {
                 let succeeded = h.stats.succeeded.load(Ordering::Relaxed);
                 let errors = h.stats.errors.load(Ordering::Relaxed);
                 let panics = h.stats.panics.load(Ordering::Relaxed);
-                let delivered = subscriptions
-                    .iter()
-                    .find(|s| s.id == h.subscription)
-                    .map_or(received, |s| s.delivered);
+                let delivered = subscriptions.iter().find(|s| s.id == h.subscription).map_or(received, |s| s.delivered);
                 HandlerReport {
                     id: h.id,
                     label: h.label.clone(),
@@ -812,11 +772,7 @@ impl Router {
                     errors,
                     panics,
                     aborted: h.aborted,
-                    unhandled: if h.aborted {
-                        delivered.saturating_sub(succeeded + errors + panics)
-                    } else {
-                        0
-                    },
+                    unhandled: if h.aborted { delivered.saturating_sub(succeeded + errors + panics) } else { 0 },
                 }
             })
             .collect();
@@ -845,10 +801,7 @@ impl Router {
     pub async fn finish(mut self) -> RouteReport {
         self.flush().await;
         self.core.slots.clear();
-        let deadline = self
-            .options
-            .drain_timeout
-            .map(|d| tokio::time::Instant::now() + d);
+        let deadline = self.options.drain_timeout.map(|d| tokio::time::Instant::now() + d);
         for h in self.handlers.iter_mut().filter(|h| !h.on_failures) {
             h.join(deadline).await;
         }

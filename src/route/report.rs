@@ -61,19 +61,9 @@ impl RouteReport {
 
 impl fmt::Display for RouteReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "routed {} events ({} elements)",
-            self.events, self.elements
-        )?;
+        writeln!(f, "routed {} events ({} elements)", self.events, self.elements)?;
         for s in &self.subscriptions {
-            write!(
-                f,
-                "  {} {}: delivered {}",
-                s.id,
-                s.name.as_deref().unwrap_or(&s.topic),
-                s.delivered
-            )?;
+            write!(f, "  {} {}: delivered {}", s.id, s.name.as_deref().unwrap_or(&s.topic), s.delivered)?;
             if s.dropped > 0 {
                 write!(f, ", dropped {}", s.dropped)?;
             }
@@ -83,11 +73,7 @@ impl fmt::Display for RouteReport {
             writeln!(f)?;
         }
         for h in &self.handlers {
-            write!(
-                f,
-                "  {} {}: {} ok, {} errors, {} panics",
-                h.id, h.label, h.succeeded, h.errors, h.panics
-            )?;
+            write!(f, "  {} {}: {} ok, {} errors, {} panics", h.id, h.label, h.succeeded, h.errors, h.panics)?;
             if h.aborted {
                 write!(f, ", aborted with {} unhandled", h.unhandled)?;
             }

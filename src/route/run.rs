@@ -74,11 +74,7 @@ impl Router {
     /// were sent, in the background, unreported).
     ///
     /// [`Backpressure::Wait`]: crate::route::Backpressure::Wait
-    pub async fn run<S, B, E>(
-        mut self,
-        mut parser: Parser,
-        input: S,
-    ) -> Result<RunReport, RunError<E>>
+    pub async fn run<S, B, E>(mut self, mut parser: Parser, input: S) -> Result<RunReport, RunError<E>>
     where
         S: Stream<Item = Result<B, E>>,
         B: AsRef<[u8]>,
@@ -102,18 +98,11 @@ impl Router {
             }
         }
         self.end(parser).await;
-        let report = RunReport {
-            input_bytes,
-            chunks,
-            routing: self.finish().await,
-        };
+        let report = RunReport { input_bytes, chunks, routing: self.finish().await };
         match failure {
             None => Ok(report),
             Some(error) => {
-                tracing::warn!(
-                    bytes = input_bytes,
-                    "route input failed; finished with what arrived"
-                );
+                tracing::warn!(bytes = input_bytes, "route input failed; finished with what arrived");
                 Err(RunError { error, report })
             }
         }
@@ -146,11 +135,7 @@ impl Router {
     /// # Cancel safety
     ///
     /// Not cancel safe, as [`Router::run`].
-    pub async fn run_reader<R>(
-        mut self,
-        mut parser: Parser,
-        reader: R,
-    ) -> Result<RunReport, RunError<std::io::Error>>
+    pub async fn run_reader<R>(mut self, mut parser: Parser, reader: R) -> Result<RunReport, RunError<std::io::Error>>
     where
         R: AsyncRead,
     {
@@ -176,11 +161,7 @@ impl Router {
             }
         }
         self.end(parser).await;
-        let report = RunReport {
-            input_bytes,
-            chunks,
-            routing: self.finish().await,
-        };
+        let report = RunReport { input_bytes, chunks, routing: self.finish().await };
         match failure {
             None => Ok(report),
             Some(error) => {

@@ -109,10 +109,7 @@ pub struct Topic<T> {
 
 impl<T> Topic<T> {
     fn new(filter: Filter) -> Topic<T> {
-        Topic {
-            filter,
-            item: PhantomData,
-        }
+        Topic { filter, item: PhantomData }
     }
 }
 
@@ -124,9 +121,7 @@ impl<T> Clone for Topic<T> {
 
 impl<T> fmt::Debug for Topic<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("Topic")
-            .field(&self.filter.to_string())
-            .finish()
+        f.debug_tuple("Topic").field(&self.filter.to_string()).finish()
     }
 }
 
@@ -233,10 +228,7 @@ pub(crate) mod sealed {
             AnySender::Element(sender)
         }
         fn origin(&self) -> Origin {
-            Origin {
-                element: Some(self.id),
-                tag: Some(self.tag.clone()),
-            }
+            Origin { element: Some(self.id), tag: Some(self.tag.clone()) }
         }
     }
 
@@ -245,10 +237,7 @@ pub(crate) mod sealed {
             AnySender::Delta(sender)
         }
         fn origin(&self) -> Origin {
-            Origin {
-                element: Some(self.id),
-                tag: Some(self.tag.clone()),
-            }
+            Origin { element: Some(self.id), tag: Some(self.tag.clone()) }
         }
     }
 
@@ -257,10 +246,7 @@ pub(crate) mod sealed {
             AnySender::Repair(sender)
         }
         fn origin(&self) -> Origin {
-            Origin {
-                element: self.element,
-                tag: self.tag.clone(),
-            }
+            Origin { element: self.element, tag: self.tag.clone() }
         }
     }
 
@@ -269,10 +255,7 @@ pub(crate) mod sealed {
             AnySender::Diagnostic(sender)
         }
         fn origin(&self) -> Origin {
-            Origin {
-                element: self.element,
-                tag: self.tag.clone(),
-            }
+            Origin { element: self.element, tag: self.tag.clone() }
         }
     }
 
@@ -281,10 +264,7 @@ pub(crate) mod sealed {
             AnySender::Comment(sender)
         }
         fn origin(&self) -> Origin {
-            Origin {
-                element: self.element,
-                tag: self.tag.clone(),
-            }
+            Origin { element: self.element, tag: self.tag.clone() }
         }
     }
 
@@ -294,19 +274,10 @@ pub(crate) mod sealed {
         }
         fn origin(&self) -> Origin {
             match self {
-                Event::Open(o) => Origin {
-                    element: Some(o.id),
-                    tag: Some(o.tag.clone()),
-                },
+                Event::Open(o) => Origin { element: Some(o.id), tag: Some(o.tag.clone()) },
                 Event::Delta(d) => d.origin(),
-                Event::Close(c) => Origin {
-                    element: Some(c.id),
-                    tag: Some(c.tag.clone()),
-                },
-                Event::Element(e) => Origin {
-                    element: Some(e.id),
-                    tag: Some(e.tag.clone()),
-                },
+                Event::Close(c) => Origin { element: Some(c.id), tag: Some(c.tag.clone()) },
+                Event::Element(e) => Origin { element: Some(e.id), tag: Some(e.tag.clone()) },
                 Event::Repair(r) => r.origin(),
                 Event::Diagnostic(d) => d.origin(),
                 Event::Comment(c) => c.origin(),
@@ -320,10 +291,7 @@ pub(crate) mod sealed {
             AnySender::Failure(sender)
         }
         fn origin(&self) -> Origin {
-            Origin {
-                element: self.element,
-                tag: self.tag.clone(),
-            }
+            Origin { element: self.element, tag: self.tag.clone() }
         }
     }
 

@@ -102,10 +102,7 @@ pub struct ScanLimits {
 
 impl Default for ScanLimits {
     fn default() -> Self {
-        ScanLimits {
-            max_marker_len: 4 * 1024,
-            max_comment_len: 256 * 1024,
-        }
+        ScanLimits { max_marker_len: 4 * 1024, max_comment_len: 256 * 1024 }
     }
 }
 
@@ -251,18 +248,16 @@ enum Candidate {
 
 impl Candidate {
     fn is_comment_like(self) -> bool {
-        matches!(
-            self,
-            Candidate::Comment(_) | Candidate::CdataOpen(_) | Candidate::Cdata(_)
-        )
+        matches!(self, Candidate::Comment(_) | Candidate::CdataOpen(_) | Candidate::Cdata(_))
     }
 
     fn unfinished_kind(self) -> UnfinishedKind {
         use Candidate::*;
         match self {
             Lt | LtSpace => UnfinishedKind::Lt,
-            Name | AfterName | AttrName | AfterAttrName | BeforeValue | Quoted(_) | Bare
-            | SelfClose => UnfinishedKind::OpenTag,
+            Name | AfterName | AttrName | AfterAttrName | BeforeValue | Quoted(_) | Bare | SelfClose => {
+                UnfinishedKind::OpenTag
+            }
             CloseSlash | CloseName | CloseAfterName => UnfinishedKind::CloseTag,
             Bang | BangDash | Comment(_) | CdataOpen(_) | Cdata(_) => UnfinishedKind::Comment,
             Pipe | SpecialName | SpecialEnd => UnfinishedKind::Special,
@@ -418,11 +413,7 @@ fn step(cand: Candidate, b: u8) -> Step {
         CdataOpen(n) => {
             let want = CDATA_OPEN[usize::from(n)];
             if b.eq_ignore_ascii_case(&want) {
-                if usize::from(n) + 1 == CDATA_OPEN.len() {
-                    Next(Cdata(0))
-                } else {
-                    Next(CdataOpen(n + 1))
-                }
+                if usize::from(n) + 1 == CDATA_OPEN.len() { Next(Cdata(0)) } else { Next(CdataOpen(n + 1)) }
             } else {
                 Fail
             }
@@ -502,13 +493,7 @@ impl Default for Scanner {
 impl Scanner {
     /// A scanner with the given limits.
     pub fn new(limits: ScanLimits) -> Scanner {
-        Scanner {
-            state: ScanState::Text,
-            held: Vec::new(),
-            held_start: 0,
-            offset: 0,
-            limits,
-        }
+        Scanner { state: ScanState::Text, held: Vec::new(), held_start: 0, offset: 0, limits }
     }
 
     /// The offset of the next byte to be fed (the total fed so far).
@@ -558,13 +543,7 @@ impl Scanner {
 
     /// Moves a candidate forward through `chunk[i..]`; returns the index of
     /// the next unread byte.
-    fn advance(
-        &mut self,
-        mut cand: Candidate,
-        chunk: &[u8],
-        mut i: usize,
-        sink: &mut impl TokenSink,
-    ) -> usize {
+    fn advance(&mut self, mut cand: Candidate, chunk: &[u8], mut i: usize, sink: &mut impl TokenSink) -> usize {
         while i < chunk.len() {
             // Inside comment and CDATA bodies, jump to the next byte that can
             // matter instead of stepping through the body one byte at a time.
@@ -590,11 +569,8 @@ impl Scanner {
                 Step::Next(next) => {
                     self.held.push(b);
                     i += 1;
-                    let limit = if next.is_comment_like() {
-                        self.limits.max_comment_len
-                    } else {
-                        self.limits.max_marker_len
-                    };
+                    let limit =
+                        if next.is_comment_like() { self.limits.max_comment_len } else { self.limits.max_marker_len };
                     if self.held.len() > limit {
                         self.give_up(limit, sink);
                         return i;
@@ -622,10 +598,7 @@ impl Scanner {
 
     /// A candidate outgrew its limit: release it as text and say so.
     fn give_up(&mut self, limit: usize, sink: &mut impl TokenSink) {
-        sink.token(Token::Notice(ScanNotice::MarkerTooLong {
-            at: self.held_start,
-            limit,
-        }));
+        sink.token(Token::Notice(ScanNotice::MarkerTooLong { at: self.held_start, limit }));
         self.release_as_text(sink);
     }
 
@@ -661,16 +634,8 @@ impl Scanner {
                 };
                 sink.token(Token::Tag(TagToken::from_raw(kind, raw, span)));
             }
-            Finished::Comment => sink.token(Token::Comment {
-                span,
-                raw,
-                body: &raw[4..raw.len() - 3],
-            }),
-            Finished::Cdata => sink.token(Token::CData {
-                span,
-                raw,
-                body: &raw[9..raw.len() - 3],
-            }),
+            Finished::Comment => sink.token(Token::Comment { span, raw, body: &raw[4..raw.len() - 3] }),
+            Finished::Cdata => sink.token(Token::CData { span, raw, body: &raw[9..raw.len() - 3] }),
             Finished::Special => {
                 let inner = &raw[2..raw.len() - 2];
                 let name = trim_special(inner);
@@ -688,12 +653,7 @@ impl Scanner {
             let span = Span::new(self.held_start, self.held_start + self.held.len());
             let raw = &self.held[..];
             let name = partial_name(raw);
-            sink.token(Token::Unfinished {
-                span,
-                raw,
-                kind: cand.unfinished_kind(),
-                name,
-            });
+            sink.token(Token::Unfinished { span, raw, kind: cand.unfinished_kind(), name });
             self.held.clear();
             self.state = ScanState::Text;
         }
@@ -701,10 +661,7 @@ impl Scanner {
 }
 
 fn emit_text(sink: &mut impl TokenSink, at: usize, bytes: &[u8]) {
-    sink.token(Token::Text {
-        span: Span::new(at, at + bytes.len()),
-        bytes,
-    });
+    sink.token(Token::Text { span: Span::new(at, at + bytes.len()), bytes });
 }
 
 /// `[ NAME ]` -> `NAME`.

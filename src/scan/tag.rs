@@ -57,14 +57,7 @@ impl<'a> TagToken<'a> {
         if kind == TagKind::Close && raw.len() >= 2 && is_space(raw[raw.len() - 2]) {
             padded = true;
         }
-        TagToken {
-            kind,
-            name,
-            raw,
-            span,
-            padded,
-            attrs_at: i,
-        }
+        TagToken { kind, name, raw, span, padded, attrs_at: i }
     }
 
     /// The attributes, in the order written.
@@ -72,10 +65,7 @@ impl<'a> TagToken<'a> {
         // Everything between the name and the closing `>`; a self-closing
         // `/` is skipped by the iterator.
         let end = self.raw.len().saturating_sub(1);
-        Attrs {
-            rest: &self.raw[self.attrs_at.min(end)..end],
-            self_closing: self.kind == TagKind::SelfClosing,
-        }
+        Attrs { rest: &self.raw[self.attrs_at.min(end)..end], self_closing: self.kind == TagKind::SelfClosing }
     }
 
     /// Whether the tag is written exactly as `<name>`/`</name>` with nothing

@@ -155,15 +155,9 @@ fn attributes_quoted_unquoted_and_bare() {
         )]
     );
     // A `>` inside a quoted value does not end the tag.
-    assert_eq!(
-        scan(r#"<t a="x>y">"#),
-        [Tok::Open("t".into(), vec![("a".into(), "x>y".into())])]
-    );
+    assert_eq!(scan(r#"<t a="x>y">"#), [Tok::Open("t".into(), vec![("a".into(), "x>y".into())])]);
     // An unquoted value ending in `/` right before `>` is a self-closing tag.
-    assert_eq!(
-        scan("<media src=a.png/>"),
-        [Tok::SelfClosing("media".into(), vec![("src".into(), "a.png".into())])]
-    );
+    assert_eq!(scan("<media src=a.png/>"), [Tok::SelfClosing("media".into(), vec![("src".into(), "a.png".into())])]);
 }
 
 #[test]
@@ -198,7 +192,10 @@ fn comments_cdata_special() {
 fn prose_with_angle_brackets_is_text() {
     // `a < b and 5 > 3` is a well-formed tag `b` to the scanner; the
     // machine keeps non-registry tags as text (see machine tests).
-    assert_eq!(scan("a < b and 5 > 3."), [text("a "), Tok::Open("b".into(), vec![("and".into(), "".into()), ("5".into(), "".into())]), text(" 3.")]);
+    assert_eq!(
+        scan("a < b and 5 > 3."),
+        [text("a "), Tok::Open("b".into(), vec![("and".into(), "".into()), ("5".into(), "".into())]), text(" 3.")]
+    );
     for input in ["a < b, 5 > 3.", "x<3 y", "a <= b", "<<>>", "1 <2", "<!DOCTYPE html>", "<|| x", "a <- b"] {
         let toks = check_splits(input.as_bytes());
         assert_eq!(toks, [text(input)], "{input}");
@@ -226,10 +223,7 @@ fn unfinished_marker_at_eof() {
 
 #[test]
 fn marker_limit_releases_text() {
-    let limits = ScanLimits {
-        max_marker_len: 16,
-        max_comment_len: 32,
-    };
+    let limits = ScanLimits { max_marker_len: 16, max_comment_len: 32 };
     let long_tag = format!("<content a=\"{}\">", "x".repeat(40));
     let c = scan_chunks(&[long_tag.as_bytes()], limits);
     assert_eq!(c.toks[0], Tok::TooLong);
@@ -242,10 +236,7 @@ fn marker_limit_releases_text() {
 
 #[test]
 fn memory_stays_bounded_on_hostile_input() {
-    let limits = ScanLimits {
-        max_marker_len: 64,
-        max_comment_len: 256,
-    };
+    let limits = ScanLimits { max_marker_len: 64, max_comment_len: 256 };
     let mut sc = Scanner::new(limits);
     let mut sink = Collect::default();
     // A MiB of `<`, an endless tag, an endless comment, fed in odd chunks.
@@ -270,14 +261,7 @@ fn memory_stays_bounded_on_hostile_input() {
 /// `<|/x>`, `</|x>`, `</x|>`, `-|->`, `--|>`, `]|]>`, `]]|>`, `<|||>`.
 #[test]
 fn every_delimiter_split() {
-    let cases: &[&[u8]] = &[
-        b"</x>",
-        b"<x/>",
-        b"<!--c-->",
-        b"<![CDATA[c]]>",
-        b"<|[N]|>",
-        b"<x a='1' b=\"2\" c=3 d>",
-    ];
+    let cases: &[&[u8]] = &[b"</x>", b"<x/>", b"<!--c-->", b"<![CDATA[c]]>", b"<|[N]|>", b"<x a='1' b=\"2\" c=3 d>"];
     for case in cases {
         check_splits(case);
     }

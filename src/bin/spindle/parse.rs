@@ -42,10 +42,7 @@ pub(crate) fn load_registry(profile: &str, file: Option<&PathBuf>) -> Result<Reg
     }
     match Registry::profile(profile) {
         Some(r) => Ok(r),
-        None => bail!(
-            "unknown profile {profile:?} (known: {})",
-            Registry::profile_names().join(", ")
-        ),
+        None => bail!("unknown profile {profile:?} (known: {})", Registry::profile_names().join(", ")),
     }
 }
 
@@ -54,10 +51,7 @@ pub(crate) fn run(args: ParseArgs) -> Result<ExitCode> {
     if args.chunk_size == Some(0) {
         bail!("--chunk-size must be at least 1");
     }
-    let mut options = ParserOptions {
-        rewrite: args.format == Format::Rewrite,
-        ..ParserOptions::default()
-    };
+    let mut options = ParserOptions { rewrite: args.format == Format::Rewrite, ..ParserOptions::default() };
     if let Some(n) = args.max_element {
         options.machine.max_element_len = n;
     }

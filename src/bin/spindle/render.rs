@@ -2,8 +2,8 @@
 //! corrected text, or a summary.
 
 use anyhow::Result;
-use spindle::event::{Event, RepairKind};
 use spindle::Registry;
+use spindle::event::{Event, RepairKind};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::Duration;
@@ -64,12 +64,7 @@ impl Renderer {
             out,
             counts: Counts::default(),
             streaming: None,
-            stream_tags: registry
-                .tags()
-                .iter()
-                .filter(|t| t.body.emits_deltas())
-                .map(|t| t.name.clone())
-                .collect(),
+            stream_tags: registry.tags().iter().filter(|t| t.body.emits_deltas()).map(|t| t.name.clone()).collect(),
             at_line_start: true,
         }
     }

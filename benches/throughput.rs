@@ -1,0 +1,126 @@
+//! Throughput of the parser, measured as ratios inside one run (the machines
+//! are shared and noisy; absolute numbers drift, ratios hold):
+//!
+//! * `corpus/whole` vs `corpus/chunk4`: every transcript of `corpora/`, fed
+//!   whole and 4 bytes at a time (SSE deltas are often this small);
+//! * `scaling/1KiB` .. `scaling/64MiB`: time per byte must stay flat
+//!   (linear time); criterion reports throughput, compare the MiB/s;
+//! * `naive/*`: what applications do today, re-running a tag regex over the
+//!   whole accumulated text on every delta, vs spindle on the same deltas.
+//!
+//! Run: `cargo bench --bench throughput` (add `-- --quick` for a fast pass).
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use spindle::{Parser, Registry};
+use std::hint::black_box;
+use std::path::Path;
+use std::sync::Arc;
+
+fn corpus() -> Vec<(Arc<Registry>, Vec<u8>)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpora");
+    let mut files: Vec<_> =
+        std::fs::read_dir(dir).map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect()).unwrap_or_default();
+    files.retain(|p: &std::path::PathBuf| p.extension().is_some_and(|x| x == "txt"));
+    files.sort();
+    files
+        .into_iter()
+        .filter_map(|p| {
+            let name = p.file_name()?.to_str()?.to_string();
+            let profile = ["reasoning", "tam", "action", "attp"]
+                .into_iter()
+                .find(|pre| name.starts_with(&format!("{pre}-")))
+                .unwrap_or("filament");
+            Some((Arc::new(Registry::profile(profile)?), std::fs::read(&p).ok()?))
+        })
+        .collect()
+}
+
+fn parse(registry: &Arc<Registry>, input: &[u8], chunk: usize) -> usize {
+    let mut parser = Parser::with_options(registry.clone(), Default::default());
+    let mut events = Vec::new();
+    let mut n = 0;
+    for c in input.chunks(chunk) {
+        parser.feed_into(c, &mut events);
+        n += events.len();
+        events.clear();
+    }
+    n + parser.finish().len()
+}
+
+fn bench_corpus(c: &mut Criterion) {
+    let files = corpus();
+    let total: usize = files.iter().map(|(_, b)| b.len()).sum();
+    let mut g = c.benchmark_group("corpus");
+    g.throughput(Throughput::Bytes(total as u64));
+    g.bench_function("whole", |b| {
+        b.iter(|| files.iter().map(|(r, input)| parse(r, black_box(input), input.len().max(1))).sum::<usize>())
+    });
+    g.bench_function("chunk4", |b| {
+        b.iter(|| files.iter().map(|(r, input)| parse(r, black_box(input), 4)).sum::<usize>())
+    });
+    g.finish();
+}
+
+/// A long filament stream: the filament transcripts of the corpus, one
+/// after another, repeated to `size` bytes. Many elements, as a long chat
+/// would have, so time per byte measures the machine, not one huge element.
+fn stream_of(size: usize) -> Vec<u8> {
+    let docs: Vec<u8> = corpus()
+        .into_iter()
+        .filter(|(r, _)| r.name() == "filament")
+        .flat_map(|(_, b)| b.into_iter().chain(*b"\n"))
+        .collect();
+    docs.iter().copied().cycle().take(size).collect()
+}
+
+fn bench_scaling(c: &mut Criterion) {
+    let registry = Arc::new(Registry::filament());
+    let mut g = c.benchmark_group("scaling");
+    for (label, size) in [("1KiB", 1 << 10), ("64KiB", 64 << 10), ("1MiB", 1 << 20), ("64MiB", 64 << 20)] {
+        let input = stream_of(size);
+        g.throughput(Throughput::Bytes(size as u64));
+        if size >= 1 << 20 {
+            g.sample_size(10);
+        }
+        g.bench_with_input(BenchmarkId::from_parameter(label), &input, |b, input| {
+            b.iter(|| parse(&registry, black_box(input), 64 * 1024))
+        });
+    }
+    g.finish();
+}
+
+/// The baseline applications write today: on every delta, append it and run
+/// a regex for complete `<tag>...</tag>` pairs over the whole text.
+fn naive_reparse(input: &[u8], chunk: usize, re: &regex::Regex) -> usize {
+    let mut text = String::new();
+    let mut found = 0;
+    for c in input.chunks(chunk) {
+        text.push_str(&String::from_utf8_lossy(c));
+        found = re.captures_iter(&text).count();
+    }
+    found
+}
+
+fn bench_naive(c: &mut Criterion) {
+    let registry = Arc::new(Registry::filament());
+    let re = regex::Regex::new(
+        r"(?s)<(thought|content|variable_update|status_bar)>(.*?)</(thought|content|variable_update|status_bar)>",
+    )
+    .expect("valid regex");
+    let mut g = c.benchmark_group("naive");
+    g.sample_size(10);
+    for size in [4 << 10, 16 << 10, 64 << 10] {
+        let input = stream_of(size);
+        g.throughput(Throughput::Bytes(size as u64));
+        g.bench_with_input(BenchmarkId::new("regex_reparse_chunk4", size), &input, |b, input| {
+            b.iter(|| naive_reparse(black_box(input), 4, &re))
+        });
+        g.bench_with_input(BenchmarkId::new("spindle_chunk4", size), &input, |b, input| {
+            b.iter(|| parse(&registry, black_box(input), 4))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench_corpus, bench_scaling, bench_naive);
+criterion_main!(benches);

@@ -1,0 +1,26 @@
+//! Replays the saved fuzz inputs of `tests/fuzz/testdata/` (minimised
+//! crashes and hand-picked seeds) through the same checks the fuzz targets
+//! make, so CI never needs cargo-fuzz. A file's first byte selects the
+//! profile and chunk size, as in `fuzz/fuzz_targets/parse.rs`.
+
+use std::path::Path;
+
+#[test]
+fn saved_fuzz_inputs_pass_the_fuzz_checks() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz/testdata");
+    let mut files: Vec<_> =
+        std::fs::read_dir(&dir).expect("tests/fuzz/testdata exists").filter_map(|e| e.ok()).collect();
+    files.sort_by_key(|e| e.path());
+    assert!(!files.is_empty(), "no saved inputs in {}", dir.display());
+    for entry in files {
+        let data = std::fs::read(entry.path()).expect("readable");
+        let Some((&selector, input)) = data.split_first() else { continue };
+        for shift in 0..8u8 {
+            // Every profile and several chunk sizes, not just the saved one.
+            let sel = selector.wrapping_add(shift.wrapping_mul(37));
+            if let Err(why) = spindle::check::split_invariance(sel, input) {
+                panic!("{}: {why}", entry.path().display());
+            }
+        }
+    }
+}
