@@ -43,7 +43,7 @@
 //! call.steps.push(step);
 //! assert_eq!(
 //!     catalog.observations(&call),
-//!     ["Observation: Error - Invalid parameters for GetPlayerInfo: Unknown parameter 'playerId', did you mean 'player_id'?; Missing required parameter 'player_id'"]
+//!     ["Observation: Error - Invalid parameters for GetPlayerInfo: Unknown parameter 'playerId', did you mean 'player_id'?"]
 //! );
 //! ```
 //!
@@ -766,6 +766,20 @@ impl ToolCatalog {
                 }),
             }
         }
+        // `playerId` with "did you mean 'player_id'?" already says that
+        // player_id is missing.
+        let suggested: Vec<String> = problems
+            .iter()
+            .filter_map(|p| match p {
+                ParamProblem::Unknown {
+                    suggestion: Some(s),
+                    ..
+                } => Some(s.clone()),
+                _ => None,
+            })
+            .collect();
+        problems
+            .retain(|p| !matches!(p, ParamProblem::Missing { name } if suggested.contains(name)));
         if problems.is_empty() {
             Ok(params)
         } else {
