@@ -339,23 +339,36 @@ fn finish_call(
             format!("the {what} was still open at the end of the output; it was read up to there"),
         );
     }
-    if ctx.previous_blocks > 0 {
+    if ctx.previous_blocks > 0 && call.format == CallFormat::Action {
         let n = ctx.previous_blocks + 1;
-        let (code, msg) = match call.format {
-            CallFormat::Action => (
-                "second_action_block",
-                format!(
-                    "this is ACTION block number {n} in one output; spec 004 §3.2.1 allows at most one"
-                ),
+        findings.warn(
+            "second_action_block",
+            format!(
+                "this is ACTION block number {n} in one output; spec 004 §3.2.1 allows at most one"
             ),
-            _ => (
-                "another_block",
-                format!("this is {what} number {n} in one output"),
-            ),
-        };
-        findings.warn(code, msg);
+        );
     }
     call
+}
+
+/// Removes code-fence lines (```` ``` ````, ```` ```xml ````) and blank lines
+/// from both ends of a response text: they wrap the block that follows (or
+/// closed the one before), they are not part of the text.
+fn strip_fences(text: &str) -> String {
+    let is_fence = |l: &str| {
+        let l = l.trim();
+        l.is_empty() || (l.starts_with("```") && !l[3..].contains('`') && !l[3..].contains(' '))
+    };
+    let lines: Vec<&str> = text.split('\n').collect();
+    let start = lines
+        .iter()
+        .position(|l| !is_fence(l))
+        .unwrap_or(lines.len());
+    let end = lines
+        .iter()
+        .rposition(|l| !is_fence(l))
+        .map_or(start, |i| i + 1);
+    lines[start..end.max(start)].join("\n").trim().to_string()
 }
 
 /// Watches the events of one response and builds call payloads with their
@@ -369,7 +382,8 @@ fn finish_call(
 ///
 /// `response_text` is the text of the elements of the registry's default
 /// tag (content) that completed since the previous call element, joined
-/// with newlines and trimmed; an empty string when there was none.
+/// with newlines and trimmed, without the code-fence lines that wrap a
+/// block; an empty string when there was none.
 ///
 /// ```
 /// use spindle::calls::CallTracker;
@@ -429,7 +443,12 @@ impl CallTracker {
     pub fn observe(&mut self, event: &Event) {
         match event {
             Event::Close(c) if c.synthetic => {
-                if self.body_of(&c.tag).is_some_and(|(_, b)| Self::is_call(b)) {
+                // A bare call element (ATTP: the whole output) always ends
+                // with the input; only a block with its own close is cut off.
+                let cut = self
+                    .body_of(&c.tag)
+                    .is_some_and(|(id, b)| Self::is_call(b) && !self.registry.tag(id).bare);
+                if cut {
                     self.cut_off.push(c.id);
                 }
             }
@@ -466,7 +485,7 @@ impl CallTracker {
             .map(|(_, t)| t.trim())
             .filter(|t| !t.is_empty())
             .collect();
-        let response_text = before.join("\n");
+        let response_text = strip_fences(&before.join("\n"));
         let seen = self.blocks.entry(tag).or_insert(0);
         let previous_blocks = *seen;
         if !self.counted.contains(&el.id) {

@@ -610,6 +610,22 @@ fn assemble(entries: Vec<Entry>, call: &mut ToolCall, f: &mut Findings) {
             steps.entry(e.key.step).or_default();
         }
     }
+    if steps.is_empty() {
+        let msg = "the block has no `command` key, so it names no tool".to_string();
+        f.error("missing_command", msg.clone());
+        for e in entries {
+            match e.key.name.as_str() {
+                "request_id" => call.request_id = Some(e.value),
+                "comment" => call.comment = Some(e.value),
+                _ => {
+                    call.unassigned.insert(e.key.name, Value::String(e.value));
+                }
+            }
+        }
+        call.observation = Some(format!("Observation: Error - Invalid TAM block: {msg}"));
+        call.error = Some(msg);
+        return;
+    }
     let numbered: Vec<u64> = steps.keys().filter_map(|k| *k).collect();
     let has_unnumbered = steps.contains_key(&None);
     let mut all = StepParts::default();
@@ -676,16 +692,6 @@ fn assemble(entries: Vec<Entry>, call: &mut ToolCall, f: &mut Findings) {
         }
     }
 
-    if steps.is_empty() {
-        let msg = "the block has no `command` key, so it names no tool".to_string();
-        f.error("missing_command", msg.clone());
-        call.error = Some(msg);
-        call.observation = Some(format!(
-            "Observation: Error - Invalid TAM block: {}",
-            call.error.as_deref().unwrap_or("")
-        ));
-        return;
-    }
     if has_unnumbered && !numbered.is_empty() {
         f.warn(
             "mixed_numbered_commands",
