@@ -337,12 +337,15 @@ fn plugins_dir(files: &[(&str, &str)]) -> PathBuf {
     root
 }
 
+/// (relative path, text) of the files of a plugins dir.
+type Files<'a> = &'a [(&'a str, &'a str)];
+
 const GOOD_TOOL: &str =
     r#"{"id": "t:one", "parameters": {"type": "object", "properties": {"a": {"type": "string"}}}}"#;
 
 #[test]
 fn loading_errors_name_the_file() {
-    let cases: &[(&str, &[(&str, &str)], &str)] = &[
+    let cases: &[(&str, Files, &str)] = &[
         (
             "broken yaml",
             &[("p/plugin.yaml", "name: [unclosed\n")],

@@ -377,6 +377,9 @@ fn trim_open_value(value: &str) -> (&str, Vec<String>) {
     if k < end && k > 0 && lines[k - 1].trim().is_empty() {
         comments = lines[k..end].iter().map(|l| comment_text(l)).collect();
         end = k;
+        while end > 0 && lines[end - 1].trim().is_empty() {
+            end -= 1;
+        }
     }
     let len: usize = lines[..end].iter().map(|l| l.len() + 1).sum::<usize>();
     (&value[..len.saturating_sub(1).min(value.len())], comments)
