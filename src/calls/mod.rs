@@ -284,6 +284,9 @@ pub struct CallContext {
     pub previous_blocks: usize,
     /// The element was ended by the end of input, not by its close marker.
     pub cut_off: bool,
+    /// `response_text` holds only the latest part of a longer text (see
+    /// [`CallTracker::with_text_limit`]).
+    pub text_truncated: bool,
 }
 
 /// The payload of a completed TAM element, without context.
@@ -337,6 +340,12 @@ fn finish_call(
         findings.warn(
             "unterminated_block",
             format!("the {what} was still open at the end of the output; it was read up to there"),
+        );
+    }
+    if ctx.text_truncated {
+        findings.warn(
+            "response_text_truncated",
+            "the text before the block passed the tracker's limit; response_text holds its latest part".into(),
         );
     }
     if ctx.previous_blocks > 0 && call.format == CallFormat::Action {
@@ -416,17 +425,56 @@ pub struct CallTracker {
     cut_off: Vec<u32>,
     /// Call element ids already counted.
     counted: Vec<u32>,
+    /// Most bytes of text kept for `response_text`.
+    text_limit: usize,
+    /// Bytes in `text`.
+    text_len: usize,
+    /// Text was dropped since the last call element.
+    text_dropped: bool,
 }
+
+/// Default of [`CallTracker::with_text_limit`]: 1 MiB.
+pub const RESPONSE_TEXT_LIMIT: usize = 1024 * 1024;
 
 impl CallTracker {
     /// A tracker for one response parsed with `registry`.
     pub fn new(registry: Arc<Registry>) -> CallTracker {
+        CallTracker::with_text_limit(registry, RESPONSE_TEXT_LIMIT)
+    }
+
+    /// A tracker that keeps at most `limit` bytes of text before a block:
+    /// past it the oldest text is dropped, the call's `response_text` is
+    /// the latest part, and its warnings say `response_text_truncated`.
+    pub fn with_text_limit(registry: Arc<Registry>, limit: usize) -> CallTracker {
         CallTracker {
             registry,
             text: Vec::new(),
             blocks: BTreeMap::new(),
             cut_off: Vec::new(),
             counted: Vec::new(),
+            text_limit: limit,
+            text_len: 0,
+            text_dropped: false,
+        }
+    }
+
+    /// Adds an element's text, dropping the oldest past the limit.
+    fn keep_text(&mut self, id: u32, text: &str) {
+        let mut text = text;
+        if text.len() > self.text_limit {
+            let mut cut = text.len() - self.text_limit;
+            while !text.is_char_boundary(cut) {
+                cut += 1;
+            }
+            text = &text[cut..];
+            self.text_dropped = true;
+        }
+        self.text_len += text.len();
+        self.text.push((id, text.to_string()));
+        while self.text_len > self.text_limit && !self.text.is_empty() {
+            let (_, old) = self.text.remove(0);
+            self.text_len -= old.len();
+            self.text_dropped = true;
         }
     }
 
@@ -464,7 +512,7 @@ impl CallTracker {
                     None => body == BodyKind::Stream,
                 };
                 if is_text && !self.text.iter().any(|(i, _)| *i == el.id) {
-                    self.text.push((el.id, el.text.clone()));
+                    self.keep_text(el.id, &el.text);
                 }
             }
             _ => {}
@@ -493,10 +541,13 @@ impl CallTracker {
             *seen += 1;
         }
         self.text.retain(|(id, _)| *id > el.id);
+        self.text_len = self.text.iter().map(|(_, t)| t.len()).sum();
+        let text_truncated = std::mem::take(&mut self.text_dropped);
         let ctx = CallContext {
             response_text: Some(response_text),
             previous_blocks,
             cut_off: self.cut_off.contains(&el.id),
+            text_truncated,
         };
         self.cut_off.retain(|id| *id != el.id);
         self.counted.retain(|id| *id >= el.id);
