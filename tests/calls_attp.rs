@@ -200,6 +200,12 @@ fn library_reader_edge_cases() {
     let (call, f) = parse_attp("thought = 'x'\n");
     assert!(call.error.unwrap().contains("[tool_call]"));
     assert!(f.warnings.contains(&"missing_tool_call".to_string()));
+    let (call, f) = parse_attp("Thought = 'Mixed case.'\n[Tool_Call]\nstatus = 'FAIL'\nmessage = 'no'\n");
+    let a = call.attp.unwrap();
+    assert_eq!((a.thought.as_deref(), a.status.as_deref()), (Some("Mixed case."), Some("fail")));
+    assert_eq!(f.warnings, ["key_case"]);
+    let mut ts = ThoughtStream::new();
+    assert_eq!(ts.feed("Thought = 'Mixed case.'"), "Mixed case.");
     let (call, _) = parse_attp("[tool_call]\nstatus = 'success'\ntarget = 't'\n");
     assert!(call.error.unwrap().contains("code"));
 }

@@ -281,6 +281,12 @@ fn variants() {
             &["step_number_mismatch"],
         ),
         (
+            "opening delimiter on the line after the key",
+            "<|[REQUEST_TOOL]|>\ncommand:»»»X.Y«««\npayload:\n»»»\n{\"a\": 1}\n«««\n<|[END_TOOL]|>",
+            json!([["X.Y", {"payload": "{\"a\": 1}"}]]),
+            &[],
+        ),
+        (
             "stray prose inside the block",
             "<|[REQUEST_TOOL]|>\nI will now call the tool.\ncommand:»»»X.Y«««\n<|[END_TOOL]|>",
             json!([["X.Y", {}]]),

@@ -545,19 +545,19 @@ pub fn parse_attp(text: &str) -> (ToolCall, Findings) {
     };
     for key in table
         .keys()
-        .filter(|k| !matches!(k.as_str(), "thought" | "tool_call"))
+        .filter(|k| !k.eq_ignore_ascii_case("thought") && !k.eq_ignore_ascii_case("tool_call"))
     {
         f.warn(
             "unknown_key",
             format!("top-level key {key:?} is not part of ATTP and was ignored"),
         );
     }
-    match table.get("thought") {
+    match get_ci(&table, "thought", &mut f) {
         Some(toml::Value::String(s)) => attp.thought = Some(s.clone()),
         Some(_) => f.warn("missing_thought", "`thought` is not a string".into()),
         None => f.warn("missing_thought", "the document has no `thought`".into()),
     }
-    let Some(toml::Value::Table(tc)) = table.get("tool_call") else {
+    let Some(toml::Value::Table(tc)) = get_ci(&table, "tool_call", &mut f) else {
         let msg = "the document has no [tool_call] table".to_string();
         f.error("missing_tool_call", msg.clone());
         call.observation = Some(format!("Observation: Error - Invalid ATTP output: {msg}"));
@@ -656,6 +656,16 @@ pub fn parse_attp(text: &str) -> (ToolCall, Findings) {
     }
     call.attp = Some(attp);
     (call, f)
+}
+
+/// `table[name]`, or a key that differs only in case (with a warning).
+fn get_ci<'a>(table: &'a toml::Table, name: &str, f: &mut Findings) -> Option<&'a toml::Value> {
+    if let Some(v) = table.get(name) {
+        return Some(v);
+    }
+    let (key, v) = table.iter().find(|(k, _)| k.eq_ignore_ascii_case(name))?;
+    f.warn("key_case", format!("`{key}` was read as `{name}`"));
+    Some(v)
 }
 
 fn truncate(s: &str, max: usize) -> String {
@@ -898,7 +908,7 @@ impl ThoughtStream {
     /// A string value starts with quote `q` (state after the first quote).
     fn open_string(&mut self, q: char, in_brackets: Option<u32>) {
         self.bracket_return = in_brackets;
-        if in_brackets.is_none() && !self.key_spoiled && self.key == "thought" {
+        if in_brackets.is_none() && !self.key_spoiled && self.key.eq_ignore_ascii_case("thought") {
             self.emit = true;
             self.started = true;
         }

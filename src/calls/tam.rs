@@ -268,10 +268,19 @@ fn key_line(s: &str, start: usize) -> Option<KeyLine<'_>> {
     let rest = &s[rest_at..line_end];
     let spaces = rest.len() - rest.trim_start_matches(is_hspace).len();
     let after_colon = rest_at + spaces;
-    let open = Delimiter::ALL
-        .iter()
-        .find(|d| s[after_colon..].starts_with(d.open()))
-        .map(|d| (*d, after_colon + d.open().len()));
+    let open_at = |at: usize| {
+        Delimiter::ALL
+            .iter()
+            .find(|d| s[at..].starts_with(d.open()))
+            .map(|d| (*d, at + d.open().len()))
+    };
+    let mut open = open_at(after_colon);
+    if open.is_none() && s[after_colon..line_end].trim().is_empty() && line_end < s.len() {
+        // `key:` with the opening delimiter on the next line.
+        let next = &s[line_end + 1..];
+        let pad = next.len() - next.trim_start_matches(is_hspace).len();
+        open = open_at(line_end + 1 + pad);
+    }
     Some(KeyLine {
         key,
         open,
