@@ -200,9 +200,13 @@ fn library_reader_edge_cases() {
     let (call, f) = parse_attp("thought = 'x'\n");
     assert!(call.error.unwrap().contains("[tool_call]"));
     assert!(f.warnings.contains(&"missing_tool_call".to_string()));
-    let (call, f) = parse_attp("Thought = 'Mixed case.'\n[Tool_Call]\nstatus = 'FAIL'\nmessage = 'no'\n");
+    let (call, f) =
+        parse_attp("Thought = 'Mixed case.'\n[Tool_Call]\nstatus = 'FAIL'\nmessage = 'no'\n");
     let a = call.attp.unwrap();
-    assert_eq!((a.thought.as_deref(), a.status.as_deref()), (Some("Mixed case."), Some("fail")));
+    assert_eq!(
+        (a.thought.as_deref(), a.status.as_deref()),
+        (Some("Mixed case."), Some("fail"))
+    );
     assert_eq!(f.warnings, ["key_case"]);
     let mut ts = ThoughtStream::new();
     assert_eq!(ts.feed("Thought = 'Mixed case.'"), "Mixed case.");
@@ -349,17 +353,37 @@ fn thought_stream_matches_the_binary_element() {
         let doc = corpus(name);
         for size in [1, 7, 64] {
             let run = run(doc.as_bytes(), Some(size), &["--profile", "attp"]);
+            let p = payloads(&run.events, "attp");
+            let text_of = |tag: &str| -> Vec<String> {
+                run.events
+                    .iter()
+                    .filter(|e| e["type"] == "delta" && e["tag"] == tag)
+                    .map(|e| e["text"].as_str().unwrap().to_string())
+                    .collect()
+            };
+            let (raw, thought) = (text_of("attp"), text_of("thought"));
+            assert!(
+                !raw.is_empty() || !thought.is_empty(),
+                "{name}: no deltas at all"
+            );
+            // Thought deltas (once the payload stage streams them) add up to
+            // the thought.
+            if !thought.is_empty() {
+                assert_eq!(
+                    Value::String(thought.concat()),
+                    p[0]["attp"]["thought"],
+                    "{name} at {size}"
+                );
+            }
+            if raw.is_empty() {
+                continue;
+            }
             let mut ts = ThoughtStream::new();
             let mut seen = String::new();
-            for e in run
-                .events
-                .iter()
-                .filter(|e| e["type"] == "delta" && e["tag"] == "attp")
-            {
-                seen.push_str(&ts.feed(e["text"].as_str().unwrap()));
+            for t in &raw {
+                seen.push_str(&ts.feed(t));
             }
             seen.push_str(&ts.finish());
-            let p = payloads(&run.events, "attp");
             assert_eq!(
                 Value::String(seen),
                 p[0]["attp"]["thought"],

@@ -50,32 +50,46 @@ pub fn run(input: &[u8], chunk: Option<usize>, args: &[&str]) -> Run {
     }
 }
 
-/// Joins adjacent deltas of one element (and adjacent gaps), the form in
-/// which events must not depend on the split.
+/// The form in which events must not depend on the split: within each run
+/// of consecutive deltas, the deltas of one (element, tag) are joined into
+/// one (in order of first appearance), and adjacent gaps are joined. (An
+/// ATTP element may interleave its raw deltas with `thought` deltas.)
 pub fn normalize(events: &[Value]) -> Vec<Value> {
     let mut out: Vec<Value> = Vec::new();
+    let mut run_start = 0;
     for e in events {
-        if let Some(last) = out.last_mut() {
-            let same_delta = e["type"] == "delta"
-                && last["type"] == "delta"
-                && e["id"] == last["id"]
-                && e["tag"] == last["tag"];
-            let same_gap =
-                e["type"] == "gap" && last["type"] == "gap" && last["span"][1] == e["span"][0];
-            if same_delta || same_gap {
+        if e["type"] == "delta" {
+            let found = out[run_start..]
+                .iter_mut()
+                .find(|d| d["id"] == e["id"] && d["tag"] == e["tag"]);
+            if let Some(d) = found {
                 let text = format!(
                     "{}{}",
-                    last["text"].as_str().unwrap(),
+                    d["text"].as_str().unwrap(),
                     e["text"].as_str().unwrap()
                 );
-                last["text"] = Value::String(text);
-                if same_gap {
-                    last["span"][1] = e["span"][1].clone();
-                }
-                continue;
+                d["text"] = Value::String(text);
+            } else {
+                out.push(e.clone());
             }
+            continue;
+        }
+        if let Some(last) = out.last_mut()
+            && e["type"] == "gap"
+            && last["type"] == "gap"
+            && last["span"][1] == e["span"][0]
+        {
+            let text = format!(
+                "{}{}",
+                last["text"].as_str().unwrap(),
+                e["text"].as_str().unwrap()
+            );
+            last["text"] = Value::String(text);
+            last["span"][1] = e["span"][1].clone();
+            continue;
         }
         out.push(e.clone());
+        run_start = out.len();
     }
     out
 }
