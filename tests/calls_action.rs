@@ -316,3 +316,49 @@ fn library_reader_reports_stray_parts() {
     let (call, _) = parse_action(&deep);
     assert!(call.error.unwrap().contains("deeper"));
 }
+
+/// Writes `v` as XML text: escaped, or as CDATA when `cdata` (split where
+/// the value holds `]]>`).
+fn xml_text(v: &str, cdata: bool) -> String {
+    if cdata {
+        format!("<![CDATA[{}]]>", v.replace("]]>", "]]]]><![CDATA[>"))
+    } else {
+        v.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+    }
+}
+
+proptest::proptest! {
+    /// Generated ACTION blocks read back to the parameters written, at any
+    /// chunk size.
+    #[test]
+    fn generated_blocks_round_trip(
+        params in proptest::collection::btree_map("[a-z][a-z_]{0,8}", ("[a-z <>&\\]\"'\n]{0,16}", proptest::bool::ANY), 1..5),
+        list in proptest::collection::vec("[a-z&<]{1,5}", 0..4),
+        chunk in 1usize..12,
+    ) {
+        let mut xml = String::from("Calling.\n<ACTION>\n  <Tool>\n");
+        let mut want = serde_json::Map::new();
+        for (name, (value, cdata)) in &params {
+            if name == "item" || name == "l" { continue; }
+            xml.push_str(&format!("    <{name}>{}</{name}>\n", xml_text(value, *cdata)));
+            let read = if *cdata { value.clone() } else { value.trim().to_string() };
+            want.insert(name.clone(), Value::String(read));
+        }
+        if !list.is_empty() {
+            xml.push_str("    <l>");
+            for v in &list { xml.push_str(&format!("<item>{}</item>", xml_text(v, false))); }
+            xml.push_str("</l>\n");
+            want.insert("l".into(), Value::Array(list.iter().map(|v| Value::String(v.clone())).collect()));
+        }
+        xml.push_str("  </Tool>\n</ACTION>\n");
+        let mut parser = spindle::Parser::new(profile("action"));
+        let mut events = Vec::new();
+        for c in xml.as_bytes().chunks(chunk) { events.extend(parser.feed(c)); }
+        events.extend(parser.finish());
+        let p: Vec<&Value> = events.iter().filter_map(|e| e.as_element()).filter(|e| &*e.tag == "action").map(|e| &e.payload).collect();
+        proptest::prop_assert_eq!(p.len(), 1);
+        proptest::prop_assert_eq!(&p[0]["steps"][0]["params"], &Value::Object(want));
+    }
+}

@@ -430,7 +430,8 @@ pub fn check_code(code: &str) -> CodeReport {
             ) || matches!(prev_name, Some("for" | "as"));
             assigned |= target && !kwarg;
         }
-        let defines = matches!(prev_name, Some("def" | "class")) || (next_op == Some("=") && paren == 0);
+        let defines =
+            matches!(prev_name, Some("def" | "class")) || (next_op == Some("=") && paren == 0);
         if defines {
             defined.push(text.to_string());
         } else if next_op == Some("(")
@@ -526,7 +527,7 @@ pub fn parse_attp(text: &str) -> (ToolCall, Findings) {
                 .map(|s| {
                     format!(
                         " at line {}",
-                        doc[..s.start.min(doc.len())].matches('\n').count() + 1
+                        doc.get(..s.start).unwrap_or(&doc).matches('\n').count() + 1
                     )
                 })
                 .unwrap_or_default();

@@ -41,6 +41,15 @@
 //! off by the end of input) is known to a [`CallTracker`], which watches
 //! every event of one response; [`tam_payload`], [`action_payload`] and
 //! [`attp_payload`] are the context-free forms.
+//!
+//! # Streaming the ATTP thought
+//!
+//! An `attp` element streams its raw TOML as `delta` events;
+//! [`attp::ThoughtStream`] turns them into the `thought` string's text as
+//! it arrives (split-invariant). The payload stage keeps one per open ATTP
+//! element: each raw delta is fed, the released text goes out as a
+//! `delta` with tag `thought` and the element's id, and `finish` is called
+//! when the element completes, before its `element` event.
 
 pub mod action;
 pub mod attp;
