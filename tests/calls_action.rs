@@ -246,7 +246,10 @@ fn malformed_xml_gives_the_observation() {
         ("stray close", "</GetPlayerInfo>"),
         ("empty block", "   "),
         ("text only", "GetPlayerInfo player_id=p"),
-        ("unclosed tool", "<GetPlayerInfo><player_id>p</player_id>"),
+        (
+            "close of an unopened element",
+            "<GetPlayerInfo></player_id></GetPlayerInfo>",
+        ),
     ];
     for (name, inner) in cases {
         let (p, events) = action(&format!("Try.\n<ACTION>{inner}</ACTION>"));
@@ -277,6 +280,23 @@ fn second_block_and_several_tools_are_reported() {
     assert!(!warnings(&t[0]).contains(&"second_action_block".to_string()));
     assert!(warnings(&t[1]).contains(&"second_action_block".to_string()));
     assert_eq!(t[1]["response_text"], "And also the player.");
+}
+
+#[test]
+fn block_cut_mid_parameter_keeps_what_was_written() {
+    let input = "Reading.\n<ACTION>\n  <read_file>\n    <args><file><path>src/app.ts</path></file><file><path>src/ut";
+    let (p, events) = action(input);
+    assert_eq!(
+        steps(&p[0]),
+        [(
+            "read_file".to_string(),
+            json!({"args": {"file": [{"path": "src/app.ts"}, {"path": "src/ut"}]}})
+        )]
+    );
+    assert!(warnings(&p[0]).contains(&"unclosed_elements".to_string()));
+    assert!(p[0]["error"].is_null());
+    let t = tracked_payloads(&profile("action"), &events);
+    assert!(warnings(&t[0]).contains(&"unterminated_block".to_string()));
 }
 
 #[test]

@@ -417,6 +417,35 @@ fn truncated_block_still_gives_its_steps() {
 }
 
 #[test]
+fn block_cut_at_every_byte_never_fails() {
+    // Every prefix of the §5.2 example parses; once `command_1`'s value is
+    // complete the first step is there with its tool id.
+    let full = std::fs::read_to_string("corpora/tam-spec000-5-2-multi-step.txt").unwrap();
+    let mark = full.find("on_error_1").unwrap();
+    for (cut, _) in full.char_indices() {
+        let events = spindle::parse(profile("tam"), full[..cut].as_bytes());
+        let p: Vec<&Value> = events
+            .iter()
+            .filter_map(|e| e.as_element())
+            .filter(|e| &*e.tag == "tam")
+            .map(|e| &e.payload)
+            .collect();
+        if cut >= mark {
+            assert_eq!(
+                p[0]["steps"][0]["tool_id"], "ImageTool.Generate",
+                "cut at {cut}"
+            );
+        }
+        for payload in p {
+            for step in payload["steps"].as_array().unwrap() {
+                let id = step["tool_id"].as_str().unwrap();
+                assert!(!id.contains(['»', '«', '\n']), "cut at {cut}: {id:?}");
+            }
+        }
+    }
+}
+
+#[test]
 fn end_marker_cut_at_eof_is_dropped() {
     let input = "<|[REQUEST_TOOL]|>\ncommand:»»»X«««\n<|[END_TO";
     let events = parse_all_splits(input, &["--profile", "tam"]);

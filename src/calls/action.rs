@@ -28,12 +28,16 @@
 //! unescaped), decodes entities leniently, and handles CDATA and comments,
 //! so the block is read exactly as it was delimited. quick-xml would reject
 //! or need pre-repair of exactly the inputs models produce. What stays
-//! strict is the element structure: a closing tag that does not match, or
-//! an element never closed, is `Malformed XML in ACTION block` (spec 004
-//! §3.3), reported in the payload, never a panic.
+//! strict is the element structure: a closing tag that does not match
+//! (or closes nothing) is `Malformed XML in ACTION block` (spec 004 §3.3),
+//! reported in the payload, never a panic. Elements still open when the
+//! text ends (a block cut off mid-parameter) are closed there, with the
+//! warning `unclosed_elements`, so a truncated block keeps what it wrote.
 
 use super::{CallFormat, Findings, Step, ToolCall};
-use crate::scan::{ScanLimits, Scanner, TagKind, Token, TokenSink, decode_entities};
+use crate::scan::{
+    ScanLimits, Scanner, TagKind, Token, TokenSink, UnfinishedKind, decode_entities,
+};
 use serde_json::Value;
 
 /// The observation text for an ACTION block that does not parse (spec 004
@@ -67,6 +71,8 @@ enum Piece {
 #[derive(Debug, Default)]
 struct Collect {
     pieces: Vec<Piece>,
+    /// Markup cut off by the end of the text, dropped.
+    cut: Option<String>,
 }
 
 impl Collect {
@@ -101,7 +107,19 @@ impl TokenSink for Collect {
                 text: String::from_utf8_lossy(body).into_owned(),
             }),
             Token::Comment { .. } | Token::Notice(_) => {}
-            Token::Special { raw, .. } | Token::Unfinished { raw, .. } => self.text(raw),
+            Token::Unfinished { raw, kind, .. } => match kind {
+                // A block cut off inside CDATA: the section so far.
+                UnfinishedKind::Comment if raw.starts_with(b"<![CDATA[") => {
+                    self.pieces.push(Piece::CData {
+                        text: String::from_utf8_lossy(&raw[9..]).into_owned(),
+                    });
+                }
+                UnfinishedKind::OpenTag | UnfinishedKind::CloseTag | UnfinishedKind::Comment => {
+                    self.cut = Some(String::from_utf8_lossy(raw).into_owned());
+                }
+                UnfinishedKind::Lt | UnfinishedKind::Special => self.text(raw),
+            },
+            Token::Special { raw, .. } => self.text(raw),
         }
     }
 }
@@ -288,12 +306,26 @@ fn tree(text: &str, pieces: Vec<Piece>, f: &mut Findings) -> Result<Node, String
         }
     }
     if stack.len() > 1 {
+        // The text ended inside elements (a block cut off mid-parameter):
+        // close them there and keep what was written.
         let open: Vec<String> = stack
             .iter()
             .skip(1)
             .map(|n| format!("<{}> (line {})", n.name, line_of(text, n.at)))
             .collect();
-        return Err(format!("{} never closed", open.join(", ")));
+        f.warn(
+            "unclosed_elements",
+            format!(
+                "{} never closed; closed at the end of the block",
+                open.join(", ")
+            ),
+        );
+        while stack.len() > 1 {
+            let Some(done) = stack.pop() else { break };
+            if let Some(parent) = stack.last_mut() {
+                parent.children.push(done);
+            }
+        }
     }
     stack.pop().ok_or_else(|| "empty".to_string())
 }
@@ -327,6 +359,12 @@ pub fn parse_action(text: &str) -> (ToolCall, Findings) {
     let mut sink = Collect::default();
     scanner.feed(text.as_bytes(), &mut sink);
     scanner.finish(&mut sink);
+    if let Some(cut) = sink.cut.take() {
+        f.warn(
+            "truncated_markup",
+            format!("the block ends inside a tag or comment; {cut:?} was dropped"),
+        );
+    }
     let root = match tree(text, sink.pieces, &mut f) {
         Ok(root) => root,
         Err(detail) => {
@@ -398,8 +436,26 @@ mod tests {
     }
 
     #[test]
+    fn unclosed_elements_at_the_end_are_closed() {
+        let (call, f) = parse_action("<T><a>1</a><b><c>2");
+        assert!(call.error.is_none());
+        assert_eq!(call.steps[0].params["a"], "1");
+        assert_eq!(call.steps[0].params["b"]["c"], "2");
+        assert_eq!(f.warnings, ["unclosed_elements"]);
+        let (call, f) = parse_action("<T><a><![CDATA[x < y");
+        assert_eq!(call.steps[0].params["a"], "x < y");
+        assert_eq!(f.warnings, ["unclosed_elements"]);
+        let (call, f) = parse_action("<T><a>1</a><b");
+        assert_eq!(
+            serde_json::Value::Object(call.steps[0].params.clone()),
+            serde_json::json!({"a": "1"})
+        );
+        assert_eq!(f.warnings, ["truncated_markup", "unclosed_elements"]);
+    }
+
+    #[test]
     fn structure_errors_are_malformed() {
-        for bad in ["<T><a>1</b></T>", "<T><a>1</a>", "</T>", "", "just text"] {
+        for bad in ["<T><a>1</b></T>", "<T></a></T>", "</T>", "", "just text"] {
             let (call, _) = parse_action(bad);
             let err = call.error.unwrap_or_default();
             assert!(err.starts_with(MALFORMED), "{bad:?} gave {err:?}");

@@ -455,6 +455,10 @@ fn scan(s: &str, f: &mut Findings) -> Scan {
                         value = v.trim();
                         out.style(d);
                     }
+                    // `key:»»` cut off by the end of the output.
+                    if !value.is_empty() && d.open().starts_with(value) {
+                        value = "";
+                    }
                 }
                 f.warn("missing_delimiters", format!("line {line_no}: key {:?} has no »»» ««« delimiters; its value was read to the end of the line", kl.key));
                 out.entries.push(Entry {
@@ -498,8 +502,18 @@ fn scan(s: &str, f: &mut Findings) -> Scan {
                         "missing_close_delimiter",
                         format!("line {line_no}: the value of {:?} has no closing {}; it was read up to {what}", kl.key, style.close()),
                     );
-                        let (value, comments) = trim_open_value(&s[vstart..limit]);
+                        let (mut value, comments) = trim_open_value(&s[vstart..limit]);
                         out.comments.extend(comments);
+                        if next_key.is_none() {
+                            // Cut off inside the closing delimiter: `value««` (longest first).
+                            let close = style.close();
+                            for (i, _) in close.char_indices().rev().filter(|(i, _)| *i > 0) {
+                                if let Some(v) = value.strip_suffix(&close[..i]) {
+                                    value = v;
+                                    break;
+                                }
+                            }
+                        }
                         (value, limit)
                     }
                 }
