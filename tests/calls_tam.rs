@@ -602,3 +602,20 @@ proptest! {
         prop_assert_eq!(split, whole);
     }
 }
+
+#[test]
+fn large_blocks_parse_in_linear_time() {
+    // 20 000 values without closing delimiters, and 20 000 with: each value
+    // must not rescan the rest of the block.
+    for close in ["", "«««"] {
+        let mut block = String::from("\ncommand:»»»Bulk.Load«««\n");
+        for i in 0..20_000 {
+            block.push_str(&format!("key_{i}_x:»»»value {i}{close}\n"));
+        }
+        let started = std::time::Instant::now();
+        let (call, _) = parse_tam(&block);
+        let took = started.elapsed();
+        assert_eq!(call.steps[0].params.len() + call.unassigned.len(), 20_000);
+        assert!(took.as_secs() < 5, "{took:?} for close {close:?}");
+    }
+}

@@ -34,7 +34,7 @@
 //! text ends (a block cut off mid-parameter) are closed there, with the
 //! warning `unclosed_elements`, so a truncated block keeps what it wrote.
 
-use super::{CallFormat, Findings, Step, ToolCall};
+use super::{CallFormat, Findings, Lines, Step, ToolCall};
 use crate::scan::{
     ScanLimits, Scanner, TagKind, Token, TokenSink, UnfinishedKind, decode_entities,
 };
@@ -223,17 +223,10 @@ fn object_of(children: &[Node], f: &mut Findings, path: &str) -> serde_json::Map
     map
 }
 
-fn line_of(text: &str, at: usize) -> usize {
-    text.as_bytes()
-        .iter()
-        .take(at)
-        .filter(|&&b| b == b'\n')
-        .count()
-        + 1
-}
-
 /// Builds the element tree; `Err` says why the XML is malformed.
 fn tree(text: &str, pieces: Vec<Piece>, f: &mut Findings) -> Result<Node, String> {
+    let lines = Lines::new(text);
+    let line_of = |_: &str, at: usize| lines.line(at);
     let mut stack: Vec<Node> = vec![Node::default()];
     for piece in pieces {
         match piece {

@@ -284,6 +284,22 @@ impl Findings {
     }
 }
 
+/// Line numbers of byte offsets, in O(log n) each (warnings name lines; a
+/// block may have many).
+#[derive(Debug)]
+pub(crate) struct Lines(Vec<usize>);
+
+impl Lines {
+    pub(crate) fn new(text: &str) -> Lines {
+        Lines(memchr::memchr_iter(b'\n', text.as_bytes()).collect())
+    }
+
+    /// The 1-based line holding byte `at`.
+    pub(crate) fn line(&self, at: usize) -> usize {
+        self.0.partition_point(|&nl| nl < at) + 1
+    }
+}
+
 /// What is known about a call element beyond its own text.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CallContext {

@@ -48,7 +48,7 @@
 //! to every step (`unnumbered_param_applied_to_all`), or to the only step.
 //! `@{...}` references are plain text.
 
-use super::{CallFormat, Findings, OnError, Step, ToolCall};
+use super::{CallFormat, Findings, Lines, OnError, Step, ToolCall};
 use base64::Engine;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -398,10 +398,6 @@ fn comment_text(line: &str) -> String {
     line.trim().trim_start_matches('#').trim().to_string()
 }
 
-fn line_of(s: &str, at: usize) -> usize {
-    s[..at].bytes().filter(|&b| b == b'\n').count() + 1
-}
-
 /// The reader's pass over the text: entries, comments, styles used.
 #[derive(Debug, Default)]
 struct Scan {
@@ -420,6 +416,8 @@ impl Scan {
 
 /// Reads the lines of a dedented block.
 fn scan(s: &str, f: &mut Findings) -> Scan {
+    let lines = Lines::new(s);
+    let line_of = |_: &str, at: usize| lines.line(at);
     let mut out = Scan::default();
     let mut pos = 0;
     while pos < s.len() {
@@ -476,7 +474,7 @@ fn scan(s: &str, f: &mut Findings) -> Scan {
         out.style(style);
         let next_key = next_key_line(s, vstart);
         let limit = next_key.unwrap_or(s.len());
-        let own_close = s[vstart..]
+        let own_close = s[vstart..limit]
             .find(style.close())
             .map(|i| vstart + i)
             .filter(|&c| c < limit);
