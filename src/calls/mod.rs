@@ -22,6 +22,23 @@
 //! order. `warnings` holds stable snake_case codes (`mixed_delimiters_used`,
 //! ...); the same findings arrive with sentences as `diagnostic` events.
 //!
+//! # Profiles
+//!
+//! `spindle parse --profile tam|action|attp` (and [`Registry::profile`]):
+//!
+//! * `tam`: free text is `content` (bare: no tags, no repairs), each
+//!   `<|[REQUEST_TOOL]|> ... <|[END_TOOL]|>` block one `tam` element. The
+//!   element's canonical name is `tam`; Filament output can opt in with a
+//!   registry file that `extends = "filament"` and adds the same tag (body
+//!   `tam`, markers `REQUEST_TOOL`/`END_TOOL`).
+//! * `action`: free text is `content`, `<ACTION>...</ACTION>` an `action`
+//!   element.
+//! * `attp`: the whole output is one `attp` element.
+//!
+//! `spindle parse --tools DIR` checks every completed call against the
+//! plugins directory `DIR` ([`ToolCatalog::load_plugins`]) and prints the
+//! observation text of each invalid one to stderr.
+//!
 //! # Example: a TAM block
 //!
 //! ```

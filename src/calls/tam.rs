@@ -288,10 +288,12 @@ fn key_line(s: &str, start: usize) -> Option<KeyLine<'_>> {
     })
 }
 
-/// Whether a key with no delimiters looks like a parameter name (letters,
-/// digits, spaces, `_`, `-`, `.`), so that `key: value` may be read.
+/// Whether a key with no delimiters looks like a parameter name (at most
+/// three words of letters, digits, `_`, `-`, `.`), so that `key: value`
+/// may be read; longer text before a colon is prose.
 fn plain_key(key: &str) -> bool {
     key.chars().count() <= 64
+        && key.split_whitespace().count() <= 3
         && key
             .chars()
             .all(|c| c.is_alphanumeric() || matches!(c, ' ' | '_' | '-' | '.'))
