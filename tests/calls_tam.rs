@@ -287,6 +287,18 @@ fn variants() {
             &[],
         ),
         (
+            "a key-like line in another style inside a value",
+            "<|[REQUEST_TOOL]|>\ncommand:»»»X.Y«««\ndoc:»»»Usage:\nExample: >>> f(1)\n2\n«««\n<|[END_TOOL]|>",
+            json!([["X.Y", {"doc": "Usage:\nExample: >>> f(1)\n2"}]]),
+            &[],
+        ),
+        (
+            "missing close, next key in another style",
+            "<|[REQUEST_TOOL]|>\ncommand:>>>X.Y\npath:»»»a«««\n<|[END_TOOL]|>",
+            json!([["X.Y", {"path": "a"}]]),
+            &["missing_close_delimiter", "mixed_delimiters_used"],
+        ),
+        (
             "stray prose inside the block",
             "<|[REQUEST_TOOL]|>\nI will now call the tool.\ncommand:»»»X.Y«««\n<|[END_TOOL]|>",
             json!([["X.Y", {}]]),
@@ -607,15 +619,28 @@ proptest! {
 fn large_blocks_parse_in_linear_time() {
     // 20 000 values without closing delimiters, and 20 000 with: each value
     // must not rescan the rest of the block.
-    for close in ["", "«««"] {
+    for close in ["", "«««", "mixed"] {
         let mut block = String::from("\ncommand:»»»Bulk.Load«««\n");
         for i in 0..20_000 {
-            block.push_str(&format!("key_{i}_x:»»»value {i}{close}\n"));
+            match close {
+                // Styles alternate and nothing is closed, with the block's
+                // last line closing a far-away `»»»` value.
+                "mixed" if i % 2 == 0 => block.push_str(&format!("key_{i}_x:»»»value {i}\n")),
+                "mixed" => block.push_str(&format!("key_{i}_x:>>>value {i}\n")),
+                close => block.push_str(&format!("key_{i}_x:»»»value {i}{close}\n")),
+            }
         }
+        block.push_str("«««\n");
         let started = std::time::Instant::now();
         let (call, _) = parse_tam(&block);
         let took = started.elapsed();
-        assert_eq!(call.steps[0].params.len() + call.unassigned.len(), 20_000);
+        if close != "mixed" {
+            assert_eq!(call.steps[0].params.len() + call.unassigned.len(), 20_000);
+        } else {
+            // Near the final `«««`, `>>>` lines read as text of the open
+            // `»»»` value before them; the rest are keys.
+            assert!(call.steps[0].params.len() > 19_000);
+        }
         assert!(took.as_secs() < 5, "{took:?} for close {close:?}");
     }
 }

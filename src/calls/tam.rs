@@ -311,13 +311,42 @@ fn is_fence(line: &str) -> bool {
     line.trim_start_matches(is_hspace).starts_with("```")
 }
 
+/// How far past a key-like line the reader looks for the closing
+/// delimiter of the value it may belong to.
+const LOOKAHEAD: usize = 16 * 1024;
+
 /// The start of the first line after the one holding `at` that is a
-/// delimited key line.
-fn next_key_line(s: &str, at: usize) -> Option<usize> {
+/// delimited key line ending the value opened with `style`.
+///
+/// A key line in another style (`Note: >>> see below` inside a `»»»`
+/// value) does not end the value when the value's own closing delimiter
+/// follows it (within [`LOOKAHEAD`] bytes), that line's value would not be
+/// closed before it, and the value was not closed in another style on an
+/// earlier line: it is text of the value.
+fn next_key_line(s: &str, at: usize, style: Delimiter) -> Option<usize> {
     let mut pos = next_line(s, at);
     while pos < s.len() {
-        if key_line(s, pos).is_some_and(|k| k.open.is_some()) {
-            return Some(pos);
+        if let Some(KeyLine {
+            open: Some((other, vstart)),
+            ..
+        }) = key_line(s, pos)
+        {
+            // Same style, or the value was already closed in another
+            // style at the end of an earlier line: a real key line.
+            if other == style || foreign_close(s, at, pos, style).is_some() {
+                return Some(pos);
+            }
+            let mut end = (vstart + LOOKAHEAD).min(s.len());
+            while !s.is_char_boundary(end) {
+                end -= 1;
+            }
+            let window = &s[vstart..end];
+            let own = window.find(style.close());
+            let theirs = window.find(other.close());
+            let inside = own.is_some_and(|o| theirs.is_none_or(|t| o < t));
+            if !inside {
+                return Some(pos);
+            }
         }
         pos = next_line(s, pos);
     }
@@ -474,7 +503,7 @@ fn scan(s: &str, f: &mut Findings) -> Scan {
             continue;
         };
         out.style(style);
-        let next_key = next_key_line(s, vstart);
+        let next_key = next_key_line(s, vstart, style);
         let limit = next_key.unwrap_or(s.len());
         let own_close = s[vstart..limit]
             .find(style.close())
