@@ -644,3 +644,40 @@ fn large_blocks_parse_in_linear_time() {
         assert!(took.as_secs() < 5, "{took:?} for close {close:?}");
     }
 }
+
+#[test]
+fn rewrite_closes_a_cut_block_with_its_marker() {
+    let input = std::fs::read_to_string("corpora/tam-truncated.txt").unwrap();
+    for chunk in [None, Some(1), Some(7)] {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_spindle"));
+        cmd.args([
+            "parse",
+            "corpora/tam-truncated.txt",
+            "--profile",
+            "tam",
+            "--format",
+            "rewrite",
+        ]);
+        if let Some(n) = chunk {
+            cmd.args(["--chunk-size", &n.to_string()]);
+        }
+        let out = String::from_utf8(cmd.output().unwrap().stdout).unwrap();
+        assert_eq!(out, format!("{input}<|[END_TOOL]|>"), "chunk {chunk:?}");
+    }
+    // Complete blocks and the text around them are rewritten unchanged.
+    for file in [
+        "corpora/tam-two-blocks.txt",
+        "corpora/tam-fenced-block.txt",
+        "corpora/tam-spec000-5-2-multi-step.txt",
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_spindle"))
+            .args(["parse", file, "--profile", "tam", "--format", "rewrite"])
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(out.stdout).unwrap(),
+            std::fs::read_to_string(file).unwrap(),
+            "{file}"
+        );
+    }
+}

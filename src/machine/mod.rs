@@ -338,7 +338,14 @@ impl Machine {
             return;
         }
         if let Some(r) = &mut self.rewrite {
-            r.push_tag(&spec.spelling, close);
+            match &spec.markers {
+                // A marker-delimited tag (TAM) is closed with its marker.
+                Some(m) => {
+                    let name = if close { &m.close } else { &m.open };
+                    r.push(format!("<|[{name}]|>").as_bytes());
+                }
+                None => r.push_tag(&spec.spelling, close),
+            }
         }
     }
 
