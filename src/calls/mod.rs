@@ -1,20 +1,602 @@
-//! Tool calls written in the text: TAM blocks (spec 000, 002 §5), ACTION XML
-//! (spec 004) and ATTP TOML (spec 001), normalised into one `ToolCall` shape.
+//! Tool calls written in the text: TAM blocks (spec 000, spec 002 §5),
+//! ACTION XML (spec 004) and ATTP TOML (spec 001), normalised into one
+//! [`ToolCall`] shape, and the [`ToolCatalog`] that checks them.
+//!
+//! This module owns the reading of a *completed* call element's text and
+//! the checking of the call against tool definitions. It must not decide
+//! where a block starts or ends (that is [`crate::machine`]'s, driven by the
+//! `tam`, `action` and `attp` profiles of [`crate::registry`]), and it runs
+//! no tool: a checked call goes to a handler.
+//!
+//! # The formats
+//!
+//! | format | element | body | reader |
+//! |---|---|---|---|
+//! | TAM | `tam`, `<\|[REQUEST_TOOL]\|> ... <\|[END_TOOL]\|>` | `key:»»»value«««` lines | [`tam::parse_tam`] |
+//! | ACTION | `action`, `<ACTION> ... </ACTION>` | XML, one element per tool | [`action::parse_action`] |
+//! | ATTP | `attp`, the whole output | TOML with `thought` and `[tool_call]` | [`attp::parse_attp`] |
+//!
+//! All three give a [`ToolCall`]: `{"format", "steps": [{"tool_id",
+//! "params", "on_error", "retry", "type_hints", "uris", ...}],
+//! "request_id", "response_text", "warnings": [...]}`, steps in execution
+//! order. `warnings` holds stable snake_case codes (`mixed_delimiters_used`,
+//! ...); the same findings arrive with sentences as `diagnostic` events.
+//!
+//! # Profiles
+//!
+//! `spindle parse --profile tam|action|attp` (and [`Registry::profile`]):
+//!
+//! * `tam`: free text is `content` (bare: no tags, no repairs), each
+//!   `<|[REQUEST_TOOL]|> ... <|[END_TOOL]|>` block one `tam` element. The
+//!   element's canonical name is `tam`; Filament output can opt in with a
+//!   registry file that `extends = "filament"` and adds the same tag (body
+//!   `tam`, markers `REQUEST_TOOL`/`END_TOOL`).
+//! * `action`: free text is `content`, `<ACTION>...</ACTION>` an `action`
+//!   element.
+//! * `attp`: the whole output is one `attp` element.
+//!
+//! `spindle parse --tools DIR` checks every completed call against the
+//! plugins directory `DIR` ([`ToolCatalog::load_plugins`]) and prints the
+//! observation text of each invalid one to stderr.
+//!
+//! # Example: a TAM block
+//!
+//! ```
+//! use spindle::{parse, Registry};
+//!
+//! let text = "Writing it.\n<|[REQUEST_TOOL]|>\ncommand:»»»File.Write«««\nfilePath:»»»/tmp/a«««\n<|[END_TOOL]|>";
+//! let events = parse(Registry::profile("tam").unwrap(), text.as_bytes());
+//! let call = events.iter().filter_map(|e| e.as_element()).find(|e| &*e.tag == "tam").unwrap();
+//! assert_eq!(call.payload["steps"][0]["tool_id"], "File.Write");
+//! assert_eq!(call.payload["steps"][0]["params"]["file_path"], "/tmp/a");
+//! ```
+//!
+//! # Context: response text and repeated blocks
+//!
+//! A payload function sees one element. What lies around it (the text before
+//! an ACTION block, whether a block is the second one, whether it was cut
+//! off by the end of input) is known to a [`CallTracker`], which watches
+//! every event of one response; [`tam_payload`], [`action_payload`] and
+//! [`attp_payload`] are the context-free forms.
+//!
+//! # Streaming the ATTP thought
+//!
+//! An `attp` element streams its raw TOML as `delta` events;
+//! [`attp::ThoughtStream`] turns them into the `thought` string's text as
+//! it arrives (split-invariant). The payload stage keeps one per open ATTP
+//! element: each raw delta is fed, the released text goes out as a
+//! `delta` with tag `thought` and the element's id, and `finish` is called
+//! when the element completes, before its `element` event.
 
-use crate::event::Element;
+pub mod action;
+pub mod attp;
+pub mod catalog;
+pub mod tam;
+
+pub use catalog::{CallProblem, CatalogError, ParamProblem, ToolCatalog, ToolDef};
+
+use crate::event::{Diagnostic, Element, Event, Level};
 use crate::payload::Payload;
+use crate::registry::{BodyKind, Registry, TagId};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
-/// The payload of a completed TAM element.
-pub fn tam_payload(_el: &Element) -> Payload {
-    Payload::none()
+/// Which notation a call was written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallFormat {
+    /// `<|[REQUEST_TOOL]|>` blocks (spec 000, spec 002 §5).
+    Tam,
+    /// `<ACTION>` XML (spec 004).
+    Action,
+    /// ATTP TOML (spec 001).
+    Attp,
 }
 
-/// The payload of a completed ACTION element.
-pub fn action_payload(_el: &Element) -> Payload {
-    Payload::none()
+/// What happens to the remaining steps when a step fails (TAM `on_error_N`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnError {
+    /// Stop the whole call (the default).
+    #[default]
+    Stop,
+    /// Ignore the error and go on with the next step.
+    Continue,
+}
+
+/// One tool invocation of a call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Step {
+    /// The tool's id (`File.Write`, `ReadWorldStateTool`; `python` for ATTP
+    /// code).
+    pub tool_id: String,
+    /// Parameters, name to JSON value (TAM: after `common_*` and type hints
+    /// are applied).
+    #[serde(default)]
+    pub params: serde_json::Map<String, serde_json::Value>,
+    /// What a failure of this step does to the rest.
+    #[serde(default)]
+    pub on_error: OnError,
+    /// How many times to retry this step after a failure.
+    #[serde(default)]
+    pub retry: u32,
+    /// Declared type of a parameter (`json`, `base64`, `text`), by name.
+    #[serde(default)]
+    pub type_hints: BTreeMap<String, String>,
+    /// Parameters passed by reference (`fam://...`), by name.
+    #[serde(default)]
+    pub uris: BTreeMap<String, String>,
+    /// The step number as written (`command_3` -> 3), `null` for an
+    /// unnumbered `command` and for ACTION/ATTP.
+    #[serde(default)]
+    pub index: Option<u64>,
+    /// A `comment_N` note for this step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+}
+
+impl Step {
+    /// A step with no parameters and default modifiers.
+    pub fn new(tool_id: impl Into<String>) -> Step {
+        Step {
+            tool_id: tool_id.into(),
+            params: serde_json::Map::new(),
+            on_error: OnError::Stop,
+            retry: 0,
+            type_hints: BTreeMap::new(),
+            uris: BTreeMap::new(),
+            index: None,
+            comment: None,
+        }
+    }
+}
+
+/// The code of an ATTP `[tool_call]` and what the policy check found.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttpCall {
+    /// `thought`, the model's reasoning.
+    pub thought: Option<String>,
+    /// `status`: `success` or `fail` (as written, lower-cased).
+    pub status: Option<String>,
+    /// `target` of a successful call.
+    pub target: Option<String>,
+    /// `code` of a successful call (Python).
+    pub code: Option<String>,
+    /// `message` of a failed call.
+    pub message: Option<String>,
+    /// Breaches of the code policy of spec 001 (empty when the code is
+    /// allowed).
+    pub violations: Vec<attp::Violation>,
+    /// Functions the code calls by bare name (tool candidates), in order of
+    /// first use.
+    pub calls: Vec<String>,
+}
+
+/// A tool call in any of the three notations: the `payload` of a `tam`,
+/// `action` or `attp` element.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The notation it was written in.
+    pub format: CallFormat,
+    /// The tool invocations, in execution order.
+    pub steps: Vec<Step>,
+    /// TAM `request_id`.
+    #[serde(default)]
+    pub request_id: Option<String>,
+    /// The text the model wrote before the block (trimmed); `null` when the
+    /// payload was built without context (see [`CallTracker`]).
+    #[serde(default)]
+    pub response_text: Option<String>,
+    /// Codes of the leniencies used and problems found, each once, in order
+    /// of first occurrence.
+    #[serde(default)]
+    pub warnings: Vec<String>,
+    /// TAM `comment`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+    /// TAM `# ...` comment lines, for display.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub comments: Vec<String>,
+    /// TAM parameters with a step number that no `command_N` has, kept so
+    /// that nothing is dropped silently.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub unassigned: serde_json::Map<String, serde_json::Value>,
+    /// Why the call cannot be run (`Malformed XML in ACTION block`, no
+    /// command, TOML that does not parse); `steps` is then empty or partial.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The observation text for the model's next turn when `error` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observation: Option<String>,
+    /// ATTP details.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attp: Option<AttpCall>,
+}
+
+impl ToolCall {
+    /// An empty call in `format`.
+    pub fn new(format: CallFormat) -> ToolCall {
+        ToolCall {
+            format,
+            steps: Vec::new(),
+            request_id: None,
+            response_text: None,
+            warnings: Vec::new(),
+            comment: None,
+            comments: Vec::new(),
+            unassigned: serde_json::Map::new(),
+            error: None,
+            observation: None,
+            attp: None,
+        }
+    }
+
+    /// Reads a call back from an element's payload.
+    ///
+    /// # Errors
+    ///
+    /// The serde error when the value is not a `ToolCall` (a `null`
+    /// payload, an element of another tag).
+    pub fn from_payload(value: &serde_json::Value) -> Result<ToolCall, serde_json::Error> {
+        serde_json::from_value(value.clone())
+    }
+
+    /// The payload form.
+    pub fn to_value(&self) -> serde_json::Value {
+        // A ToolCall is maps of strings and JSON values: serialising it
+        // cannot fail.
+        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+/// Findings collected while reading one call: the `warnings` codes and the
+/// diagnostics with sentences.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Findings {
+    /// Codes, each once, in order of first occurrence.
+    pub warnings: Vec<String>,
+    /// One diagnostic per finding, with a sentence.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl Findings {
+    /// Records a finding; `code` goes to `warnings` once.
+    pub(crate) fn warn(&mut self, code: &str, message: String) {
+        self.push(Level::Warning, code, message);
+    }
+
+    /// Records an error-level finding.
+    pub(crate) fn error(&mut self, code: &str, message: String) {
+        self.push(Level::Error, code, message);
+    }
+
+    fn push(&mut self, level: Level, code: &str, message: String) {
+        if !self.warnings.iter().any(|w| w == code) {
+            self.warnings.push(code.to_string());
+        }
+        self.diagnostics.push(Diagnostic {
+            level,
+            code: code.to_string(),
+            tag: None,
+            element: None,
+            at: None,
+            message,
+        });
+    }
+
+    /// Turns a call and its findings into a payload.
+    pub(crate) fn into_payload(self, mut call: ToolCall) -> Payload {
+        for w in self.warnings {
+            if !call.warnings.contains(&w) {
+                call.warnings.push(w);
+            }
+        }
+        let failed = call.error.is_some();
+        Payload {
+            value: call.to_value(),
+            diagnostics: self.diagnostics,
+            failed,
+        }
+    }
+}
+
+/// Line numbers of byte offsets, in O(log n) each (warnings name lines; a
+/// block may have many).
+#[derive(Debug)]
+pub(crate) struct Lines(Vec<usize>);
+
+impl Lines {
+    pub(crate) fn new(text: &str) -> Lines {
+        Lines(memchr::memchr_iter(b'\n', text.as_bytes()).collect())
+    }
+
+    /// The 1-based line holding byte `at`.
+    pub(crate) fn line(&self, at: usize) -> usize {
+        self.0.partition_point(|&nl| nl < at) + 1
+    }
+}
+
+/// What is known about a call element beyond its own text.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallContext {
+    /// The text before the block (see [`CallTracker`]); `None` when unknown.
+    pub response_text: Option<String>,
+    /// How many call elements of the same tag came before this one.
+    pub previous_blocks: usize,
+    /// The element was ended by the end of input, not by its close marker.
+    pub cut_off: bool,
+    /// `response_text` holds only the latest part of a longer text (see
+    /// [`CallTracker::with_text_limit`]).
+    pub text_truncated: bool,
+}
+
+/// The payload of a completed TAM element, without context.
+pub fn tam_payload(el: &Element) -> Payload {
+    tam_payload_in(el, &CallContext::default())
+}
+
+/// The payload of a completed ACTION element, without context
+/// (`response_text` is `null`).
+pub fn action_payload(el: &Element) -> Payload {
+    action_payload_in(el, &CallContext::default())
 }
 
 /// The payload of a completed ATTP element.
-pub fn attp_payload(_el: &Element) -> Payload {
-    Payload::none()
+pub fn attp_payload(el: &Element) -> Payload {
+    attp_payload_in(el, &CallContext::default())
+}
+
+/// The payload of a TAM element in its context.
+pub fn tam_payload_in(el: &Element, ctx: &CallContext) -> Payload {
+    let (call, mut findings) = tam::parse_tam(&el.text);
+    let call = finish_call(call, &mut findings, ctx, "TAM block");
+    findings.into_payload(call)
+}
+
+/// The payload of an ACTION element in its context.
+pub fn action_payload_in(el: &Element, ctx: &CallContext) -> Payload {
+    let (call, mut findings) = action::parse_action(&el.text);
+    let call = finish_call(call, &mut findings, ctx, "ACTION block");
+    findings.into_payload(call)
+}
+
+/// The payload of an ATTP element in its context.
+pub fn attp_payload_in(el: &Element, ctx: &CallContext) -> Payload {
+    let (call, mut findings) = attp::parse_attp(&el.text);
+    let call = finish_call(call, &mut findings, ctx, "ATTP document");
+    findings.into_payload(call)
+}
+
+/// Applies what the context knows to a call.
+fn finish_call(
+    mut call: ToolCall,
+    findings: &mut Findings,
+    ctx: &CallContext,
+    what: &str,
+) -> ToolCall {
+    if call.format != CallFormat::Attp {
+        call.response_text = ctx.response_text.clone();
+    }
+    if ctx.cut_off {
+        findings.warn(
+            "unterminated_block",
+            format!("the {what} was still open at the end of the output; it was read up to there"),
+        );
+    }
+    if ctx.text_truncated {
+        findings.warn(
+            "response_text_truncated",
+            "the text before the block passed the tracker's limit; response_text holds its latest part".into(),
+        );
+    }
+    if ctx.previous_blocks > 0 && call.format == CallFormat::Action {
+        let n = ctx.previous_blocks + 1;
+        findings.warn(
+            "second_action_block",
+            format!(
+                "this is ACTION block number {n} in one output; spec 004 §3.2.1 allows at most one"
+            ),
+        );
+    }
+    call
+}
+
+/// Removes code-fence lines (```` ``` ````, ```` ```xml ````) and blank lines
+/// from both ends of a response text: they wrap the block that follows (or
+/// closed the one before), they are not part of the text.
+fn strip_fences(text: &str) -> String {
+    let is_fence = |l: &str| {
+        let l = l.trim();
+        l.is_empty() || (l.starts_with("```") && !l[3..].contains('`') && !l[3..].contains(' '))
+    };
+    let lines: Vec<&str> = text.split('\n').collect();
+    let start = lines
+        .iter()
+        .position(|l| !is_fence(l))
+        .unwrap_or(lines.len());
+    let end = lines
+        .iter()
+        .rposition(|l| !is_fence(l))
+        .map_or(start, |i| i + 1);
+    lines[start..end.max(start)].join("\n").trim().to_string()
+}
+
+/// Watches the events of one response and builds call payloads with their
+/// [`CallContext`]: the text before each block (`response_text`), repeated
+/// blocks, blocks cut off by the end of input.
+///
+/// Feed it every event in order with [`CallTracker::observe`] (the call
+/// element's own `element` event included, before or after asking for its
+/// payload: it is not counted as text) and ask [`CallTracker::payload`] for
+/// each call element.
+///
+/// `response_text` is the text of the elements of the registry's default
+/// tag (content) that completed since the previous call element, joined
+/// with newlines and trimmed, without the code-fence lines that wrap a
+/// block; an empty string when there was none.
+///
+/// ```
+/// use spindle::calls::CallTracker;
+/// use spindle::{parse, Registry};
+///
+/// let registry = Registry::profile("action").unwrap();
+/// let text = b"Let me look.\n<ACTION><Look><at>sky</at></Look></ACTION>";
+/// let events = parse(registry.clone(), text);
+/// let mut tracker = CallTracker::new(registry.into());
+/// let mut payloads = Vec::new();
+/// for event in &events {
+///     tracker.observe(event);
+///     if let Some(el) = event.as_element() {
+///         if let Some(p) = tracker.payload(el) {
+///             payloads.push(p.value);
+///         }
+///     }
+/// }
+/// assert_eq!(payloads[0]["response_text"], "Let me look.");
+/// assert_eq!(payloads[0]["steps"][0]["params"]["at"], "sky");
+/// ```
+#[derive(Debug)]
+pub struct CallTracker {
+    registry: Arc<Registry>,
+    /// Text of default-tag elements since the last call element.
+    text: Vec<(u32, String)>,
+    /// Call elements seen so far, per tag.
+    blocks: BTreeMap<TagId, usize>,
+    /// Ids of elements whose close was synthetic (cut off).
+    cut_off: Vec<u32>,
+    /// Call element ids already counted.
+    counted: Vec<u32>,
+    /// Most bytes of text kept for `response_text`.
+    text_limit: usize,
+    /// Bytes in `text`.
+    text_len: usize,
+    /// Text was dropped since the last call element.
+    text_dropped: bool,
+}
+
+/// Default of [`CallTracker::with_text_limit`]: 1 MiB.
+pub const RESPONSE_TEXT_LIMIT: usize = 1024 * 1024;
+
+impl CallTracker {
+    /// A tracker for one response parsed with `registry`.
+    pub fn new(registry: Arc<Registry>) -> CallTracker {
+        CallTracker::with_text_limit(registry, RESPONSE_TEXT_LIMIT)
+    }
+
+    /// A tracker that keeps at most `limit` bytes of text before a block:
+    /// past it the oldest text is dropped, the call's `response_text` is
+    /// the latest part, and its warnings say `response_text_truncated`.
+    pub fn with_text_limit(registry: Arc<Registry>, limit: usize) -> CallTracker {
+        CallTracker {
+            registry,
+            text: Vec::new(),
+            blocks: BTreeMap::new(),
+            cut_off: Vec::new(),
+            counted: Vec::new(),
+            text_limit: limit,
+            text_len: 0,
+            text_dropped: false,
+        }
+    }
+
+    /// Adds an element's text, dropping the oldest past the limit.
+    fn keep_text(&mut self, id: u32, text: &str) {
+        let mut text = text;
+        if text.len() > self.text_limit {
+            let mut cut = text.len() - self.text_limit;
+            while !text.is_char_boundary(cut) {
+                cut += 1;
+            }
+            text = &text[cut..];
+            self.text_dropped = true;
+        }
+        self.text_len += text.len();
+        self.text.push((id, text.to_string()));
+        while self.text_len > self.text_limit && !self.text.is_empty() {
+            let (_, old) = self.text.remove(0);
+            self.text_len -= old.len();
+            self.text_dropped = true;
+        }
+    }
+
+    fn body_of(&self, tag: &str) -> Option<(TagId, BodyKind)> {
+        let id = self.registry.lookup(tag.as_bytes())?;
+        Some((id, self.registry.tag(id).body))
+    }
+
+    fn is_call(body: BodyKind) -> bool {
+        matches!(body, BodyKind::Tam | BodyKind::Action | BodyKind::Attp)
+    }
+
+    /// Notes one event of the response.
+    pub fn observe(&mut self, event: &Event) {
+        match event {
+            Event::Close(c) if c.synthetic => {
+                // A bare call element (ATTP: the whole output) always ends
+                // with the input; only a block with its own close is cut off.
+                let cut = self
+                    .body_of(&c.tag)
+                    .is_some_and(|(id, b)| Self::is_call(b) && !self.registry.tag(id).bare);
+                if cut {
+                    self.cut_off.push(c.id);
+                }
+            }
+            Event::Element(el) => {
+                let Some((id, body)) = self.body_of(&el.tag) else {
+                    return;
+                };
+                if Self::is_call(body) {
+                    return;
+                }
+                let is_text = match self.registry.default_tag() {
+                    Some(d) => d == id,
+                    None => body == BodyKind::Stream,
+                };
+                if is_text && !self.text.iter().any(|(i, _)| *i == el.id) {
+                    self.keep_text(el.id, &el.text);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The payload of a call element with its context; `None` for an
+    /// element that is not a TAM, ACTION or ATTP call.
+    pub fn payload(&mut self, el: &Element) -> Option<Payload> {
+        let (tag, body) = self.body_of(&el.tag)?;
+        if !Self::is_call(body) {
+            return None;
+        }
+        let before: Vec<&str> = self
+            .text
+            .iter()
+            .filter(|(id, _)| *id < el.id)
+            .map(|(_, t)| t.trim())
+            .filter(|t| !t.is_empty())
+            .collect();
+        let response_text = strip_fences(&before.join("\n"));
+        let seen = self.blocks.entry(tag).or_insert(0);
+        let previous_blocks = *seen;
+        if !self.counted.contains(&el.id) {
+            self.counted.push(el.id);
+            *seen += 1;
+        }
+        self.text.retain(|(id, _)| *id > el.id);
+        self.text_len = self.text.iter().map(|(_, t)| t.len()).sum();
+        let text_truncated = std::mem::take(&mut self.text_dropped);
+        let ctx = CallContext {
+            response_text: Some(response_text),
+            previous_blocks,
+            cut_off: self.cut_off.contains(&el.id),
+            text_truncated,
+        };
+        self.cut_off.retain(|id| *id != el.id);
+        self.counted.retain(|id| *id >= el.id);
+        Some(match body {
+            BodyKind::Tam => tam_payload_in(el, &ctx),
+            BodyKind::Action => action_payload_in(el, &ctx),
+            _ => attp_payload_in(el, &ctx),
+        })
+    }
 }

@@ -1,16 +1,19 @@
 //! The built-in profiles, written in the same form a registry file takes so
 //! that `extends = "filament"` and the built-ins share one path.
 
-use super::{BodyKind, RegistryFile, TagFile};
+use super::{BodyKind, Markers, RegistryFile, TagFile};
 
 /// The profile names [`super::Registry::profile`] knows.
-pub(super) const NAMES: &[&str] = &["filament", "reasoning"];
+pub(super) const NAMES: &[&str] = &["filament", "reasoning", "tam", "action", "attp"];
 
 /// The file form of a built-in profile.
 pub(super) fn file_spec(name: &str) -> Option<RegistryFile> {
     match name.to_ascii_lowercase().as_str() {
         "filament" => Some(filament()),
         "reasoning" => Some(reasoning()),
+        "tam" => Some(tam()),
+        "action" => Some(action()),
+        "attp" => Some(attp()),
         _ => None,
     }
 }
@@ -72,5 +75,75 @@ pub(super) fn reasoning() -> RegistryFile {
         lead: Some("thought".into()),
         default: Some("content".into()),
         tags: vec![thought, content],
+    }
+}
+
+/// Free text around tool-call blocks: written without tags, opened by bare
+/// text and closed silently by the next block (the tool-call profiles'
+/// content).
+fn bare_content() -> TagFile {
+    TagFile {
+        mergeable: true,
+        bare: true,
+        ..tag("content", BodyKind::Stream)
+    }
+}
+
+/// The TAM tag (spec 000, spec 002 §5): canonical name `tam`, opened and
+/// closed by the special markers `<|[REQUEST_TOOL]|>` / `<|[END_TOOL]|>`
+/// (case-insensitive, spaces ignored, `-` for `_`). A registry file with
+/// `extends = "filament"` can add the same tag to give Filament output TAM
+/// blocks.
+fn tam_tag() -> TagFile {
+    TagFile {
+        markers: Some(Markers {
+            open: "REQUEST_TOOL".into(),
+            close: "END_TOOL".into(),
+        }),
+        ..tag("tam", BodyKind::Tam)
+    }
+}
+
+/// Free text with TAM blocks in it (spec 000): the text is content, each
+/// block one `tam` element.
+pub(super) fn tam() -> RegistryFile {
+    RegistryFile {
+        name: Some("tam".into()),
+        extends: None,
+        lead: None,
+        default: Some("content".into()),
+        tags: vec![bare_content(), tam_tag()],
+    }
+}
+
+/// Free text with an `<ACTION>` block (spec 004): the text before it is the
+/// response text, the block one `action` element.
+pub(super) fn action() -> RegistryFile {
+    let action = TagFile {
+        spelling: Some("ACTION".into()),
+        ..tag("action", BodyKind::Action)
+    };
+    RegistryFile {
+        name: Some("action".into()),
+        extends: None,
+        lead: None,
+        default: Some("content".into()),
+        tags: vec![bare_content(), action],
+    }
+}
+
+/// Whole-output ATTP TOML (spec 001): the entire response is one `attp`
+/// element, opened by the first non-space byte, closed at the end.
+pub(super) fn attp() -> RegistryFile {
+    let attp = TagFile {
+        bare: true,
+        ..tag("attp", BodyKind::Attp)
+    };
+    RegistryFile {
+        name: Some("attp".into()),
+        extends: None,
+        lead: Some("attp".into()),
+        default: Some("attp".into()),
+        tags: vec![attp],
     }
 }

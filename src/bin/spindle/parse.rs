@@ -2,6 +2,8 @@
 
 use crate::render::{Format, Renderer};
 use anyhow::{Context, Result, bail};
+use spindle::calls::{ToolCall, ToolCatalog};
+use spindle::registry::BodyKind;
 use spindle::{Parser, ParserOptions, Registry};
 use std::io::Read;
 use std::path::PathBuf;
@@ -33,6 +35,26 @@ pub(crate) struct ParseArgs {
     /// Longest tag or special marker, in bytes.
     #[arg(long, value_name = "BYTES")]
     pub(crate) max_marker: Option<usize>,
+    /// Check every completed tool call (TAM, ACTION, ATTP) against the tools
+    /// of a plugins directory (plugin.yaml + *.tool.json); for each invalid
+    /// call, its observation text goes to stderr, one line each (stdout
+    /// keeps the chosen format).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) tools: Option<PathBuf>,
+}
+
+/// Prints the observation text of every invalid tool call among `events`.
+fn check_calls(catalog: &ToolCatalog, registry: &Registry, events: &[spindle::Event]) {
+    for el in events.iter().filter_map(spindle::Event::as_element) {
+        let is_call = registry
+            .lookup(el.tag.as_bytes())
+            .is_some_and(|id| matches!(registry.tag(id).body, BodyKind::Tam | BodyKind::Action | BodyKind::Attp));
+        if let (true, Ok(call)) = (is_call, ToolCall::from_payload(&el.payload)) {
+            for obs in catalog.observations(&call) {
+                eprintln!("{obs}");
+            }
+        }
+    }
 }
 
 /// Resolves `--profile` / `--registry` into a registry.
@@ -58,6 +80,10 @@ pub(crate) fn run(args: ParseArgs) -> Result<ExitCode> {
     if let Some(n) = args.max_marker {
         options.scan.max_marker_len = n;
     }
+    let catalog = match &args.tools {
+        Some(dir) => Some(ToolCatalog::load_plugins(dir).with_context(|| format!("tools {}", dir.display()))?),
+        None => None,
+    };
     let mut parser = Parser::with_options(registry.clone(), options);
     let mut renderer = Renderer::new(args.format, &registry);
     let started = Instant::now();
@@ -67,6 +93,9 @@ pub(crate) fn run(args: ParseArgs) -> Result<ExitCode> {
         parser.feed_into(bytes, &mut events);
         renderer.events(&events)?;
         renderer.rewrite(&parser.take_rewrite())?;
+        if let Some(catalog) = &catalog {
+            check_calls(catalog, &registry, &events);
+        }
         Ok(())
     };
     match args.file.as_ref().filter(|p| p.as_os_str() != "-") {
@@ -98,6 +127,9 @@ pub(crate) fn run(args: ParseArgs) -> Result<ExitCode> {
     let (last, rest) = parser.finish_with_rewrite();
     renderer.events(&last)?;
     renderer.rewrite(&rest)?;
+    if let Some(catalog) = &catalog {
+        check_calls(catalog, &registry, &last);
+    }
     renderer.finish(bytes, started.elapsed())?;
     Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,1253 @@
+//! ATTP documents (spec 001): the whole output is TOML with a `thought`
+//! string and a `[tool_call]` table holding Python code.
+//!
+//! This module owns three things: [`parse_attp`], which reads the complete
+//! document with the `toml` crate into a [`ToolCall`]; [`check_code`], the
+//! code policy of spec 001 ("安全边界"); and [`ThoughtStream`], which pulls
+//! the `thought` string out of the document *while it streams*, so that a
+//! UI can show the model's reasoning before the document is complete. It
+//! runs no code.
+//!
+//! # Code policy
+//!
+//! [`check_code`] tokenizes the Python (comments and string literals are
+//! not code; the `{...}` parts of f-strings are) and reports:
+//!
+//! | rule | what |
+//! |---|---|
+//! | `import` | any `import` statement (`import x`, `from x import y`) |
+//! | `forbidden_call` | `open`, `exec`, `eval`, `compile`, `__import__` |
+//! | `forbidden_module` | `os`, `subprocess`, `socket`, `requests`, `http`, `pathlib` (spec 001), and the siblings `sys`, `shutil`, `urllib`, `importlib`, `ctypes`, `builtins` |
+//! | `sandbox_escape` | `__builtins__`, `__subclasses__`, `__globals__`, `__code__`, `__bases__`, `__mro__` |
+//! | `no_result` | `__result__` is never assigned |
+//!
+//! Names are matched as bare names only: `x.open()` (a method of a tool's
+//! result) and `f(open=True)` (a keyword argument) are allowed.
+
+use super::{AttpCall, CallFormat, Findings, Step, ToolCall};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The tool id of an ATTP step: its `code` runs as Python.
+pub const PYTHON_TOOL: &str = "python";
+
+/// One breach of the code policy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Violation {
+    /// The rule (`import`, `forbidden_call`, `forbidden_module`,
+    /// `sandbox_escape`, `no_result`).
+    pub rule: String,
+    /// The offending name, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// 1-based line in the code (0 for `no_result`).
+    pub line: usize,
+    /// A sentence for people (and for the model's next turn).
+    pub message: String,
+}
+
+const FORBIDDEN_CALLS: &[&str] = &["open", "exec", "eval", "compile", "__import__"];
+const FORBIDDEN_MODULES: &[&str] = &[
+    "os",
+    "subprocess",
+    "socket",
+    "requests",
+    "http",
+    "pathlib",
+    "sys",
+    "shutil",
+    "urllib",
+    "importlib",
+    "ctypes",
+    "builtins",
+];
+const ESCAPES: &[&str] = &[
+    "__builtins__",
+    "__subclasses__",
+    "__globals__",
+    "__code__",
+    "__bases__",
+    "__mro__",
+];
+const KEYWORDS: &[&str] = &[
+    "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue",
+    "def", "del", "elif", "else", "except", "finally", "for", "from", "global", "if", "import",
+    "in", "is", "lambda", "nonlocal", "not", "or", "pass", "raise", "return", "try", "while",
+    "with", "yield", "match", "case", "print",
+];
+/// Python builtins and the pre-injected libraries of spec 001: calls to
+/// these are not tool calls.
+const BUILTINS: &[&str] = &[
+    "abs",
+    "all",
+    "any",
+    "ascii",
+    "bin",
+    "bool",
+    "bytearray",
+    "bytes",
+    "callable",
+    "chr",
+    "dict",
+    "dir",
+    "divmod",
+    "enumerate",
+    "filter",
+    "float",
+    "format",
+    "frozenset",
+    "getattr",
+    "hasattr",
+    "hash",
+    "hex",
+    "id",
+    "int",
+    "isinstance",
+    "issubclass",
+    "iter",
+    "len",
+    "list",
+    "map",
+    "max",
+    "min",
+    "next",
+    "object",
+    "oct",
+    "ord",
+    "pow",
+    "print",
+    "range",
+    "repr",
+    "reversed",
+    "round",
+    "set",
+    "setattr",
+    "slice",
+    "sorted",
+    "str",
+    "sum",
+    "super",
+    "tuple",
+    "type",
+    "zip",
+    "Exception",
+    "ValueError",
+    "TypeError",
+    "KeyError",
+    "IndexError",
+    "RuntimeError",
+    "math",
+    "json",
+    "datetime",
+    "re",
+    "random",
+    "statistics",
+];
+
+/// A Python token, as far as the policy needs.
+#[derive(Debug, Clone, PartialEq)]
+enum Tok {
+    Name {
+        text: String,
+        line: usize,
+        after_dot: bool,
+    },
+    Op {
+        text: String,
+    },
+}
+
+/// Tokenizes Python enough for the policy: names and operators, with
+/// comments and string literals removed (f-string `{}` parts are lexed as
+/// code, on the line where the string starts).
+fn lex(code: &str, first_line: usize, out: &mut Vec<Tok>, depth: usize) {
+    let chars: Vec<char> = code.chars().collect();
+    let mut i = 0;
+    let mut line = first_line;
+    let mut last_dot = false;
+    while i < chars.len() {
+        let c = chars[i];
+        if c == '\n' {
+            line += 1;
+            i += 1;
+            continue;
+        }
+        if c.is_whitespace() || c == '\\' {
+            i += 1;
+            continue;
+        }
+        if c == '#' {
+            while i < chars.len() && chars[i] != '\n' {
+                i += 1;
+            }
+            continue;
+        }
+        if c.is_alphabetic() || c == '_' {
+            let start = i;
+            while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
+                i += 1;
+            }
+            let text: String = chars[start..i].iter().collect();
+            let is_prefix = text.len() <= 2
+                && text
+                    .chars()
+                    .all(|c| matches!(c.to_ascii_lowercase(), 'r' | 'b' | 'u' | 'f'));
+            if is_prefix && i < chars.len() && matches!(chars[i], '"' | '\'') {
+                let fstring = text.to_ascii_lowercase().contains('f');
+                let raw = text.to_ascii_lowercase().contains('r');
+                let (end, body) = string_at(&chars, i, raw);
+                if fstring && depth < 4 {
+                    for expr in fstring_exprs(&body) {
+                        lex(&expr, line, out, depth + 1);
+                    }
+                }
+                line += chars[i..end].iter().filter(|&&c| c == '\n').count();
+                i = end;
+                last_dot = false;
+                continue;
+            }
+            out.push(Tok::Name {
+                text,
+                line,
+                after_dot: last_dot,
+            });
+            last_dot = false;
+            continue;
+        }
+        if matches!(c, '"' | '\'') {
+            let (end, _) = string_at(&chars, i, false);
+            line += chars[i..end].iter().filter(|&&c| c == '\n').count();
+            i = end;
+            last_dot = false;
+            continue;
+        }
+        if c.is_ascii_digit() {
+            while i < chars.len()
+                && (chars[i].is_alphanumeric() || chars[i] == '.' || chars[i] == '_')
+            {
+                i += 1;
+            }
+            last_dot = false;
+            continue;
+        }
+        // Operators: the two-character ones the policy distinguishes.
+        let two: String = chars[i..(i + 2).min(chars.len())].iter().collect();
+        let op = if matches!(
+            two.as_str(),
+            "==" | "!="
+                | "<="
+                | ">="
+                | ":="
+                | "+="
+                | "-="
+                | "*="
+                | "/="
+                | "%="
+                | "&="
+                | "|="
+                | "^="
+                | "->"
+                | "**"
+                | "//"
+        ) {
+            two
+        } else {
+            c.to_string()
+        };
+        i += op.chars().count();
+        last_dot = op == ".";
+        out.push(Tok::Op { text: op });
+    }
+}
+
+/// The end (exclusive) and body of the string literal whose quote is at
+/// `at`; an unterminated string runs to the end.
+fn string_at(chars: &[char], at: usize, raw: bool) -> (usize, String) {
+    let q = chars[at];
+    let triple = chars.get(at + 1) == Some(&q) && chars.get(at + 2) == Some(&q);
+    let mut i = at + if triple { 3 } else { 1 };
+    let start = i;
+    while i < chars.len() {
+        let c = chars[i];
+        if c == '\\' && !raw {
+            i += 2;
+            continue;
+        }
+        if c == '\\' && raw {
+            // A raw string still cannot end on an escaped quote.
+            i += 2;
+            continue;
+        }
+        if !triple && c == '\n' {
+            let body = chars[start..i].iter().collect();
+            return (i, body);
+        }
+        if c == q && (!triple || (chars.get(i + 1) == Some(&q) && chars.get(i + 2) == Some(&q))) {
+            let body = chars[start..i].iter().collect();
+            return (i + if triple { 3 } else { 1 }, body);
+        }
+        i += 1;
+    }
+    let body = chars[start.min(chars.len())..].iter().collect();
+    (chars.len(), body)
+}
+
+/// The `{...}` expressions of an f-string body (`{{` is a literal brace).
+fn fstring_exprs(body: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut depth = 0usize;
+    let mut cur = String::new();
+    let mut chars = body.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (depth, c) {
+            (0, '{') if chars.peek() == Some(&'{') => {
+                chars.next();
+            }
+            (0, '{') => depth = 1,
+            (0, _) => {}
+            (_, '{') => {
+                depth += 1;
+                cur.push(c);
+            }
+            (1, '}') => {
+                depth = 0;
+                out.push(std::mem::take(&mut cur));
+            }
+            (_, '}') => {
+                depth -= 1;
+                cur.push(c);
+            }
+            _ => cur.push(c),
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+/// What [`check_code`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CodeReport {
+    /// Policy breaches, in order.
+    pub violations: Vec<Violation>,
+    /// Functions called by bare name that are not Python builtins, the
+    /// pre-injected libraries or defined in the code: the tools the code
+    /// uses. In order of first call.
+    pub calls: Vec<String>,
+}
+
+/// Checks ATTP code against the policy of spec 001.
+///
+/// ```
+/// use spindle::calls::attp::check_code;
+///
+/// let ok = check_code("# no import here\nr = search_web('import os', max_results=3)\n__result__ = r");
+/// assert!(ok.violations.is_empty());
+/// assert_eq!(ok.calls, ["search_web"]);
+///
+/// let bad = check_code("import os\nprint(eval('1'))");
+/// let rules: Vec<&str> = bad.violations.iter().map(|v| v.rule.as_str()).collect();
+/// assert_eq!(rules, ["import", "forbidden_call", "no_result"]);
+/// ```
+pub fn check_code(code: &str) -> CodeReport {
+    let mut toks = Vec::new();
+    lex(code, 1, &mut toks, 0);
+    let mut report = CodeReport::default();
+    let mut assigned = false;
+    let mut defined: Vec<String> = Vec::new();
+    let mut paren = 0usize;
+    for (i, t) in toks.iter().enumerate() {
+        let (text, line, after_dot) = match t {
+            Tok::Op { text } => {
+                match text.as_str() {
+                    "(" | "[" | "{" => paren += 1,
+                    ")" | "]" | "}" => paren = paren.saturating_sub(1),
+                    _ => {}
+                }
+                continue;
+            }
+            Tok::Name {
+                text,
+                line,
+                after_dot,
+            } => (text.as_str(), *line, *after_dot),
+        };
+        let next = toks.get(i + 1);
+        let next_op = match next {
+            Some(Tok::Op { text }) => Some(text.as_str()),
+            _ => None,
+        };
+        let prev_name = match i.checked_sub(1).and_then(|p| toks.get(p)) {
+            Some(Tok::Name { text, .. }) => Some(text.as_str()),
+            _ => None,
+        };
+        let mut push = |rule: &str, message: String| {
+            report.violations.push(Violation {
+                rule: rule.into(),
+                name: Some(text.to_string()),
+                line,
+                message,
+            });
+        };
+        if ESCAPES.contains(&text) {
+            push(
+                "sandbox_escape",
+                format!("line {line}: `{text}` reaches outside the sandbox"),
+            );
+            continue;
+        }
+        if after_dot {
+            continue;
+        }
+        let kwarg = paren > 0 && next_op == Some("=");
+        if text == "import" {
+            push(
+                "import",
+                format!(
+                    "line {line}: import statements are not allowed (the libraries are pre-injected)"
+                ),
+            );
+        } else if FORBIDDEN_CALLS.contains(&text) && !kwarg {
+            push(
+                "forbidden_call",
+                format!(
+                    "line {line}: `{text}` is not allowed (file access / dynamic code execution)"
+                ),
+            );
+        } else if FORBIDDEN_MODULES.contains(&text) && !kwarg && prev_name != Some("import") {
+            push(
+                "forbidden_module",
+                format!("line {line}: `{text}` is not allowed (system, file or network access)"),
+            );
+        }
+        if text == "__result__" {
+            let target = matches!(
+                next_op,
+                Some(
+                    "=" | ":=" | "+=" | "-=" | "*=" | "/=" | "%=" | "&=" | "|=" | "^=" | ":" | ","
+                )
+            ) || matches!(prev_name, Some("for" | "as"));
+            assigned |= target && !kwarg;
+        }
+        let defines =
+            matches!(prev_name, Some("def" | "class")) || (next_op == Some("=") && paren == 0);
+        if defines {
+            defined.push(text.to_string());
+        } else if next_op == Some("(")
+            && !KEYWORDS.contains(&text)
+            && !BUILTINS.contains(&text)
+            && !FORBIDDEN_CALLS.contains(&text)
+            && !report.calls.iter().any(|c| c == text)
+        {
+            report.calls.push(text.to_string());
+        }
+    }
+    report.calls.retain(|c| !defined.contains(c));
+    if !assigned {
+        report.violations.push(Violation {
+            rule: "no_result".into(),
+            name: None,
+            line: 0,
+            message: "the code never assigns `__result__`".into(),
+        });
+    }
+    report
+}
+
+/// Splits a possibly fenced document: `(toml, text outside the fence)`.
+fn unfence(text: &str) -> (String, String, bool) {
+    let lines: Vec<&str> = text.split('\n').collect();
+    let Some(open) = lines.iter().position(|l| l.trim_start().starts_with("```")) else {
+        return (text.to_string(), String::new(), false);
+    };
+    let close = lines
+        .iter()
+        .enumerate()
+        .skip(open + 1)
+        .rev()
+        .find(|(_, l)| l.trim() == "```")
+        .map(|(i, _)| i);
+    let end = close.unwrap_or(lines.len());
+    let doc = lines[open + 1..end].join("\n");
+    let mut outside: Vec<&str> = lines[..open].to_vec();
+    if let Some(c) = close {
+        outside.extend(&lines[c + 1..]);
+    }
+    let outside = outside.join("\n").trim().to_string();
+    (doc, outside, close.is_none())
+}
+
+/// Reads a complete ATTP document into a call.
+///
+/// ```
+/// use spindle::calls::attp::parse_attp;
+///
+/// let doc = "```toml\nthought = \"\"\"\nSearch first.\n\"\"\"\n\n[tool_call]\nstatus = \"success\"\ntarget = \"search\"\ncode = '''\n__result__ = search_web(\"rust\", max_results=3)\n'''\n```";
+/// let (call, _) = parse_attp(doc);
+/// let attp = call.attp.unwrap();
+/// assert_eq!(attp.thought.as_deref(), Some("Search first.\n"));
+/// assert!(attp.violations.is_empty());
+/// assert_eq!(call.steps[0].tool_id, "python");
+/// assert_eq!(call.steps[0].params["target"], "search");
+/// ```
+pub fn parse_attp(text: &str) -> (ToolCall, Findings) {
+    let mut f = Findings::default();
+    let mut call = ToolCall::new(CallFormat::Attp);
+    let (doc, outside, unclosed) = unfence(text);
+    if unclosed {
+        f.warn(
+            "unclosed_fence",
+            "the ``` fence around the TOML is never closed".into(),
+        );
+    }
+    if !outside.is_empty() {
+        f.warn(
+            "text_outside_toml",
+            format!(
+                "text outside the TOML fence was ignored: {:?}",
+                truncate(&outside, 200)
+            ),
+        );
+    }
+    let mut attp = AttpCall {
+        thought: None,
+        status: None,
+        target: None,
+        code: None,
+        message: None,
+        violations: Vec::new(),
+        calls: Vec::new(),
+    };
+    let table = match doc.parse::<toml::Table>() {
+        Ok(t) => t,
+        Err(e) => {
+            let at = e
+                .span()
+                .map(|s| {
+                    format!(
+                        " at line {}",
+                        doc.get(..s.start).unwrap_or(&doc).matches('\n').count() + 1
+                    )
+                })
+                .unwrap_or_default();
+            let msg = format!("Invalid TOML{at}: {}", e.message());
+            f.error("invalid_toml", msg.clone());
+            // The thought is still worth showing: read it the lenient way.
+            let mut ts = ThoughtStream::new();
+            let mut thought = ts.feed(&doc);
+            thought.push_str(&ts.finish());
+            attp.thought = ts.started().then_some(thought);
+            call.observation = Some(format!("Observation: Error - {msg}"));
+            call.error = Some(msg);
+            call.attp = Some(attp);
+            return (call, f);
+        }
+    };
+    for key in table
+        .keys()
+        .filter(|k| !k.eq_ignore_ascii_case("thought") && !k.eq_ignore_ascii_case("tool_call"))
+    {
+        f.warn(
+            "unknown_key",
+            format!("top-level key {key:?} is not part of ATTP and was ignored"),
+        );
+    }
+    match get_ci(&table, "thought", &mut f) {
+        Some(toml::Value::String(s)) => attp.thought = Some(s.clone()),
+        Some(_) => f.warn("missing_thought", "`thought` is not a string".into()),
+        None => f.warn("missing_thought", "the document has no `thought`".into()),
+    }
+    let Some(toml::Value::Table(tc)) = get_ci(&table, "tool_call", &mut f) else {
+        let msg = "the document has no [tool_call] table".to_string();
+        f.error("missing_tool_call", msg.clone());
+        call.observation = Some(format!("Observation: Error - Invalid ATTP output: {msg}"));
+        call.error = Some(msg);
+        call.attp = Some(attp);
+        return (call, f);
+    };
+    let string = |k: &str| match tc.get(k) {
+        Some(toml::Value::String(s)) => Some(s.clone()),
+        Some(other) => Some(other.to_string()),
+        None => None,
+    };
+    for key in tc
+        .keys()
+        .filter(|k| !matches!(k.as_str(), "status" | "target" | "code" | "message"))
+    {
+        f.warn(
+            "unknown_key",
+            format!("[tool_call] key {key:?} is not part of ATTP and was ignored"),
+        );
+    }
+    attp.target = string("target");
+    attp.code = string("code");
+    attp.message = string("message");
+    let status = string("status").map(|s| s.trim().to_lowercase());
+    let success = match status.as_deref() {
+        Some("success") => true,
+        Some("fail" | "failed" | "failure") => false,
+        other => {
+            let inferred = attp.code.is_some();
+            let what = match other {
+                Some(s) => format!("status {s:?} is neither \"success\" nor \"fail\""),
+                None => "[tool_call] has no status".to_string(),
+            };
+            f.warn(
+                "missing_status",
+                format!(
+                    "{what}; read as {}",
+                    if inferred {
+                        "success (it has code)"
+                    } else {
+                        "fail"
+                    }
+                ),
+            );
+            inferred
+        }
+    };
+    attp.status = Some(if success { "success" } else { "fail" }.to_string());
+    if success {
+        if attp.target.is_none() {
+            f.warn(
+                "missing_target",
+                "a successful [tool_call] has no `target`".into(),
+            );
+        }
+        match &attp.code {
+            Some(code) => {
+                let report = check_code(code);
+                for v in &report.violations {
+                    f.warn("policy_violation", v.message.clone());
+                }
+                if !report.violations.is_empty() {
+                    let list: Vec<&str> = report
+                        .violations
+                        .iter()
+                        .map(|v| v.message.as_str())
+                        .collect();
+                    let msg = format!("Code policy violation: {}", list.join("; "));
+                    call.observation = Some(format!("Observation: Error - {msg}"));
+                    call.error = Some(msg);
+                }
+                attp.violations = report.violations;
+                attp.calls = report.calls;
+                let mut step = Step::new(PYTHON_TOOL);
+                step.params
+                    .insert("code".into(), Value::String(code.clone()));
+                if let Some(t) = &attp.target {
+                    step.params
+                        .insert("target".into(), Value::String(t.clone()));
+                }
+                call.steps.push(step);
+            }
+            None => {
+                let msg = "a successful [tool_call] has no `code`".to_string();
+                f.error("missing_code", msg.clone());
+                call.observation = Some(format!("Observation: Error - Invalid ATTP output: {msg}"));
+                call.error = Some(msg);
+            }
+        }
+    } else if attp.message.is_none() {
+        f.warn(
+            "missing_message",
+            "a failed [tool_call] has no `message`".into(),
+        );
+    }
+    call.attp = Some(attp);
+    (call, f)
+}
+
+/// `table[name]`, or a key that differs only in case (with a warning).
+fn get_ci<'a>(table: &'a toml::Table, name: &str, f: &mut Findings) -> Option<&'a toml::Value> {
+    if let Some(v) = table.get(name) {
+        return Some(v);
+    }
+    let (key, v) = table.iter().find(|(k, _)| k.eq_ignore_ascii_case(name))?;
+    f.warn("key_case", format!("`{key}` was read as `{name}`"));
+    Some(v)
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+// ----- streaming the thought ------------------------------------------
+
+/// Which TOML string form the value uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StrKind {
+    /// `"..."`
+    Basic,
+    /// `"""..."""`
+    MultiBasic,
+    /// `'...'`
+    Literal,
+    /// `'''...'''`
+    MultiLiteral,
+}
+
+impl StrKind {
+    fn quote(self) -> char {
+        match self {
+            StrKind::Basic | StrKind::MultiBasic => '"',
+            StrKind::Literal | StrKind::MultiLiteral => '\'',
+        }
+    }
+
+    fn multi(self) -> bool {
+        matches!(self, StrKind::MultiBasic | StrKind::MultiLiteral)
+    }
+
+    fn escapes(self) -> bool {
+        matches!(self, StrKind::Basic | StrKind::MultiBasic)
+    }
+}
+
+/// An escape sequence being read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Esc {
+    /// Just after `\`.
+    Start,
+    /// `\u`, `\U` or `\x`: `need` hex digits, `got` so far, value so far
+    /// (the text as written is in `ThoughtStream::esc_raw`).
+    Hex { need: u8, got: u8, value: u32 },
+    /// A line-ending backslash: whitespace and newlines are skipped.
+    LineEnd,
+}
+
+/// Where the thought reader is in the document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TState {
+    /// At the start of a line, before any non-space.
+    LineStart,
+    /// Reading a bare key.
+    Key,
+    /// Reading a quoted key.
+    QuotedKey(char),
+    /// After the key, before `=`.
+    AfterKey,
+    /// After `=`, before the value.
+    AfterEq,
+    /// One quote of a string value seen (it may become `""`/`"""`).
+    Quote1(char),
+    /// Two quotes seen: empty string or the start of a multi-line one.
+    Quote2(char),
+    /// Just inside a multi-line string: a newline here is not content.
+    MultiStart(StrKind),
+    /// Just inside a multi-line string after `\r`.
+    MultiStartCr(StrKind),
+    /// In a string's body.
+    Body(StrKind),
+    /// Inside an escape sequence.
+    Escape(StrKind, Esc),
+    /// Skipping an array or inline table (depth of brackets).
+    Brackets(u32),
+    /// Skipping a comment inside brackets.
+    BracketComment(u32),
+    /// Skipping to the end of the line.
+    SkipLine,
+    /// The thought has been read (or can no longer appear).
+    Done,
+}
+
+/// Pulls the top-level `thought` string out of an ATTP document as it
+/// streams, releasing its *value* (escapes decoded, the newline after an
+/// opening `"""` dropped, closing quotes removed) as soon as each character
+/// is certain.
+///
+/// Split-invariant: any split of the document into `feed` calls, followed
+/// by `finish`, releases the same text. All four TOML string forms are
+/// read (`"""..."""`, `'''...'''`, `"..."` with escapes, `'...'`). Other
+/// keys' values are skipped (strings, arrays and inline tables included,
+/// so a `thought = ` inside them is not mistaken for the key); a table
+/// header (`[tool_call]`) ends the search. Lines that are not TOML (a
+/// ```` ```toml ```` fence, prose) are skipped. The reader holds at most a
+/// few characters (a run of quotes, an escape sequence) between calls.
+///
+/// ```
+/// use spindle::calls::attp::ThoughtStream;
+///
+/// let doc = "```toml\nthought = \"\"\"\nStep 1: \\\"search\\\"\n\"\"\"\n[tool_call]\n";
+/// let mut ts = ThoughtStream::new();
+/// let mut seen = String::new();
+/// for chunk in doc.as_bytes().chunks(3) {
+///     seen.push_str(&ts.feed(std::str::from_utf8(chunk).unwrap()));
+/// }
+/// seen.push_str(&ts.finish());
+/// assert_eq!(seen, "Step 1: \"search\"\n");
+/// ```
+#[derive(Debug, Clone)]
+pub struct ThoughtStream {
+    state: TState,
+    /// The key being read (only whether it is `thought` matters).
+    key: String,
+    /// The key is dotted, or too long: not `thought`.
+    key_spoiled: bool,
+    /// Whether the value being read is the thought (else it is skipped).
+    emit: bool,
+    /// Quotes seen in a row inside a multi-line string, not yet decided.
+    quotes: u8,
+    /// Whether the thought string has started.
+    started: bool,
+    /// Whether the thought string has ended.
+    ended: bool,
+    /// The bracket depth to return to after a string skipped inside an
+    /// array or inline table.
+    bracket_return: Option<u32>,
+    /// An escape sequence as written so far (at most 10 characters).
+    esc_raw: String,
+}
+
+impl Default for ThoughtStream {
+    fn default() -> Self {
+        ThoughtStream::new()
+    }
+}
+
+/// Longest key kept while looking for `thought`.
+const MAX_KEY: usize = 16;
+
+impl ThoughtStream {
+    /// A reader at the start of a document.
+    pub fn new() -> ThoughtStream {
+        ThoughtStream {
+            state: TState::LineStart,
+            key: String::new(),
+            key_spoiled: false,
+            emit: false,
+            quotes: 0,
+            started: false,
+            ended: false,
+            bracket_return: None,
+            esc_raw: String::new(),
+        }
+    }
+
+    /// Whether the thought string has begun.
+    pub fn started(&self) -> bool {
+        self.started
+    }
+
+    /// Whether the thought string is complete (its closing quote was read).
+    pub fn is_complete(&self) -> bool {
+        self.ended
+    }
+
+    /// Reads more of the document; returns the thought text it released.
+    pub fn feed(&mut self, raw: &str) -> String {
+        let mut out = String::new();
+        for c in raw.chars() {
+            if self.state == TState::Done {
+                break;
+            }
+            self.step(c, &mut out);
+        }
+        out
+    }
+
+    /// Ends the document; returns what was held (quotes that turned out to
+    /// be content, an unfinished escape, written as it was).
+    pub fn finish(&mut self) -> String {
+        let mut out = String::new();
+        match self.state {
+            TState::Body(kind) if kind.multi() => {
+                let n = if self.quotes >= 3 {
+                    self.ended = self.emit;
+                    self.quotes - 3
+                } else {
+                    self.quotes
+                };
+                self.put_quotes(kind.quote(), n, &mut out);
+            }
+            TState::Escape(_, Esc::Start | Esc::Hex { .. }) => {
+                let raw = std::mem::take(&mut self.esc_raw);
+                self.put_str(&raw, &mut out);
+            }
+            TState::Quote2(_) => self.ended = self.emit,
+            _ => {}
+        }
+        self.state = TState::Done;
+        out
+    }
+
+    fn put(&self, c: char, out: &mut String) {
+        if self.emit {
+            out.push(c);
+        }
+    }
+
+    fn put_str(&self, s: &str, out: &mut String) {
+        if self.emit {
+            out.push_str(s);
+        }
+    }
+
+    fn put_quotes(&self, q: char, n: u8, out: &mut String) {
+        for _ in 0..n {
+            self.put(q, out);
+        }
+    }
+
+    /// A string value ends.
+    fn string_done(&mut self) {
+        if self.emit {
+            self.ended = true;
+            self.state = TState::Done;
+            return;
+        }
+        self.state = match self.bracket_return.take() {
+            Some(depth) => TState::Brackets(depth),
+            None => TState::SkipLine,
+        };
+    }
+
+    /// A string value starts with quote `q` (state after the first quote).
+    fn open_string(&mut self, q: char, in_brackets: Option<u32>) {
+        self.bracket_return = in_brackets;
+        if in_brackets.is_none() && !self.key_spoiled && self.key.eq_ignore_ascii_case("thought") {
+            self.emit = true;
+            self.started = true;
+        }
+        self.state = TState::Quote1(q);
+    }
+
+    fn step(&mut self, c: char, out: &mut String) {
+        use TState::*;
+        self.state = match self.state {
+            LineStart => match c {
+                ' ' | '\t' | '\r' | '\n' => LineStart,
+                '[' => Done,
+                '"' | '\'' => {
+                    self.key.clear();
+                    self.key_spoiled = false;
+                    QuotedKey(c)
+                }
+                c if c.is_ascii_alphanumeric() || c == '_' || c == '-' => {
+                    self.key.clear();
+                    self.key_spoiled = false;
+                    self.key.push(c);
+                    Key
+                }
+                _ => SkipLine,
+            },
+            Key => match c {
+                c if c.is_ascii_alphanumeric() || c == '_' || c == '-' => {
+                    if self.key.len() < MAX_KEY {
+                        self.key.push(c);
+                    } else {
+                        self.key_spoiled = true;
+                    }
+                    Key
+                }
+                '.' => {
+                    self.key_spoiled = true;
+                    AfterKey
+                }
+                ' ' | '\t' => AfterKey,
+                '=' => AfterEq,
+                '\n' => LineStart,
+                _ => SkipLine,
+            },
+            QuotedKey(q) => match c {
+                c if c == q => AfterKey,
+                '\n' => LineStart,
+                c => {
+                    if self.key.len() < MAX_KEY {
+                        self.key.push(c);
+                    } else {
+                        self.key_spoiled = true;
+                    }
+                    QuotedKey(q)
+                }
+            },
+            AfterKey => match c {
+                ' ' | '\t' => AfterKey,
+                '.' => {
+                    self.key_spoiled = true;
+                    AfterKey
+                }
+                '=' => AfterEq,
+                '"' | '\'' if self.key_spoiled => QuotedKey(c),
+                c if self.key_spoiled && (c.is_ascii_alphanumeric() || c == '_' || c == '-') => Key,
+                '\n' => LineStart,
+                _ => SkipLine,
+            },
+            AfterEq => match c {
+                ' ' | '\t' => AfterEq,
+                '"' | '\'' => {
+                    self.open_string(c, None);
+                    self.state
+                }
+                '[' | '{' => Brackets(1),
+                '\n' => LineStart,
+                _ => SkipLine,
+            },
+            Quote1(q) => {
+                if c == q {
+                    Quote2(q)
+                } else {
+                    let kind = if q == '"' {
+                        StrKind::Basic
+                    } else {
+                        StrKind::Literal
+                    };
+                    self.state = Body(kind);
+                    self.body(kind, c, out);
+                    self.state
+                }
+            }
+            Quote2(q) => {
+                if c == q {
+                    MultiStart(if q == '"' {
+                        StrKind::MultiBasic
+                    } else {
+                        StrKind::MultiLiteral
+                    })
+                } else {
+                    // `""`: an empty string, then `c` after it.
+                    self.string_done();
+                    if self.state == Done {
+                        Done
+                    } else {
+                        self.after_value(c)
+                    }
+                }
+            }
+            MultiStart(kind) => match c {
+                '\n' => Body(kind),
+                '\r' => MultiStartCr(kind),
+                _ => {
+                    self.state = Body(kind);
+                    self.body(kind, c, out);
+                    self.state
+                }
+            },
+            MultiStartCr(kind) => {
+                if c == '\n' {
+                    Body(kind)
+                } else {
+                    self.put('\r', out);
+                    self.state = Body(kind);
+                    self.body(kind, c, out);
+                    self.state
+                }
+            }
+            Body(kind) => {
+                self.body(kind, c, out);
+                self.state
+            }
+            Escape(kind, esc) => self.escape(kind, esc, c, out),
+            Brackets(depth) => match c {
+                '[' | '{' => Brackets(depth + 1),
+                ']' | '}' if depth <= 1 => SkipLine,
+                ']' | '}' => Brackets(depth - 1),
+                '#' => BracketComment(depth),
+                '"' | '\'' => {
+                    self.open_string(c, Some(depth));
+                    self.state
+                }
+                _ => Brackets(depth),
+            },
+            BracketComment(depth) => {
+                if c == '\n' {
+                    Brackets(depth)
+                } else {
+                    BracketComment(depth)
+                }
+            }
+            SkipLine => {
+                if c == '\n' {
+                    LineStart
+                } else {
+                    SkipLine
+                }
+            }
+            Done => Done,
+        };
+    }
+
+    /// The state after a skipped value, given the next character.
+    fn after_value(&mut self, c: char) -> TState {
+        match self.state {
+            TState::Brackets(_) => {
+                // Still inside an array: the character is the array's.
+                self.step(c, &mut String::new());
+                self.state
+            }
+            _ => {
+                if c == '\n' {
+                    TState::LineStart
+                } else {
+                    TState::SkipLine
+                }
+            }
+        }
+    }
+
+    /// One character of a string body.
+    fn body(&mut self, kind: StrKind, c: char, out: &mut String) {
+        let q = kind.quote();
+        if kind.multi() {
+            if c == q {
+                self.quotes = self.quotes.saturating_add(1);
+                if self.quotes >= 5 {
+                    // Five quotes: two are content, three close (the most
+                    // TOML allows).
+                    self.put_quotes(q, 2, out);
+                    self.quotes = 0;
+                    self.string_done();
+                }
+                return;
+            }
+            if self.quotes >= 3 {
+                let extra = self.quotes - 3;
+                self.put_quotes(q, extra, out);
+                self.quotes = 0;
+                self.string_done();
+                if self.state != TState::Done {
+                    let next = self.after_value(c);
+                    self.state = next;
+                }
+                return;
+            }
+            let n = self.quotes;
+            self.put_quotes(q, n, out);
+            self.quotes = 0;
+        } else if c == q {
+            self.string_done();
+            return;
+        } else if c == '\n' {
+            // A one-line string cut by the end of its line: read as ended.
+            self.string_done();
+            if self.state != TState::Done {
+                self.state = TState::LineStart;
+            }
+            return;
+        }
+        if c == '\\' && kind.escapes() {
+            self.esc_raw.clear();
+            self.esc_raw.push('\\');
+            self.state = TState::Escape(kind, Esc::Start);
+            return;
+        }
+        self.put(c, out);
+        self.state = TState::Body(kind);
+    }
+
+    /// One character of an escape sequence.
+    fn escape(&mut self, kind: StrKind, esc: Esc, c: char, out: &mut String) -> TState {
+        match esc {
+            Esc::Start => {
+                let simple = match c {
+                    'n' => Some('\n'),
+                    't' => Some('\t'),
+                    'r' => Some('\r'),
+                    'b' => Some('\u{8}'),
+                    'f' => Some('\u{c}'),
+                    'e' => Some('\u{1b}'),
+                    '"' => Some('"'),
+                    '\\' => Some('\\'),
+                    _ => None,
+                };
+                if let Some(ch) = simple {
+                    self.put(ch, out);
+                    return TState::Body(kind);
+                }
+                let hex = |need| {
+                    TState::Escape(
+                        kind,
+                        Esc::Hex {
+                            need,
+                            got: 0,
+                            value: 0,
+                        },
+                    )
+                };
+                match c {
+                    'u' | 'U' | 'x' => {
+                        self.esc_raw.push(c);
+                        hex(match c {
+                            'u' => 4,
+                            'U' => 8,
+                            _ => 2,
+                        })
+                    }
+                    ' ' | '\t' | '\r' | '\n' if kind.multi() => TState::Escape(kind, Esc::LineEnd),
+                    _ => {
+                        // Not an escape TOML knows: keep it as written.
+                        self.put('\\', out);
+                        self.state = TState::Body(kind);
+                        self.body(kind, c, out);
+                        self.state
+                    }
+                }
+            }
+            Esc::Hex { need, got, value } => match c.to_digit(16) {
+                Some(d) => {
+                    let value = value.wrapping_mul(16).wrapping_add(d);
+                    if got + 1 == need {
+                        self.put(char::from_u32(value).unwrap_or('\u{fffd}'), out);
+                        TState::Body(kind)
+                    } else {
+                        self.esc_raw.push(c);
+                        TState::Escape(
+                            kind,
+                            Esc::Hex {
+                                need,
+                                got: got + 1,
+                                value,
+                            },
+                        )
+                    }
+                }
+                None => {
+                    let raw = std::mem::take(&mut self.esc_raw);
+                    self.put_str(&raw, out);
+                    self.state = TState::Body(kind);
+                    self.body(kind, c, out);
+                    self.state
+                }
+            },
+            Esc::LineEnd => match c {
+                ' ' | '\t' | '\r' | '\n' => TState::Escape(kind, Esc::LineEnd),
+                _ => {
+                    self.state = TState::Body(kind);
+                    self.body(kind, c, out);
+                    self.state
+                }
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stream(doc: &str, size: usize) -> String {
+        let mut ts = ThoughtStream::new();
+        let mut out = String::new();
+        let chars: Vec<char> = doc.chars().collect();
+        for chunk in chars.chunks(size.max(1)) {
+            out.push_str(&ts.feed(&chunk.iter().collect::<String>()));
+        }
+        out.push_str(&ts.finish());
+        out
+    }
+
+    #[test]
+    fn skips_other_values_before_the_thought() {
+        let doc = "a = \"thought = 'x'\"\nb = [\"\"\"\nthought = 'y'\"\"\", { c = 'z' }] # c\nthought = 'real'\n";
+        assert_eq!(stream(doc, 1), "real");
+    }
+
+    #[test]
+    fn table_header_ends_the_search() {
+        assert_eq!(stream("[tool_call]\nthought = 'no'\n", 1), "");
+    }
+}

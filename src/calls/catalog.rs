@@ -1,0 +1,961 @@
+//! Tool definitions and the checking of calls against them (spec 002 §6-7,
+//! §10; spec 004 §3.3, §5.5).
+//!
+//! This module owns the [`ToolCatalog`]: tool ids, descriptions and
+//! JSON-Schema parameters (with the `implementation` kept, untouched, for
+//! whoever runs the tools), loaded from a plugins directory or added in
+//! code; and the check of a [`ToolCall`] against it, which names the
+//! closest valid tool or parameter and formats the observation text the
+//! model reads on its next turn. It runs no tool.
+//!
+//! # Plugins directory
+//!
+//! ```text
+//! plugins/
+//!   my-plugin/
+//!     plugin.yaml        name, displayName, version, description, tools: { entry: ./tools }
+//!     tools/
+//!       fetch.tool.json  { "id", "displayName", "description", "parameters", "implementation" }
+//! ```
+//!
+//! [`ToolCatalog::load_plugins`] reads every subdirectory's `plugin.yaml`
+//! (or the directory's own, when it is a single plugin), follows
+//! `tools.entry` (relative to the manifest) and loads each `*.tool.json`
+//! there, in name order. A broken manifest, tool file or schema, a missing
+//! entry folder and a tool id defined twice are errors naming the file.
+//!
+//! # Checking a call
+//!
+//! ```
+//! use spindle::calls::{ToolCatalog, ToolDef, Step, ToolCall, CallFormat};
+//! use serde_json::json;
+//!
+//! let mut catalog = ToolCatalog::new();
+//! catalog.add(ToolDef::new("GetPlayerInfo", json!({
+//!     "type": "object",
+//!     "properties": {"player_id": {"type": "string"}},
+//!     "required": ["player_id"]
+//! }))).unwrap();
+//!
+//! let mut step = Step::new("GetPlayerInfo");
+//! step.params.insert("playerId".into(), json!("player123"));
+//! let mut call = ToolCall::new(CallFormat::Action);
+//! call.steps.push(step);
+//! assert_eq!(
+//!     catalog.observations(&call),
+//!     ["Observation: Error - Invalid parameters for GetPlayerInfo: Unknown parameter 'playerId', did you mean 'player_id'?"]
+//! );
+//! ```
+//!
+//! Values read from text (TAM, ACTION) are strings; before schema
+//! validation they are converted to the type the schema declares where the
+//! text allows it (`"25"` to `25` for an integer, `"true"` to `true`, JSON
+//! text to an object or array, a single value to a one-element array). TAM
+//! keys are normalised (`file_path`), so a TAM parameter also matches a
+//! property whose normalised name is the same (`filePath`).
+
+use super::attp::PYTHON_TOOL;
+use super::tam::normalize_key;
+use super::{CallFormat, Step, ToolCall};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// Largest manifest or tool file read, in bytes (default of
+/// [`LoadOptions::max_file_len`]).
+pub const MAX_FILE_LEN: usize = 1024 * 1024;
+
+/// Options for loading tool definitions from disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Largest `plugin.yaml` or `*.tool.json` read; a larger file is an
+    /// error naming it.
+    pub max_file_len: usize,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            max_file_len: MAX_FILE_LEN,
+        }
+    }
+}
+
+/// Why tool definitions could not be loaded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CatalogError {
+    /// A file or directory could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A file is larger than [`LoadOptions::max_file_len`].
+    #[error("{} is {len} bytes, more than the {limit}-byte limit", path.display())]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its size.
+        len: u64,
+        /// The limit.
+        limit: usize,
+    },
+    /// A plugin directory has no `plugin.yaml`.
+    #[error("plugin directory {} has no plugin.yaml", path.display())]
+    MissingManifest {
+        /// The directory.
+        path: PathBuf,
+    },
+    /// A `plugin.yaml` does not parse or lacks a field.
+    #[error("plugin manifest {} is invalid: {message}", path.display())]
+    Manifest {
+        /// The manifest.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// A `*.tool.json` does not parse or lacks a field.
+    #[error("tool file {} is invalid: {message}", path.display())]
+    ToolFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// A tool's `parameters` is not a usable JSON Schema.
+    #[error(
+        "tool {id:?}{}: `parameters` is not a valid JSON Schema: {message}",
+        in_file(path)
+    )]
+    Schema {
+        /// The tool.
+        id: String,
+        /// Where it was defined, if on disk.
+        path: Option<PathBuf>,
+        /// What is wrong.
+        message: String,
+    },
+    /// Two definitions share one tool id.
+    #[error("tool id {id:?} is defined twice: {first} and {second}")]
+    Duplicate {
+        /// The id.
+        id: String,
+        /// The first definition's origin.
+        first: String,
+        /// The second definition's origin.
+        second: String,
+    },
+}
+
+fn in_file(path: &Option<PathBuf>) -> String {
+    path.as_ref()
+        .map(|p| format!(" in {}", p.display()))
+        .unwrap_or_default()
+}
+
+/// One tool (a `*.tool.json`, spec 002 §6.3 / §10.2.2).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolDef {
+    /// The tool's unique id (`BilibiliFetch:getSubtitle`).
+    pub id: String,
+    /// A name for people.
+    #[serde(
+        default,
+        rename = "displayName",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub display_name: Option<String>,
+    /// What the tool does (for tool manuals in prompts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The JSON Schema of the parameters object.
+    #[serde(default = "empty_object_schema")]
+    pub parameters: Value,
+    /// How to run the tool (`{"type": "script", "command": ...}`), kept as
+    /// written for the executor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub implementation: Option<Value>,
+    /// Other fields of the file (`configSchema`, ...), kept as written.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, Value>,
+    /// The plugin that declared it.
+    #[serde(skip)]
+    pub plugin: Option<String>,
+    /// The file it came from.
+    #[serde(skip)]
+    pub source: Option<PathBuf>,
+}
+
+fn empty_object_schema() -> Value {
+    serde_json::json!({"type": "object"})
+}
+
+impl ToolDef {
+    /// A definition with an id and a parameters schema.
+    pub fn new(id: impl Into<String>, parameters: Value) -> ToolDef {
+        ToolDef {
+            id: id.into(),
+            display_name: None,
+            description: None,
+            parameters,
+            implementation: None,
+            extra: serde_json::Map::new(),
+            plugin: None,
+            source: None,
+        }
+    }
+
+    fn origin(&self) -> String {
+        match (&self.source, &self.plugin) {
+            (Some(p), _) => p.display().to_string(),
+            (None, Some(plugin)) => format!("plugin {plugin}"),
+            (None, None) => "(added in code)".to_string(),
+        }
+    }
+
+    /// The names a Python call to this tool may use (ATTP code): the id,
+    /// and the part after its last `:` or `.`.
+    fn python_names(&self) -> [&str; 2] {
+        let tail = self.id.rsplit([':', '.']).next().unwrap_or(&self.id);
+        [self.id.as_str(), tail]
+    }
+}
+
+/// A plugin's `plugin.yaml` (spec 002 §6.2), the fields this crate uses.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PluginManifest {
+    /// The plugin's id (kebab-case).
+    pub name: String,
+    /// A name for people.
+    #[serde(
+        default,
+        rename = "displayName",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub display_name: Option<String>,
+    /// Version, as written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<Value>,
+    /// What the plugin does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Where its tool definitions are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<ToolsEntry>,
+}
+
+/// The `tools:` section of a manifest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolsEntry {
+    /// The folder of `*.tool.json` files, relative to the manifest.
+    pub entry: String,
+}
+
+/// A loaded plugin.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PluginInfo {
+    /// Its manifest.
+    pub manifest: PluginManifest,
+    /// Its directory.
+    pub dir: PathBuf,
+    /// The ids of the tools it declared.
+    pub tools: Vec<String>,
+}
+
+/// A tool and its compiled schema.
+struct Entry {
+    def: ToolDef,
+    validator: jsonschema::Validator,
+}
+
+impl fmt::Debug for Entry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Entry")
+            .field("def", &self.def)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The tools a model may call, with their parameter schemas.
+#[derive(Debug, Default)]
+pub struct ToolCatalog {
+    tools: Vec<Entry>,
+    plugins: Vec<PluginInfo>,
+}
+
+/// One problem with a parameter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ParamProblem {
+    /// A parameter the tool does not declare.
+    Unknown {
+        /// The name as written.
+        name: String,
+        /// The closest declared name, if one is close.
+        suggestion: Option<String>,
+    },
+    /// A required parameter is absent.
+    Missing {
+        /// Its name.
+        name: String,
+    },
+    /// A value the schema rejects.
+    Invalid {
+        /// Where (`age`, `args.file.0.path`; empty for the whole object).
+        path: String,
+        /// The schema validator's message.
+        message: String,
+    },
+}
+
+impl fmt::Display for ParamProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ParamProblem::Unknown {
+                name,
+                suggestion: Some(s),
+            } => {
+                write!(f, "Unknown parameter '{name}', did you mean '{s}'?")
+            }
+            ParamProblem::Unknown {
+                name,
+                suggestion: None,
+            } => write!(f, "Unknown parameter '{name}'"),
+            ParamProblem::Missing { name } => write!(f, "Missing required parameter '{name}'"),
+            ParamProblem::Invalid { path, message } if path.is_empty() => write!(f, "{message}"),
+            ParamProblem::Invalid { path, message } => write!(f, "Parameter '{path}': {message}"),
+        }
+    }
+}
+
+/// Why one step (or the whole call) cannot be run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CallProblem {
+    /// The call itself could not be read (malformed XML, invalid TOML, no
+    /// command): its `observation` text.
+    Unreadable {
+        /// The observation text from the payload.
+        observation: String,
+    },
+    /// No tool has this id.
+    UnknownTool {
+        /// The step's position in `steps`.
+        step: usize,
+        /// The id as written.
+        id: String,
+        /// The closest known id, if one is close.
+        suggestion: Option<String>,
+    },
+    /// The parameters do not fit the tool's schema.
+    InvalidParams {
+        /// The step's position in `steps`.
+        step: usize,
+        /// The tool.
+        tool_id: String,
+        /// What is wrong, in order.
+        problems: Vec<ParamProblem>,
+    },
+    /// ATTP code calls a function no tool provides.
+    UnknownFunction {
+        /// The function name.
+        name: String,
+        /// The closest tool name, if one is close.
+        suggestion: Option<String>,
+    },
+}
+
+impl CallProblem {
+    /// The observation text for the model's next turn (spec 004 §3.3,
+    /// §5.5): `Observation: Error - ...`.
+    pub fn observation(&self) -> String {
+        match self {
+            CallProblem::Unreadable { observation } => observation.clone(),
+            other => format!("Observation: Error - {other}"),
+        }
+    }
+}
+
+impl fmt::Display for CallProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CallProblem::Unreadable { observation } => {
+                write!(
+                    f,
+                    "{}",
+                    observation
+                        .strip_prefix("Observation: Error - ")
+                        .unwrap_or(observation)
+                )
+            }
+            CallProblem::UnknownTool {
+                id,
+                suggestion: Some(s),
+                ..
+            } => {
+                write!(f, "Unknown tool ID '{id}', did you mean '{s}'?")
+            }
+            CallProblem::UnknownTool {
+                id,
+                suggestion: None,
+                ..
+            } => write!(f, "Unknown tool ID '{id}'"),
+            CallProblem::InvalidParams {
+                tool_id, problems, ..
+            } => {
+                let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
+                write!(f, "Invalid parameters for {tool_id}: {}", list.join("; "))
+            }
+            CallProblem::UnknownFunction {
+                name,
+                suggestion: Some(s),
+            } => {
+                write!(
+                    f,
+                    "Unknown tool '{name}' called in the code, did you mean '{s}'?"
+                )
+            }
+            CallProblem::UnknownFunction {
+                name,
+                suggestion: None,
+            } => {
+                write!(f, "Unknown tool '{name}' called in the code")
+            }
+        }
+    }
+}
+
+/// The observation text for a step that ran (spec 004 §5.1):
+/// `Observation: Tool ReadWorldStateTool executed successfully. Result: sunny`.
+pub fn observation_success(tool_id: &str, result: &str) -> String {
+    format!("Observation: Tool {tool_id} executed successfully. Result: {result}")
+}
+
+/// The closest candidate to `name`, if one is close enough: an equal
+/// normalised form (`playerId` ~ `player_id`) wins; otherwise the best of
+/// Jaro-Winkler and normalised Damerau-Levenshtein, case-insensitively, at
+/// 0.75 or more.
+pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let norm = normalize_key(name).name;
+    let lower = name.to_lowercase();
+    let mut best: Option<(f64, &str)> = None;
+    for c in candidates {
+        let score = if normalize_key(c).name == norm {
+            2.0
+        } else {
+            let cl = c.to_lowercase();
+            strsim::jaro_winkler(&lower, &cl)
+                .max(strsim::normalized_damerau_levenshtein(&lower, &cl))
+        };
+        if score >= 0.75 && best.is_none_or(|(s, _)| score > s) {
+            best = Some((score, c));
+        }
+    }
+    best.map(|(_, c)| c)
+}
+
+impl ToolCatalog {
+    /// An empty catalog.
+    pub fn new() -> ToolCatalog {
+        ToolCatalog::default()
+    }
+
+    /// Adds a tool, compiling its schema.
+    ///
+    /// # Errors
+    ///
+    /// [`CatalogError::Schema`] when `parameters` is not a valid JSON
+    /// Schema; [`CatalogError::Duplicate`] when the id is taken.
+    pub fn add(&mut self, def: ToolDef) -> Result<(), CatalogError> {
+        if let Some(prev) = self.tools.iter().find(|e| e.def.id == def.id) {
+            return Err(CatalogError::Duplicate {
+                id: def.id.clone(),
+                first: prev.def.origin(),
+                second: def.origin(),
+            });
+        }
+        if !def.parameters.is_object() && !def.parameters.is_boolean() {
+            return Err(CatalogError::Schema {
+                id: def.id.clone(),
+                path: def.source.clone(),
+                message: "a schema must be an object".into(),
+            });
+        }
+        let validator =
+            jsonschema::validator_for(&def.parameters).map_err(|e| CatalogError::Schema {
+                id: def.id.clone(),
+                path: def.source.clone(),
+                message: e.to_string(),
+            })?;
+        self.tools.push(Entry { def, validator });
+        Ok(())
+    }
+
+    /// Reads one `*.tool.json` text; `path` names it in errors.
+    ///
+    /// # Errors
+    ///
+    /// [`CatalogError::ToolFile`] for JSON that does not parse or has no
+    /// `id`; otherwise as [`ToolCatalog::add`].
+    pub fn add_tool_json(&mut self, text: &str, path: Option<&Path>) -> Result<(), CatalogError> {
+        let shown = path.map_or_else(|| PathBuf::from("(tool json)"), Path::to_path_buf);
+        let mut def: ToolDef = serde_json::from_str(text).map_err(|e| CatalogError::ToolFile {
+            path: shown.clone(),
+            message: e.to_string(),
+        })?;
+        if def.id.trim().is_empty() {
+            return Err(CatalogError::ToolFile {
+                path: shown,
+                message: "`id` is empty".into(),
+            });
+        }
+        def.source = path.map(Path::to_path_buf);
+        self.add(def)
+    }
+
+    /// Loads every `*.tool.json` of `dir` (not recursive), in name order.
+    ///
+    /// # Errors
+    ///
+    /// The first [`CatalogError`] met: an unreadable directory or file, a
+    /// file past the size limit, a broken definition or schema.
+    pub fn load_tools_dir(
+        &mut self,
+        dir: &Path,
+        plugin: Option<&str>,
+        options: LoadOptions,
+    ) -> Result<Vec<String>, CatalogError> {
+        let mut files = list_dir(dir)?
+            .into_iter()
+            .filter(|p| {
+                p.is_file()
+                    && p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.ends_with(".tool.json"))
+            })
+            .collect::<Vec<_>>();
+        files.sort();
+        let mut ids = Vec::new();
+        for file in files {
+            let text = read_limited(&file, options)?;
+            let before = self.tools.len();
+            self.add_tool_json(&text, Some(&file))?;
+            if let Some(e) = self.tools.get_mut(before) {
+                e.def.plugin = plugin.map(str::to_string);
+                ids.push(e.def.id.clone());
+            }
+        }
+        Ok(ids)
+    }
+
+    /// Loads a plugins directory (spec 002 §6-7, §10).
+    ///
+    /// `dir` is either one plugin (it holds `plugin.yaml`) or a folder of
+    /// plugins, each a subdirectory with its `plugin.yaml`; hidden
+    /// subdirectories are skipped.
+    ///
+    /// # Errors
+    ///
+    /// The first [`CatalogError`], naming the file: a subdirectory without
+    /// `plugin.yaml`, a manifest that does not parse or whose `tools.entry`
+    /// is not a directory, a broken tool file or schema, a duplicate id.
+    pub fn load_plugins(dir: &Path) -> Result<ToolCatalog, CatalogError> {
+        ToolCatalog::load_plugins_with(dir, LoadOptions::default())
+    }
+
+    /// [`ToolCatalog::load_plugins`] with explicit limits.
+    ///
+    /// # Errors
+    ///
+    /// As [`ToolCatalog::load_plugins`].
+    pub fn load_plugins_with(
+        dir: &Path,
+        options: LoadOptions,
+    ) -> Result<ToolCatalog, CatalogError> {
+        let mut catalog = ToolCatalog::new();
+        if let Some(manifest) = manifest_in(dir) {
+            catalog.load_plugin(dir, &manifest, options)?;
+            return Ok(catalog);
+        }
+        let mut dirs: Vec<PathBuf> = list_dir(dir)?
+            .into_iter()
+            .filter(|p| {
+                p.is_dir()
+                    && !p
+                        .file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with('.'))
+            })
+            .collect();
+        dirs.sort();
+        for sub in dirs {
+            let manifest = manifest_in(&sub)
+                .ok_or_else(|| CatalogError::MissingManifest { path: sub.clone() })?;
+            catalog.load_plugin(&sub, &manifest, options)?;
+        }
+        Ok(catalog)
+    }
+
+    fn load_plugin(
+        &mut self,
+        dir: &Path,
+        manifest_path: &Path,
+        options: LoadOptions,
+    ) -> Result<(), CatalogError> {
+        let text = read_limited(manifest_path, options)?;
+        let bad = |message: String| CatalogError::Manifest {
+            path: manifest_path.to_path_buf(),
+            message,
+        };
+        let manifest: PluginManifest =
+            serde_saphyr::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        if manifest.name.trim().is_empty() {
+            return Err(bad("`name` is empty".into()));
+        }
+        let mut ids = Vec::new();
+        if let Some(tools) = &manifest.tools {
+            let entry = dir.join(&tools.entry);
+            if !entry.is_dir() {
+                return Err(bad(format!(
+                    "tools.entry {:?} is not a directory ({})",
+                    tools.entry,
+                    entry.display()
+                )));
+            }
+            ids = self.load_tools_dir(&entry, Some(&manifest.name), options)?;
+        }
+        self.plugins.push(PluginInfo {
+            manifest,
+            dir: dir.to_path_buf(),
+            tools: ids,
+        });
+        Ok(())
+    }
+
+    /// The plugins loaded, in load order.
+    pub fn plugins(&self) -> &[PluginInfo] {
+        &self.plugins
+    }
+
+    /// All tools, in load order.
+    pub fn tools(&self) -> impl Iterator<Item = &ToolDef> {
+        self.tools.iter().map(|e| &e.def)
+    }
+
+    /// How many tools there are.
+    pub fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    /// Whether the catalog has no tools.
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+
+    /// A tool by exact id.
+    pub fn get(&self, id: &str) -> Option<&ToolDef> {
+        self.entry(id).map(|e| &e.def)
+    }
+
+    fn entry(&self, id: &str) -> Option<&Entry> {
+        self.tools.iter().find(|e| e.def.id == id)
+    }
+
+    /// The known tool id closest to `id`.
+    pub fn suggest_tool(&self, id: &str) -> Option<&str> {
+        closest(id, self.tools.iter().map(|e| e.def.id.as_str()))
+    }
+
+    /// Checks one step; on success returns its parameters as the tool
+    /// expects them (converted to the schema's types, TAM names mapped to
+    /// the declared ones).
+    ///
+    /// # Errors
+    ///
+    /// [`CallProblem::UnknownTool`] or [`CallProblem::InvalidParams`].
+    pub fn check_step(
+        &self,
+        format: CallFormat,
+        index: usize,
+        step: &Step,
+    ) -> Result<serde_json::Map<String, Value>, CallProblem> {
+        let Some(entry) = self.entry(&step.tool_id) else {
+            return Err(CallProblem::UnknownTool {
+                step: index,
+                id: step.tool_id.clone(),
+                suggestion: self.suggest_tool(&step.tool_id).map(str::to_string),
+            });
+        };
+        let schema = &entry.def.parameters;
+        let props = schema.get("properties").and_then(Value::as_object);
+        let closed = props.is_some()
+            && !matches!(
+                schema.get("additionalProperties"),
+                Some(Value::Bool(true) | Value::Object(_))
+            );
+        let mut params = serde_json::Map::new();
+        let mut problems = Vec::new();
+        let declared: Vec<&str> = props
+            .map(|p| p.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        let mut by_uri: Vec<String> = Vec::new();
+        let names = step
+            .params
+            .iter()
+            .map(|(k, v)| (k, Some(v)))
+            .chain(step.uris.keys().map(|k| (k, None)));
+        for (name, value) in names {
+            let mut target = name.clone();
+            if closed && !declared.contains(&name.as_str()) && format == CallFormat::Tam {
+                // TAM keys are normalised; the schema may spell them otherwise.
+                if let Some(d) = declared.iter().find(|d| normalize_key(d).name == *name) {
+                    target = (*d).to_string();
+                }
+            }
+            if closed && !declared.contains(&target.as_str()) {
+                problems.push(ParamProblem::Unknown {
+                    name: name.clone(),
+                    suggestion: closest(name, declared.iter().copied()).map(str::to_string),
+                });
+                continue;
+            }
+            match value {
+                Some(v) => {
+                    params.insert(target, v.clone());
+                }
+                None => by_uri.push(target),
+            }
+        }
+        if format != CallFormat::Attp {
+            let mut whole = Value::Object(params);
+            coerce(&mut whole, schema);
+            params = match whole {
+                Value::Object(m) => m,
+                _ => serde_json::Map::new(),
+            };
+        }
+        let instance = Value::Object(params.clone());
+        for err in entry.validator.iter_errors(&instance) {
+            let path: Vec<String> = err
+                .instance_path()
+                .as_str()
+                .split('/')
+                .skip(1)
+                .map(unescape_pointer)
+                .collect();
+            match err.kind() {
+                jsonschema::error::ValidationErrorKind::AdditionalProperties { .. }
+                    if path.is_empty() => {}
+                jsonschema::error::ValidationErrorKind::Required { property }
+                    if path.is_empty() =>
+                {
+                    let name = property
+                        .as_str()
+                        .map_or_else(|| property.to_string(), str::to_string);
+                    if !by_uri.contains(&name) {
+                        problems.push(ParamProblem::Missing { name });
+                    }
+                }
+                _ => problems.push(ParamProblem::Invalid {
+                    path: path.join("."),
+                    message: err.to_string(),
+                }),
+            }
+        }
+        // `playerId` with "did you mean 'player_id'?" already says that
+        // player_id is missing.
+        let suggested: Vec<String> = problems
+            .iter()
+            .filter_map(|p| match p {
+                ParamProblem::Unknown {
+                    suggestion: Some(s),
+                    ..
+                } => Some(s.clone()),
+                _ => None,
+            })
+            .collect();
+        problems
+            .retain(|p| !matches!(p, ParamProblem::Missing { name } if suggested.contains(name)));
+        if problems.is_empty() {
+            Ok(params)
+        } else {
+            Err(CallProblem::InvalidParams {
+                step: index,
+                tool_id: step.tool_id.clone(),
+                problems,
+            })
+        }
+    }
+
+    /// Every problem of a call: an unreadable payload, unknown tools and
+    /// parameters, schema violations, ATTP code calling unknown functions
+    /// (only when the catalog has tools). Empty when the call may run.
+    pub fn check(&self, call: &ToolCall) -> Vec<CallProblem> {
+        let mut out = Vec::new();
+        if let Some(obs) = &call.observation {
+            out.push(CallProblem::Unreadable {
+                observation: obs.clone(),
+            });
+            if call.steps.is_empty() {
+                return out;
+            }
+        }
+        for (i, step) in call.steps.iter().enumerate() {
+            if call.format == CallFormat::Attp && step.tool_id == PYTHON_TOOL {
+                continue;
+            }
+            if let Err(p) = self.check_step(call.format, i, step) {
+                out.push(p);
+            }
+        }
+        if let (CallFormat::Attp, Some(attp), false) = (call.format, &call.attp, self.is_empty()) {
+            let names: Vec<&str> = self
+                .tools
+                .iter()
+                .flat_map(|e| e.def.python_names())
+                .collect();
+            for f in &attp.calls {
+                if !names.contains(&f.as_str()) {
+                    out.push(CallProblem::UnknownFunction {
+                        name: f.clone(),
+                        suggestion: closest(f, names.iter().copied()).map(str::to_string),
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// The observation texts of [`ToolCatalog::check`], one per problem.
+    pub fn observations(&self, call: &ToolCall) -> Vec<String> {
+        self.check(call)
+            .iter()
+            .map(CallProblem::observation)
+            .collect()
+    }
+}
+
+fn unescape_pointer(seg: &str) -> String {
+    seg.replace("~1", "/").replace("~0", "~")
+}
+
+fn manifest_in(dir: &Path) -> Option<PathBuf> {
+    ["plugin.yaml", "plugin.yml"]
+        .iter()
+        .map(|n| dir.join(n))
+        .find(|p| p.is_file())
+}
+
+fn list_dir(dir: &Path) -> Result<Vec<PathBuf>, CatalogError> {
+    let io = |source| CatalogError::Io {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(io)? {
+        out.push(entry.map_err(io)?.path());
+    }
+    Ok(out)
+}
+
+fn read_limited(path: &Path, options: LoadOptions) -> Result<String, CatalogError> {
+    let io = |source| CatalogError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let len = std::fs::metadata(path).map_err(io)?.len();
+    if len > options.max_file_len as u64 {
+        return Err(CatalogError::TooLarge {
+            path: path.to_path_buf(),
+            len,
+            limit: options.max_file_len,
+        });
+    }
+    std::fs::read_to_string(path).map_err(io)
+}
+
+/// The JSON types a schema allows (`type` as a string or a list).
+fn schema_types(schema: &Value) -> Vec<&str> {
+    match schema.get("type") {
+        Some(Value::String(t)) => vec![t.as_str()],
+        Some(Value::Array(list)) => list.iter().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Converts text values to the types `schema` declares, where the text
+/// allows it (see the module docs). Follows `properties`,
+/// `additionalProperties` and `items`.
+fn coerce(value: &mut Value, schema: &Value) {
+    let types = schema_types(schema);
+    if let Value::String(s) = value
+        && !types.is_empty()
+        && !types.contains(&"string")
+        && let Some(v) = from_text(s, &types)
+    {
+        *value = v;
+    }
+    if types.contains(&"array")
+        && !types.contains(&"object")
+        && !value.is_array()
+        && !value.is_null()
+    {
+        let single = std::mem::take(value);
+        *value = Value::Array(vec![single]);
+    }
+    match value {
+        Value::Object(map) => {
+            let props = schema.get("properties").and_then(Value::as_object);
+            let extra = schema.get("additionalProperties").filter(|s| s.is_object());
+            for (k, v) in map.iter_mut() {
+                if let Some(s) = props.and_then(|p| p.get(k)).or(extra) {
+                    coerce(v, s);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(s) = schema.get("items").filter(|s| s.is_object()) {
+                for v in items {
+                    coerce(v, s);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn from_text(s: &str, types: &[&str]) -> Option<Value> {
+    let t = s.trim();
+    for ty in types {
+        let v = match *ty {
+            "integer" => t.parse::<i64>().ok().map(Value::from),
+            "number" => t.parse::<i64>().ok().map(Value::from).or_else(|| {
+                t.parse::<f64>()
+                    .ok()
+                    .filter(|f| f.is_finite())
+                    .map(Value::from)
+            }),
+            "boolean" => match t.to_ascii_lowercase().as_str() {
+                "true" => Some(Value::Bool(true)),
+                "false" => Some(Value::Bool(false)),
+                _ => None,
+            },
+            "null" if t.is_empty() || t == "null" => Some(Value::Null),
+            "object" => serde_json::from_str::<Value>(t)
+                .ok()
+                .filter(Value::is_object),
+            "array" => serde_json::from_str::<Value>(t)
+                .ok()
+                .filter(Value::is_array),
+            _ => None,
+        };
+        if v.is_some() {
+            return v;
+        }
+    }
+    None
+}
