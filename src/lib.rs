@@ -1,8 +1,95 @@
-//! spindle: an incremental, fault-tolerant parser for the structured text
-//! that language models stream.
+//! spindle turns the text stream of a language model into structured,
+//! repaired events **while it is still arriving**: what is thinking, what is
+//! the answer, which state changes and tool calls the model asked for.
+//!
+//! Models break structure all the time: a missing `<think>`, a tag never
+//! closed, `</content><content>` splits, JSON with trailing commas, output cut
+//! at `max_tokens`. spindle is an incremental, byte-level, fault-tolerant state
+//! machine, driven by an expected-structure [`Registry`], that repairs this as
+//! the bytes arrive, announces every repair, and completes each element the
+//! moment it ends.
+//!
+//! # Table of contents
+//!
+//! * [Example: parse a stream](#example-parse-a-stream)
+//! * [Example: a custom registry](#example-a-custom-registry)
+//! * [Which layer to use](#which-layer-to-use)
+//! * [Guarantees](#guarantees)
+//!
+//! # Example: parse a stream
+//!
+//! Feed chunks as they arrive — split anywhere, even inside a tag or a UTF-8
+//! character — and act on events as they come:
+//!
+//! ```
+//! use spindle::{Event, Parser, Registry};
+//! use spindle::event::RepairKind;
+//!
+//! let mut parser = Parser::new(Registry::filament());
+//! let mut events = Vec::new();
+//! // A DeepSeek-style response: the opening <thought> is missing, and the
+//! // answer is split in two <content> parts.
+//! for chunk in ["I should gr", "eet them.</thought>\n<con", "tent>Hello</content>\n<content>, friend!</content>"] {
+//!     events.extend(parser.feed(chunk.as_bytes()));
+//! }
+//! events.extend(parser.finish());
+//!
+//! let elements: Vec<(&str, &str)> =
+//!     events.iter().filter_map(Event::as_element).map(|e| (&*e.tag, e.text.as_str())).collect();
+//! assert_eq!(elements, [("thought", "I should greet them."), ("content", "Hello, friend!")]);
+//!
+//! let repairs: Vec<RepairKind> =
+//!     events.iter().filter_map(|e| match e { Event::Repair(r) => Some(r.kind), _ => None }).collect();
+//! assert_eq!(repairs, [RepairKind::HeaderInserted, RepairKind::MergedAdjacent]);
+//! ```
+//!
+//! # Example: a custom registry
+//!
+//! ```
+//! use spindle::{Registry, parse};
+//!
+//! let registry = Registry::from_toml_str(r#"
+//!     extends = "filament"
+//!     [[tag]]
+//!     name = "status_block"
+//!     aliases = ["StatusBlock"]
+//!     body = "structured"
+//! "#).unwrap();
+//! let events = parse(registry, b"<content>Hi</content><StatusBlock><hp>3</hp></StatusBlock>");
+//! let tags: Vec<_> = events.iter().filter_map(|e| e.as_element()).map(|e| e.tag.to_string()).collect();
+//! assert_eq!(tags, ["content", "status_block"]);
+//! ```
+//!
+//! # Which layer to use
+//!
+//! | you have | use |
+//! | --- | --- |
+//! | bytes of one response, in any chunks | [`Parser`] (`feed` / `finish`), or [`parse`] for a whole buffer |
+//! | events, and handlers that should run as elements complete | [`route::Router`] |
+//! | a streamed OpenAI-compatible chat completion | [`sources`] |
+//! | tool calls written as TAM, ACTION or ATTP | [`calls`] (payloads arrive on the element events) |
+//! | only the tokens (tags, text runs), no structure | [`scan::Scanner`] |
+//!
+//! The core ([`scan`], [`machine`], [`payload`]) is synchronous and owns no
+//! I/O; everything async is built on top of it, so the core runs the same in
+//! a proxy, a CLI, a test or a benchmark.
+//!
+//! # Guarantees
+//!
+//! * **Split invariance**: any split of the input gives the same events once
+//!   adjacent deltas of one element are joined ([`event::coalesce`]).
+//! * **Linear time**: each byte is examined at most twice; nothing already
+//!   released is re-scanned.
+//! * **Bounded memory**: [`ParserOptions`] limits the longest marker, comment
+//!   and element; past a limit the parser degrades and emits a diagnostic.
+//! * **Nothing lost, nothing invented silently**: every input byte is in some
+//!   event, and every byte the parser adds or drops is announced by a
+//!   [`event::Repair`].
+//! * **No panics** on any input (fuzzed; see `fuzz/`).
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations, rust_2018_idioms, unreachable_pub)]
+#![doc(test(attr(deny(warnings))))]
 
 pub mod calls;
 #[doc(hidden)]
