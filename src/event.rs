@@ -174,6 +174,10 @@ pub struct Repair {
     /// `mismatched_close` and `stray_close_dropped`, the tag as written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<String>,
+    /// For `fallback_to_content`, the element's text to show as content
+    /// (filtered like content HTML).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
 }
 
 /// How serious a diagnostic is.

@@ -311,6 +311,7 @@ impl Machine {
             element,
             span,
             from,
+            text: None,
         }));
     }
 
@@ -928,6 +929,7 @@ impl Machine {
                         element: Some(id),
                         span: None,
                         from,
+                        text: None,
                     }));
                 }
                 self.events.append(&mut queue);
