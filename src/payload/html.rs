@@ -87,6 +87,8 @@ pub struct FilterReport {
     pub removed_attributes: BTreeMap<String, usize>,
     /// Comments and doctypes removed.
     pub comments: usize,
+    /// Tags interrupted by a `<` that were ended there.
+    pub broken_tags: usize,
     /// `<` escaped by the safety net.
     pub escaped: usize,
     /// Dangerous text patterns neutralised by the safety net.
@@ -121,6 +123,9 @@ impl FilterReport {
         if self.comments > 0 {
             parts.push(format!("{} comment(s) or doctype(s) removed", self.comments));
         }
+        if self.broken_tags > 0 {
+            parts.push(format!("{} tag(s) interrupted by '<' ended there", self.broken_tags));
+        }
         if self.escaped > 0 {
             parts.push(format!("{} stray '<' escaped", self.escaped));
         }
@@ -147,6 +152,7 @@ impl FilterReport {
             *self.removed_attributes.entry(k).or_default() += n;
         }
         self.comments += other.comments;
+        self.broken_tags += other.broken_tags;
         self.unclosed.extend(other.unclosed);
         self.dropped_bytes += other.dropped_bytes;
         if self.degraded.is_none() {
@@ -181,9 +187,283 @@ fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
 
 type Rewriter = HtmlRewriter<'static, Box<dyn FnMut(&[u8]) + Send>>;
 
+/// Elements whose content the HTML tokenizer reads as raw text.
+const RAW_TEXT: &[&str] = &["script", "style", "textarea", "title", "xmp", "iframe", "noembed", "noframes", "noscript", "plaintext"];
+
+/// Where the [`TagCloser`] is, following the HTML tokenizer's states for
+/// tags, comments and raw text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pre {
+    Text,
+    Lt,
+    EndLt,
+    TagName,
+    BeforeAttr,
+    AttrName,
+    AfterAttrName,
+    BeforeValue,
+    DoubleQuoted,
+    SingleQuoted,
+    AfterQuoted,
+    Unquoted,
+    MarkupDecl,
+    DeclDash,
+    Comment,
+    CommentDash,
+    CommentDashDash,
+    Bogus,
+    /// Inside a raw-text element (`raw` names it).
+    Raw,
+    RawLt,
+    /// Matching `</name` (`matched` bytes of the name so far).
+    RawEndName,
+}
+
+/// Ends a tag that a `<` interrupts (`<iframe src=x <b>` becomes
+/// `<iframe src=x ><b>`), before the allowlist pass.
+///
+/// The HTML tokenizer reads such a `<` as part of an attribute, so one
+/// broken tag would swallow the (whitelisted) tag after it. Here the broken
+/// tag is ended first. The states mirror the tokenizer's (quoted values,
+/// comments, raw text), so only a `<` the tokenizer would have read inside
+/// a tag's attributes gets a `>` before it; a byte-wise state machine, so
+/// it does not depend on how the input is split.
+#[derive(Debug)]
+struct TagCloser {
+    state: Pre,
+    /// The current tag's name, lower-cased (at most 16 bytes).
+    name: Vec<u8>,
+    end_tag: bool,
+    raw: Option<&'static str>,
+    matched: usize,
+    /// `>` inserted so far.
+    inserted: usize,
+}
+
+impl TagCloser {
+    fn new() -> TagCloser {
+        TagCloser {
+            state: Pre::Text,
+            name: Vec::new(),
+            end_tag: false,
+            raw: None,
+            matched: 0,
+            inserted: 0,
+        }
+    }
+
+    fn transform(&mut self, bytes: &[u8], out: &mut Vec<u8>) {
+        out.reserve(bytes.len());
+        for &b in bytes {
+            if b == b'<' && self.in_tag() {
+                out.push(b'>');
+                self.inserted += 1;
+                self.tag_end();
+            }
+            self.step(b);
+            out.push(b);
+        }
+    }
+
+    fn in_tag(&self) -> bool {
+        matches!(
+            self.state,
+            Pre::TagName | Pre::BeforeAttr | Pre::AttrName | Pre::AfterAttrName | Pre::BeforeValue | Pre::AfterQuoted | Pre::Unquoted
+        )
+    }
+
+    /// A tag ended: raw text follows a raw-text start tag.
+    fn tag_end(&mut self) {
+        self.state = Pre::Text;
+        if !self.end_tag
+            && let Some(raw) = RAW_TEXT.iter().find(|r| r.as_bytes() == self.name.as_slice())
+        {
+            self.raw = Some(raw);
+            self.state = Pre::Raw;
+        }
+    }
+
+    fn start_tag(&mut self, first: u8, end_tag: bool) {
+        self.name.clear();
+        self.name.push(first.to_ascii_lowercase());
+        self.end_tag = end_tag;
+        self.state = Pre::TagName;
+    }
+
+    fn step(&mut self, b: u8) {
+        let ws = matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b'\x0c');
+        self.state = match self.state {
+            Pre::Text => {
+                if b == b'<' {
+                    Pre::Lt
+                } else {
+                    Pre::Text
+                }
+            }
+            Pre::Lt => match b {
+                b'!' => Pre::MarkupDecl,
+                b'/' => Pre::EndLt,
+                b'?' => Pre::Bogus,
+                b'<' => Pre::Lt,
+                b if b.is_ascii_alphabetic() => {
+                    self.start_tag(b, false);
+                    Pre::TagName
+                }
+                _ => Pre::Text,
+            },
+            Pre::EndLt => match b {
+                b'>' => Pre::Text,
+                b if b.is_ascii_alphabetic() => {
+                    self.start_tag(b, true);
+                    Pre::TagName
+                }
+                _ => Pre::Bogus,
+            },
+            Pre::TagName => match b {
+                b'>' => return self.tag_end(),
+                b'/' => Pre::BeforeAttr,
+                _ if ws => Pre::BeforeAttr,
+                _ => {
+                    if self.name.len() < 16 {
+                        self.name.push(b.to_ascii_lowercase());
+                    }
+                    Pre::TagName
+                }
+            },
+            Pre::BeforeAttr => match b {
+                b'>' => return self.tag_end(),
+                b'/' => Pre::BeforeAttr,
+                _ if ws => Pre::BeforeAttr,
+                _ => Pre::AttrName,
+            },
+            Pre::AttrName => match b {
+                b'>' => return self.tag_end(),
+                b'/' => Pre::BeforeAttr,
+                b'=' => Pre::BeforeValue,
+                _ if ws => Pre::AfterAttrName,
+                _ => Pre::AttrName,
+            },
+            Pre::AfterAttrName => match b {
+                b'>' => return self.tag_end(),
+                b'/' => Pre::BeforeAttr,
+                b'=' => Pre::BeforeValue,
+                _ if ws => Pre::AfterAttrName,
+                _ => Pre::AttrName,
+            },
+            Pre::BeforeValue => match b {
+                b'>' => return self.tag_end(),
+                b'"' => Pre::DoubleQuoted,
+                b'\'' => Pre::SingleQuoted,
+                _ if ws => Pre::BeforeValue,
+                _ => Pre::Unquoted,
+            },
+            Pre::DoubleQuoted => {
+                if b == b'"' {
+                    Pre::AfterQuoted
+                } else {
+                    Pre::DoubleQuoted
+                }
+            }
+            Pre::SingleQuoted => {
+                if b == b'\'' {
+                    Pre::AfterQuoted
+                } else {
+                    Pre::SingleQuoted
+                }
+            }
+            Pre::AfterQuoted => match b {
+                b'>' => return self.tag_end(),
+                b'/' => Pre::BeforeAttr,
+                _ if ws => Pre::BeforeAttr,
+                _ => Pre::AttrName,
+            },
+            Pre::Unquoted => match b {
+                b'>' => return self.tag_end(),
+                _ if ws => Pre::BeforeAttr,
+                _ => Pre::Unquoted,
+            },
+            Pre::MarkupDecl => match b {
+                b'-' => Pre::DeclDash,
+                b'>' => Pre::Text,
+                _ => Pre::Bogus,
+            },
+            Pre::DeclDash => match b {
+                b'-' => Pre::Comment,
+                b'>' => Pre::Text,
+                _ => Pre::Bogus,
+            },
+            Pre::Comment => {
+                if b == b'-' {
+                    Pre::CommentDash
+                } else {
+                    Pre::Comment
+                }
+            }
+            Pre::CommentDash => {
+                if b == b'-' {
+                    Pre::CommentDashDash
+                } else {
+                    Pre::Comment
+                }
+            }
+            Pre::CommentDashDash => match b {
+                b'>' => Pre::Text,
+                b'-' => Pre::CommentDashDash,
+                _ => Pre::Comment,
+            },
+            Pre::Bogus => {
+                if b == b'>' {
+                    Pre::Text
+                } else {
+                    Pre::Bogus
+                }
+            }
+            Pre::Raw => {
+                if b == b'<' && self.raw != Some("plaintext") {
+                    Pre::RawLt
+                } else {
+                    Pre::Raw
+                }
+            }
+            Pre::RawLt => match b {
+                b'/' => {
+                    self.matched = 0;
+                    Pre::RawEndName
+                }
+                b'<' => Pre::RawLt,
+                _ => Pre::Raw,
+            },
+            Pre::RawEndName => {
+                let name = self.raw.unwrap_or_default().as_bytes();
+                if self.matched < name.len() {
+                    if name.get(self.matched) == Some(&b.to_ascii_lowercase()) {
+                        self.matched += 1;
+                        Pre::RawEndName
+                    } else if b == b'<' {
+                        Pre::RawLt
+                    } else {
+                        Pre::Raw
+                    }
+                } else if ws || b == b'/' || b == b'>' {
+                    // `</script` and a delimiter: the raw text ends.
+                    self.raw = None;
+                    self.name = name.to_vec();
+                    self.end_tag = true;
+                    if b == b'>' { Pre::Text } else { Pre::BeforeAttr }
+                } else if b == b'<' {
+                    Pre::RawLt
+                } else {
+                    Pre::Raw
+                }
+            }
+        };
+    }
+}
+
 /// One `lol_html` pass over a run of text, with the hold buffer for an
 /// unclosed removed element.
 struct Pass {
+    closer: TagCloser,
     rewriter: Option<Rewriter>,
     shared: Arc<Mutex<Shared>>,
     limits: FilterLimits,
@@ -205,6 +485,7 @@ impl Pass {
         let shared = Arc::new(Mutex::new(Shared::default()));
         let rewriter = build_rewriter(&shared, limits);
         Pass {
+            closer: TagCloser::new(),
             rewriter: Some(rewriter),
             shared,
             limits,
@@ -217,6 +498,9 @@ impl Pass {
 
     /// Feeds bytes; returns the allowlisted output so far.
     fn write(&mut self, bytes: &[u8]) -> Vec<u8> {
+        let mut closed = Vec::new();
+        self.closer.transform(bytes, &mut closed);
+        let bytes = &closed[..];
         let base = self.fed;
         self.fed += bytes.len();
         match &mut self.rewriter {
@@ -274,6 +558,7 @@ impl Pass {
         let mut shared = lock(&self.shared);
         let out = std::mem::take(&mut shared.out);
         let mut report = std::mem::take(&mut shared.report);
+        report.broken_tags += self.closer.inserted;
         let again = match &shared.dropping {
             Some(d) if self.overflowed != Some(d.generation) => {
                 report.unclosed.push(format!("<{}>", d.name));
@@ -347,7 +632,10 @@ fn build_rewriter(shared: &Arc<Mutex<Shared>>, limits: FilterLimits) -> Rewriter
         .append_document_content_handler(
             DocumentContentHandlers::default()
                 .comments(move |c: &mut lol_html::html_content::Comment<'_>| {
-                    lock(&comment_state).report.comments += 1;
+                    let mut st = lock(&comment_state);
+                    if st.dropping.is_none() {
+                        st.report.comments += 1;
+                    }
                     c.remove();
                     Ok(())
                 })

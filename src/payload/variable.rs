@@ -324,7 +324,7 @@ const MVU_OK: &[Leniency] = &[
 /// Translates one call into an op candidate.
 fn mvu_op(name: &str, args: &str) -> Result<Value, String> {
     let wrapped = format!("[{args}]");
-    let read = json::parse(&wrapped).map_err(|e| format!("the arguments do not parse: {}", e.message))?;
+    let read = json::parse(&wrapped).map_err(|e| format!("the arguments are not literal values ({})", e.message))?;
     if let Some(bad) = read.leniencies.iter().find(|u| !MVU_OK.contains(&u.kind)) {
         return Err(format!("the arguments are not literal values ({})", bad.kind.describe()));
     }
