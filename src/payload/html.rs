@@ -49,12 +49,31 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Elements kept (with their attributes filtered).
-const KEPT: &[&str] = &["b", "strong", "i", "em", "u", "s", "br", "span", "ruby", "rt", "rp"];
+const KEPT: &[&str] = &[
+    "b", "strong", "i", "em", "u", "s", "br", "span", "ruby", "rt", "rp",
+];
 
 /// Elements removed together with their content.
 const DROPPED: &[&str] = &[
-    "script", "style", "iframe", "object", "embed", "svg", "math", "template", "noscript", "textarea", "title", "xmp",
-    "noembed", "noframes", "plaintext", "frameset", "frame", "applet", "head",
+    "script",
+    "style",
+    "iframe",
+    "object",
+    "embed",
+    "svg",
+    "math",
+    "template",
+    "noscript",
+    "textarea",
+    "title",
+    "xmp",
+    "noembed",
+    "noframes",
+    "plaintext",
+    "frameset",
+    "frame",
+    "applet",
+    "head",
 ];
 
 /// Limits of one filter.
@@ -112,34 +131,68 @@ impl FilterReport {
 
     /// One sentence saying what was done, for a diagnostic.
     pub fn summary(&self) -> String {
-        let list = |m: &BTreeMap<String, usize>| m.iter().map(|(k, n)| if *n > 1 { format!("{k} ×{n}") } else { k.clone() }).collect::<Vec<_>>().join(", ");
+        let list = |m: &BTreeMap<String, usize>| {
+            m.iter()
+                .map(|(k, n)| {
+                    if *n > 1 {
+                        format!("{k} ×{n}")
+                    } else {
+                        k.clone()
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         let mut parts = Vec::new();
         if !self.removed_elements.is_empty() {
-            parts.push(format!("removed elements: {}", list(&self.removed_elements)));
+            parts.push(format!(
+                "removed elements: {}",
+                list(&self.removed_elements)
+            ));
         }
         if !self.removed_attributes.is_empty() {
-            parts.push(format!("removed attributes: {}", list(&self.removed_attributes)));
+            parts.push(format!(
+                "removed attributes: {}",
+                list(&self.removed_attributes)
+            ));
         }
         if self.comments > 0 {
-            parts.push(format!("{} comment(s) or doctype(s) removed", self.comments));
+            parts.push(format!(
+                "{} comment(s) or doctype(s) removed",
+                self.comments
+            ));
         }
         if self.broken_tags > 0 {
-            parts.push(format!("{} tag(s) interrupted by '<' ended there", self.broken_tags));
+            parts.push(format!(
+                "{} tag(s) interrupted by '<' ended there",
+                self.broken_tags
+            ));
         }
         if self.escaped > 0 {
             parts.push(format!("{} stray '<' escaped", self.escaped));
         }
         if self.neutralised > 0 {
-            parts.push(format!("{} script-like pattern(s) (javascript:, url(, on*=, ...) neutralised", self.neutralised));
+            parts.push(format!(
+                "{} script-like pattern(s) (javascript:, url(, on*=, ...) neutralised",
+                self.neutralised
+            ));
         }
         if !self.unclosed.is_empty() {
-            parts.push(format!("unclosed {} removed and the text after it filtered again", self.unclosed.join(", ")));
+            parts.push(format!(
+                "unclosed {} removed and the text after it filtered again",
+                self.unclosed.join(", ")
+            ));
         }
         if self.dropped_bytes > 0 {
-            parts.push(format!("{} bytes inside an unclosed removed element were dropped (hold limit)", self.dropped_bytes));
+            parts.push(format!(
+                "{} bytes inside an unclosed removed element were dropped (hold limit)",
+                self.dropped_bytes
+            ));
         }
         if let Some(why) = &self.degraded {
-            parts.push(format!("the HTML tokenizer gave up ({why}); markup after that point was escaped"));
+            parts.push(format!(
+                "the HTML tokenizer gave up ({why}); markup after that point was escaped"
+            ));
         }
         parts.join("; ")
     }
@@ -182,13 +235,29 @@ struct Shared {
 
 fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
     // A handler never panics while holding the lock; recover anyway.
-    shared.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    shared
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-type Rewriter = HtmlRewriter<'static, Box<dyn FnMut(&[u8]) + Send>>;
+/// Where the rewriter writes: into [`Shared::out`].
+type Sink = Box<dyn FnMut(&[u8]) + Send>;
+
+type Rewriter = HtmlRewriter<'static, Sink>;
 
 /// Elements whose content the HTML tokenizer reads as raw text.
-const RAW_TEXT: &[&str] = &["script", "style", "textarea", "title", "xmp", "iframe", "noembed", "noframes", "noscript", "plaintext"];
+const RAW_TEXT: &[&str] = &[
+    "script",
+    "style",
+    "textarea",
+    "title",
+    "xmp",
+    "iframe",
+    "noembed",
+    "noframes",
+    "noscript",
+    "plaintext",
+];
 
 /// Where the [`TagCloser`] is, following the HTML tokenizer's states for
 /// tags, comments and raw text.
@@ -268,7 +337,13 @@ impl TagCloser {
     fn in_tag(&self) -> bool {
         matches!(
             self.state,
-            Pre::TagName | Pre::BeforeAttr | Pre::AttrName | Pre::AfterAttrName | Pre::BeforeValue | Pre::AfterQuoted | Pre::Unquoted
+            Pre::TagName
+                | Pre::BeforeAttr
+                | Pre::AttrName
+                | Pre::AfterAttrName
+                | Pre::BeforeValue
+                | Pre::AfterQuoted
+                | Pre::Unquoted
         )
     }
 
@@ -276,7 +351,9 @@ impl TagCloser {
     fn tag_end(&mut self) {
         self.state = Pre::Text;
         if !self.end_tag
-            && let Some(raw) = RAW_TEXT.iter().find(|r| r.as_bytes() == self.name.as_slice())
+            && let Some(raw) = RAW_TEXT
+                .iter()
+                .find(|r| r.as_bytes() == self.name.as_slice())
         {
             self.raw = Some(raw);
             self.state = Pre::Raw;
@@ -449,7 +526,11 @@ impl TagCloser {
                     self.raw = None;
                     self.name = name.to_vec();
                     self.end_tag = true;
-                    if b == b'>' { Pre::Text } else { Pre::BeforeAttr }
+                    if b == b'>' {
+                        Pre::Text
+                    } else {
+                        Pre::BeforeAttr
+                    }
                 } else if b == b'<' {
                     Pre::RawLt
                 } else {
@@ -476,7 +557,10 @@ struct Pass {
 
 impl std::fmt::Debug for Pass {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pass").field("fed", &self.fed).field("held", &self.held.len()).finish_non_exhaustive()
+        f.debug_struct("Pass")
+            .field("fed", &self.fed)
+            .field("held", &self.held.len())
+            .finish_non_exhaustive()
     }
 }
 
@@ -572,7 +656,7 @@ impl Pass {
 
 fn build_rewriter(shared: &Arc<Mutex<Shared>>, limits: FilterLimits) -> Rewriter {
     let sink_state = shared.clone();
-    let sink: Box<dyn FnMut(&[u8]) + Send> = Box::new(move |chunk: &[u8]| lock(&sink_state).out.extend_from_slice(chunk));
+    let sink: Sink = Box::new(move |chunk: &[u8]| lock(&sink_state).out.extend_from_slice(chunk));
     let el_state = shared.clone();
     let comment_state = shared.clone();
     let doctype_state = shared.clone();
@@ -592,42 +676,48 @@ fn build_rewriter(shared: &Arc<Mutex<Shared>>, limits: FilterLimits) -> Rewriter
         .with_graceful_bail_out_on_content_handler_error(true)
         .append_element_content_handler((
             Cow::Owned(all),
-            ElementContentHandlers::default().element(move |el: &mut lol_html::send::Element<'_, '_>| {
-                let state = el_state.clone();
-                let mut st = lock(&el_state);
-                if st.dropping.is_some() {
-                    // Inside a removed element: its content goes with it.
-                    return Ok(());
-                }
-                let name = el.tag_name();
-                if KEPT.contains(&name.as_str()) {
-                    filter_attributes(el, &name, &mut st.report);
-                } else if DROPPED.contains(&name.as_str()) {
-                    *st.report.removed_elements.entry(name.clone()).or_default() += 1;
-                    el.remove();
-                    if el.can_have_content() && !el.is_self_closing() {
-                        st.generation += 1;
-                        st.dropping = Some(Dropping {
-                            name,
-                            from: el.source_location().bytes().end,
-                            generation: st.generation,
-                        });
-                        let generation = st.generation;
-                        drop(st);
-                        el.on_end_tag(Box::new(move |_end| {
-                            let mut st = lock(&state);
-                            if st.dropping.as_ref().is_some_and(|d| d.generation == generation) {
-                                st.dropping = None;
-                            }
-                            Ok(())
-                        }))?;
+            ElementContentHandlers::default().element(
+                move |el: &mut lol_html::send::Element<'_, '_>| {
+                    let state = el_state.clone();
+                    let mut st = lock(&el_state);
+                    if st.dropping.is_some() {
+                        // Inside a removed element: its content goes with it.
+                        return Ok(());
                     }
-                } else {
-                    *st.report.removed_elements.entry(name).or_default() += 1;
-                    el.remove_and_keep_content();
-                }
-                Ok(())
-            }),
+                    let name = el.tag_name();
+                    if KEPT.contains(&name.as_str()) {
+                        filter_attributes(el, &name, &mut st.report);
+                    } else if DROPPED.contains(&name.as_str()) {
+                        *st.report.removed_elements.entry(name.clone()).or_default() += 1;
+                        el.remove();
+                        if el.can_have_content() && !el.is_self_closing() {
+                            st.generation += 1;
+                            st.dropping = Some(Dropping {
+                                name,
+                                from: el.source_location().bytes().end,
+                                generation: st.generation,
+                            });
+                            let generation = st.generation;
+                            drop(st);
+                            el.on_end_tag(Box::new(move |_end| {
+                                let mut st = lock(&state);
+                                if st
+                                    .dropping
+                                    .as_ref()
+                                    .is_some_and(|d| d.generation == generation)
+                                {
+                                    st.dropping = None;
+                                }
+                                Ok(())
+                            }))?;
+                        }
+                    } else {
+                        *st.report.removed_elements.entry(name).or_default() += 1;
+                        el.remove_and_keep_content();
+                    }
+                    Ok(())
+                },
+            ),
         ))
         .append_document_content_handler(
             DocumentContentHandlers::default()
@@ -659,8 +749,16 @@ fn build_rewriter(shared: &Arc<Mutex<Shared>>, limits: FilterLimits) -> Rewriter
 
 /// Removes every attribute of a kept element, except a safe `style` on a
 /// `span` (rewritten to its safe declarations when needed).
-fn filter_attributes(el: &mut lol_html::send::Element<'_, '_>, name: &str, report: &mut FilterReport) {
-    let attrs: Vec<(String, String)> = el.attributes().iter().map(|a| (a.name(), a.value())).collect();
+fn filter_attributes(
+    el: &mut lol_html::send::Element<'_, '_>,
+    name: &str,
+    report: &mut FilterReport,
+) {
+    let attrs: Vec<(String, String)> = el
+        .attributes()
+        .iter()
+        .map(|a| (a.name(), a.value()))
+        .collect();
     let mut style_seen = false;
     for (attr, value) in attrs {
         if name == "span" && attr == "style" && !style_seen {
@@ -668,7 +766,10 @@ fn filter_attributes(el: &mut lol_html::send::Element<'_, '_>, name: &str, repor
             match filter_style(&value) {
                 StyleVerdict::Keep => {}
                 StyleVerdict::Rewrite(safe) => {
-                    *report.removed_attributes.entry("style (unsafe part)".into()).or_default() += 1;
+                    *report
+                        .removed_attributes
+                        .entry("style (unsafe part)".into())
+                        .or_default() += 1;
                     if el.set_attribute("style", &safe).is_err() {
                         el.remove_attribute("style");
                     }
@@ -707,7 +808,10 @@ pub struct HtmlFilter {
 
 impl std::fmt::Debug for HtmlFilter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HtmlFilter").field("pass", &self.pass).field("held", &self.net.held()).finish_non_exhaustive()
+        f.debug_struct("HtmlFilter")
+            .field("pass", &self.pass)
+            .field("held", &self.net.held())
+            .finish_non_exhaustive()
     }
 }
 

@@ -147,7 +147,9 @@ impl Leniency {
             Leniency::SmartQuotes => "typographic quotes were read as quotes",
             Leniency::UnquotedKey => "unquoted object keys were accepted",
             Leniency::UnquotedString => "an unquoted string value was accepted",
-            Leniency::PythonLiteral => "Python-style literals (True/False/None) were read as JSON literals",
+            Leniency::PythonLiteral => {
+                "Python-style literals (True/False/None) were read as JSON literals"
+            }
             Leniency::JsLiteral => "undefined/NaN/Infinity were read as null",
             Leniency::NumberFormat => "a number in a non-JSON format was accepted",
             Leniency::ControlCharacter => "a raw control character inside a string was kept",
@@ -358,7 +360,9 @@ impl<'a> Reader<'a> {
     }
 
     fn starts_with(&self, s: &[u8]) -> bool {
-        self.bytes.get(self.pos..self.end).is_some_and(|b| b.starts_with(s))
+        self.bytes
+            .get(self.pos..self.end)
+            .is_some_and(|b| b.starts_with(s))
     }
 
     fn eof(&self) -> bool {
@@ -385,7 +389,10 @@ impl<'a> Reader<'a> {
         let before = self.text[..open].trim();
         let after_close = self.text[rest..].trim();
         if !before.is_empty() || !after_close.is_empty() {
-            self.note_at(Leniency::SurroundingProse, if before.is_empty() { rest } else { 0 });
+            self.note_at(
+                Leniency::SurroundingProse,
+                if before.is_empty() { rest } else { 0 },
+            );
         }
         (body, close)
     }
@@ -407,7 +414,9 @@ impl<'a> Reader<'a> {
                     Some(i) => self.pos += 2 + i + 2,
                     None => self.pos = self.end,
                 }
-            } else if self.starts_with("\u{feff}".as_bytes()) || self.starts_with("\u{3000}".as_bytes()) {
+            } else if self.starts_with("\u{feff}".as_bytes())
+                || self.starts_with("\u{3000}".as_bytes())
+            {
                 // A byte-order mark or an ideographic space.
                 self.pos += 3;
             } else {
@@ -443,7 +452,10 @@ impl<'a> Reader<'a> {
         let start = self.pos;
         // Without a container the value reader gets the text as it is (an
         // unquoted string, or an error).
-        if let Some(i) = self.bytes[self.pos..self.end].iter().position(|&b| b == b'{' || b == b'[') {
+        if let Some(i) = self.bytes[self.pos..self.end]
+            .iter()
+            .position(|&b| b == b'{' || b == b'[')
+        {
             self.pos += i;
             self.note_at(Leniency::SurroundingProse, start);
         }
@@ -477,11 +489,17 @@ impl<'a> Reader<'a> {
                 self.container(Container::Array, depth)
             }
             b'"' | b'\'' => self.string().map(Value::String),
-            _ if self.starts_with(LDQUO) || self.starts_with(LSQUO) || self.starts_with(RDQUO) || self.starts_with(RSQUO) => {
+            _ if self.starts_with(LDQUO)
+                || self.starts_with(LSQUO)
+                || self.starts_with(RDQUO)
+                || self.starts_with(RSQUO) =>
+            {
                 self.string().map(Value::String)
             }
             b'-' | b'+' | b'.' | b'0'..=b'9' => self.number(),
-            b'}' | b']' | b',' | b':' => Err(self.error(format!("expected a value, found {:?}", self.byte() as char))),
+            b'}' | b']' | b',' | b':' => {
+                Err(self.error(format!("expected a value, found {:?}", self.byte() as char)))
+            }
             _ => self.word(),
         }
     }
@@ -576,22 +594,43 @@ impl<'a> Reader<'a> {
     /// An object key: a string in any quotes, or an unquoted name.
     fn key(&mut self) -> Result<String, JsonError> {
         let b = self.byte();
-        if b == b'"' || b == b'\'' || self.starts_with(LDQUO) || self.starts_with(LSQUO) || self.starts_with(RDQUO) || self.starts_with(RSQUO) {
+        if b == b'"'
+            || b == b'\''
+            || self.starts_with(LDQUO)
+            || self.starts_with(LSQUO)
+            || self.starts_with(RDQUO)
+            || self.starts_with(RSQUO)
+        {
             return self.string();
         }
         let start = self.pos;
         while self.pos < self.end {
             let c = self.byte();
-            if c == b':' || c == b',' || c == b'{' || c == b'}' || c == b'[' || c == b']' || c == b'"' || c == b'\'' || c.is_ascii_whitespace() || self.starts_with(FW_COLON) {
+            if c == b':'
+                || c == b','
+                || c == b'{'
+                || c == b'}'
+                || c == b'['
+                || c == b']'
+                || c == b'"'
+                || c == b'\''
+                || c.is_ascii_whitespace()
+                || self.starts_with(FW_COLON)
+            {
                 break;
             }
             self.pos += 1;
         }
-        if self.pos == start {
-            return Err(self.error(format!("expected an object key, found {:?}", self.byte() as char)));
+        let key = &self.text[start..self.pos];
+        let word_like =
+            |c: char| c.is_alphanumeric() || matches!(c, '_' | '$' | '-' | '.' | '@' | '#' | '/');
+        if key.is_empty() || !key.chars().all(word_like) {
+            self.pos = start;
+            let found = self.text[start..self.end].chars().next().unwrap_or(' ');
+            return Err(self.error(format!("expected an object key, found {found:?}")));
         }
         self.note_at(Leniency::UnquotedKey, start);
-        Ok(self.text[start..self.pos].to_string())
+        Ok(key.to_string())
     }
 
     /// A quoted string, the reader on its opening quote.
@@ -634,7 +673,9 @@ impl<'a> Reader<'a> {
             let close_len = match quote {
                 Quote::Double if b == b'"' => 1,
                 Quote::Single if b == b'\'' => 1,
-                Quote::SmartDouble if self.starts_with(RDQUO) || self.starts_with(LDQUO) => RDQUO.len(),
+                Quote::SmartDouble if self.starts_with(RDQUO) || self.starts_with(LDQUO) => {
+                    RDQUO.len()
+                }
                 Quote::SmartDouble if b == b'"' => 1,
                 Quote::SmartSingle if self.starts_with(RSQUO) => RSQUO.len(),
                 Quote::SmartSingle if b == b'\'' => 1,
@@ -689,7 +730,9 @@ impl<'a> Reader<'a> {
     /// is a separator, a closing bracket, a colon, or the end.
     fn ends_string_at(&self, after: usize) -> bool {
         let mut i = after;
-        while i < self.end && (self.bytes[i] == b' ' || self.bytes[i] == b'\t' || self.bytes[i] == b'\r') {
+        while i < self.end
+            && (self.bytes[i] == b' ' || self.bytes[i] == b'\t' || self.bytes[i] == b'\r')
+        {
             i += 1;
         }
         if i >= self.end {
@@ -756,7 +799,10 @@ impl<'a> Reader<'a> {
     }
 
     fn hex4(&mut self) -> Option<u32> {
-        let digits = self.bytes.get(self.pos..self.pos + 4).filter(|_| self.pos + 4 <= self.end)?;
+        let digits = self
+            .bytes
+            .get(self.pos..self.pos + 4)
+            .filter(|_| self.pos + 4 <= self.end)?;
         let s = std::str::from_utf8(digits).ok()?;
         let v = u32::from_str_radix(s, 16).ok()?;
         self.pos += 4;
@@ -872,7 +918,8 @@ impl<'a> Reader<'a> {
         let start = self.pos;
         let word = self.word_at(self.pos);
         let after = start + word.len();
-        let word_ends = after >= self.end || !(self.bytes[after].is_ascii_alphanumeric() || self.bytes[after] == b'_');
+        let word_ends = after >= self.end
+            || !(self.bytes[after].is_ascii_alphanumeric() || self.bytes[after] == b'_');
         if word_ends && !word.is_empty() {
             if let Some((value, leniency)) = literal(word) {
                 self.pos = after;
@@ -883,7 +930,11 @@ impl<'a> Reader<'a> {
             }
             if after >= self.end {
                 // `tr` at the very end: a literal cut off.
-                for (full, value) in [("true", Value::Bool(true)), ("false", Value::Bool(false)), ("null", Value::Null)] {
+                for (full, value) in [
+                    ("true", Value::Bool(true)),
+                    ("false", Value::Bool(false)),
+                    ("null", Value::Null),
+                ] {
                     if full.starts_with(word) {
                         self.pos = after;
                         self.note_at(Leniency::Truncated, start);
@@ -893,18 +944,51 @@ impl<'a> Reader<'a> {
             }
         }
         // An unquoted string: up to a separator, a closing bracket or the
-        // end of the line.
+        // end of the line. Only word-like text qualifies (`widget.grid`,
+        // `Dark Forest`, `#fff`); markup, calls and operators do not.
+        let first_ok = {
+            let c = self.byte();
+            c.is_ascii_alphabetic() || c == b'_' || c == b'$' || c >= 0x80
+        };
         while self.pos < self.end {
             let c = self.byte();
             if matches!(c, b',' | b'}' | b']' | b'\n' | b'\r') || self.starts_with(FW_COMMA) {
                 break;
+            }
+            let word_like = c.is_ascii_alphanumeric()
+                || c >= 0x80
+                || matches!(
+                    c,
+                    b'_' | b'-'
+                        | b'.'
+                        | b'/'
+                        | b':'
+                        | b'@'
+                        | b'#'
+                        | b'$'
+                        | b'%'
+                        | b'+'
+                        | b' '
+                        | b'\t'
+                );
+            if !first_ok || !word_like {
+                return Err(JsonError {
+                    message: format!(
+                        "unexpected {:?} in a value",
+                        self.text[self.pos..].chars().next().unwrap_or(' ')
+                    ),
+                    at: self.pos,
+                });
             }
             self.pos += 1;
         }
         let s = self.text[start..self.pos].trim_end();
         if s.is_empty() {
             return Err(JsonError {
-                message: format!("expected a value, found {:?}", self.text[start..].chars().next().unwrap_or(' ')),
+                message: format!(
+                    "expected a value, found {:?}",
+                    self.text[start..].chars().next().unwrap_or(' ')
+                ),
                 at: start,
             });
         }
@@ -957,7 +1041,10 @@ mod tests {
     #[test]
     fn keys_keep_their_order() {
         let (v, _) = kinds("{z: 1, a: 2, m: 3,}");
-        let keys: Vec<&String> = v.as_object().map(|m| m.keys().collect()).unwrap_or_default();
+        let keys: Vec<&String> = v
+            .as_object()
+            .map(|m| m.keys().collect())
+            .unwrap_or_default();
         assert_eq!(keys, ["z", "a", "m"]);
     }
 
@@ -967,34 +1054,86 @@ mod tests {
         let table: &[(&str, Value, &[Leniency])] = &[
             ("```json\n[1, 2]\n```", json!([1, 2]), &[CodeFence]),
             ("```\n[1]\n```", json!([1]), &[CodeFence]),
-            ("Here you go:\n```json\n{\"a\": 1}\n```\nDone.", json!({"a": 1}), &[CodeFence, SurroundingProse]),
+            (
+                "Here you go:\n```json\n{\"a\": 1}\n```\nDone.",
+                json!({"a": 1}),
+                &[CodeFence, SurroundingProse],
+            ),
             ("```json\n{\"a\": 1}", json!({"a": 1}), &[CodeFence]),
-            ("Sure! Here is the JSON:\n{\"a\": 1}", json!({"a": 1}), &[SurroundingProse]),
-            ("{\"a\": 1} hope this helps", json!({"a": 1}), &[SurroundingProse]),
+            (
+                "Sure! Here is the JSON:\n{\"a\": 1}",
+                json!({"a": 1}),
+                &[SurroundingProse],
+            ),
+            (
+                "{\"a\": 1} hope this helps",
+                json!({"a": 1}),
+                &[SurroundingProse],
+            ),
             ("[1, 2,]", json!([1, 2]), &[TrailingComma]),
             ("{\"a\": 1,}", json!({"a": 1}), &[TrailingComma]),
             ("[1,,2]", json!([1, 2]), &[TrailingComma]),
             ("[1 2]", json!([1, 2]), &[MissingComma]),
-            ("{\"a\": 1\n \"b\": 2}", json!({"a": 1, "b": 2}), &[MissingComma]),
+            (
+                "{\"a\": 1\n \"b\": 2}",
+                json!({"a": 1, "b": 2}),
+                &[MissingComma],
+            ),
             ("{\"a\": 1 // one\n}", json!({"a": 1}), &[Comment]),
             ("{/* c */ \"a\": 1}", json!({"a": 1}), &[Comment]),
             ("{\"a\": 1 # py\n}", json!({"a": 1}), &[Comment]),
             ("{'a': 'b'}", json!({"a": "b"}), &[SingleQuotes]),
             ("{'a': 'it\\'s'}", json!({"a": "it's"}), &[SingleQuotes]),
-            ("{\u{201c}a\u{201d}: \u{201c}b\u{201d}}", json!({"a": "b"}), &[SmartQuotes]),
+            (
+                "{\u{201c}a\u{201d}: \u{201c}b\u{201d}}",
+                json!({"a": "b"}),
+                &[SmartQuotes],
+            ),
             ("{\u{2018}a\u{2019}: 1}", json!({"a": 1}), &[SmartQuotes]),
-            ("{a: 1, b_c: 2, $d: 3}", json!({"a": 1, "b_c": 2, "$d": 3}), &[UnquotedKey]),
+            (
+                "{a: 1, b_c: 2, $d: 3}",
+                json!({"a": 1, "b_c": 2, "$d": 3}),
+                &[UnquotedKey],
+            ),
             ("{好感度: 1}", json!({"好感度": 1}), &[UnquotedKey]),
-            ("{\"view\": widget.grid}", json!({"view": "widget.grid"}), &[UnquotedString]),
-            ("[True, False, None]", json!([true, false, null]), &[PythonLiteral]),
+            (
+                "{\"view\": widget.grid}",
+                json!({"view": "widget.grid"}),
+                &[UnquotedString],
+            ),
+            (
+                "[True, False, None]",
+                json!([true, false, null]),
+                &[PythonLiteral],
+            ),
             ("[undefined, NaN]", json!([null, null]), &[JsLiteral]),
             ("[+1, .5, 5., 007]", json!([1, 0.5, 5, 7]), &[NumberFormat]),
-            ("{\"a\": \"line\nbreak\"}", json!({"a": "line\nbreak"}), &[ControlCharacter]),
+            (
+                "{\"a\": \"line\nbreak\"}",
+                json!({"a": "line\nbreak"}),
+                &[ControlCharacter],
+            ),
             ("{\"a\": \"\\q\"}", json!({"a": "q"}), &[InvalidEscape]),
-            ("{\"a\": \"he said \"hi\" there\"}", json!({"a": "he said \"hi\" there"}), &[UnescapedQuote]),
-            ("{\"a\"\u{ff1a}1\u{ff0c}\"b\": 2}", json!({"a": 1, "b": 2}), &[FullwidthPunctuation]),
-            ("{\"a\": [1, 2}", json!({"a": [1, 2]}), &[MismatchedBracket, Truncated]),
-            ("[[\"SET\", \"a\", 1], [\"ADD\", \"b\"", json!([["SET", "a", 1], ["ADD", "b"]]), &[Truncated]),
+            (
+                "{\"a\": \"he said \"hi\" there\"}",
+                json!({"a": "he said \"hi\" there"}),
+                &[UnescapedQuote],
+            ),
+            (
+                "{\"a\"\u{ff1a}1\u{ff0c}\"b\": 2}",
+                json!({"a": 1, "b": 2}),
+                &[FullwidthPunctuation],
+            ),
+            (
+                "{\"a\": [1, 2}",
+                json!({"a": [1, 2]}),
+                &[MismatchedBracket, Truncated],
+            ),
+            (
+                "[[\"SET\", \"a\", 1], [\"ADD\", \"b\"",
+                json!([["SET", "a", 1], ["ADD", "b"]]),
+                &[Truncated],
+            ),
             ("{\"a\": \"cut", json!({"a": "cut"}), &[Truncated]),
             ("{\"a\": 1, \"b\":", json!({"a": 1}), &[Truncated]),
             ("{\"a\": 1, \"b\"", json!({"a": 1}), &[Truncated]),
@@ -1032,7 +1171,8 @@ mod tests {
 
     #[test]
     fn several_documents() {
-        let (values, used) = parse_values("[\"SET\", \"a\", 1]\n[\"ADD\", \"b\", 2];\n").unwrap_or_default();
+        let (values, used) =
+            parse_values("[\"SET\", \"a\", 1]\n[\"ADD\", \"b\", 2];\n").unwrap_or_default();
         assert_eq!(values, [json!(["SET", "a", 1]), json!(["ADD", "b", 2])]);
         assert!(used.is_empty(), "{used:?}");
     }

@@ -13,9 +13,12 @@ use serde_json::{Map, Value, json};
 
 /// An attribute of the element, by any of `names` (case-insensitive).
 fn attr<'a>(el: &'a Element, names: &[&str]) -> Option<&'a str> {
-    names
-        .iter()
-        .find_map(|n| el.attrs.iter().find(|(k, _)| k.eq_ignore_ascii_case(n)).map(|(_, v)| v.as_str()))
+    names.iter().find_map(|n| {
+        el.attrs
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(n))
+            .map(|(_, v)| v.as_str())
+    })
 }
 
 /// Takes the first key of `names` present in `map` out of it.
@@ -27,26 +30,32 @@ fn take(map: &mut Map<String, Value>, names: &[&str]) -> Option<Value> {
 /// `<tool_call>{"name": "x", "arguments": {..}}</tool_call>`:
 /// `{name, arguments}`.
 pub(crate) fn tool_call(el: &Element) -> Payload {
-    named_json(el, NamedJson {
-        tag: "tool_call",
-        name_key: "name",
-        name_attrs: &["name", "tool", "function"],
-        body_names: &["name", "tool", "function"],
-        body_args: &["arguments", "args", "parameters", "params", "input"],
-        args_key: "arguments",
-    })
+    named_json(
+        el,
+        NamedJson {
+            tag: "tool_call",
+            name_key: "name",
+            name_attrs: &["name", "tool", "function"],
+            body_names: &["name", "tool", "function"],
+            body_args: &["arguments", "args", "parameters", "params", "input"],
+            args_key: "arguments",
+        },
+    )
 }
 
 /// `<ui_component view="ns.widget">{props}</ui_component>`: `{view, props}`.
 pub(crate) fn ui_component(el: &Element) -> Payload {
-    named_json(el, NamedJson {
-        tag: "ui_component",
-        name_key: "view",
-        name_attrs: &["view", "name", "component"],
-        body_names: &["view", "component"],
-        body_args: &["props", "properties", "data"],
-        args_key: "props",
-    })
+    named_json(
+        el,
+        NamedJson {
+            tag: "ui_component",
+            name_key: "view",
+            name_attrs: &["view", "name", "component"],
+            body_names: &["view", "component"],
+            body_args: &["props", "properties", "data"],
+            args_key: "props",
+        },
+    )
 }
 
 /// How a "name plus JSON object" tag is read.
@@ -73,12 +82,28 @@ fn named_json(el: &Element, how: NamedJson) -> Payload {
     } else {
         let value = match read_json(&el.text, 0, &mut out.diagnostics) {
             Ok(v) => v,
-            Err(e) => return Payload::failed(out.diagnostics, &format!("the <{}> body is not JSON, even read leniently: {e}", how.tag), json!({})),
+            Err(e) => {
+                return Payload::failed(
+                    out.diagnostics,
+                    &format!(
+                        "the <{}> body is not JSON, even read leniently: {e}",
+                        how.tag
+                    ),
+                    json!({}),
+                );
+            }
         };
         match value {
             Value::Object(mut map) => {
-                let body_name = how.body_names.iter().find_map(|k| map.get(*k).and_then(Value::as_str).map(str::to_string));
-                let wrapped_args = how.body_args.iter().find(|k| map.contains_key(**k)).copied();
+                let body_name = how
+                    .body_names
+                    .iter()
+                    .find_map(|k| map.get(*k).and_then(Value::as_str).map(str::to_string));
+                let wrapped_args = how
+                    .body_args
+                    .iter()
+                    .find(|k| map.contains_key(**k))
+                    .copied();
                 match (&name, body_name) {
                     // `{"name": "x", "arguments": {..}}` with no attribute,
                     // or the same name as the attribute.
@@ -86,11 +111,15 @@ fn named_json(el: &Element, how: NamedJson) -> Payload {
                         name = Some(Value::String(n));
                         take(&mut map, how.body_names);
                         match wrapped_args {
-                            Some(k) => unwrap_args(map.shift_remove(k).unwrap_or(Value::Null), &mut out),
+                            Some(k) => {
+                                unwrap_args(map.shift_remove(k).unwrap_or(Value::Null), &mut out)
+                            }
                             None => Value::Object(map),
                         }
                     }
-                    (Some(Value::String(a)), Some(n)) if *a == n && wrapped_args.is_some() && map.len() == 2 => {
+                    (Some(Value::String(a)), Some(n))
+                        if *a == n && wrapped_args.is_some() && map.len() == 2 =>
+                    {
                         take(&mut map, how.body_names);
                         let k = wrapped_args.unwrap_or_default();
                         unwrap_args(map.shift_remove(k).unwrap_or(Value::Null), &mut out)
@@ -101,7 +130,11 @@ fn named_json(el: &Element, how: NamedJson) -> Payload {
             Value::String(s) if !el.text.trim_start().starts_with(['"', '\'', '\u{201c}']) => {
                 return Payload::failed(
                     out.diagnostics,
-                    &format!("the <{}> body is text, not a JSON object: {:?}", how.tag, cut(&s, 60)),
+                    &format!(
+                        "the <{}> body is text, not a JSON object: {:?}",
+                        how.tag,
+                        cut(&s, 60)
+                    ),
                     json!({}),
                 );
             }
@@ -109,7 +142,11 @@ fn named_json(el: &Element, how: NamedJson) -> Payload {
                 out.diagnostics.push(diag(
                     Level::Warning,
                     &format!("{}_not_object", how.args_key),
-                    &format!("the <{}> body is {}, not a JSON object; kept as it is", how.tag, crate::state::type_name(&other)),
+                    &format!(
+                        "the <{}> body is {}, not a JSON object; kept as it is",
+                        how.tag,
+                        crate::state::type_name(&other)
+                    ),
                 ));
                 other
             }
@@ -119,7 +156,10 @@ fn named_json(el: &Element, how: NamedJson) -> Payload {
         out.diagnostics.push(diag(
             Level::Warning,
             &format!("{}_without_{}", how.tag, how.name_key),
-            &format!("the <{}> has no {} (no attribute and no {:?} key in its body)", how.tag, how.name_key, how.name_key),
+            &format!(
+                "the <{}> has no {} (no attribute and no {:?} key in its body)",
+                how.tag, how.name_key, how.name_key
+            ),
         ));
     }
     let mut map = Map::new();
@@ -132,13 +172,19 @@ fn named_json(el: &Element, how: NamedJson) -> Payload {
 /// Arguments given as a JSON string (the OpenAI wire form) are parsed.
 fn unwrap_args(args: Value, out: &mut Payload) -> Value {
     match args {
-        Value::String(s) if s.trim_start().starts_with(['{', '[']) => match read_json(&s, 0, &mut out.diagnostics) {
-            Ok(v) => {
-                out.diagnostics.push(diag(Level::Info, "arguments_string", "the arguments were a JSON string; parsed"));
-                v
+        Value::String(s) if s.trim_start().starts_with(['{', '[']) => {
+            match read_json(&s, 0, &mut out.diagnostics) {
+                Ok(v) => {
+                    out.diagnostics.push(diag(
+                        Level::Info,
+                        "arguments_string",
+                        "the arguments were a JSON string; parsed",
+                    ));
+                    v
+                }
+                Err(_) => Value::String(s),
             }
-            Err(_) => Value::String(s),
-        },
+        }
         other => other,
     }
 }
@@ -158,7 +204,11 @@ pub(crate) fn media(el: &Element) -> Payload {
     let body = el.text.trim();
     if body.starts_with('{') {
         if let Ok(Value::Object(map)) = read_json(body, 0, &mut out.diagnostics) {
-            let field = |names: &[&str]| names.iter().find_map(|n| map.get(*n).and_then(Value::as_str).map(str::to_string));
+            let field = |names: &[&str]| {
+                names
+                    .iter()
+                    .find_map(|n| map.get(*n).and_then(Value::as_str).map(str::to_string))
+            };
             kind = kind.or_else(|| field(&["type", "kind"]));
             src = src.or_else(|| field(&["src", "url", "href"]));
             alt = alt.or_else(|| field(&["alt", "title", "caption"]));
@@ -176,18 +226,29 @@ pub(crate) fn media(el: &Element) -> Payload {
         out.diagnostics.push(diag(
             Level::Warning,
             "media_src_refused",
-            &format!("media source {:?} uses a scheme that can run script; src set to null", cut(s, 80)),
+            &format!(
+                "media source {:?} uses a scheme that can run script; src set to null",
+                cut(s, 80)
+            ),
         ));
         src = None;
     }
     if kind.is_none()
         && let Some(k) = src.as_deref().and_then(infer_type)
     {
-        out.diagnostics.push(diag(Level::Info, "media_type_inferred", &format!("media type {k:?} inferred from the source's extension")));
+        out.diagnostics.push(diag(
+            Level::Info,
+            "media_type_inferred",
+            &format!("media type {k:?} inferred from the source's extension"),
+        ));
         kind = Some(k.to_string());
     }
     if src.is_none() {
-        out.diagnostics.push(diag(Level::Warning, "media_without_src", "the <media> element has no usable src"));
+        out.diagnostics.push(diag(
+            Level::Warning,
+            "media_without_src",
+            "the <media> element has no usable src",
+        ));
     }
     out.value = json!({"type": kind, "src": src, "alt": alt});
     out
@@ -197,7 +258,11 @@ pub(crate) fn media(el: &Element) -> Payload {
 /// URL (after removing the whitespace and control characters browsers
 /// ignore in schemes).
 fn safe_src(src: &str) -> bool {
-    let squeezed: String = src.chars().filter(|c| !c.is_whitespace() && !c.is_control()).collect::<String>().to_ascii_lowercase();
+    let squeezed: String = src
+        .chars()
+        .filter(|c| !c.is_whitespace() && !c.is_control())
+        .collect::<String>()
+        .to_ascii_lowercase();
     let Some(colon) = squeezed.find(':') else {
         return true;
     };
@@ -207,7 +272,12 @@ fn safe_src(src: &str) -> bool {
     }
     match scheme {
         "http" | "https" => true,
-        "data" => ["data:image/", "data:audio/", "data:video/"].iter().any(|p| squeezed.starts_with(p)) && !squeezed.starts_with("data:image/svg"),
+        "data" => {
+            ["data:image/", "data:audio/", "data:video/"]
+                .iter()
+                .any(|p| squeezed.starts_with(p))
+                && !squeezed.starts_with("data:image/svg")
+        }
         _ => false,
     }
 }
@@ -216,7 +286,8 @@ fn infer_type(src: &str) -> Option<&'static str> {
     let path = src.split(['?', '#']).next().unwrap_or(src);
     let ext = path.rsplit_once('.')?.1.to_ascii_lowercase();
     Some(match ext.as_str() {
-        "png" | "jpg" | "jpeg" | "gif" | "webp" | "bmp" | "avif" | "svg" | "ico" | "tif" | "tiff" => "image",
+        "png" | "jpg" | "jpeg" | "gif" | "webp" | "bmp" | "avif" | "svg" | "ico" | "tif"
+        | "tiff" => "image",
         "mp3" | "wav" | "ogg" | "oga" | "flac" | "m4a" | "aac" | "opus" => "audio",
         "mp4" | "webm" | "mov" | "mkv" | "avi" | "m4v" | "ogv" => "video",
         _ => return None,
@@ -229,7 +300,8 @@ fn infer_type(src: &str) -> Option<&'static str> {
 pub(crate) fn choice(el: &Element) -> Payload {
     let mut out = Payload::none();
     let nodes = tree::parse(&el.text);
-    let mut prompt = find_element(&nodes, &["prompt", "question", "title"]).map(|e| e.text_content().trim().to_string());
+    let mut prompt = find_element(&nodes, &["prompt", "question", "title"])
+        .map(|e| e.text_content().trim().to_string());
     let mut options = Vec::new();
     collect_options(&nodes, &mut options);
     if options.is_empty() {
@@ -241,14 +313,25 @@ pub(crate) fn choice(el: &Element) -> Payload {
             prompt = Some(lead);
         }
         if !lines.is_empty() {
-            out.diagnostics.push(diag(Level::Info, "choice_plain_lines", "options were read from plain lines (no <option> tags)"));
+            out.diagnostics.push(diag(
+                Level::Info,
+                "choice_plain_lines",
+                "options were read from plain lines (no <option> tags)",
+            ));
         }
         options = lines;
     }
     if options.is_empty() {
-        out.diagnostics.push(diag(Level::Warning, "choice_without_options", "the <choice> element has no options"));
+        out.diagnostics.push(diag(
+            Level::Warning,
+            "choice_without_options",
+            "the <choice> element has no options",
+        ));
     }
-    let options: Vec<Value> = options.into_iter().map(|(id, label)| json!({"id": id, "label": label})).collect();
+    let options: Vec<Value> = options
+        .into_iter()
+        .map(|(id, label)| json!({"id": id, "label": label}))
+        .collect();
     out.value = json!({"prompt": prompt.filter(|p| !p.is_empty()), "options": options});
     out
 }
@@ -264,7 +347,10 @@ fn find_element<'a>(nodes: &'a [Node], names: &[&str]) -> Option<&'a ElementNode
 fn collect_options(nodes: &[Node], out: &mut Vec<(String, String)>) {
     for n in nodes {
         if let Node::Element(e) = n {
-            if ["option", "opt", "item", "choice"].iter().any(|x| e.name.eq_ignore_ascii_case(x)) {
+            if ["option", "opt", "item", "choice"]
+                .iter()
+                .any(|x| e.name.eq_ignore_ascii_case(x))
+            {
                 let label = e.text_content().trim().to_string();
                 let id = e
                     .attr("id")
@@ -273,7 +359,10 @@ fn collect_options(nodes: &[Node], out: &mut Vec<(String, String)>) {
                     .map(str::to_string)
                     .unwrap_or_else(|| (out.len() + 1).to_string());
                 out.push((id, label));
-            } else if !["prompt", "question", "title"].iter().any(|x| e.name.eq_ignore_ascii_case(x)) {
+            } else if !["prompt", "question", "title"]
+                .iter()
+                .any(|x| e.name.eq_ignore_ascii_case(x))
+            {
                 collect_options(&e.children, out);
             }
         }
@@ -285,7 +374,13 @@ fn plain_text(nodes: &[Node], out: &mut String) {
     for n in nodes {
         match n {
             Node::Text(t) => out.push_str(t),
-            Node::Element(e) if ["prompt", "question", "title"].iter().any(|x| e.name.eq_ignore_ascii_case(x)) => out.push('\n'),
+            Node::Element(e)
+                if ["prompt", "question", "title"]
+                    .iter()
+                    .any(|x| e.name.eq_ignore_ascii_case(x)) =>
+            {
+                out.push('\n')
+            }
             Node::Element(e) => {
                 plain_text(&e.children, out);
                 out.push('\n');
@@ -299,10 +394,19 @@ fn plain_text(nodes: &[Node], out: &mut String) {
 /// after one continue the previous option; without markers, every line is
 /// an option.
 fn option_lines(text: &str) -> (String, Vec<(String, String)>) {
-    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
-    let marked: Vec<Option<(Option<String>, &str)>> = lines.iter().map(|l| list_marker(l)).collect();
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let marked: Vec<Option<(Option<String>, &str)>> =
+        lines.iter().map(|l| list_marker(l)).collect();
     if marked.iter().all(Option::is_none) {
-        let opts = lines.iter().enumerate().map(|(i, l)| ((i + 1).to_string(), l.to_string())).collect();
+        let opts = lines
+            .iter()
+            .enumerate()
+            .map(|(i, l)| ((i + 1).to_string(), l.to_string()))
+            .collect();
         return (String::new(), opts);
     }
     let mut lead = Vec::new();
@@ -342,13 +446,19 @@ fn list_marker(line: &str) -> Option<(Option<String>, &str)> {
         return rest_after(first.len_utf8()).map(|r| (Some((n + 1).to_string()), r));
     }
     // `(1)`, `[1]`, `【1】`
-    for (open, close) in [("(", ")"), ("[", "]"), ("\u{3010}", "\u{3011}"), ("\u{ff08}", "\u{ff09}")] {
+    for (open, close) in [
+        ("(", ")"),
+        ("[", "]"),
+        ("\u{3010}", "\u{3011}"),
+        ("\u{ff08}", "\u{ff09}"),
+    ] {
         if let Some(inner) = line.strip_prefix(open)
             && let Some(end) = inner.find(close)
         {
             let id = &inner[..end];
             if !id.is_empty() && id.len() <= 3 && id.chars().all(|c| c.is_ascii_alphanumeric()) {
-                return rest_after(open.len() + end + close.len()).map(|r| (Some(id.to_string()), r));
+                return rest_after(open.len() + end + close.len())
+                    .map(|r| (Some(id.to_string()), r));
             }
         }
     }
@@ -361,7 +471,11 @@ fn list_marker(line: &str) -> Option<(Option<String>, &str)> {
         return None;
     };
     let after = &line[id_len..];
-    let sep = ['.', ')', '\u{3001}', ':', '\u{ff0e}', '\u{ff09}', '\u{ff1a}'].into_iter().find(|s| after.starts_with(*s))?;
+    let sep = [
+        '.', ')', '\u{3001}', ':', '\u{ff0e}', '\u{ff09}', '\u{ff1a}',
+    ]
+    .into_iter()
+    .find(|s| after.starts_with(*s))?;
     let rest = &after[sep.len_utf8()..];
     // `A.` needs a space after it (so that `e.g.` is not an option);
     // `1.` and `1、` do not.
@@ -385,7 +499,11 @@ pub(crate) fn details(el: &Element) -> Payload {
             (Some(s.trim().to_string()), found.rest)
         }
         None => {
-            out.diagnostics.push(diag(Level::Info, "details_without_summary", "the <details> element has no <summary>"));
+            out.diagnostics.push(diag(
+                Level::Info,
+                "details_without_summary",
+                "the <details> element has no <summary>",
+            ));
             (None, el.text.clone())
         }
     };
@@ -412,13 +530,21 @@ pub(crate) fn status_bar(el: &Element) -> Payload {
         let line = line.trim_start_matches(['-', '*', '\u{2022}']).trim_start();
         match line.split_once([':', '\u{ff1a}']) {
             Some((k, v)) if !k.trim().is_empty() && k.chars().count() <= 40 => {
-                insert_repeat(&mut map, k.trim().to_string(), Value::String(v.trim().to_string()));
+                insert_repeat(
+                    &mut map,
+                    k.trim().to_string(),
+                    Value::String(v.trim().to_string()),
+                );
             }
             _ => loose.push(line),
         }
     }
     if !map.is_empty() {
-        out.diagnostics.push(diag(Level::Info, "status_bar_lines", "the status bar was read from `key: value` lines (no child tags)"));
+        out.diagnostics.push(diag(
+            Level::Info,
+            "status_bar_lines",
+            "the status bar was read from `key: value` lines (no child tags)",
+        ));
     }
     if !loose.is_empty() {
         map.insert("#text".into(), Value::String(loose.join("\n")));
@@ -476,7 +602,11 @@ fn element_value(e: &ElementNode) -> Value {
 /// body gives `{attrs, value}`, a raw body `{attrs, text}`).
 pub(crate) fn custom(el: &Element, body: BodyKind) -> Payload {
     let mut out = Payload::none();
-    let attrs: Map<String, Value> = el.attrs.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
+    let attrs: Map<String, Value> = el
+        .attrs
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect();
     out.value = match body {
         BodyKind::Json => {
             let value = if el.text.trim().is_empty() {
@@ -485,7 +615,14 @@ pub(crate) fn custom(el: &Element, body: BodyKind) -> Payload {
                 match read_json(&el.text, 0, &mut out.diagnostics) {
                     Ok(v) => v,
                     Err(e) => {
-                        return Payload::failed(out.diagnostics, &format!("the <{}> body is not JSON, even read leniently: {e}", el.tag), json!({"attrs": attrs}));
+                        return Payload::failed(
+                            out.diagnostics,
+                            &format!(
+                                "the <{}> body is not JSON, even read leniently: {e}",
+                                el.tag
+                            ),
+                            json!({"attrs": attrs}),
+                        );
                     }
                 }
             };
@@ -503,9 +640,15 @@ fn nodes_json(nodes: &[Node]) -> Vec<Value> {
     nodes
         .iter()
         .filter_map(|n| match n {
-            Node::Text(t) => Some(t.trim()).filter(|t| !t.is_empty()).map(|t| Value::String(t.to_string())),
+            Node::Text(t) => Some(t.trim())
+                .filter(|t| !t.is_empty())
+                .map(|t| Value::String(t.to_string())),
             Node::Element(e) => {
-                let attrs: Map<String, Value> = e.attrs.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
+                let attrs: Map<String, Value> = e
+                    .attrs
+                    .iter()
+                    .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                    .collect();
                 Some(json!({"tag": e.name, "attrs": attrs, "children": nodes_json(&e.children)}))
             }
         })
@@ -518,7 +661,8 @@ mod tests {
 
     #[test]
     fn list_markers() {
-        let table: &[(&str, Option<(Option<&str>, &str)>)] = &[
+        type Marker<'a> = Option<(Option<&'a str>, &'a str)>;
+        let table: &[(&str, Marker<'_>)] = &[
             ("1. go north", Some((Some("1"), "go north"))),
             ("2) rest", Some((Some("2"), "rest"))),
             ("3、离开", Some((Some("3"), "离开"))),
@@ -544,10 +688,23 @@ mod tests {
 
     #[test]
     fn safe_sources() {
-        for ok in ["assets/a.png", "https://x.y/a.jpg", "/a/b.mp3", "data:image/png;base64,AAA", "dir/a:b.png"] {
+        for ok in [
+            "assets/a.png",
+            "https://x.y/a.jpg",
+            "/a/b.mp3",
+            "data:image/png;base64,AAA",
+            "dir/a:b.png",
+        ] {
             assert!(safe_src(ok), "{ok}");
         }
-        for bad in ["javascript:alert(1)", " JaVa\tScRiPt:alert(1)", "vbscript:x", "data:text/html,<script>", "data:image/svg+xml,<svg onload=x>", "file:///etc/passwd"] {
+        for bad in [
+            "javascript:alert(1)",
+            " JaVa\tScRiPt:alert(1)",
+            "vbscript:x",
+            "data:text/html,<script>",
+            "data:image/svg+xml,<svg onload=x>",
+            "file:///etc/passwd",
+        ] {
             assert!(!safe_src(bad), "{bad}");
         }
     }

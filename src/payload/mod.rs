@@ -37,7 +37,10 @@
 //! come. Joined, the deltas equal `payload.html`, whatever the chunking.
 //! Deltas that filter to nothing are not emitted. Comments arrive as their
 //! own `comment` events; `payload.comments` lists the bodies of the
-//! element's comments in order.
+//! element's comments in order. An element the machine reclassifies into
+//! content when it ends (a `reclassified` repair: bare text that turned out
+//! not to be a thought) streamed its deltas under the lead tag, unfiltered;
+//! show its `payload.html` instead.
 //!
 //! # When a body cannot be read
 //!
@@ -128,7 +131,11 @@ pub(crate) fn diag(level: Level, code: &str, message: &str) -> Diagnostic {
 
 /// Reads a JSON body leniently, reporting each leniency used. `base` is the
 /// offset of `text` in the element's text, for messages.
-pub(crate) fn read_json(text: &str, base: usize, diagnostics: &mut Vec<Diagnostic>) -> Result<Value, json::JsonError> {
+pub(crate) fn read_json(
+    text: &str,
+    base: usize,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Result<Value, json::JsonError> {
     match json::parse(text) {
         Ok(read) => {
             diagnostics.extend(leniency_diagnostics(&read.leniencies, base));
@@ -145,11 +152,19 @@ pub(crate) fn read_json(text: &str, base: usize, diagnostics: &mut Vec<Diagnosti
 pub(crate) fn leniency_diagnostics(used: &[json::Used], base: usize) -> Vec<Diagnostic> {
     used.iter()
         .map(|u| {
-            let times = if u.count > 1 { format!(", {} times", u.count) } else { String::new() };
+            let times = if u.count > 1 {
+                format!(", {} times", u.count)
+            } else {
+                String::new()
+            };
             diag(
                 Level::Warning,
                 &format!("json_{}", u.kind.as_str()),
-                &format!("JSON read leniently: {} (first at byte {} of the element text{times})", u.kind.describe(), u.at + base),
+                &format!(
+                    "JSON read leniently: {} (first at byte {} of the element text{times})",
+                    u.kind.describe(),
+                    u.at + base
+                ),
             )
         })
         .collect()
@@ -174,8 +189,15 @@ pub(crate) struct Child<'a> {
 /// document or an MVU call begins on a new line, or at the end.
 pub(crate) fn extract_child<'a>(text: &'a str, name: &str) -> Option<Child<'a>> {
     let (open_start, open_end) = find_tag(text, 0, name, false)?;
-    let self_closing = text[open_start..open_end].trim_end_matches('>').trim_end().ends_with('/');
-    let found_close = if self_closing { Some((open_end, open_end)) } else { find_tag(text, open_end, name, true) };
+    let self_closing = text[open_start..open_end]
+        .trim_end_matches('>')
+        .trim_end()
+        .ends_with('/');
+    let found_close = if self_closing {
+        Some((open_end, open_end))
+    } else {
+        find_tag(text, open_end, name, true)
+    };
     let (inner_end, rest_from, closed) = match found_close {
         Some((close_start, close_end)) => (close_start, close_end, true),
         None => {
@@ -183,7 +205,9 @@ pub(crate) fn extract_child<'a>(text: &'a str, name: &str) -> Option<Child<'a>> 
             let mut end = text.len();
             for line in text[open_end..].split_inclusive('\n') {
                 let t = line.trim_start();
-                if at > open_end && (t.starts_with(['[', '{']) || t.starts_with("```") || t.starts_with("_.")) {
+                if at > open_end
+                    && (t.starts_with(['[', '{']) || t.starts_with("```") || t.starts_with("_."))
+                {
                     end = at;
                     break;
                 }
@@ -195,8 +219,16 @@ pub(crate) fn extract_child<'a>(text: &'a str, name: &str) -> Option<Child<'a>> 
     let inner = &text[open_end..inner_end];
     let before = &text[..open_start];
     let after = &text[rest_from..];
-    let rest_base = if before.trim().is_empty() { rest_from } else { 0 };
-    let rest = if before.trim().is_empty() { after.to_string() } else { format!("{before}{after}") };
+    let rest_base = if before.trim().is_empty() {
+        rest_from
+    } else {
+        0
+    };
+    let rest = if before.trim().is_empty() {
+        after.to_string()
+    } else {
+        format!("{before}{after}")
+    };
     Some(Child {
         inner,
         rest,
@@ -224,9 +256,14 @@ fn find_tag(text: &str, from: usize, name: &str, close: bool) -> Option<(usize, 
             j += 1;
             skip(&mut j);
         }
-        let name_ok = text.get(j..j + name.len()).is_some_and(|n| n.eq_ignore_ascii_case(name));
+        let name_ok = text
+            .get(j..j + name.len())
+            .is_some_and(|n| n.eq_ignore_ascii_case(name));
         let after = bytes.get(j + name.len()).copied();
-        if is_close == close && name_ok && matches!(after, Some(b'>' | b'/' | b' ' | b'\t' | b'\n' | b'\r')) {
+        if is_close == close
+            && name_ok
+            && matches!(after, Some(b'>' | b'/' | b' ' | b'\t' | b'\n' | b'\r'))
+        {
             let end = text[j..].find('>').map(|g| j + g + 1)?;
             return Some((start, end));
         }
@@ -317,7 +354,13 @@ impl Stage {
                     } else {
                         BodyState::Plain
                     };
-                    self.open.insert(o.id, OpenState { body, comments: Vec::new() });
+                    self.open.insert(
+                        o.id,
+                        OpenState {
+                            body,
+                            comments: Vec::new(),
+                        },
+                    );
                     out.push(Event::Open(o));
                 }
                 Event::Delta(d) => match self.open.get_mut(&d.id).map(|s| &mut s.body) {
@@ -340,14 +383,19 @@ impl Stage {
                 }
                 Event::Diagnostic(d) => {
                     if d.code == "element_too_large"
-                        && let Some(BodyState::Content(c)) = d.element.and_then(|id| self.open.get_mut(&id)).map(|s| &mut s.body)
+                        && let Some(BodyState::Content(c)) = d
+                            .element
+                            .and_then(|id| self.open.get_mut(&id))
+                            .map(|s| &mut s.body)
                     {
                         c.truncated = true;
                     }
                     out.push(Event::Diagnostic(d));
                 }
                 Event::Close(c) => {
-                    if let Some(BodyState::Content(state)) = self.open.get_mut(&c.id).map(|s| &mut s.body) {
+                    if let Some(BodyState::Content(state)) =
+                        self.open.get_mut(&c.id).map(|s| &mut s.body)
+                    {
                         finish_content(state, c.id, &c.tag, out);
                     }
                     out.push(Event::Close(c));
@@ -407,7 +455,12 @@ impl Stage {
 
 /// Finishes a content element's filter: the last filtered text goes out as
 /// a delta.
-fn finish_content(state: &mut ContentState, id: u32, tag: &crate::event::TagName, out: &mut Vec<Event>) {
+fn finish_content(
+    state: &mut ContentState,
+    id: u32,
+    tag: &crate::event::TagName,
+    out: &mut Vec<Event>,
+) {
     if state.finished {
         return;
     }
@@ -427,7 +480,12 @@ fn finish_content(state: &mut ContentState, id: u32, tag: &crate::event::TagName
 
 /// `{html, comments}` for a content element (plus `truncated: true` when it
 /// passed the size limit: `html` then covers the part that was kept).
-fn content_payload(el: &Element, body: BodyState, comments: Vec<String>, out: &mut Vec<Event>) -> Payload {
+fn content_payload(
+    el: &Element,
+    body: BodyState,
+    comments: Vec<String>,
+    out: &mut Vec<Event>,
+) -> Payload {
     let mut payload = Payload::none();
     let (html, report) = match body {
         BodyState::Content(mut state) => {
@@ -447,7 +505,11 @@ fn content_payload(el: &Element, body: BodyState, comments: Vec<String>, out: &m
         ..report.clone()
     };
     if !notable.is_clean() {
-        payload.diagnostics.push(diag(Level::Warning, "html_filtered", &format!("content HTML filtered: {}", report.summary())));
+        payload.diagnostics.push(diag(
+            Level::Warning,
+            "html_filtered",
+            &format!("content HTML filtered: {}", report.summary()),
+        ));
     }
     let mut value = json!({"html": html, "comments": comments});
     if el.truncated
@@ -507,15 +569,25 @@ mod tests {
 
     #[test]
     fn extract_child_cases() {
-        let c = extract_child("<analysis>why</analysis>\n[1]", "analysis").unwrap_or_else(|| panic!("no child"));
+        let c = extract_child("<analysis>why</analysis>\n[1]", "analysis")
+            .unwrap_or_else(|| panic!("no child"));
         assert_eq!((c.inner, c.rest.as_str(), c.closed), ("why", "\n[1]", true));
         assert_eq!(c.rest_base, 24);
-        let c = extract_child("< Analysis >why</ analysis >[1]", "analysis").unwrap_or_else(|| panic!("no child"));
+        let c = extract_child("< Analysis >why</ analysis >[1]", "analysis")
+            .unwrap_or_else(|| panic!("no child"));
         assert_eq!((c.inner, c.rest.as_str()), ("why", "[1]"));
-        let c = extract_child("<analysis>\n- a\n- b\n[[\"SET\", \"x\", 1]]", "analysis").unwrap_or_else(|| panic!("no child"));
-        assert_eq!((c.inner, c.rest.as_str(), c.closed), ("\n- a\n- b\n", "[[\"SET\", \"x\", 1]]", false));
-        let c = extract_child("pre <summary>S</summary> post", "summary").unwrap_or_else(|| panic!("no child"));
-        assert_eq!((c.inner, c.rest.as_str(), c.rest_base), ("S", "pre  post", 0));
+        let c = extract_child("<analysis>\n- a\n- b\n[[\"SET\", \"x\", 1]]", "analysis")
+            .unwrap_or_else(|| panic!("no child"));
+        assert_eq!(
+            (c.inner, c.rest.as_str(), c.closed),
+            ("\n- a\n- b\n", "[[\"SET\", \"x\", 1]]", false)
+        );
+        let c = extract_child("pre <summary>S</summary> post", "summary")
+            .unwrap_or_else(|| panic!("no child"));
+        assert_eq!(
+            (c.inner, c.rest.as_str(), c.rest_base),
+            ("S", "pre  post", 0)
+        );
         assert!(extract_child("<analysisx>no</analysisx>", "analysis").is_none());
         let c = extract_child("<analysis/>[1]", "analysis").unwrap_or_else(|| panic!("no child"));
         assert_eq!(c.inner, "");

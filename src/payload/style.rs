@@ -72,7 +72,11 @@ pub(crate) fn filter_style(raw: &str) -> StyleVerdict {
 /// Whether a raw style value, as it will be sent, is entirely safe (used by
 /// the final safety net on the filtered output).
 pub(crate) fn style_is_safe(raw: &str) -> bool {
-    !raw.contains(['&', '\\', '<', '>']) && raw.split(';').filter(|d| !d.trim().is_empty()).all(|d| safe_declaration(d).is_some())
+    !raw.contains(['&', '\\', '<', '>'])
+        && raw
+            .split(';')
+            .filter(|d| !d.trim().is_empty())
+            .all(|d| safe_declaration(d).is_some())
 }
 
 /// A declaration `prop: value` whose property is allowed and whose value is
@@ -95,7 +99,18 @@ fn safe_value(prop: &str, value: &str) -> bool {
         return false;
     }
     let lower = value.to_ascii_lowercase();
-    if ["expression", "url", "javascript", "vbscript", "behavior", "binding", "/*"].iter().any(|bad| lower.contains(bad)) {
+    if [
+        "expression",
+        "url",
+        "javascript",
+        "vbscript",
+        "behavior",
+        "binding",
+        "/*",
+    ]
+    .iter()
+    .any(|bad| lower.contains(bad))
+    {
         return false;
     }
     let family = prop == "font-family";
@@ -107,7 +122,9 @@ fn safe_value(prop: &str, value: &str) -> bool {
             '\'' | '"' => family,
             '!' => lower[i..].starts_with("!important"),
             '(' => {
-                let ident_start = lower[..i].rfind(|ch: char| !ch.is_ascii_alphabetic()).map_or(0, |p| p + 1);
+                let ident_start = lower[..i]
+                    .rfind(|ch: char| !ch.is_ascii_alphabetic())
+                    .map_or(0, |p| p + 1);
                 let ok = !in_function && SAFE_FUNCTIONS.contains(&&lower[ident_start..i]);
                 in_function = true;
                 ok
@@ -125,7 +142,9 @@ fn safe_value(prop: &str, value: &str) -> bool {
         }
     }
     // Balanced quotes in font-family.
-    !in_function && bytes.iter().filter(|&&b| b == b'\'').count() % 2 == 0 && bytes.iter().filter(|&&b| b == b'"').count() % 2 == 0
+    !in_function
+        && bytes.iter().filter(|&&b| b == b'\'').count() % 2 == 0
+        && bytes.iter().filter(|&&b| b == b'"').count() % 2 == 0
 }
 
 #[cfg(test)]
@@ -144,7 +163,10 @@ mod tests {
             ("font-family: 微软雅黑", Keep),
             ("text-decoration: underline !important", Keep),
             ("COLOR: Red", Keep),
-            ("color: red; background: url(x.png)", Rewrite("color: red".into())),
+            (
+                "color: red; background: url(x.png)",
+                Rewrite("color: red".into()),
+            ),
             ("color: red; position: fixed", Rewrite("color: red".into())),
             ("color: &#114;ed", Rewrite("color: red".into())),
             ("width: expression(alert(1))", Drop),

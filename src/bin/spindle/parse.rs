@@ -54,13 +54,22 @@ impl StateFile {
     fn load(path: &Path) -> Result<StateFile> {
         let value = match std::fs::read_to_string(path) {
             Ok(text) if text.trim().is_empty() => serde_json::Value::Object(Default::default()),
-            Ok(text) => serde_json::from_str(&text)
-                .with_context(|| format!("state file {} is not valid JSON; it was left untouched", path.display()))?,
+            Ok(text) => serde_json::from_str(&text).with_context(|| {
+                format!(
+                    "state file {} is not valid JSON; it was left untouched",
+                    path.display()
+                )
+            })?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                eprintln!("spindle: state: {} does not exist; starting from {{}}", path.display());
+                eprintln!(
+                    "spindle: state: {} does not exist; starting from {{}}",
+                    path.display()
+                );
                 serde_json::Value::Object(Default::default())
             }
-            Err(e) => return Err(e).with_context(|| format!("cannot read state file {}", path.display())),
+            Err(e) => {
+                return Err(e).with_context(|| format!("cannot read state file {}", path.display()));
+            }
         };
         Ok(StateFile {
             path: path.to_path_buf(),
@@ -97,7 +106,8 @@ impl StateFile {
             );
             return Ok(());
         }
-        state::save_atomic(&self.path, &self.value).with_context(|| format!("cannot write state file {}", self.path.display()))?;
+        state::save_atomic(&self.path, &self.value)
+            .with_context(|| format!("cannot write state file {}", self.path.display()))?;
         eprintln!(
             "spindle: state: wrote {} ({} op(s) applied, {} failed)",
             self.path.display(),
