@@ -81,6 +81,10 @@ fn tool_call() {
             json!({"name": "noop", "arguments": {}}),
         ),
         (
+            "<tool_call name=\"w\">{\"arguments\": {\"city\": \"Oslo\"}}</tool_call>",
+            json!({"name": "w", "arguments": {"city": "Oslo"}}),
+        ),
+        (
             "<tool_call name=\"w\">{\"name\": \"Paris\", \"days\": 2}</tool_call>",
             json!({"name": "w", "arguments": {"name": "Paris", "days": 2}}),
         ),
@@ -387,4 +391,22 @@ fn reasoning_profile_content_is_filtered() {
         "content",
     );
     assert_eq!(p, json!({"html": "Answer <b>42</b>", "comments": []}));
+}
+
+#[test]
+fn parser_and_filter_can_move_between_threads() {
+    fn assert_send<T: Send>() {}
+    assert_send::<Parser>();
+    assert_send::<spindle::payload::html::HtmlFilter>();
+    // A parser in the middle of a content element moves to another thread.
+    let mut parser = Parser::new(Registry::filament());
+    let mut evs = parser.feed(b"<content>Hi <b>the");
+    let handle = std::thread::spawn(move || {
+        let mut evs = parser.feed(b"re</b><script>x</script></content>");
+        evs.extend(parser.finish());
+        evs
+    });
+    evs.extend(handle.join().unwrap_or_default());
+    let html = evs.iter().filter_map(Event::as_element).map(|e| e.payload["html"].clone()).next();
+    assert_eq!(html, Some(json!("Hi <b>there</b>")));
 }

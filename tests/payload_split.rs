@@ -69,6 +69,12 @@ const CONTENT_PIECES: &[&str] = &[
     "\t",
     "<xmp>",
     "</xmp>",
+    "<user>",
+    "</char>",
+    "<us",
+    "er>",
+    "<<",
+    "</>",
 ];
 
 /// Pieces of whole responses (every Filament tag, sloppy bodies).

@@ -175,7 +175,7 @@ fn analysis_is_kept() {
     let all = updates(
         "<content>x</content><variable_update><analysis>\n  - reason one\n  - reason two\n</analysis>[[\"SET\", \"a\", 1]]</variable_update>",
     );
-    assert_eq!(all[0]["analysis"], json!("- reason one\n  - reason two"));
+    assert_eq!(all[0]["analysis"], json!("- reason one\n- reason two"));
     let all =
         updates("<content>x</content><variable_update>[[\"SET\", \"a\", 1]]</variable_update>");
     assert_eq!(all[0]["analysis"], Value::Null);

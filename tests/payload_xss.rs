@@ -317,6 +317,8 @@ fn attributes_are_stripped_and_unsafe_style_reduced() {
         ("<span id=x>r</span>", "<span>r</span>"),
         ("<p>para</p><div>div</div>", "paradiv"),
         ("<a href=\"https://x\">link</a>", "link"),
+        ("Hi <user>, <char> waves.</char>", "Hi &lt;user>, &lt;char> waves.&lt;/char>"),
+        ("<my-widget data=1>w</my-widget>", "&lt;my-widget data=1>w&lt;/my-widget>"),
     ];
     for (input, want) in cases {
         let (html, _, _) = content(&format!("<content>{input}</content>"), 1);

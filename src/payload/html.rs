@@ -13,9 +13,12 @@
 //!   `embed`, `svg`, `math`, `template`, `noscript`, `textarea`, `title`,
 //!   `xmp`, `noembed`, `noframes`, `plaintext`, `frameset`, `frame`,
 //!   `applet`, `head`.
-//! * Every other element is removed and its content kept; every attribute
-//!   but a safe span `style` is removed; comments and doctypes are removed
-//!   (comments arrive as their own events).
+//! * Every other HTML element is removed and its content kept; every
+//!   attribute but a safe span `style` is removed; comments and doctypes
+//!   are removed (comments arrive as their own events).
+//! * A tag whose name is not an HTML element (`<user>`, `<char>`, the
+//!   pseudo-tags of role-play cards) is not markup any renderer knows: it
+//!   is shown as text (`&lt;user>`), so the reader still sees it.
 //! * The [`super::net`] pass then escapes any `<` that is not a whitelisted
 //!   tag and breaks `javascript:`, `expression(`, `url(`, `on*=` patterns.
 //!
@@ -108,6 +111,9 @@ pub struct FilterReport {
     pub comments: usize,
     /// Tags interrupted by a `<` that were ended there.
     pub broken_tags: usize,
+    /// Tags with names that are not HTML (`<user>`), shown as text, by
+    /// name.
+    pub text_tags: BTreeMap<String, usize>,
     /// `<` escaped by the safety net.
     pub escaped: usize,
     /// Dangerous text patterns neutralised by the safety net.
@@ -162,6 +168,9 @@ impl FilterReport {
                 self.comments
             ));
         }
+        if !self.text_tags.is_empty() {
+            parts.push(format!("non-HTML tags shown as text: {}", list(&self.text_tags)));
+        }
         if self.broken_tags > 0 {
             parts.push(format!(
                 "{} tag(s) interrupted by '<' ended there",
@@ -206,6 +215,9 @@ impl FilterReport {
         }
         self.comments += other.comments;
         self.broken_tags += other.broken_tags;
+        for (k, n) in other.text_tags {
+            *self.text_tags.entry(k).or_default() += n;
+        }
         self.unclosed.extend(other.unclosed);
         self.dropped_bytes += other.dropped_bytes;
         if self.degraded.is_none() {
@@ -259,6 +271,23 @@ const RAW_TEXT: &[&str] = &[
     "plaintext",
 ];
 
+/// HTML element names (current and obsolete), sorted: tags with these
+/// names are markup; any other name is text.
+const HTML_ELEMENTS: &[&str] = &[
+    "a", "abbr", "acronym", "address", "applet", "area", "article", "aside", "audio", "b", "base", "basefont", "bdi",
+    "bdo", "bgsound", "big", "blink", "blockquote", "body", "br", "button", "canvas", "caption", "center", "cite",
+    "code", "col", "colgroup", "data", "datalist", "dd", "del", "details", "dfn", "dialog", "dir", "div", "dl", "dt",
+    "em", "embed", "fieldset", "figcaption", "figure", "font", "footer", "form", "frame", "frameset", "h1", "h2", "h3",
+    "h4", "h5", "h6", "head", "header", "hgroup", "hr", "html", "i", "iframe", "image", "img", "input", "ins",
+    "isindex", "kbd", "keygen", "label", "legend", "li", "link", "listing", "main", "map", "mark", "marquee", "math",
+    "menu", "menuitem", "meta", "meter", "multicol", "nav", "nextid", "nobr", "noembed", "noframes", "noscript",
+    "object", "ol", "optgroup", "option", "output", "p", "param", "picture", "plaintext", "portal", "pre", "progress",
+    "q", "rb", "rp", "rt", "rtc", "ruby", "s", "samp", "script", "search", "section", "select", "slot", "small",
+    "source", "spacer", "span", "strike", "strong", "style", "sub", "summary", "sup", "svg", "table", "tbody", "td",
+    "template", "textarea", "tfoot", "th", "thead", "time", "title", "tr", "track", "tt", "u", "ul", "var", "video",
+    "wbr", "xmp",
+];
+
 /// Where the [`TagCloser`] is, following the HTML tokenizer's states for
 /// tags, comments and raw text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -307,7 +336,17 @@ struct TagCloser {
     matched: usize,
     /// `>` inserted so far.
     inserted: usize,
+    /// The bytes of a tag start whose name is not complete yet (`<`, `</`,
+    /// `<na`): held until the name shows whether it is an HTML element.
+    pending: Vec<u8>,
+    /// The name passed 16 bytes (no HTML element is that long).
+    long_name: bool,
+    /// Tags with a non-HTML name, escaped as text, by name.
+    text_tags: BTreeMap<String, usize>,
 }
+
+/// Longest tag start held while its name is read.
+const MAX_PENDING: usize = 40;
 
 impl TagCloser {
     fn new() -> TagCloser {
@@ -318,20 +357,63 @@ impl TagCloser {
             raw: None,
             matched: 0,
             inserted: 0,
+            pending: Vec::new(),
+            long_name: false,
+            text_tags: BTreeMap::new(),
         }
     }
 
     fn transform(&mut self, bytes: &[u8], out: &mut Vec<u8>) {
         out.reserve(bytes.len());
         for &b in bytes {
+            let name_ends = matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b'\x0c' | b'/' | b'>' | b'<');
+            if self.state == Pre::TagName && name_ends {
+                self.decide(out);
+            }
             if b == b'<' && self.in_tag() {
                 out.push(b'>');
                 self.inserted += 1;
                 self.tag_end();
             }
+            if self.state == Pre::Lt && b == b'<' {
+                // `<<`: the first `<` starts nothing.
+                out.append(&mut self.pending);
+            }
             self.step(b);
-            out.push(b);
+            if matches!(self.state, Pre::Lt | Pre::EndLt | Pre::TagName) {
+                self.pending.push(b);
+                if self.pending.len() > MAX_PENDING {
+                    self.long_name = true;
+                    self.decide(out);
+                }
+            } else {
+                out.append(&mut self.pending);
+                out.push(b);
+            }
         }
+    }
+
+    /// The name of the tag being read is complete: an HTML element keeps
+    /// its `<`; any other name (`<user>`, `<char>`, `<xss>`) is not markup
+    /// a renderer knows, so it is shown as text (`&lt;user>`).
+    fn decide(&mut self, out: &mut Vec<u8>) {
+        let name = std::str::from_utf8(&self.name).unwrap_or_default();
+        let html = !self.long_name && HTML_ELEMENTS.binary_search(&name).is_ok();
+        if html || self.pending.is_empty() {
+            out.append(&mut self.pending);
+        } else {
+            *self.text_tags.entry(name.to_string()).or_default() += 1;
+            out.extend_from_slice(b"&lt;");
+            out.extend_from_slice(self.pending.get(1..).unwrap_or_default());
+            self.pending.clear();
+            self.state = Pre::Text;
+        }
+        self.long_name = false;
+    }
+
+    /// Releases a tag start still held at the end of the input.
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        out.append(&mut self.pending);
     }
 
     fn in_tag(&self) -> bool {
@@ -362,6 +444,7 @@ impl TagCloser {
 
     fn start_tag(&mut self, first: u8, end_tag: bool) {
         self.name.clear();
+        self.long_name = false;
         self.name.push(first.to_ascii_lowercase());
         self.end_tag = end_tag;
         self.state = Pre::TagName;
@@ -403,6 +486,8 @@ impl TagCloser {
                 _ => {
                     if self.name.len() < 16 {
                         self.name.push(b.to_ascii_lowercase());
+                    } else {
+                        self.long_name = true;
                     }
                     Pre::TagName
                 }
@@ -584,7 +669,11 @@ impl Pass {
     fn write(&mut self, bytes: &[u8]) -> Vec<u8> {
         let mut closed = Vec::new();
         self.closer.transform(bytes, &mut closed);
-        let bytes = &closed[..];
+        self.write_closed(&closed)
+    }
+
+    /// Feeds bytes that went through the [`TagCloser`].
+    fn write_closed(&mut self, bytes: &[u8]) -> Vec<u8> {
         let base = self.fed;
         self.fed += bytes.len();
         match &mut self.rewriter {
@@ -634,15 +723,25 @@ impl Pass {
     /// Ends the pass: the remaining output, the report, and the content of
     /// a removed element that was never closed (to filter again).
     fn end(mut self) -> (Vec<u8>, FilterReport, Option<Vec<u8>>) {
+        let mut rest = Vec::new();
+        self.closer.finish(&mut rest);
+        let mut early = Vec::new();
+        if !rest.is_empty() {
+            early = self.write_closed(&rest);
+        }
         if let Some(rw) = self.rewriter.take()
             && let Err(e) = rw.end()
         {
             lock(&self.shared).report.degraded = Some(e.to_string());
         }
         let mut shared = lock(&self.shared);
-        let out = std::mem::take(&mut shared.out);
+        let mut out = early;
+        out.append(&mut shared.out);
         let mut report = std::mem::take(&mut shared.report);
         report.broken_tags += self.closer.inserted;
+        for (name, n) in std::mem::take(&mut self.closer.text_tags) {
+            *report.text_tags.entry(name).or_default() += n;
+        }
         let again = match &shared.dropping {
             Some(d) if self.overflowed != Some(d.generation) => {
                 report.unclosed.push(format!("<{}>", d.name));

@@ -124,6 +124,11 @@ fn named_json(el: &Element, how: NamedJson) -> Payload {
                         let k = wrapped_args.unwrap_or_default();
                         unwrap_args(map.shift_remove(k).unwrap_or(Value::Null), &mut out)
                     }
+                    // `<tool_call name="x">{"arguments": {..}}</tool_call>`
+                    (Some(_), None) if wrapped_args.is_some() && map.len() == 1 => {
+                        let k = wrapped_args.unwrap_or_default();
+                        unwrap_args(map.shift_remove(k).unwrap_or(Value::Null), &mut out)
+                    }
                     _ => Value::Object(map),
                 }
             }

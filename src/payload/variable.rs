@@ -151,12 +151,39 @@ fn split_analysis(
                     "<analysis> was not closed; it was taken to end where the ops begin",
                 ));
             }
-            let analysis = found.inner.trim();
-            let analysis = (!analysis.is_empty()).then(|| analysis.to_string());
+            let analysis = dedent(found.inner);
+            let analysis = (!analysis.is_empty()).then_some(analysis);
             (analysis, found.rest, found.rest_base)
         }
         None => (None, text.to_string(), 0),
     }
+}
+
+/// Trims blank lines around the text and the indentation its lines share
+/// (an analysis is usually indented inside its tag).
+fn dedent(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let first = lines.iter().position(|l| !l.trim().is_empty());
+    let last = lines.iter().rposition(|l| !l.trim().is_empty());
+    let (Some(first), Some(last)) = (first, last) else {
+        return String::new();
+    };
+    let lines = &lines[first..=last];
+    let indent = lines
+        .iter()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.len() - l.trim_start().len())
+        .min()
+        .unwrap_or(0);
+    lines
+        .iter()
+        .map(|l| match l.get(..indent) {
+            Some(lead) if lead.trim().is_empty() => &l[indent..],
+            _ => l.trim_start(),
+        })
+        .map(str::trim_end)
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Turns the JSON documents into the list of op candidates. The flag says
@@ -365,13 +392,15 @@ const MVU_OK: &[Leniency] = &[
 /// Translates one call into an op candidate.
 fn mvu_op(name: &str, args: &str) -> Result<Value, String> {
     let wrapped = format!("[{args}]");
-    let read = json::parse(&wrapped)
-        .map_err(|e| format!("the arguments are not literal values ({})", e.message))?;
-    if let Some(bad) = read.leniencies.iter().find(|u| !MVU_OK.contains(&u.kind)) {
-        return Err(format!(
-            "the arguments are not literal values ({})",
-            bad.kind.describe()
-        ));
+    let not_literal = || {
+        format!(
+            "the arguments ({}) are not literal values; expressions are not evaluated",
+            args.trim()
+        )
+    };
+    let read = json::parse(&wrapped).map_err(|_| not_literal())?;
+    if read.leniencies.iter().any(|u| !MVU_OK.contains(&u.kind)) {
+        return Err(not_literal());
     }
     let Value::Array(args) = read.value else {
         return Err("the arguments do not parse".into());
