@@ -42,7 +42,7 @@
 //! assert_eq!(html, "Hi <b>there</b> <span style=\"color: red\">!</span>");
 //! ```
 
-use super::net::Net;
+use super::net::{HTML_ELEMENTS, Net};
 use super::style::{StyleVerdict, filter_style};
 use lol_html::html_content::{ContentType, TextType};
 use lol_html::send::{HtmlRewriter, Settings};
@@ -116,6 +116,8 @@ pub struct FilterReport {
     pub text_tags: BTreeMap<String, usize>,
     /// `<` escaped by the safety net.
     pub escaped: usize,
+    /// End tags that closed nothing, dropped.
+    pub stray_end_tags: usize,
     /// Dangerous text patterns neutralised by the safety net.
     pub neutralised: usize,
     /// Removed elements that were never closed, whose content was filtered
@@ -169,13 +171,19 @@ impl FilterReport {
             ));
         }
         if !self.text_tags.is_empty() {
-            parts.push(format!("non-HTML tags shown as text: {}", list(&self.text_tags)));
+            parts.push(format!(
+                "non-HTML tags shown as text: {}",
+                list(&self.text_tags)
+            ));
         }
         if self.broken_tags > 0 {
             parts.push(format!(
                 "{} tag(s) interrupted by '<' ended there",
                 self.broken_tags
             ));
+        }
+        if self.stray_end_tags > 0 {
+            parts.push(format!("{} stray end tag(s) dropped", self.stray_end_tags));
         }
         if self.escaped > 0 {
             parts.push(format!("{} stray '<' escaped", self.escaped));
@@ -271,23 +279,6 @@ const RAW_TEXT: &[&str] = &[
     "plaintext",
 ];
 
-/// HTML element names (current and obsolete), sorted: tags with these
-/// names are markup; any other name is text.
-const HTML_ELEMENTS: &[&str] = &[
-    "a", "abbr", "acronym", "address", "applet", "area", "article", "aside", "audio", "b", "base", "basefont", "bdi",
-    "bdo", "bgsound", "big", "blink", "blockquote", "body", "br", "button", "canvas", "caption", "center", "cite",
-    "code", "col", "colgroup", "data", "datalist", "dd", "del", "details", "dfn", "dialog", "dir", "div", "dl", "dt",
-    "em", "embed", "fieldset", "figcaption", "figure", "font", "footer", "form", "frame", "frameset", "h1", "h2", "h3",
-    "h4", "h5", "h6", "head", "header", "hgroup", "hr", "html", "i", "iframe", "image", "img", "input", "ins",
-    "isindex", "kbd", "keygen", "label", "legend", "li", "link", "listing", "main", "map", "mark", "marquee", "math",
-    "menu", "menuitem", "meta", "meter", "multicol", "nav", "nextid", "nobr", "noembed", "noframes", "noscript",
-    "object", "ol", "optgroup", "option", "output", "p", "param", "picture", "plaintext", "portal", "pre", "progress",
-    "q", "rb", "rp", "rt", "rtc", "ruby", "s", "samp", "script", "search", "section", "select", "slot", "small",
-    "source", "spacer", "span", "strike", "strong", "style", "sub", "summary", "sup", "svg", "table", "tbody", "td",
-    "template", "textarea", "tfoot", "th", "thead", "time", "title", "tr", "track", "tt", "u", "ul", "var", "video",
-    "wbr", "xmp",
-];
-
 /// Where the [`TagCloser`] is, following the HTML tokenizer's states for
 /// tags, comments and raw text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -366,7 +357,10 @@ impl TagCloser {
     fn transform(&mut self, bytes: &[u8], out: &mut Vec<u8>) {
         out.reserve(bytes.len());
         for &b in bytes {
-            let name_ends = matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b'\x0c' | b'/' | b'>' | b'<');
+            let name_ends = matches!(
+                b,
+                b' ' | b'\t' | b'\n' | b'\r' | b'\x0c' | b'/' | b'>' | b'<'
+            );
             if self.state == Pre::TagName && name_ends {
                 self.decide(out);
             }
@@ -789,7 +783,7 @@ fn build_rewriter(shared: &Arc<Mutex<Shared>>, limits: FilterLimits) -> Rewriter
                     } else if DROPPED.contains(&name.as_str()) {
                         *st.report.removed_elements.entry(name.clone()).or_default() += 1;
                         el.remove();
-                        if el.can_have_content() && !el.is_self_closing() {
+                        if el.can_have_content() {
                             st.generation += 1;
                             st.dropping = Some(Dropping {
                                 name,
@@ -987,6 +981,7 @@ impl HtmlFilter {
         }
         self.net.finish(&mut bytes);
         self.report.escaped = self.net.report.escaped;
+        self.report.stray_end_tags = self.net.report.stray;
         self.report.neutralised = self.net.report.neutralised;
         let mut text = self.text(bytes);
         if !self.tail.is_empty() {

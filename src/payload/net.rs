@@ -4,7 +4,10 @@
 //!
 //! * A `<` that does not start a whitelisted tag exactly as the allowlist
 //!   writes it (`<b>`, `</span>`, `<span style="safe">`, `<br/>`) is
-//!   escaped as `&lt;`, so no other element can exist in the output.
+//!   escaped as `&lt;`, so no other element can exist in the output. An
+//!   end tag of another HTML element (`</div>`) closes nothing at this
+//!   point (the allowlist pass removed the end tags of what it removed), so
+//!   it is dropped, leaving a zero-width space when text touches it.
 //! * `javascript:`, `vbscript:`, `livescript:`, `expression(`, `url(` and
 //!   `on<word>=` are neutralised by a zero-width space (`&#8203;`) before
 //!   their last character, so they neither run nor match, even after
@@ -30,6 +33,156 @@ const ALLOWED: &[&str] = &[
     "b", "strong", "i", "em", "u", "s", "br", "span", "ruby", "rt", "rp",
 ];
 
+/// HTML element names (current and obsolete), sorted: tags with these
+/// names are markup; any other name is text.
+pub(crate) const HTML_ELEMENTS: &[&str] = &[
+    "a",
+    "abbr",
+    "acronym",
+    "address",
+    "applet",
+    "area",
+    "article",
+    "aside",
+    "audio",
+    "b",
+    "base",
+    "basefont",
+    "bdi",
+    "bdo",
+    "bgsound",
+    "big",
+    "blink",
+    "blockquote",
+    "body",
+    "br",
+    "button",
+    "canvas",
+    "caption",
+    "center",
+    "cite",
+    "code",
+    "col",
+    "colgroup",
+    "data",
+    "datalist",
+    "dd",
+    "del",
+    "details",
+    "dfn",
+    "dialog",
+    "dir",
+    "div",
+    "dl",
+    "dt",
+    "em",
+    "embed",
+    "fieldset",
+    "figcaption",
+    "figure",
+    "font",
+    "footer",
+    "form",
+    "frame",
+    "frameset",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "head",
+    "header",
+    "hgroup",
+    "hr",
+    "html",
+    "i",
+    "iframe",
+    "image",
+    "img",
+    "input",
+    "ins",
+    "isindex",
+    "kbd",
+    "keygen",
+    "label",
+    "legend",
+    "li",
+    "link",
+    "listing",
+    "main",
+    "map",
+    "mark",
+    "marquee",
+    "math",
+    "menu",
+    "menuitem",
+    "meta",
+    "meter",
+    "multicol",
+    "nav",
+    "nextid",
+    "nobr",
+    "noembed",
+    "noframes",
+    "noscript",
+    "object",
+    "ol",
+    "optgroup",
+    "option",
+    "output",
+    "p",
+    "param",
+    "picture",
+    "plaintext",
+    "portal",
+    "pre",
+    "progress",
+    "q",
+    "rb",
+    "rp",
+    "rt",
+    "rtc",
+    "ruby",
+    "s",
+    "samp",
+    "script",
+    "search",
+    "section",
+    "select",
+    "slot",
+    "small",
+    "source",
+    "spacer",
+    "span",
+    "strike",
+    "strong",
+    "style",
+    "sub",
+    "summary",
+    "sup",
+    "svg",
+    "table",
+    "tbody",
+    "td",
+    "template",
+    "textarea",
+    "tfoot",
+    "th",
+    "thead",
+    "time",
+    "title",
+    "tr",
+    "track",
+    "tt",
+    "u",
+    "ul",
+    "var",
+    "video",
+    "wbr",
+    "xmp",
+];
+
 /// Counts of what the net changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct NetReport {
@@ -37,12 +190,16 @@ pub(crate) struct NetReport {
     pub(crate) escaped: usize,
     /// Dangerous text patterns neutralised.
     pub(crate) neutralised: usize,
+    /// Stray end tags of removed elements dropped.
+    pub(crate) stray: usize,
 }
 
 /// The incremental safety net.
 #[derive(Debug, Default)]
 pub(crate) struct Net {
     pending: Vec<u8>,
+    /// The last byte emitted (for [`Decision::Stray`]).
+    last: Option<u8>,
     pub(crate) report: NetReport,
 }
 
@@ -56,6 +213,10 @@ enum Decision {
     Tag(usize),
     /// A `<` to escape.
     Escape,
+    /// A stray end tag of an HTML element that is not kept, this long. The
+    /// allowlist pass removes the end tags of the elements it removes, so
+    /// one that reaches the net closes nothing: it is dropped.
+    Stray(usize),
     /// A pattern: insert the break at this offset, continue after `end`.
     Break { at: usize, end: usize },
 }
@@ -103,6 +264,23 @@ impl Net {
                     i += 1;
                     copied = i;
                 }
+                Decision::Stray(len) => {
+                    out.extend_from_slice(&buf[copied..i]);
+                    let before = if i > 0 {
+                        buf.get(i - 1).copied()
+                    } else {
+                        self.last
+                    };
+                    // Dropping the tag must not join the text around it into
+                    // a pattern (`java</p>script:`): unless whitespace or a
+                    // tag comes before it, a zero-width space stays.
+                    if !matches!(before, None | Some(b' ' | b'\t' | b'\n' | b'\r' | b'>')) {
+                        out.extend_from_slice(BREAK);
+                    }
+                    self.report.stray += 1;
+                    i += len;
+                    copied = i;
+                }
                 Decision::Break { at, end } => {
                     out.extend_from_slice(&buf[copied..at]);
                     out.extend_from_slice(BREAK);
@@ -113,6 +291,9 @@ impl Net {
             }
         }
         out.extend_from_slice(&buf[copied..i]);
+        if i > 0 {
+            self.last = buf.get(i - 1).copied();
+        }
         self.pending = buf[i..].to_vec();
     }
 }
@@ -135,11 +316,30 @@ fn check_tag(buf: &[u8], last: bool) -> Decision {
             Decision::NeedMore
         };
     };
-    if whitelisted_tag(&buf[..=gt]) {
+    let tag = &buf[..=gt];
+    if whitelisted_tag(tag) {
         Decision::Tag(gt + 1)
+    } else if stray_end_tag(tag) {
+        Decision::Stray(gt + 1)
     } else {
         Decision::Escape
     }
+}
+
+/// `</name ...>` where `name` is an HTML element.
+fn stray_end_tag(tag: &[u8]) -> bool {
+    let Some(rest) = tag.strip_prefix(b"</") else {
+        return false;
+    };
+    let name_len = rest
+        .iter()
+        .take_while(|b| b.is_ascii_alphanumeric())
+        .count();
+    let name = String::from_utf8_lossy(&rest[..name_len]).to_ascii_lowercase();
+    let after = rest.get(name_len).copied();
+    name_len > 0
+        && matches!(after, Some(b'>' | b' ' | b'\t' | b'\n' | b'\r' | b'/'))
+        && HTML_ELEMENTS.binary_search(&name.as_str()).is_ok()
 }
 
 /// `<name>`, `</name>`, `<br/>`, `<span style="..">` with a safe style.
@@ -507,7 +707,11 @@ mod tests {
                 "<img src=x onerror=alert(1)>",
                 "&lt;img src=x onerror&#8203;=alert(1)>",
             ),
-            ("</script>", "&lt;/script>"),
+            ("</script>", ""),
+            ("a</div>b", "a&#8203;b"),
+            ("a </p>b", "a b"),
+            ("java</p>script:x", "java&#8203;script:x"),
+            ("</user>", "&lt;/user>"),
             ("< IMG>", "&lt; IMG>"),
             ("a < b <3", "a &lt; b &lt;3"),
             ("javascript:alert(1)", "javascript&#8203;:alert(1)"),

@@ -64,40 +64,39 @@ pub(crate) fn variable_update(el: &Element) -> Payload {
             ));
         }
     } else {
-        let values = match serde_json::from_str::<Value>(trimmed) {
-            Ok(v) => vec![v],
-            Err(_) => match json::parse_values(&ops_text) {
-                Ok((values, used)) => {
-                    out.diagnostics
-                        .extend(leniency_diagnostics(&used, ops_base));
-                    values
+        let mut attempt = json_ops(&ops_text, ops_base, &mut analysis);
+        if valid_count(&attempt) == 0 {
+            // Prose before the ops may hold brackets (`mood [calm] rises`):
+            // try the lines that start like JSON, and keep the first that
+            // gives valid ops.
+            let mut at = 0;
+            for line in ops_text.split_inclusive('\n') {
+                let line_at = at;
+                at += line.len();
+                let lead = line.len() - line.trim_start().len();
+                if line_at == 0 || !line.trim_start().starts_with(['[', '{']) {
+                    continue;
                 }
-                Err(e) => {
-                    let at = e.at + ops_base;
-                    let mut payload = Payload::failed(
-                        out.diagnostics,
-                        &format!(
-                            "the ops are not JSON, even read leniently: {} at byte {at}",
-                            e.message
-                        ),
-                        json!({"analysis": analysis}),
-                    );
-                    if let Some(d) = payload.diagnostics.last_mut() {
-                        d.at = None;
-                    }
-                    return payload;
+                let from = line_at + lead;
+                let mut retry_analysis = analysis.clone();
+                let retry = json_ops(&ops_text[from..], ops_base + from, &mut retry_analysis);
+                if valid_count(&retry) > 0 {
+                    attempt = retry.map(|(list, mut diags)| {
+                        let message = format!(
+                            "JSON read leniently: text before the ops was ignored (the ops start at byte {} of the element text)",
+                            ops_base + from
+                        );
+                        diags.insert(0, diag(Level::Warning, "json_surrounding_prose", &message));
+                        (list, diags)
+                    });
+                    analysis = retry_analysis;
+                    break;
                 }
-            },
-        };
-        match op_list(values, &mut analysis) {
-            Ok((list, unwrapped)) => {
-                if unwrapped {
-                    out.diagnostics.push(diag(
-                        Level::Warning,
-                        "ops_not_wrapped",
-                        "the ops were not inside one JSON array; read them one by one",
-                    ));
-                }
+            }
+        }
+        match attempt {
+            Ok((list, diags)) => {
+                out.diagnostics.extend(diags);
                 candidates = list;
             }
             Err(message) => {
@@ -184,6 +183,53 @@ fn dedent(text: &str) -> String {
         .map(str::trim_end)
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// Reads JSON ops from `text` (at offset `base` of the element text): the
+/// op candidates and the diagnostics of reading them, or why they could not
+/// be read.
+fn json_ops(
+    text: &str,
+    base: usize,
+    analysis: &mut Option<String>,
+) -> Result<(Vec<Value>, Vec<Diagnostic>), String> {
+    let mut diags = Vec::new();
+    let values = match serde_json::from_str::<Value>(text.trim()) {
+        Ok(v) => vec![v],
+        Err(_) => match json::parse_values(text) {
+            Ok((values, used)) => {
+                diags.extend(leniency_diagnostics(&used, base));
+                values
+            }
+            Err(e) => {
+                return Err(format!(
+                    "the ops are not JSON, even read leniently: {} at byte {}",
+                    e.message,
+                    e.at + base
+                ));
+            }
+        },
+    };
+    let (list, unwrapped) = op_list(values, analysis)?;
+    if unwrapped {
+        diags.push(diag(
+            Level::Warning,
+            "ops_not_wrapped",
+            "the ops were not inside one JSON array; read them one by one",
+        ));
+    }
+    Ok((list, diags))
+}
+
+/// How many candidates of an attempt are valid ops.
+fn valid_count(attempt: &Result<(Vec<Value>, Vec<Diagnostic>), String>) -> usize {
+    match attempt {
+        Ok((list, _)) => list
+            .iter()
+            .filter(|c| Op::from_json(&normalise_alias((*c).clone()).0).is_ok())
+            .count(),
+        Err(_) => 0,
+    }
 }
 
 /// Turns the JSON documents into the list of op candidates. The flag says
