@@ -69,7 +69,9 @@ pub struct Delta {
     pub id: u32,
     /// Canonical tag name of that element.
     pub tag: TagName,
-    /// The text (raw, as the model wrote it).
+    /// The text as the model wrote it; for content (the registry's default
+    /// stream tag), the safe-to-display text filtered by
+    /// [`crate::payload`] (comments removed, inline HTML allowlisted).
     pub text: String,
 }
 

@@ -1034,3 +1034,115 @@ pub struct Sanitized {
     /// What was changed.
     pub report: FilterReport,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn filter_with(limits: FilterLimits, text: &str, chunk: usize) -> (String, FilterReport) {
+        let mut f = HtmlFilter::with_limits(limits);
+        let mut out = String::new();
+        let mut start = 0;
+        while start < text.len() {
+            let mut end = (start + chunk).min(text.len());
+            while !text.is_char_boundary(end) {
+                end += 1;
+            }
+            out.push_str(&f.push(&text[start..end]));
+            start = end;
+        }
+        out.push_str(&f.finish());
+        (out, f.report().clone())
+    }
+
+    #[test]
+    fn tag_closer_cases() {
+        let table: &[(&str, &str)] = &[
+            ("<iframe src=x <b>", "<iframe src=x ><b>"),
+            ("<img src=\"a<b\">", "<img src=\"a<b\">"),
+            ("<img alt='<b>' <i>", "<img alt='<b>' ><i>"),
+            (
+                "<script>if (a<b) x</script><b>",
+                "<script>if (a<b) x</script><b>",
+            ),
+            ("<!-- <b x <i -->", "<!-- <b x <i -->"),
+            ("<user> and </user>", "&lt;user> and &lt;/user>"),
+            ("<User-Name x=1>", "&lt;User-Name x=1>"),
+            ("a < b << c <3", "a < b << c <3"),
+            ("<b", "<b"),
+            (
+                "<averyveryverylongtagnamethatisnothtmlatall>",
+                "&lt;averyveryverylongtagnamethatisnothtmlatall>",
+            ),
+        ];
+        for (input, want) in table {
+            for chunk in [usize::MAX, 1, 3] {
+                let mut c = TagCloser::new();
+                let mut out = Vec::new();
+                for piece in input.as_bytes().chunks(chunk.min(input.len().max(1))) {
+                    c.transform(piece, &mut out);
+                }
+                c.finish(&mut out);
+                assert_eq!(String::from_utf8_lossy(&out), *want, "{input} at {chunk}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_tag_past_the_tokenizer_limit_degrades_to_escaping() {
+        let limits = FilterLimits {
+            max_held: 1024,
+            max_tokenizer: 4096,
+        };
+        let text = format!(
+            "ok <b>b</b> <span title=\"{}\">x</span> <i>i</i>",
+            "y".repeat(20_000)
+        );
+        let (out, report) = filter_with(limits, &text, 512);
+        assert!(report.degraded.is_some(), "{report:?}");
+        assert!(
+            out.starts_with("ok <b>b</b> "),
+            "{}",
+            &out[..40.min(out.len())]
+        );
+        assert!(
+            out.contains("&lt;span title="),
+            "the broken tag is shown as text"
+        );
+        assert!(out.ends_with("x</span> <i>i</i>"));
+        assert!(!report.summary().is_empty());
+    }
+
+    #[test]
+    fn unclosed_removed_elements_past_the_hold_limit_are_dropped_and_reported() {
+        let limits = FilterLimits {
+            max_held: 100,
+            max_tokenizer: 1 << 20,
+        };
+        let (out, report) = filter_with(limits, &format!("a <svg>{}", "z".repeat(500)), 7);
+        assert_eq!(out, "a ");
+        assert!(report.dropped_bytes >= 400, "{report:?}");
+        // Within the limit the text after an unclosed removed element is
+        // filtered again.
+        let (out, report) = filter_with(FilterLimits::default(), "a <svg> b <b>c</b>", 2);
+        assert_eq!(out, "a  b <b>c</b>");
+        assert_eq!(report.unclosed, ["<svg>"]);
+    }
+
+    #[test]
+    fn nested_unclosed_removed_elements_terminate() {
+        // Each round of filtering again peels one unclosed <svg>; after
+        // MAX_REFILTER rounds the rest is dropped, and the report says so.
+        let text = "<svg>".repeat(5000) + "<b>end</b>";
+        let (out, report) = filter_with(FilterLimits::default(), &text, 64);
+        assert_eq!(out, "");
+        assert_eq!(report.unclosed.len(), MAX_REFILTER + 1);
+        assert_eq!(
+            report.dropped_bytes,
+            (5000 - MAX_REFILTER - 1) * 5 + "<b>end</b>".len()
+        );
+        // A few nested ones are all peeled.
+        let (out, _) = filter_with(FilterLimits::default(), "<svg><svg><svg><b>end</b>", 3);
+        assert_eq!(out, "<b>end</b>");
+    }
+}
