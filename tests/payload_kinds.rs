@@ -81,6 +81,10 @@ fn tool_call() {
             json!({"name": "noop", "arguments": {}}),
         ),
         (
+            "<tool_call name=\"w\">\"{\\\"city\\\": \\\"Oslo\\\"}\"</tool_call>",
+            json!({"name": "w", "arguments": {"city": "Oslo"}}),
+        ),
+        (
             "<tool_call name=\"w\">{\"arguments\": {\"city\": \"Oslo\"}}</tool_call>",
             json!({"name": "w", "arguments": {"city": "Oslo"}}),
         ),
@@ -407,6 +411,10 @@ fn parser_and_filter_can_move_between_threads() {
         evs
     });
     evs.extend(handle.join().unwrap_or_default());
-    let html = evs.iter().filter_map(Event::as_element).map(|e| e.payload["html"].clone()).next();
+    let html = evs
+        .iter()
+        .filter_map(Event::as_element)
+        .map(|e| e.payload["html"].clone())
+        .next();
     assert_eq!(html, Some(json!("Hi <b>there</b>")));
 }

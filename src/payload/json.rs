@@ -948,7 +948,7 @@ impl<'a> Reader<'a> {
         // `Dark Forest`, `#fff`); markup, calls and operators do not.
         let first_ok = {
             let c = self.byte();
-            c.is_ascii_alphabetic() || c == b'_' || c == b'$' || c >= 0x80
+            c.is_ascii_alphanumeric() || matches!(c, b'_' | b'$' | b'-' | b'+' | b'.') || c >= 0x80
         };
         while self.pos < self.end {
             let c = self.byte();

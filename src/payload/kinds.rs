@@ -93,6 +93,13 @@ fn named_json(el: &Element, how: NamedJson) -> Payload {
                 );
             }
         };
+        // A body that is one JSON string holding the object (double-encoded).
+        let value = match value {
+            Value::String(s) if s.trim_start().starts_with('{') => {
+                unwrap_args(Value::String(s), &mut out)
+            }
+            v => v,
+        };
         match value {
             Value::Object(mut map) => {
                 let body_name = how

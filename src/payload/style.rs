@@ -123,8 +123,10 @@ fn safe_value(prop: &str, value: &str) -> bool {
             '!' => lower[i..].starts_with("!important"),
             '(' => {
                 let ident_start = lower[..i]
-                    .rfind(|ch: char| !ch.is_ascii_alphabetic())
-                    .map_or(0, |p| p + 1);
+                    .char_indices()
+                    .rev()
+                    .find(|(_, ch)| !ch.is_ascii_alphabetic())
+                    .map_or(0, |(p, ch)| p + ch.len_utf8());
                 let ok = !in_function && SAFE_FUNCTIONS.contains(&&lower[ident_start..i]);
                 in_function = true;
                 ok
@@ -161,6 +163,8 @@ mod tests {
             ("color: rgb(255, 0, 0)", Keep),
             ("font-family: 'Noto Serif', serif", Keep),
             ("font-family: 微软雅黑", Keep),
+            ("font-family: 微(x)", Drop),
+            ("color: 红(", Drop),
             ("text-decoration: underline !important", Keep),
             ("COLOR: Red", Keep),
             (
