@@ -98,7 +98,7 @@ proptest! {
     fn apply_never_panics(
         paths in prop::collection::vec("[a-c]{1,2}(\\.[a-c0-9]{1,2}|\\[-?[0-9]\\]){0,3}", 1..12),
         codes in prop::collection::vec(0usize..8, 1..12),
-        values in prop::collection::vec(prop_oneof![Just(Value::Null), any::<i8>().prop_map(|n| Value::from(n)), Just(Value::from(0.5)), Just(serde_json::json!([1])), Just(serde_json::json!({"a": 1})), Just(Value::from("s"))], 1..12),
+        values in prop::collection::vec(prop_oneof![Just(Value::Null), any::<i8>().prop_map(Value::from), Just(Value::from(0.5)), Just(serde_json::json!([1])), Just(serde_json::json!({"a": 1})), Just(Value::from("s"))], 1..12),
     ) {
         let mut state = serde_json::json!({"a": {"b": [1, 2, {"c": 3}]}, "b": 4, "c": "text"});
         let ops: Vec<Op> = paths

@@ -286,8 +286,17 @@ fn ten_megabytes_in_one_update_is_bounded() {
 #[test]
 fn brackets_in_prose_before_the_ops() {
     let input = "<content>x</content><variable_update>Mood [calm] rises a bit.\n[[\"SET\", \"mood\", \"calm\"], [\"ADD\", \"calm\", 1]]</variable_update>";
-    assert_eq!(ops(input), json!([["SET", "mood", "calm"], ["ADD", "calm", 1]]));
+    assert_eq!(
+        ops(input),
+        json!([["SET", "mood", "calm"], ["ADD", "calm", 1]])
+    );
     let evs = run(input, 1);
-    assert!(evs.iter().any(|e| matches!(e, Event::Diagnostic(d) if d.code == "json_surrounding_prose")));
-    assert!(!evs.iter().any(|e| matches!(e, Event::Diagnostic(d) if d.code == "invalid_op")));
+    assert!(
+        evs.iter()
+            .any(|e| matches!(e, Event::Diagnostic(d) if d.code == "json_surrounding_prose"))
+    );
+    assert!(
+        !evs.iter()
+            .any(|e| matches!(e, Event::Diagnostic(d) if d.code == "invalid_op"))
+    );
 }

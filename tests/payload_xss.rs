@@ -317,13 +317,19 @@ fn attributes_are_stripped_and_unsafe_style_reduced() {
         ("<span id=x>r</span>", "<span>r</span>"),
         ("<p>para</p><div>div</div>", "paradiv"),
         ("<a href=\"https://x\">link</a>", "link"),
-        ("Hi <user>, <char> waves.</char>", "Hi &lt;user>, &lt;char> waves.&lt;/char>"),
+        (
+            "Hi <user>, <char> waves.</char>",
+            "Hi &lt;user>, &lt;char> waves.&lt;/char>",
+        ),
         ("a<script/>x<b>y</b>", "ax<b>y</b>"),
         ("a<svg/>x<b>y</b>", "ax<b>y</b>"),
         ("a<svg/>x<b>y</b></svg>z", "ax<b>y</b>z"),
         ("a</p>b</div> c", "a&#8203;b&#8203; c"),
         ("a<script>x</script>b<style>c</style>d", "abd"),
-        ("<my-widget data=1>w</my-widget>", "&lt;my-widget data=1>w&lt;/my-widget>"),
+        (
+            "<my-widget data=1>w</my-widget>",
+            "&lt;my-widget data=1>w&lt;/my-widget>",
+        ),
     ];
     for (input, want) in cases {
         let (html, _, _) = content(&format!("<content>{input}</content>"), 1);

@@ -1,5 +1,5 @@
 //! The content HTML filter (spec 003 §3.1.3): an incremental allowlist
-//! built on `lol_html`, followed by the safety net of [`super::net`].
+//! built on `lol_html`, followed by the safety net of `net` (private).
 //!
 //! This module owns what inline HTML in `<content>` may survive. It works
 //! on the text of one element, chunk by chunk, and never sees events.
@@ -19,7 +19,7 @@
 //! * A tag whose name is not an HTML element (`<user>`, `<char>`, the
 //!   pseudo-tags of role-play cards) is not markup any renderer knows: it
 //!   is shown as text (`&lt;user>`), so the reader still sees it.
-//! * The [`super::net`] pass then escapes any `<` that is not a whitelisted
+//! * The `net` (private) pass then escapes any `<` that is not a whitelisted
 //!   tag and breaks `javascript:`, `expression(`, `url(`, `on*=` patterns.
 //!
 //! An element whose content is removed but which is never closed would

@@ -2,7 +2,7 @@
 //! completes, and the per-element streaming transforms of deltas (HTML
 //! filtering of content, thought extraction from ATTP).
 //!
-//! This module owns the [`Stage`] that sits between the machine and the
+//! This module owns the `Stage` that sits between the machine and the
 //! caller: it sees every event in order, keeps per-element state for
 //! streaming bodies, and fills `payload` on `element` events. It must not
 //! change structure (which elements exist, where they start and end): that
