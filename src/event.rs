@@ -69,7 +69,9 @@ pub struct Delta {
     pub id: u32,
     /// Canonical tag name of that element.
     pub tag: TagName,
-    /// The text (raw, as the model wrote it).
+    /// The text as the model wrote it; for content (the registry's default
+    /// stream tag), the safe-to-display text filtered by
+    /// [`crate::payload`] (comments removed, inline HTML allowlisted).
     pub text: String,
 }
 
@@ -178,6 +180,10 @@ pub struct Repair {
     /// `mismatched_close` and `stray_close_dropped`, the tag as written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<String>,
+    /// For `fallback_to_content`, the element's text to show as content
+    /// (filtered like content HTML).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
 }
 
 /// How serious a diagnostic is.

@@ -2,15 +2,83 @@
 //! completes, and the per-element streaming transforms of deltas (HTML
 //! filtering of content, thought extraction from ATTP).
 //!
-//! This module owns the [`Stage`] that sits between the machine and the
+//! This module owns the `Stage` that sits between the machine and the
 //! caller: it sees every event in order, keeps per-element state for
 //! streaming bodies, and fills `payload` on `element` events. It must not
 //! change structure (which elements exist, where they start and end): that
 //! is the machine's. The tool-call bodies (TAM, ACTION, ATTP) are parsed by
 //! [`crate::calls`]; this stage only dispatches to it.
+//!
+//! # Payloads (DESIGN §6)
+//!
+//! | tag | payload |
+//! | --- | --- |
+//! | `content` (and the registry's default stream tag) | `{html, comments}`; see below |
+//! | `variable_update` (`state_update`, `UpdateVariable`) | `{analysis, ops: [[OP, path, value?]..], invalid: [{index, op, error}..]}` |
+//! | `tool_call` | `{name, arguments}` |
+//! | `ui_component` | `{view, props}` |
+//! | `media` | `{type, src, alt}` |
+//! | `choice` (`xx`) | `{prompt, options: [{id, label}..]}` |
+//! | `details` | `{summary, body}` |
+//! | `status_bar` | ordered object of child tag to value (nested objects, `@attr`, `#text`, repeated tags as arrays) |
+//! | `thought` | `null` |
+//! | other registry tags | `{attrs, children}` (`{attrs, value}` for JSON bodies, `{attrs, text}` for raw ones) |
+//! | TAM, ACTION, ATTP bodies | [`crate::calls`] |
+//!
+//! JSON objects keep the order the model wrote their keys in (`serde_json`'s
+//! `preserve_order`).
+//!
+//! # Content
+//!
+//! A content element's `text` stays the raw inner text (DESIGN §5). Its
+//! `delta` events carry the *filtered* text instead: comments removed and
+//! inline HTML reduced to the spec 003 §3.1.3 allowlist by
+//! [`html::HtmlFilter`], incrementally, so a UI can show deltas as they
+//! come. Joined, the deltas equal `payload.html`, whatever the chunking.
+//! Deltas that filter to nothing are not emitted. Comments arrive as their
+//! own `comment` events; `payload.comments` lists the bodies of the
+//! element's comments in order. An element the machine reclassifies into
+//! content when it ends (a `reclassified` repair: bare text that turned out
+//! not to be a thought) streamed its deltas under the lead tag, unfiltered;
+//! show its `payload.html` instead.
+//!
+//! # When a body cannot be read
+//!
+//! Leniencies used to read JSON are reported as `json_<leniency>` warnings
+//! on the element. When even lenient reading fails, the payload is
+//! `{"error": "..."}` (with whatever was understood, e.g. `analysis`), an
+//! error `payload_unparsable` diagnostic follows, and when the tag's
+//! registry entry has `fallback_to_content`, a `fallback_to_content` repair
+//! carries the element's text, filtered as content, in its `text` field for
+//! the UI to show (spec 003 §11.4). An element cut at the element size limit
+//! (`truncated: true`) is not parsed: it gets an error payload and a
+//! `payload_truncated` diagnostic.
+//!
+//! # Example
+//!
+//! ```
+//! use spindle::{Event, Registry};
+//!
+//! let events = spindle::parse(Registry::filament(), br#"<content>Hi <b>you</b><script>x()</script></content>
+//! <variable_update>```json
+//! [["set", "mood", "happy"], ["ADD", "hp", 5],]
+//! ```</variable_update>"#);
+//! let payload = |tag: &str| events.iter().filter_map(Event::as_element).find(|e| &*e.tag == tag).map(|e| e.payload.clone());
+//! assert_eq!(payload("content").unwrap()["html"], "Hi <b>you</b>");
+//! assert_eq!(payload("variable_update").unwrap()["ops"], serde_json::json!([["SET", "mood", "happy"], ["ADD", "hp", 5]]));
+//! ```
 
-use crate::event::{Diagnostic, Element, Event};
+pub mod html;
+pub mod json;
+mod kinds;
+mod net;
+mod style;
+mod tree;
+mod variable;
+
+use crate::event::{Delta, Diagnostic, Element, Event, Level, Repair, RepairKind};
 use crate::registry::{BodyKind, Registry, TagSpec};
+use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -30,6 +98,200 @@ impl Payload {
     pub fn none() -> Payload {
         Payload::default()
     }
+
+    /// A body that could not be read: `value` gets an `error` key (added to
+    /// `partial` when it is an object), and an error diagnostic
+    /// `payload_unparsable` is appended.
+    pub fn failed(mut diagnostics: Vec<Diagnostic>, message: &str, partial: Value) -> Payload {
+        let mut value = match partial {
+            Value::Object(map) => map,
+            _ => serde_json::Map::new(),
+        };
+        value.shift_insert(0, "error".into(), Value::String(message.into()));
+        diagnostics.push(diag(Level::Error, "payload_unparsable", message));
+        Payload {
+            value: Value::Object(value),
+            diagnostics,
+            failed: true,
+        }
+    }
+}
+
+/// A diagnostic without a place; the stage fills in the element and tag.
+pub(crate) fn diag(level: Level, code: &str, message: &str) -> Diagnostic {
+    Diagnostic {
+        level,
+        code: code.into(),
+        tag: None,
+        element: None,
+        at: None,
+        message: message.into(),
+    }
+}
+
+/// Reads a JSON body leniently, reporting each leniency used. `base` is the
+/// offset of `text` in the element's text, for messages.
+pub(crate) fn read_json(
+    text: &str,
+    base: usize,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Result<Value, json::JsonError> {
+    match json::parse(text) {
+        Ok(read) => {
+            diagnostics.extend(leniency_diagnostics(&read.leniencies, base));
+            Ok(read.value)
+        }
+        Err(mut e) => {
+            e.at += base;
+            Err(e)
+        }
+    }
+}
+
+/// One `json_<leniency>` warning per leniency kind used.
+pub(crate) fn leniency_diagnostics(used: &[json::Used], base: usize) -> Vec<Diagnostic> {
+    used.iter()
+        .map(|u| {
+            let times = if u.count > 1 {
+                format!(", {} times", u.count)
+            } else {
+                String::new()
+            };
+            diag(
+                Level::Warning,
+                &format!("json_{}", u.kind.as_str()),
+                &format!(
+                    "JSON read leniently: {} (first at byte {} of the element text{times})",
+                    u.kind.describe(),
+                    u.at + base
+                ),
+            )
+        })
+        .collect()
+}
+
+/// A child tag found by [`extract_child`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Child<'a> {
+    /// The child's inner text.
+    pub(crate) inner: &'a str,
+    /// The parent's text without the child.
+    pub(crate) rest: String,
+    /// Where `rest` starts in the parent's text when the child came first
+    /// (its offset after the child), else 0.
+    pub(crate) rest_base: usize,
+    /// Whether the child had its close tag.
+    pub(crate) closed: bool,
+}
+
+/// Finds the first `<name ...>...</name>` child (case-insensitive, spaces
+/// inside the brackets tolerated). An unclosed child ends where a JSON
+/// document or an MVU call begins on a new line, or at the end.
+pub(crate) fn extract_child<'a>(text: &'a str, name: &str) -> Option<Child<'a>> {
+    let (open_start, open_end) = find_tag(text, 0, name, false)?;
+    let self_closing = text[open_start..open_end]
+        .trim_end_matches('>')
+        .trim_end()
+        .ends_with('/');
+    let found_close = if self_closing {
+        Some((open_end, open_end))
+    } else {
+        find_tag(text, open_end, name, true)
+    };
+    let (inner_end, rest_from, closed) = match found_close {
+        Some((close_start, close_end)) => (close_start, close_end, true),
+        None => {
+            let mut at = open_end;
+            let mut end = text.len();
+            for line in text[open_end..].split_inclusive('\n') {
+                let t = line.trim_start();
+                if at > open_end
+                    && (t.starts_with(['[', '{']) || t.starts_with("```") || t.starts_with("_."))
+                {
+                    end = at;
+                    break;
+                }
+                at += line.len();
+            }
+            (end, end, false)
+        }
+    };
+    let inner = &text[open_end..inner_end];
+    let before = &text[..open_start];
+    let after = &text[rest_from..];
+    let rest_base = if before.trim().is_empty() {
+        rest_from
+    } else {
+        0
+    };
+    let rest = if before.trim().is_empty() {
+        after.to_string()
+    } else {
+        format!("{before}{after}")
+    };
+    Some(Child {
+        inner,
+        rest,
+        rest_base,
+        closed,
+    })
+}
+
+/// Finds `<name ...>` (or `</name>` when `close`) at or after `from`:
+/// returns its start and end offsets.
+fn find_tag(text: &str, from: usize, name: &str, close: bool) -> Option<(usize, usize)> {
+    let bytes = text.as_bytes();
+    let mut i = from;
+    while let Some(rel) = text.get(i..)?.find('<') {
+        let start = i + rel;
+        let mut j = start + 1;
+        let skip = |j: &mut usize| {
+            while *j < bytes.len() && bytes[*j].is_ascii_whitespace() {
+                *j += 1;
+            }
+        };
+        skip(&mut j);
+        let is_close = bytes.get(j) == Some(&b'/');
+        if is_close {
+            j += 1;
+            skip(&mut j);
+        }
+        let name_ok = text
+            .get(j..j + name.len())
+            .is_some_and(|n| n.eq_ignore_ascii_case(name));
+        let after = bytes.get(j + name.len()).copied();
+        if is_close == close
+            && name_ok
+            && matches!(after, Some(b'>' | b'/' | b' ' | b'\t' | b'\n' | b'\r'))
+        {
+            let end = text[j..].find('>').map(|g| j + g + 1)?;
+            return Some((start, end));
+        }
+        i = start + 1;
+    }
+    None
+}
+
+/// Streaming state of one open content element.
+struct ContentState {
+    filter: html::HtmlFilter,
+    /// Filtered text so far (stops growing once the element passes the
+    /// element size limit).
+    html: String,
+    /// Whether the element passed the size limit.
+    truncated: bool,
+    /// Whether the filter has been finished (at `close`).
+    finished: bool,
+}
+
+impl std::fmt::Debug for ContentState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ContentState")
+            .field("html_len", &self.html.len())
+            .field("truncated", &self.truncated)
+            .field("finished", &self.finished)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Streaming state of one open element.
@@ -37,48 +299,259 @@ impl Payload {
 enum BodyState {
     /// Deltas pass through unchanged.
     Plain,
+    /// Content: deltas are filtered.
+    Content(Box<ContentState>),
+    /// ATTP: besides the raw TOML deltas, `thought` deltas carry the
+    /// `thought` string as it arrives.
+    Attp(Box<crate::calls::attp::ThoughtStream>),
+}
+
+/// Per-element state kept between `open` and `element`.
+#[derive(Debug)]
+struct OpenState {
+    body: BodyState,
+    /// Bodies of the element's comments, in order.
+    comments: Vec<String>,
 }
 
 /// The payload stage. One per parser.
 #[derive(Debug)]
 pub(crate) struct Stage {
     registry: Arc<Registry>,
-    open: HashMap<u32, BodyState>,
+    open: HashMap<u32, OpenState>,
+    /// Context for tool-call payloads (the text before a call, repeated
+    /// blocks, blocks cut off by the end of input).
+    calls: crate::calls::CallTracker,
+    /// The canonical name of the registry's default tag when it streams
+    /// (filtered like content).
+    default_stream: Option<String>,
 }
 
 impl Stage {
     pub(crate) fn new(registry: Arc<Registry>) -> Stage {
-        Stage { registry, open: HashMap::new() }
+        let default_stream = registry
+            .default_tag()
+            .map(|id| registry.tag(id))
+            .filter(|spec| spec.body == BodyKind::Stream)
+            .map(|spec| spec.name.clone());
+        Stage {
+            calls: crate::calls::CallTracker::new(registry.clone()),
+            registry,
+            open: HashMap::new(),
+            default_stream,
+        }
+    }
+
+    fn is_content(&self, tag: &str) -> bool {
+        tag == "content" || self.default_stream.as_deref() == Some(tag)
     }
 
     /// Transforms machine events into caller events.
     pub(crate) fn process(&mut self, events: impl Iterator<Item = Event>, out: &mut Vec<Event>) {
         for event in events {
+            self.calls.observe(&event);
             match event {
                 Event::Open(o) => {
-                    self.open.insert(o.id, BodyState::Plain);
+                    let attp = self.registry.lookup(o.tag.as_bytes()).is_some_and(|id| self.registry.tag(id).body == BodyKind::Attp);
+                    let body = if attp {
+                        BodyState::Attp(Box::new(crate::calls::attp::ThoughtStream::new()))
+                    } else if self.is_content(&o.tag) {
+                        BodyState::Content(Box::new(ContentState {
+                            filter: html::HtmlFilter::new(),
+                            html: String::new(),
+                            truncated: false,
+                            finished: false,
+                        }))
+                    } else {
+                        BodyState::Plain
+                    };
+                    self.open.insert(
+                        o.id,
+                        OpenState {
+                            body,
+                            comments: Vec::new(),
+                        },
+                    );
                     out.push(Event::Open(o));
                 }
-                Event::Element(mut el) => {
-                    self.open.remove(&el.id);
-                    let payload = match self.registry.tags().iter().find(|t| *t.name == *el.tag) {
-                        Some(spec) => element_payload(spec, &el),
-                        None => Payload::none(),
-                    };
-                    el.payload = payload.value;
-                    let id = el.id;
-                    let tag = el.tag.clone();
-                    out.push(Event::Element(el));
-                    for mut d in payload.diagnostics {
-                        d.element.get_or_insert(id);
-                        d.tag.get_or_insert_with(|| tag.clone());
-                        out.push(Event::Diagnostic(d));
+                Event::Delta(d) => match self.open.get_mut(&d.id).map(|s| &mut s.body) {
+                    Some(BodyState::Content(c)) if !c.finished => {
+                        let text = c.filter.push(&d.text);
+                        if !text.is_empty() {
+                            if !c.truncated {
+                                c.html.push_str(&text);
+                            }
+                            out.push(Event::Delta(Delta { text, ..d }));
+                        }
                     }
+                    Some(BodyState::Attp(thought)) => {
+                        // The raw TOML stays available (a UI can show it when
+                        // the document is not valid TOML); the thought string
+                        // follows as `thought` deltas.
+                        let text = thought.feed(&d.text);
+                        let id = d.id;
+                        out.push(Event::Delta(d));
+                        if !text.is_empty() {
+                            out.push(Event::Delta(Delta { id, tag: THOUGHT.into(), text }));
+                        }
+                    }
+                    _ => out.push(Event::Delta(d)),
+                },
+                Event::Comment(c) => {
+                    if let Some(state) = c.element.and_then(|id| self.open.get_mut(&id)) {
+                        state.comments.push(c.text.clone());
+                    }
+                    out.push(Event::Comment(c));
                 }
+                Event::Diagnostic(d) => {
+                    if d.code == "element_too_large"
+                        && let Some(BodyState::Content(c)) = d
+                            .element
+                            .and_then(|id| self.open.get_mut(&id))
+                            .map(|s| &mut s.body)
+                    {
+                        c.truncated = true;
+                    }
+                    out.push(Event::Diagnostic(d));
+                }
+                Event::Close(c) => {
+                    if let Some(BodyState::Content(state)) =
+                        self.open.get_mut(&c.id).map(|s| &mut s.body)
+                    {
+                        finish_content(state, c.id, &c.tag, out);
+                    }
+                    out.push(Event::Close(c));
+                }
+                Event::Element(el) => self.element(el, out),
                 other => out.push(other),
             }
         }
     }
+
+    /// Fills the payload of a completed element and emits it with its
+    /// repairs and diagnostics.
+    fn element(&mut self, mut el: Element, out: &mut Vec<Event>) {
+        let mut state = self.open.remove(&el.id);
+        if let Some(OpenState { body: BodyState::Attp(thought), .. }) = &mut state {
+            let text = thought.finish();
+            if !text.is_empty() {
+                out.push(Event::Delta(Delta { id: el.id, tag: THOUGHT.into(), text }));
+            }
+        }
+        let payload = if let Some(call) = self.calls.payload(&el) {
+            call
+        } else if self.is_content(&el.tag) {
+            let (body, comments) = match state {
+                Some(s) => (s.body, s.comments),
+                None => (BodyState::Plain, Vec::new()),
+            };
+            content_payload(&el, body, comments, out)
+        } else {
+            match self.registry.tags().iter().find(|t| *t.name == *el.tag) {
+                Some(spec) => element_payload(spec, &el),
+                None => Payload::none(),
+            }
+        };
+        el.payload = payload.value;
+        let id = el.id;
+        let tag = el.tag.clone();
+        let fallback = payload.failed
+            && self
+                .registry
+                .tags()
+                .iter()
+                .find(|t| *t.name == *el.tag)
+                .is_some_and(|spec| spec.fallback_to_content);
+        let repair = fallback.then(|| Repair {
+            kind: RepairKind::FallbackToContent,
+            tag: Some(tag.clone()),
+            at: el.span.start,
+            element: Some(id),
+            span: None,
+            from: None,
+            text: Some(html::sanitize(&el.text).html),
+        });
+        out.push(Event::Element(el));
+        if let Some(r) = repair {
+            out.push(Event::Repair(r));
+        }
+        for mut d in payload.diagnostics {
+            d.element.get_or_insert(id);
+            d.tag.get_or_insert_with(|| tag.clone());
+            out.push(Event::Diagnostic(d));
+        }
+    }
+}
+
+/// The tag of the deltas an ATTP element's `thought` string streams as.
+const THOUGHT: &str = "thought";
+
+/// Finishes a content element's filter: the last filtered text goes out as
+/// a delta.
+fn finish_content(
+    state: &mut ContentState,
+    id: u32,
+    tag: &crate::event::TagName,
+    out: &mut Vec<Event>,
+) {
+    if state.finished {
+        return;
+    }
+    state.finished = true;
+    let text = state.filter.finish();
+    if !text.is_empty() {
+        if !state.truncated {
+            state.html.push_str(&text);
+        }
+        out.push(Event::Delta(Delta {
+            id,
+            tag: tag.clone(),
+            text,
+        }));
+    }
+}
+
+/// `{html, comments}` for a content element (plus `truncated: true` when it
+/// passed the size limit: `html` then covers the part that was kept).
+fn content_payload(
+    el: &Element,
+    body: BodyState,
+    comments: Vec<String>,
+    out: &mut Vec<Event>,
+) -> Payload {
+    let mut payload = Payload::none();
+    let (html, report) = match body {
+        BodyState::Content(mut state) => {
+            finish_content(&mut state, el.id, &el.tag, out);
+            let report = state.filter.report().clone();
+            (std::mem::take(&mut state.html), report)
+        }
+        // Reclassified into content after streaming as another tag: filter
+        // the whole text now.
+        BodyState::Plain | BodyState::Attp(_) => {
+            let s = html::sanitize(&el.text);
+            (s.html, s.report)
+        }
+    };
+    let notable = html::FilterReport {
+        comments: 0,
+        ..report.clone()
+    };
+    if !notable.is_clean() {
+        payload.diagnostics.push(diag(
+            Level::Warning,
+            "html_filtered",
+            &format!("content HTML filtered: {}", report.summary()),
+        ));
+    }
+    let mut value = json!({"html": html, "comments": comments});
+    if el.truncated
+        && let Value::Object(map) = &mut value
+    {
+        map.insert("truncated".into(), Value::Bool(true));
+    }
+    payload.value = value;
+    payload
 }
 
 /// The payload of a completed element, by body kind.
@@ -87,6 +560,69 @@ fn element_payload(spec: &TagSpec, el: &Element) -> Payload {
         BodyKind::Tam => crate::calls::tam_payload(el),
         BodyKind::Action => crate::calls::action_payload(el),
         BodyKind::Attp => crate::calls::attp_payload(el),
-        _ => Payload::none(),
+        _ => filament_payload(spec, el),
+    }
+}
+
+/// The payloads of the Filament tags (spec 003 §3) and of custom tags.
+fn filament_payload(spec: &TagSpec, el: &Element) -> Payload {
+    if spec.name == "thought" {
+        return Payload::none();
+    }
+    if el.truncated {
+        return Payload {
+            diagnostics: vec![diag(
+                Level::Error,
+                "payload_truncated",
+                &format!(
+                    "the <{}> element passed the element size limit ({} bytes kept); its payload was not parsed from a cut body",
+                    spec.name,
+                    el.text.len()
+                ),
+            )],
+            value: json!({"error": "element too large: the body was cut at the element size limit and not parsed", "truncated": true}),
+            failed: true,
+        };
+    }
+    match spec.name.as_str() {
+        "variable_update" => variable::variable_update(el),
+        "tool_call" => kinds::tool_call(el),
+        "ui_component" => kinds::ui_component(el),
+        "media" => kinds::media(el),
+        "choice" => kinds::choice(el),
+        "details" => kinds::details(el),
+        "status_bar" => kinds::status_bar(el),
+        _ => kinds::custom(el, spec.body),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extract_child_cases() {
+        let c = extract_child("<analysis>why</analysis>\n[1]", "analysis")
+            .unwrap_or_else(|| panic!("no child"));
+        assert_eq!((c.inner, c.rest.as_str(), c.closed), ("why", "\n[1]", true));
+        assert_eq!(c.rest_base, 24);
+        let c = extract_child("< Analysis >why</ analysis >[1]", "analysis")
+            .unwrap_or_else(|| panic!("no child"));
+        assert_eq!((c.inner, c.rest.as_str()), ("why", "[1]"));
+        let c = extract_child("<analysis>\n- a\n- b\n[[\"SET\", \"x\", 1]]", "analysis")
+            .unwrap_or_else(|| panic!("no child"));
+        assert_eq!(
+            (c.inner, c.rest.as_str(), c.closed),
+            ("\n- a\n- b\n", "[[\"SET\", \"x\", 1]]", false)
+        );
+        let c = extract_child("pre <summary>S</summary> post", "summary")
+            .unwrap_or_else(|| panic!("no child"));
+        assert_eq!(
+            (c.inner, c.rest.as_str(), c.rest_base),
+            ("S", "pre  post", 0)
+        );
+        assert!(extract_child("<analysisx>no</analysisx>", "analysis").is_none());
+        let c = extract_child("<analysis/>[1]", "analysis").unwrap_or_else(|| panic!("no child"));
+        assert_eq!(c.inner, "");
     }
 }

@@ -3,10 +3,11 @@
 use crate::render::{Format, Renderer};
 use anyhow::{Context, Result, bail};
 use spindle::calls::{ToolCall, ToolCatalog};
+use spindle::event::Event;
 use spindle::registry::BodyKind;
-use spindle::{Parser, ParserOptions, Registry};
+use spindle::{Parser, ParserOptions, Registry, state};
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
@@ -41,6 +42,11 @@ pub(crate) struct ParseArgs {
     /// keeps the chosen format).
     #[arg(long, value_name = "DIR")]
     pub(crate) tools: Option<PathBuf>,
+    /// Apply every variable_update of the response to the JSON state in
+    /// FILE (created when missing) and write it back atomically; what each
+    /// op did is printed to stderr.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) state: Option<PathBuf>,
 }
 
 /// Prints the observation text of every invalid tool call among `events`.
@@ -54,6 +60,83 @@ fn check_calls(catalog: &ToolCatalog, registry: &Registry, events: &[spindle::Ev
                 eprintln!("{obs}");
             }
         }
+    }
+}
+
+/// The JSON state of `--state`, updated as variable_update elements
+/// complete and written back once at the end.
+struct StateFile {
+    path: PathBuf,
+    value: serde_json::Value,
+    applied: usize,
+    failed: usize,
+}
+
+impl StateFile {
+    fn load(path: &Path) -> Result<StateFile> {
+        let value = match std::fs::read_to_string(path) {
+            Ok(text) if text.trim().is_empty() => serde_json::Value::Object(Default::default()),
+            Ok(text) => serde_json::from_str(&text).with_context(|| {
+                format!(
+                    "state file {} is not valid JSON; it was left untouched",
+                    path.display()
+                )
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                eprintln!(
+                    "spindle: state: {} does not exist; starting from {{}}",
+                    path.display()
+                );
+                serde_json::Value::Object(Default::default())
+            }
+            Err(e) => {
+                return Err(e).with_context(|| format!("cannot read state file {}", path.display()));
+            }
+        };
+        Ok(StateFile {
+            path: path.to_path_buf(),
+            value,
+            applied: 0,
+            failed: 0,
+        })
+    }
+
+    /// Applies the ops of every completed variable_update in `events`.
+    fn apply(&mut self, events: &[Event]) {
+        for el in events.iter().filter_map(Event::as_element) {
+            if &*el.tag != "variable_update" {
+                continue;
+            }
+            let ops = state::ops_from_payload(&el.payload);
+            for outcome in state::apply(&mut self.value, &ops) {
+                if outcome.is_ok() {
+                    self.applied += 1;
+                } else {
+                    self.failed += 1;
+                }
+                eprintln!("spindle: state: element {}: {outcome}", el.id);
+            }
+        }
+    }
+
+    fn save(self) -> Result<()> {
+        if self.applied == 0 {
+            eprintln!(
+                "spindle: state: no op applied ({} failed); {} left as it was",
+                self.failed,
+                self.path.display()
+            );
+            return Ok(());
+        }
+        state::save_atomic(&self.path, &self.value)
+            .with_context(|| format!("cannot write state file {}", self.path.display()))?;
+        eprintln!(
+            "spindle: state: wrote {} ({} op(s) applied, {} failed)",
+            self.path.display(),
+            self.applied,
+            self.failed
+        );
+        Ok(())
     }
 }
 
@@ -84,6 +167,7 @@ pub(crate) fn run(args: ParseArgs) -> Result<ExitCode> {
         Some(dir) => Some(ToolCatalog::load_plugins(dir).with_context(|| format!("tools {}", dir.display()))?),
         None => None,
     };
+    let mut state_file = args.state.as_deref().map(StateFile::load).transpose()?;
     let mut parser = Parser::with_options(registry.clone(), options);
     let mut renderer = Renderer::new(args.format, &registry);
     let started = Instant::now();
@@ -92,6 +176,9 @@ pub(crate) fn run(args: ParseArgs) -> Result<ExitCode> {
         events.clear();
         parser.feed_into(bytes, &mut events);
         renderer.events(&events)?;
+        if let Some(st) = &mut state_file {
+            st.apply(&events);
+        }
         renderer.rewrite(&parser.take_rewrite())?;
         if let Some(catalog) = &catalog {
             check_calls(catalog, &registry, &events);
@@ -131,5 +218,9 @@ pub(crate) fn run(args: ParseArgs) -> Result<ExitCode> {
         check_calls(catalog, &registry, &last);
     }
     renderer.finish(bytes, started.elapsed())?;
+    if let Some(mut st) = state_file {
+        st.apply(&last);
+        st.save()?;
+    }
     Ok(ExitCode::SUCCESS)
 }

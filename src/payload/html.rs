@@ -1,0 +1,1148 @@
+//! The content HTML filter (spec 003 §3.1.3): an incremental allowlist
+//! built on `lol_html`, followed by the safety net of `net` (private).
+//!
+//! This module owns what inline HTML in `<content>` may survive. It works
+//! on the text of one element, chunk by chunk, and never sees events.
+//!
+//! # Rules
+//!
+//! * Kept: `span` (with a `style` of safe, URL-free properties only), `br`,
+//!   `b`, `strong`, `i`, `em`, `u`, `s`, `ruby` (with `rt`, `rp`). Markup
+//!   that needs no change is passed through byte for byte.
+//! * Removed with their content: `script`, `style`, `iframe`, `object`,
+//!   `embed`, `svg`, `math`, `template`, `noscript`, `textarea`, `title`,
+//!   `xmp`, `noembed`, `noframes`, `plaintext`, `frameset`, `frame`,
+//!   `applet`, `head`.
+//! * Every other HTML element is removed and its content kept; every
+//!   attribute but a safe span `style` is removed; comments and doctypes
+//!   are removed (comments arrive as their own events).
+//! * A tag whose name is not an HTML element (`<user>`, `<char>`, the
+//!   pseudo-tags of role-play cards) is not markup any renderer knows: it
+//!   is shown as text (`&lt;user>`), so the reader still sees it.
+//! * The `net` (private) pass then escapes any `<` that is not a whitelisted
+//!   tag and breaks `javascript:`, `expression(`, `url(`, `on*=` patterns.
+//!
+//! An element whose content is removed but which is never closed would
+//! swallow the rest of the text, as it does in a browser. Instead its
+//! content is held (up to [`FilterLimits::max_held`]) and, when the element
+//! ends without its close tag, filtered again as ordinary HTML, so that
+//! `<svg/onload=alert(1)> <b>text</b>` still shows `<b>text</b>`.
+//!
+//! # Example
+//!
+//! ```
+//! use spindle::payload::html::HtmlFilter;
+//!
+//! let mut filter = HtmlFilter::new();
+//! let mut html = String::new();
+//! for chunk in ["Hi <b>there</b><scr", "ipt>alert(1)</script> <img src=x onerror=alert(1)>", "<span style=\"color: red\">!</span>"] {
+//!     html.push_str(&filter.push(chunk));
+//! }
+//! html.push_str(&filter.finish());
+//! assert_eq!(html, "Hi <b>there</b> <span style=\"color: red\">!</span>");
+//! ```
+
+use super::net::{HTML_ELEMENTS, Net};
+use super::style::{StyleVerdict, filter_style};
+use lol_html::html_content::{ContentType, TextType};
+use lol_html::send::{HtmlRewriter, Settings};
+use lol_html::{DocumentContentHandlers, ElementContentHandlers, MemorySettings, Selector};
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Elements kept (with their attributes filtered).
+const KEPT: &[&str] = &[
+    "b", "strong", "i", "em", "u", "s", "br", "span", "ruby", "rt", "rp",
+];
+
+/// Elements removed together with their content.
+const DROPPED: &[&str] = &[
+    "script",
+    "style",
+    "iframe",
+    "object",
+    "embed",
+    "svg",
+    "math",
+    "template",
+    "noscript",
+    "textarea",
+    "title",
+    "xmp",
+    "noembed",
+    "noframes",
+    "plaintext",
+    "frameset",
+    "frame",
+    "applet",
+    "head",
+];
+
+/// Limits of one filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FilterLimits {
+    /// Most bytes of an unclosed removed element's content held for
+    /// filtering again (see the module docs). Past it that content is
+    /// dropped and the report says so. Default 256 KiB.
+    pub max_held: usize,
+    /// Memory limit of the HTML tokenizer (a single tag longer than this
+    /// makes the filter fall back to escaping all markup). Default 1 MiB.
+    pub max_tokenizer: usize,
+}
+
+impl Default for FilterLimits {
+    fn default() -> Self {
+        FilterLimits {
+            max_held: 256 * 1024,
+            max_tokenizer: 1024 * 1024,
+        }
+    }
+}
+
+/// What a filter removed or changed, for diagnostics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FilterReport {
+    /// Elements removed, by name, with counts.
+    pub removed_elements: BTreeMap<String, usize>,
+    /// Attributes removed (or rewritten, for `style`), by name, with counts.
+    pub removed_attributes: BTreeMap<String, usize>,
+    /// Comments and doctypes removed.
+    pub comments: usize,
+    /// Tags interrupted by a `<` that were ended there.
+    pub broken_tags: usize,
+    /// Tags with names that are not HTML (`<user>`), shown as text, by
+    /// name.
+    pub text_tags: BTreeMap<String, usize>,
+    /// `<` escaped by the safety net.
+    pub escaped: usize,
+    /// End tags that closed nothing, dropped.
+    pub stray_end_tags: usize,
+    /// Dangerous text patterns neutralised by the safety net.
+    pub neutralised: usize,
+    /// Removed elements that were never closed, whose content was filtered
+    /// again as ordinary HTML.
+    pub unclosed: Vec<String>,
+    /// Bytes of unclosed removed elements' content that were past the hold
+    /// limit and were dropped.
+    pub dropped_bytes: usize,
+    /// Why the HTML tokenizer gave up, if it did (all markup after that
+    /// point was escaped instead).
+    pub degraded: Option<String>,
+}
+
+impl FilterReport {
+    /// Whether the filter changed anything.
+    pub fn is_clean(&self) -> bool {
+        *self == FilterReport::default()
+    }
+
+    /// One sentence saying what was done, for a diagnostic.
+    pub fn summary(&self) -> String {
+        let list = |m: &BTreeMap<String, usize>| {
+            m.iter()
+                .map(|(k, n)| {
+                    if *n > 1 {
+                        format!("{k} ×{n}")
+                    } else {
+                        k.clone()
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut parts = Vec::new();
+        if !self.removed_elements.is_empty() {
+            parts.push(format!(
+                "removed elements: {}",
+                list(&self.removed_elements)
+            ));
+        }
+        if !self.removed_attributes.is_empty() {
+            parts.push(format!(
+                "removed attributes: {}",
+                list(&self.removed_attributes)
+            ));
+        }
+        if self.comments > 0 {
+            parts.push(format!(
+                "{} comment(s) or doctype(s) removed",
+                self.comments
+            ));
+        }
+        if !self.text_tags.is_empty() {
+            parts.push(format!(
+                "non-HTML tags shown as text: {}",
+                list(&self.text_tags)
+            ));
+        }
+        if self.broken_tags > 0 {
+            parts.push(format!(
+                "{} tag(s) interrupted by '<' ended there",
+                self.broken_tags
+            ));
+        }
+        if self.stray_end_tags > 0 {
+            parts.push(format!("{} stray end tag(s) dropped", self.stray_end_tags));
+        }
+        if self.escaped > 0 {
+            parts.push(format!("{} stray '<' escaped", self.escaped));
+        }
+        if self.neutralised > 0 {
+            parts.push(format!(
+                "{} script-like pattern(s) (javascript:, url(, on*=, ...) neutralised",
+                self.neutralised
+            ));
+        }
+        if !self.unclosed.is_empty() {
+            parts.push(format!(
+                "unclosed {} removed and the text after it filtered again",
+                self.unclosed.join(", ")
+            ));
+        }
+        if self.dropped_bytes > 0 {
+            parts.push(format!(
+                "{} bytes inside an unclosed removed element were dropped (hold limit)",
+                self.dropped_bytes
+            ));
+        }
+        if let Some(why) = &self.degraded {
+            parts.push(format!(
+                "the HTML tokenizer gave up ({why}); markup after that point was escaped"
+            ));
+        }
+        parts.join("; ")
+    }
+
+    fn merge(&mut self, other: FilterReport) {
+        for (k, n) in other.removed_elements {
+            *self.removed_elements.entry(k).or_default() += n;
+        }
+        for (k, n) in other.removed_attributes {
+            *self.removed_attributes.entry(k).or_default() += n;
+        }
+        self.comments += other.comments;
+        self.broken_tags += other.broken_tags;
+        for (k, n) in other.text_tags {
+            *self.text_tags.entry(k).or_default() += n;
+        }
+        self.unclosed.extend(other.unclosed);
+        self.dropped_bytes += other.dropped_bytes;
+        if self.degraded.is_none() {
+            self.degraded = other.degraded;
+        }
+    }
+}
+
+/// A removed element whose close tag has not come yet.
+#[derive(Debug, Clone)]
+struct Dropping {
+    name: String,
+    /// Input offset just after its start tag.
+    from: usize,
+    /// Distinguishes successive removed elements.
+    generation: u64,
+}
+
+/// State shared with the `lol_html` handlers.
+#[derive(Debug, Default)]
+struct Shared {
+    out: Vec<u8>,
+    dropping: Option<Dropping>,
+    generation: u64,
+    report: FilterReport,
+}
+
+fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
+    // A handler never panics while holding the lock; recover anyway.
+    shared
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Where the rewriter writes: into [`Shared::out`].
+type Sink = Box<dyn FnMut(&[u8]) + Send>;
+
+type Rewriter = HtmlRewriter<'static, Sink>;
+
+/// Elements whose content the HTML tokenizer reads as raw text.
+const RAW_TEXT: &[&str] = &[
+    "script",
+    "style",
+    "textarea",
+    "title",
+    "xmp",
+    "iframe",
+    "noembed",
+    "noframes",
+    "noscript",
+    "plaintext",
+];
+
+/// Where the [`TagCloser`] is, following the HTML tokenizer's states for
+/// tags, comments and raw text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pre {
+    Text,
+    Lt,
+    EndLt,
+    TagName,
+    BeforeAttr,
+    AttrName,
+    AfterAttrName,
+    BeforeValue,
+    DoubleQuoted,
+    SingleQuoted,
+    AfterQuoted,
+    Unquoted,
+    MarkupDecl,
+    DeclDash,
+    Comment,
+    CommentDash,
+    CommentDashDash,
+    Bogus,
+    /// Inside a raw-text element (`raw` names it).
+    Raw,
+    RawLt,
+    /// Matching `</name` (`matched` bytes of the name so far).
+    RawEndName,
+}
+
+/// Ends a tag that a `<` interrupts (`<iframe src=x <b>` becomes
+/// `<iframe src=x ><b>`), before the allowlist pass.
+///
+/// The HTML tokenizer reads such a `<` as part of an attribute, so one
+/// broken tag would swallow the (whitelisted) tag after it. Here the broken
+/// tag is ended first. The states mirror the tokenizer's (quoted values,
+/// comments, raw text), so only a `<` the tokenizer would have read inside
+/// a tag's attributes gets a `>` before it; a byte-wise state machine, so
+/// it does not depend on how the input is split.
+#[derive(Debug)]
+struct TagCloser {
+    state: Pre,
+    /// The current tag's name, lower-cased (at most 16 bytes).
+    name: Vec<u8>,
+    end_tag: bool,
+    raw: Option<&'static str>,
+    matched: usize,
+    /// `>` inserted so far.
+    inserted: usize,
+    /// The bytes of a tag start whose name is not complete yet (`<`, `</`,
+    /// `<na`): held until the name shows whether it is an HTML element.
+    pending: Vec<u8>,
+    /// The name passed 16 bytes (no HTML element is that long).
+    long_name: bool,
+    /// Tags with a non-HTML name, escaped as text, by name.
+    text_tags: BTreeMap<String, usize>,
+}
+
+/// Longest tag start held while its name is read.
+const MAX_PENDING: usize = 40;
+
+impl TagCloser {
+    fn new() -> TagCloser {
+        TagCloser {
+            state: Pre::Text,
+            name: Vec::new(),
+            end_tag: false,
+            raw: None,
+            matched: 0,
+            inserted: 0,
+            pending: Vec::new(),
+            long_name: false,
+            text_tags: BTreeMap::new(),
+        }
+    }
+
+    fn transform(&mut self, bytes: &[u8], out: &mut Vec<u8>) {
+        out.reserve(bytes.len());
+        for &b in bytes {
+            let name_ends = matches!(
+                b,
+                b' ' | b'\t' | b'\n' | b'\r' | b'\x0c' | b'/' | b'>' | b'<'
+            );
+            if self.state == Pre::TagName && name_ends {
+                self.decide(out);
+            }
+            if b == b'<' && self.in_tag() {
+                out.push(b'>');
+                self.inserted += 1;
+                self.tag_end();
+            }
+            if self.state == Pre::Lt && b == b'<' {
+                // `<<`: the first `<` starts nothing.
+                out.append(&mut self.pending);
+            }
+            self.step(b);
+            if matches!(self.state, Pre::Lt | Pre::EndLt | Pre::TagName) {
+                self.pending.push(b);
+                if self.pending.len() > MAX_PENDING {
+                    self.long_name = true;
+                    self.decide(out);
+                }
+            } else {
+                out.append(&mut self.pending);
+                out.push(b);
+            }
+        }
+    }
+
+    /// The name of the tag being read is complete: an HTML element keeps
+    /// its `<`; any other name (`<user>`, `<char>`, `<xss>`) is not markup
+    /// a renderer knows, so it is shown as text (`&lt;user>`).
+    fn decide(&mut self, out: &mut Vec<u8>) {
+        let name = std::str::from_utf8(&self.name).unwrap_or_default();
+        let html = !self.long_name && HTML_ELEMENTS.binary_search(&name).is_ok();
+        if html || self.pending.is_empty() {
+            out.append(&mut self.pending);
+        } else {
+            *self.text_tags.entry(name.to_string()).or_default() += 1;
+            out.extend_from_slice(b"&lt;");
+            out.extend_from_slice(self.pending.get(1..).unwrap_or_default());
+            self.pending.clear();
+            self.state = Pre::Text;
+        }
+        self.long_name = false;
+    }
+
+    /// Releases a tag start still held at the end of the input.
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        out.append(&mut self.pending);
+    }
+
+    fn in_tag(&self) -> bool {
+        matches!(
+            self.state,
+            Pre::TagName
+                | Pre::BeforeAttr
+                | Pre::AttrName
+                | Pre::AfterAttrName
+                | Pre::BeforeValue
+                | Pre::AfterQuoted
+                | Pre::Unquoted
+        )
+    }
+
+    /// A tag ended: raw text follows a raw-text start tag.
+    fn tag_end(&mut self) {
+        self.state = Pre::Text;
+        if !self.end_tag
+            && let Some(raw) = RAW_TEXT
+                .iter()
+                .find(|r| r.as_bytes() == self.name.as_slice())
+        {
+            self.raw = Some(raw);
+            self.state = Pre::Raw;
+        }
+    }
+
+    fn start_tag(&mut self, first: u8, end_tag: bool) {
+        self.name.clear();
+        self.long_name = false;
+        self.name.push(first.to_ascii_lowercase());
+        self.end_tag = end_tag;
+        self.state = Pre::TagName;
+    }
+
+    fn step(&mut self, b: u8) {
+        let ws = matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b'\x0c');
+        self.state = match self.state {
+            Pre::Text => {
+                if b == b'<' {
+                    Pre::Lt
+                } else {
+                    Pre::Text
+                }
+            }
+            Pre::Lt => match b {
+                b'!' => Pre::MarkupDecl,
+                b'/' => Pre::EndLt,
+                b'?' => Pre::Bogus,
+                b'<' => Pre::Lt,
+                b if b.is_ascii_alphabetic() => {
+                    self.start_tag(b, false);
+                    Pre::TagName
+                }
+                _ => Pre::Text,
+            },
+            Pre::EndLt => match b {
+                b'>' => Pre::Text,
+                b if b.is_ascii_alphabetic() => {
+                    self.start_tag(b, true);
+                    Pre::TagName
+                }
+                _ => Pre::Bogus,
+            },
+            Pre::TagName => match b {
+                b'>' => return self.tag_end(),
+                b'/' => Pre::BeforeAttr,
+                _ if ws => Pre::BeforeAttr,
+                _ => {
+                    if self.name.len() < 16 {
+                        self.name.push(b.to_ascii_lowercase());
+                    } else {
+                        self.long_name = true;
+                    }
+                    Pre::TagName
+                }
+            },
+            Pre::BeforeAttr => match b {
+                b'>' => return self.tag_end(),
+                b'/' => Pre::BeforeAttr,
+                _ if ws => Pre::BeforeAttr,
+                _ => Pre::AttrName,
+            },
+            Pre::AttrName => match b {
+                b'>' => return self.tag_end(),
+                b'/' => Pre::BeforeAttr,
+                b'=' => Pre::BeforeValue,
+                _ if ws => Pre::AfterAttrName,
+                _ => Pre::AttrName,
+            },
+            Pre::AfterAttrName => match b {
+                b'>' => return self.tag_end(),
+                b'/' => Pre::BeforeAttr,
+                b'=' => Pre::BeforeValue,
+                _ if ws => Pre::AfterAttrName,
+                _ => Pre::AttrName,
+            },
+            Pre::BeforeValue => match b {
+                b'>' => return self.tag_end(),
+                b'"' => Pre::DoubleQuoted,
+                b'\'' => Pre::SingleQuoted,
+                _ if ws => Pre::BeforeValue,
+                _ => Pre::Unquoted,
+            },
+            Pre::DoubleQuoted => {
+                if b == b'"' {
+                    Pre::AfterQuoted
+                } else {
+                    Pre::DoubleQuoted
+                }
+            }
+            Pre::SingleQuoted => {
+                if b == b'\'' {
+                    Pre::AfterQuoted
+                } else {
+                    Pre::SingleQuoted
+                }
+            }
+            Pre::AfterQuoted => match b {
+                b'>' => return self.tag_end(),
+                b'/' => Pre::BeforeAttr,
+                _ if ws => Pre::BeforeAttr,
+                _ => Pre::AttrName,
+            },
+            Pre::Unquoted => match b {
+                b'>' => return self.tag_end(),
+                _ if ws => Pre::BeforeAttr,
+                _ => Pre::Unquoted,
+            },
+            Pre::MarkupDecl => match b {
+                b'-' => Pre::DeclDash,
+                b'>' => Pre::Text,
+                _ => Pre::Bogus,
+            },
+            Pre::DeclDash => match b {
+                b'-' => Pre::Comment,
+                b'>' => Pre::Text,
+                _ => Pre::Bogus,
+            },
+            Pre::Comment => {
+                if b == b'-' {
+                    Pre::CommentDash
+                } else {
+                    Pre::Comment
+                }
+            }
+            Pre::CommentDash => {
+                if b == b'-' {
+                    Pre::CommentDashDash
+                } else {
+                    Pre::Comment
+                }
+            }
+            Pre::CommentDashDash => match b {
+                b'>' => Pre::Text,
+                b'-' => Pre::CommentDashDash,
+                _ => Pre::Comment,
+            },
+            Pre::Bogus => {
+                if b == b'>' {
+                    Pre::Text
+                } else {
+                    Pre::Bogus
+                }
+            }
+            Pre::Raw => {
+                if b == b'<' && self.raw != Some("plaintext") {
+                    Pre::RawLt
+                } else {
+                    Pre::Raw
+                }
+            }
+            Pre::RawLt => match b {
+                b'/' => {
+                    self.matched = 0;
+                    Pre::RawEndName
+                }
+                b'<' => Pre::RawLt,
+                _ => Pre::Raw,
+            },
+            Pre::RawEndName => {
+                let name = self.raw.unwrap_or_default().as_bytes();
+                if self.matched < name.len() {
+                    if name.get(self.matched) == Some(&b.to_ascii_lowercase()) {
+                        self.matched += 1;
+                        Pre::RawEndName
+                    } else if b == b'<' {
+                        Pre::RawLt
+                    } else {
+                        Pre::Raw
+                    }
+                } else if ws || b == b'/' || b == b'>' {
+                    // `</script` and a delimiter: the raw text ends.
+                    self.raw = None;
+                    self.name = name.to_vec();
+                    self.end_tag = true;
+                    if b == b'>' {
+                        Pre::Text
+                    } else {
+                        Pre::BeforeAttr
+                    }
+                } else if b == b'<' {
+                    Pre::RawLt
+                } else {
+                    Pre::Raw
+                }
+            }
+        };
+    }
+}
+
+/// One `lol_html` pass over a run of text, with the hold buffer for an
+/// unclosed removed element.
+struct Pass {
+    closer: TagCloser,
+    rewriter: Option<Rewriter>,
+    shared: Arc<Mutex<Shared>>,
+    limits: FilterLimits,
+    fed: usize,
+    held: Vec<u8>,
+    held_generation: u64,
+    /// The generation whose content passed the hold limit.
+    overflowed: Option<u64>,
+}
+
+impl std::fmt::Debug for Pass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pass")
+            .field("fed", &self.fed)
+            .field("held", &self.held.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pass {
+    fn new(limits: FilterLimits) -> Pass {
+        let shared = Arc::new(Mutex::new(Shared::default()));
+        let rewriter = build_rewriter(&shared, limits);
+        Pass {
+            closer: TagCloser::new(),
+            rewriter: Some(rewriter),
+            shared,
+            limits,
+            fed: 0,
+            held: Vec::new(),
+            held_generation: 0,
+            overflowed: None,
+        }
+    }
+
+    /// Feeds bytes; returns the allowlisted output so far.
+    fn write(&mut self, bytes: &[u8]) -> Vec<u8> {
+        let mut closed = Vec::new();
+        self.closer.transform(bytes, &mut closed);
+        self.write_closed(&closed)
+    }
+
+    /// Feeds bytes that went through the [`TagCloser`].
+    fn write_closed(&mut self, bytes: &[u8]) -> Vec<u8> {
+        let base = self.fed;
+        self.fed += bytes.len();
+        match &mut self.rewriter {
+            Some(rw) => {
+                if let Err(e) = rw.write(bytes) {
+                    // With graceful bail-out, the bytes lol_html held were
+                    // flushed to the sink unchanged; the caller escapes them
+                    // and everything after.
+                    self.rewriter = None;
+                    lock(&self.shared).report.degraded = Some(e.to_string());
+                    return std::mem::take(&mut lock(&self.shared).out);
+                }
+            }
+            None => return bytes.to_vec(),
+        }
+        self.hold(bytes, base);
+        std::mem::take(&mut lock(&self.shared).out)
+    }
+
+    /// Keeps the bytes after the start tag of the removed element that is
+    /// still open.
+    fn hold(&mut self, bytes: &[u8], base: usize) {
+        let dropping = lock(&self.shared).dropping.clone();
+        let Some(d) = dropping else {
+            self.held.clear();
+            return;
+        };
+        if self.overflowed == Some(d.generation) {
+            lock(&self.shared).report.dropped_bytes += bytes.len();
+            return;
+        }
+        let start = if d.generation != self.held_generation {
+            self.held.clear();
+            self.held_generation = d.generation;
+            d.from.saturating_sub(base).min(bytes.len())
+        } else {
+            0
+        };
+        self.held.extend_from_slice(&bytes[start..]);
+        if self.held.len() > self.limits.max_held {
+            lock(&self.shared).report.dropped_bytes += self.held.len();
+            self.held = Vec::new();
+            self.overflowed = Some(d.generation);
+        }
+    }
+
+    /// Ends the pass: the remaining output, the report, and the content of
+    /// a removed element that was never closed (to filter again).
+    fn end(mut self) -> (Vec<u8>, FilterReport, Option<Vec<u8>>) {
+        let mut rest = Vec::new();
+        self.closer.finish(&mut rest);
+        let mut early = Vec::new();
+        if !rest.is_empty() {
+            early = self.write_closed(&rest);
+        }
+        if let Some(rw) = self.rewriter.take()
+            && let Err(e) = rw.end()
+        {
+            lock(&self.shared).report.degraded = Some(e.to_string());
+        }
+        let mut shared = lock(&self.shared);
+        let mut out = early;
+        out.append(&mut shared.out);
+        let mut report = std::mem::take(&mut shared.report);
+        report.broken_tags += self.closer.inserted;
+        for (name, n) in std::mem::take(&mut self.closer.text_tags) {
+            *report.text_tags.entry(name).or_default() += n;
+        }
+        let again = match &shared.dropping {
+            Some(d) if self.overflowed != Some(d.generation) => {
+                report.unclosed.push(format!("<{}>", d.name));
+                Some(std::mem::take(&mut self.held))
+            }
+            _ => None,
+        };
+        (out, report, again)
+    }
+}
+
+fn build_rewriter(shared: &Arc<Mutex<Shared>>, limits: FilterLimits) -> Rewriter {
+    let sink_state = shared.clone();
+    let sink: Sink = Box::new(move |chunk: &[u8]| lock(&sink_state).out.extend_from_slice(chunk));
+    let el_state = shared.clone();
+    let comment_state = shared.clone();
+    let doctype_state = shared.clone();
+    let text_state = shared.clone();
+    let all: Selector = match "*".parse() {
+        Ok(s) => s,
+        // `*` is a constant, valid selector; this arm is never taken.
+        Err(_) => return HtmlRewriter::new(Settings::new_send(), sink),
+    };
+    let settings = Settings::new_send()
+        .with_strict(false)
+        .with_memory_settings(
+            MemorySettings::new()
+                .with_max_allowed_memory_usage(limits.max_tokenizer)
+                .with_graceful_bail_out_on_memory_limit_exceeded(true),
+        )
+        .with_graceful_bail_out_on_content_handler_error(true)
+        .append_element_content_handler((
+            Cow::Owned(all),
+            ElementContentHandlers::default().element(
+                move |el: &mut lol_html::send::Element<'_, '_>| {
+                    let state = el_state.clone();
+                    let mut st = lock(&el_state);
+                    if st.dropping.is_some() {
+                        // Inside a removed element: its content goes with it.
+                        return Ok(());
+                    }
+                    let name = el.tag_name();
+                    if KEPT.contains(&name.as_str()) {
+                        filter_attributes(el, &name, &mut st.report);
+                    } else if DROPPED.contains(&name.as_str()) {
+                        *st.report.removed_elements.entry(name.clone()).or_default() += 1;
+                        el.remove();
+                        if el.can_have_content() {
+                            st.generation += 1;
+                            st.dropping = Some(Dropping {
+                                name,
+                                from: el.source_location().bytes().end,
+                                generation: st.generation,
+                            });
+                            let generation = st.generation;
+                            drop(st);
+                            el.on_end_tag(Box::new(move |_end| {
+                                let mut st = lock(&state);
+                                if st
+                                    .dropping
+                                    .as_ref()
+                                    .is_some_and(|d| d.generation == generation)
+                                {
+                                    st.dropping = None;
+                                }
+                                Ok(())
+                            }))?;
+                        }
+                    } else {
+                        *st.report.removed_elements.entry(name).or_default() += 1;
+                        el.remove_and_keep_content();
+                    }
+                    Ok(())
+                },
+            ),
+        ))
+        .append_document_content_handler(
+            DocumentContentHandlers::default()
+                .comments(move |c: &mut lol_html::html_content::Comment<'_>| {
+                    let mut st = lock(&comment_state);
+                    if st.dropping.is_none() {
+                        st.report.comments += 1;
+                    }
+                    c.remove();
+                    Ok(())
+                })
+                .doctype(move |d: &mut lol_html::html_content::Doctype<'_>| {
+                    lock(&doctype_state).report.comments += 1;
+                    d.remove();
+                    Ok(())
+                })
+                .text(move |t: &mut lol_html::html_content::TextChunk<'_>| {
+                    // Raw text outside a removed element can only come from
+                    // markup the allowlist does not know; escape it.
+                    if t.text_type() != TextType::Data && lock(&text_state).dropping.is_none() {
+                        let s = t.as_str().to_string();
+                        t.replace(&s, ContentType::Text);
+                    }
+                    Ok(())
+                }),
+        );
+    HtmlRewriter::new(settings, sink)
+}
+
+/// Removes every attribute of a kept element, except a safe `style` on a
+/// `span` (rewritten to its safe declarations when needed).
+fn filter_attributes(
+    el: &mut lol_html::send::Element<'_, '_>,
+    name: &str,
+    report: &mut FilterReport,
+) {
+    let attrs: Vec<(String, String)> = el
+        .attributes()
+        .iter()
+        .map(|a| (a.name(), a.value()))
+        .collect();
+    let mut style_seen = false;
+    for (attr, value) in attrs {
+        if name == "span" && attr == "style" && !style_seen {
+            style_seen = true;
+            match filter_style(&value) {
+                StyleVerdict::Keep => {}
+                StyleVerdict::Rewrite(safe) => {
+                    *report
+                        .removed_attributes
+                        .entry("style (unsafe part)".into())
+                        .or_default() += 1;
+                    if el.set_attribute("style", &safe).is_err() {
+                        el.remove_attribute("style");
+                    }
+                }
+                StyleVerdict::Drop => {
+                    *report.removed_attributes.entry("style".into()).or_default() += 1;
+                    el.remove_attribute("style");
+                }
+            }
+            continue;
+        }
+        *report.removed_attributes.entry(attr.clone()).or_default() += 1;
+        el.remove_attribute(&attr);
+    }
+}
+
+/// Most times the content of an unclosed removed element is filtered again
+/// (each time it is shorter); past it the rest is dropped.
+const MAX_REFILTER: usize = 16;
+
+/// The incremental content filter: raw inner text of a content element in,
+/// safe-to-display HTML out, chunk by chunk. Joining the outputs of
+/// [`HtmlFilter::push`] and [`HtmlFilter::finish`] does not depend on how
+/// the input was split.
+pub struct HtmlFilter {
+    pass: Option<Pass>,
+    net: Net,
+    limits: FilterLimits,
+    report: FilterReport,
+    /// Output bytes that end in an unfinished UTF-8 character.
+    tail: Vec<u8>,
+    /// The allowlist pass failed: markup goes to the net unfiltered (the
+    /// net escapes it).
+    degraded: bool,
+}
+
+impl std::fmt::Debug for HtmlFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HtmlFilter")
+            .field("pass", &self.pass)
+            .field("held", &self.net.held())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for HtmlFilter {
+    fn default() -> Self {
+        HtmlFilter::new()
+    }
+}
+
+impl HtmlFilter {
+    /// A filter with default limits.
+    pub fn new() -> HtmlFilter {
+        HtmlFilter::with_limits(FilterLimits::default())
+    }
+
+    /// A filter with explicit limits.
+    pub fn with_limits(limits: FilterLimits) -> HtmlFilter {
+        HtmlFilter {
+            pass: Some(Pass::new(limits)),
+            net: Net::default(),
+            limits,
+            report: FilterReport::default(),
+            tail: Vec::new(),
+            degraded: false,
+        }
+    }
+
+    /// Filters the next chunk of raw text; returns the filtered text that is
+    /// certain so far (possibly empty).
+    pub fn push(&mut self, chunk: &str) -> String {
+        let mut bytes = Vec::new();
+        match &mut self.pass {
+            Some(pass) if !self.degraded => {
+                let out = pass.write(chunk.as_bytes());
+                if pass.rewriter.is_none() {
+                    self.degraded = true;
+                }
+                self.net.push(&out, &mut bytes);
+            }
+            _ => self.net.push(chunk.as_bytes(), &mut bytes),
+        }
+        self.text(bytes)
+    }
+
+    /// Ends the input; returns the rest of the filtered text.
+    pub fn finish(&mut self) -> String {
+        let mut bytes = Vec::new();
+        let mut again = None;
+        if let Some(pass) = self.pass.take() {
+            let (out, report, rest) = pass.end();
+            self.report.merge(report);
+            self.net.push(&out, &mut bytes);
+            again = rest;
+        }
+        // Content of a removed element that was never closed: filter it
+        // again as ordinary HTML (it follows the removed start tag).
+        let mut rounds = 0;
+        while let Some(rest) = again.take() {
+            if rest.is_empty() {
+                break;
+            }
+            rounds += 1;
+            if rounds > MAX_REFILTER {
+                self.report.dropped_bytes += rest.len();
+                break;
+            }
+            let mut pass = Pass::new(self.limits);
+            let out = pass.write(&rest);
+            self.net.push(&out, &mut bytes);
+            let (out, report, next) = pass.end();
+            self.report.merge(report);
+            self.net.push(&out, &mut bytes);
+            again = next;
+        }
+        self.net.finish(&mut bytes);
+        self.report.escaped = self.net.report.escaped;
+        self.report.stray_end_tags = self.net.report.stray;
+        self.report.neutralised = self.net.report.neutralised;
+        let mut text = self.text(bytes);
+        if !self.tail.is_empty() {
+            text.push_str(&String::from_utf8_lossy(&std::mem::take(&mut self.tail)));
+        }
+        text
+    }
+
+    /// What was removed or changed (complete after [`HtmlFilter::finish`]).
+    pub fn report(&self) -> &FilterReport {
+        &self.report
+    }
+
+    /// Turns output bytes into text, keeping an unfinished UTF-8 character
+    /// for the next call.
+    fn text(&mut self, bytes: Vec<u8>) -> String {
+        let mut all = std::mem::take(&mut self.tail);
+        all.extend_from_slice(&bytes);
+        let valid = match std::str::from_utf8(&all) {
+            Ok(_) => all.len(),
+            Err(e) if e.error_len().is_none() => e.valid_up_to(),
+            Err(_) => return String::from_utf8_lossy(&all).into_owned(),
+        };
+        self.tail = all.split_off(valid);
+        String::from_utf8(all).unwrap_or_default()
+    }
+}
+
+/// Filters a whole text at once.
+///
+/// ```
+/// let safe = spindle::payload::html::sanitize("<b onclick=\"x()\">hi</b><script>bad()</script>");
+/// assert_eq!(safe.html, "<b>hi</b>");
+/// ```
+pub fn sanitize(text: &str) -> Sanitized {
+    let mut filter = HtmlFilter::new();
+    let mut html = filter.push(text);
+    html.push_str(&filter.finish());
+    Sanitized {
+        html,
+        report: filter.report,
+    }
+}
+
+/// The result of [`sanitize`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sanitized {
+    /// The filtered text.
+    pub html: String,
+    /// What was changed.
+    pub report: FilterReport,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn filter_with(limits: FilterLimits, text: &str, chunk: usize) -> (String, FilterReport) {
+        let mut f = HtmlFilter::with_limits(limits);
+        let mut out = String::new();
+        let mut start = 0;
+        while start < text.len() {
+            let mut end = (start + chunk).min(text.len());
+            while !text.is_char_boundary(end) {
+                end += 1;
+            }
+            out.push_str(&f.push(&text[start..end]));
+            start = end;
+        }
+        out.push_str(&f.finish());
+        (out, f.report().clone())
+    }
+
+    #[test]
+    fn tag_closer_cases() {
+        let table: &[(&str, &str)] = &[
+            ("<iframe src=x <b>", "<iframe src=x ><b>"),
+            ("<img src=\"a<b\">", "<img src=\"a<b\">"),
+            ("<img alt='<b>' <i>", "<img alt='<b>' ><i>"),
+            (
+                "<script>if (a<b) x</script><b>",
+                "<script>if (a<b) x</script><b>",
+            ),
+            ("<!-- <b x <i -->", "<!-- <b x <i -->"),
+            ("<user> and </user>", "&lt;user> and &lt;/user>"),
+            ("<User-Name x=1>", "&lt;User-Name x=1>"),
+            ("a < b << c <3", "a < b << c <3"),
+            ("<b", "<b"),
+            (
+                "<averyveryverylongtagnamethatisnothtmlatall>",
+                "&lt;averyveryverylongtagnamethatisnothtmlatall>",
+            ),
+        ];
+        for (input, want) in table {
+            for chunk in [usize::MAX, 1, 3] {
+                let mut c = TagCloser::new();
+                let mut out = Vec::new();
+                for piece in input.as_bytes().chunks(chunk.min(input.len().max(1))) {
+                    c.transform(piece, &mut out);
+                }
+                c.finish(&mut out);
+                assert_eq!(String::from_utf8_lossy(&out), *want, "{input} at {chunk}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_tag_past_the_tokenizer_limit_degrades_to_escaping() {
+        let limits = FilterLimits {
+            max_held: 1024,
+            max_tokenizer: 4096,
+        };
+        let text = format!(
+            "ok <b>b</b> <span title=\"{}\">x</span> <i>i</i>",
+            "y".repeat(20_000)
+        );
+        let (out, report) = filter_with(limits, &text, 512);
+        assert!(report.degraded.is_some(), "{report:?}");
+        assert!(
+            out.starts_with("ok <b>b</b> "),
+            "{}",
+            &out[..40.min(out.len())]
+        );
+        assert!(
+            out.contains("&lt;span title="),
+            "the broken tag is shown as text"
+        );
+        assert!(out.ends_with("x</span> <i>i</i>"));
+        assert!(!report.summary().is_empty());
+    }
+
+    #[test]
+    fn unclosed_removed_elements_past_the_hold_limit_are_dropped_and_reported() {
+        let limits = FilterLimits {
+            max_held: 100,
+            max_tokenizer: 1 << 20,
+        };
+        let (out, report) = filter_with(limits, &format!("a <svg>{}", "z".repeat(500)), 7);
+        assert_eq!(out, "a ");
+        assert!(report.dropped_bytes >= 400, "{report:?}");
+        // Within the limit the text after an unclosed removed element is
+        // filtered again.
+        let (out, report) = filter_with(FilterLimits::default(), "a <svg> b <b>c</b>", 2);
+        assert_eq!(out, "a  b <b>c</b>");
+        assert_eq!(report.unclosed, ["<svg>"]);
+    }
+
+    #[test]
+    fn nested_unclosed_removed_elements_terminate() {
+        // Each round of filtering again peels one unclosed <svg>; after
+        // MAX_REFILTER rounds the rest is dropped, and the report says so.
+        let text = "<svg>".repeat(5000) + "<b>end</b>";
+        let (out, report) = filter_with(FilterLimits::default(), &text, 64);
+        assert_eq!(out, "");
+        assert_eq!(report.unclosed.len(), MAX_REFILTER + 1);
+        assert_eq!(
+            report.dropped_bytes,
+            (5000 - MAX_REFILTER - 1) * 5 + "<b>end</b>".len()
+        );
+        // A few nested ones are all peeled.
+        let (out, _) = filter_with(FilterLimits::default(), "<svg><svg><svg><b>end</b>", 3);
+        assert_eq!(out, "<b>end</b>");
+    }
+}

@@ -1,0 +1,723 @@
+//! The payloads of the presentation and call tags (spec 003 §3.2.2, §3.3):
+//! tool_call, ui_component, media, choice, details, status_bar, and
+//! registry tags without a built-in payload.
+//!
+//! Each function reads one completed element and returns its [`Payload`];
+//! none of them sees other elements or changes structure.
+
+use super::tree::{self, ElementNode, Node};
+use super::{Payload, diag, read_json};
+use crate::event::{Element, Level};
+use crate::registry::BodyKind;
+use serde_json::{Map, Value, json};
+
+/// An attribute of the element, by any of `names` (case-insensitive).
+fn attr<'a>(el: &'a Element, names: &[&str]) -> Option<&'a str> {
+    names.iter().find_map(|n| {
+        el.attrs
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(n))
+            .map(|(_, v)| v.as_str())
+    })
+}
+
+/// Takes the first key of `names` present in `map` out of it.
+fn take(map: &mut Map<String, Value>, names: &[&str]) -> Option<Value> {
+    names.iter().find_map(|n| map.shift_remove(*n))
+}
+
+/// `<tool_call name="x">{json}</tool_call>` or the Hermes form
+/// `<tool_call>{"name": "x", "arguments": {..}}</tool_call>`:
+/// `{name, arguments}`.
+pub(crate) fn tool_call(el: &Element) -> Payload {
+    named_json(
+        el,
+        NamedJson {
+            tag: "tool_call",
+            name_key: "name",
+            name_attrs: &["name", "tool", "function"],
+            body_names: &["name", "tool", "function"],
+            body_args: &["arguments", "args", "parameters", "params", "input"],
+            args_key: "arguments",
+        },
+    )
+}
+
+/// `<ui_component view="ns.widget">{props}</ui_component>`: `{view, props}`.
+pub(crate) fn ui_component(el: &Element) -> Payload {
+    named_json(
+        el,
+        NamedJson {
+            tag: "ui_component",
+            name_key: "view",
+            name_attrs: &["view", "name", "component"],
+            body_names: &["view", "component"],
+            body_args: &["props", "properties", "data"],
+            args_key: "props",
+        },
+    )
+}
+
+/// How a "name plus JSON object" tag is read.
+struct NamedJson {
+    tag: &'static str,
+    /// Payload key of the name (`name`, `view`).
+    name_key: &'static str,
+    /// Attributes that give the name.
+    name_attrs: &'static [&'static str],
+    /// Body keys that give the name when no attribute does.
+    body_names: &'static [&'static str],
+    /// Body keys that hold the arguments in the wrapped form.
+    body_args: &'static [&'static str],
+    /// Payload key of the arguments (`arguments`, `props`).
+    args_key: &'static str,
+}
+
+fn named_json(el: &Element, how: NamedJson) -> Payload {
+    let mut out = Payload::none();
+    let mut name = attr(el, how.name_attrs).map(|s| Value::String(s.trim().to_string()));
+    let body = el.text.trim();
+    let args = if body.is_empty() {
+        Value::Object(Map::new())
+    } else {
+        let value = match read_json(&el.text, 0, &mut out.diagnostics) {
+            Ok(v) => v,
+            Err(e) => {
+                return Payload::failed(
+                    out.diagnostics,
+                    &format!(
+                        "the <{}> body is not JSON, even read leniently: {e}",
+                        how.tag
+                    ),
+                    json!({}),
+                );
+            }
+        };
+        // A body that is one JSON string holding the object (double-encoded).
+        let value = match value {
+            Value::String(s) if s.trim_start().starts_with('{') => {
+                unwrap_args(Value::String(s), &mut out)
+            }
+            v => v,
+        };
+        match value {
+            Value::Object(mut map) => {
+                let body_name = how
+                    .body_names
+                    .iter()
+                    .find_map(|k| map.get(*k).and_then(Value::as_str).map(str::to_string));
+                let wrapped_args = how
+                    .body_args
+                    .iter()
+                    .find(|k| map.contains_key(**k))
+                    .copied();
+                match (&name, body_name) {
+                    // `{"name": "x", "arguments": {..}}` with no attribute,
+                    // or the same name as the attribute.
+                    (None, Some(n)) => {
+                        name = Some(Value::String(n));
+                        take(&mut map, how.body_names);
+                        match wrapped_args {
+                            Some(k) => {
+                                unwrap_args(map.shift_remove(k).unwrap_or(Value::Null), &mut out)
+                            }
+                            None => Value::Object(map),
+                        }
+                    }
+                    (Some(Value::String(a)), Some(n))
+                        if *a == n && wrapped_args.is_some() && map.len() == 2 =>
+                    {
+                        take(&mut map, how.body_names);
+                        let k = wrapped_args.unwrap_or_default();
+                        unwrap_args(map.shift_remove(k).unwrap_or(Value::Null), &mut out)
+                    }
+                    // `<tool_call name="x">{"arguments": {..}}</tool_call>`
+                    (Some(_), None) if wrapped_args.is_some() && map.len() == 1 => {
+                        let k = wrapped_args.unwrap_or_default();
+                        unwrap_args(map.shift_remove(k).unwrap_or(Value::Null), &mut out)
+                    }
+                    _ => Value::Object(map),
+                }
+            }
+            Value::String(s) if !el.text.trim_start().starts_with(['"', '\'', '\u{201c}']) => {
+                return Payload::failed(
+                    out.diagnostics,
+                    &format!(
+                        "the <{}> body is text, not a JSON object: {:?}",
+                        how.tag,
+                        cut(&s, 60)
+                    ),
+                    json!({}),
+                );
+            }
+            other => {
+                out.diagnostics.push(diag(
+                    Level::Warning,
+                    &format!("{}_not_object", how.args_key),
+                    &format!(
+                        "the <{}> body is {}, not a JSON object; kept as it is",
+                        how.tag,
+                        crate::state::type_name(&other)
+                    ),
+                ));
+                other
+            }
+        }
+    };
+    if name.is_none() {
+        out.diagnostics.push(diag(
+            Level::Warning,
+            &format!("{}_without_{}", how.tag, how.name_key),
+            &format!(
+                "the <{}> has no {} (no attribute and no {:?} key in its body)",
+                how.tag, how.name_key, how.name_key
+            ),
+        ));
+    }
+    let mut map = Map::new();
+    map.insert(how.name_key.into(), name.unwrap_or(Value::Null));
+    map.insert(how.args_key.into(), args);
+    out.value = Value::Object(map);
+    out
+}
+
+/// Arguments given as a JSON string (the OpenAI wire form) are parsed.
+fn unwrap_args(args: Value, out: &mut Payload) -> Value {
+    match args {
+        Value::String(s) if s.trim_start().starts_with(['{', '[']) => {
+            match read_json(&s, 0, &mut out.diagnostics) {
+                Ok(v) => {
+                    out.diagnostics.push(diag(
+                        Level::Info,
+                        "arguments_string",
+                        "the arguments were a JSON string; parsed",
+                    ));
+                    v
+                }
+                Err(_) => Value::String(s),
+            }
+        }
+        other => other,
+    }
+}
+
+fn cut(s: &str, n: usize) -> String {
+    s.chars().take(n).collect()
+}
+
+/// `<media type="image" src=".." alt=".."/>` (or with a body): `{type,
+/// src, alt}`. A missing type is inferred from the file extension; a
+/// source with a script-capable scheme is refused.
+pub(crate) fn media(el: &Element) -> Payload {
+    let mut out = Payload::none();
+    let mut kind = attr(el, &["type", "kind", "media_type"]).map(str::to_string);
+    let mut src = attr(el, &["src", "url", "href", "source"]).map(str::to_string);
+    let mut alt = attr(el, &["alt", "title", "caption", "description"]).map(str::to_string);
+    let body = el.text.trim();
+    if body.starts_with('{') {
+        if let Ok(Value::Object(map)) = read_json(body, 0, &mut out.diagnostics) {
+            let field = |names: &[&str]| {
+                names
+                    .iter()
+                    .find_map(|n| map.get(*n).and_then(Value::as_str).map(str::to_string))
+            };
+            kind = kind.or_else(|| field(&["type", "kind"]));
+            src = src.or_else(|| field(&["src", "url", "href"]));
+            alt = alt.or_else(|| field(&["alt", "title", "caption"]));
+        }
+    } else if !body.is_empty() {
+        if src.is_none() && !body.contains(char::is_whitespace) {
+            src = Some(body.to_string());
+        } else if alt.is_none() {
+            alt = Some(body.to_string());
+        }
+    }
+    if let Some(s) = &src
+        && !safe_src(s)
+    {
+        out.diagnostics.push(diag(
+            Level::Warning,
+            "media_src_refused",
+            &format!(
+                "media source {:?} uses a scheme that can run script; src set to null",
+                cut(s, 80)
+            ),
+        ));
+        src = None;
+    }
+    if kind.is_none()
+        && let Some(k) = src.as_deref().and_then(infer_type)
+    {
+        out.diagnostics.push(diag(
+            Level::Info,
+            "media_type_inferred",
+            &format!("media type {k:?} inferred from the source's extension"),
+        ));
+        kind = Some(k.to_string());
+    }
+    if src.is_none() {
+        out.diagnostics.push(diag(
+            Level::Warning,
+            "media_without_src",
+            "the <media> element has no usable src",
+        ));
+    }
+    out.value = json!({"type": kind, "src": src, "alt": alt});
+    out
+}
+
+/// Whether a media source is a relative path, http(s), or a media `data:`
+/// URL (after removing the whitespace and control characters browsers
+/// ignore in schemes).
+fn safe_src(src: &str) -> bool {
+    let squeezed: String = src
+        .chars()
+        .filter(|c| !c.is_whitespace() && !c.is_control())
+        .collect::<String>()
+        .to_ascii_lowercase();
+    let Some(colon) = squeezed.find(':') else {
+        return true;
+    };
+    let scheme = &squeezed[..colon];
+    if squeezed[..colon].contains(['/', '?', '#']) {
+        return true; // the colon is after the path started: relative
+    }
+    match scheme {
+        "http" | "https" => true,
+        "data" => {
+            ["data:image/", "data:audio/", "data:video/"]
+                .iter()
+                .any(|p| squeezed.starts_with(p))
+                && !squeezed.starts_with("data:image/svg")
+        }
+        _ => false,
+    }
+}
+
+fn infer_type(src: &str) -> Option<&'static str> {
+    let path = src.split(['?', '#']).next().unwrap_or(src);
+    let ext = path.rsplit_once('.')?.1.to_ascii_lowercase();
+    Some(match ext.as_str() {
+        "png" | "jpg" | "jpeg" | "gif" | "webp" | "bmp" | "avif" | "svg" | "ico" | "tif"
+        | "tiff" => "image",
+        "mp3" | "wav" | "ogg" | "oga" | "flac" | "m4a" | "aac" | "opus" => "audio",
+        "mp4" | "webm" | "mov" | "mkv" | "avi" | "m4v" | "ogv" => "video",
+        _ => return None,
+    })
+}
+
+/// `<choice><prompt>..</prompt><options><option id="a">..</option>..`
+/// (or the legacy `<xx>`, or plain `1. foo` lines): `{prompt, options:
+/// [{id, label}]}`.
+pub(crate) fn choice(el: &Element) -> Payload {
+    let mut out = Payload::none();
+    let nodes = tree::parse(&el.text);
+    let mut prompt = find_element(&nodes, &["prompt", "question", "title"])
+        .map(|e| e.text_content().trim().to_string());
+    let mut options = Vec::new();
+    collect_options(&nodes, &mut options);
+    if options.is_empty() {
+        // Plain lines: `1. foo`, `- foo`, `A) foo`, or one option per line.
+        let mut text = String::new();
+        plain_text(&nodes, &mut text);
+        let (lead, lines) = option_lines(&text);
+        if prompt.is_none() && !lead.is_empty() {
+            prompt = Some(lead);
+        }
+        if !lines.is_empty() {
+            out.diagnostics.push(diag(
+                Level::Info,
+                "choice_plain_lines",
+                "options were read from plain lines (no <option> tags)",
+            ));
+        }
+        options = lines;
+    }
+    if options.is_empty() {
+        out.diagnostics.push(diag(
+            Level::Warning,
+            "choice_without_options",
+            "the <choice> element has no options",
+        ));
+    }
+    let options: Vec<Value> = options
+        .into_iter()
+        .map(|(id, label)| json!({"id": id, "label": label}))
+        .collect();
+    out.value = json!({"prompt": prompt.filter(|p| !p.is_empty()), "options": options});
+    out
+}
+
+fn find_element<'a>(nodes: &'a [Node], names: &[&str]) -> Option<&'a ElementNode> {
+    nodes.iter().find_map(|n| match n {
+        Node::Element(e) if names.iter().any(|x| e.name.eq_ignore_ascii_case(x)) => Some(e),
+        Node::Element(e) => find_element(&e.children, names),
+        Node::Text(_) => None,
+    })
+}
+
+fn collect_options(nodes: &[Node], out: &mut Vec<(String, String)>) {
+    for n in nodes {
+        if let Node::Element(e) = n {
+            if ["option", "opt", "item", "choice"]
+                .iter()
+                .any(|x| e.name.eq_ignore_ascii_case(x))
+            {
+                let label = e.text_content().trim().to_string();
+                let id = e
+                    .attr("id")
+                    .or_else(|| e.attr("value"))
+                    .or_else(|| e.attr("key"))
+                    .map(str::to_string)
+                    .unwrap_or_else(|| (out.len() + 1).to_string());
+                out.push((id, label));
+            } else if !["prompt", "question", "title"]
+                .iter()
+                .any(|x| e.name.eq_ignore_ascii_case(x))
+            {
+                collect_options(&e.children, out);
+            }
+        }
+    }
+}
+
+/// Text outside the prompt element.
+fn plain_text(nodes: &[Node], out: &mut String) {
+    for n in nodes {
+        match n {
+            Node::Text(t) => out.push_str(t),
+            Node::Element(e)
+                if ["prompt", "question", "title"]
+                    .iter()
+                    .any(|x| e.name.eq_ignore_ascii_case(x)) =>
+            {
+                out.push('\n')
+            }
+            Node::Element(e) => {
+                plain_text(&e.children, out);
+                out.push('\n');
+            }
+        }
+    }
+}
+
+/// Splits plain text into a lead (prompt) and option lines. With list
+/// markers, lines before the first marker are the lead and unmarked lines
+/// after one continue the previous option; without markers, every line is
+/// an option.
+fn option_lines(text: &str) -> (String, Vec<(String, String)>) {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let marked: Vec<Option<(Option<String>, &str)>> =
+        lines.iter().map(|l| list_marker(l)).collect();
+    if marked.iter().all(Option::is_none) {
+        let opts = lines
+            .iter()
+            .enumerate()
+            .map(|(i, l)| ((i + 1).to_string(), l.to_string()))
+            .collect();
+        return (String::new(), opts);
+    }
+    let mut lead = Vec::new();
+    let mut opts: Vec<(String, String)> = Vec::new();
+    for (line, m) in lines.iter().zip(marked) {
+        match m {
+            Some((id, label)) => {
+                let id = id.unwrap_or_else(|| (opts.len() + 1).to_string());
+                opts.push((id, label.to_string()));
+            }
+            None => match opts.last_mut() {
+                Some((_, label)) => {
+                    label.push(' ');
+                    label.push_str(line);
+                }
+                None => lead.push(*line),
+            },
+        }
+    }
+    (lead.join("\n"), opts)
+}
+
+/// A list marker at the start of a line: `1.`, `1)`, `1、`, `(1)`, `[1]`,
+/// `A.`, `a)`, `-`, `*`, `•`, `①`. Returns the id it gives (numbers and
+/// letters) and the rest of the line.
+fn list_marker(line: &str) -> Option<(Option<String>, &str)> {
+    let rest_after = |i: usize| line.get(i..).map(str::trim_start).filter(|r| !r.is_empty());
+    let first = line.chars().next()?;
+    if matches!(first, '-' | '*' | '•' | '+' | '·') {
+        let after = first.len_utf8();
+        if line[after..].starts_with(char::is_whitespace) {
+            return rest_after(after).map(|r| (None, r));
+        }
+        return None;
+    }
+    if let Some(n) = ('\u{2460}'..='\u{2473}').position(|c| c == first) {
+        return rest_after(first.len_utf8()).map(|r| (Some((n + 1).to_string()), r));
+    }
+    // `(1)`, `[1]`, `【1】`
+    for (open, close) in [
+        ("(", ")"),
+        ("[", "]"),
+        ("\u{3010}", "\u{3011}"),
+        ("\u{ff08}", "\u{ff09}"),
+    ] {
+        if let Some(inner) = line.strip_prefix(open)
+            && let Some(end) = inner.find(close)
+        {
+            let id = &inner[..end];
+            if !id.is_empty() && id.len() <= 3 && id.chars().all(|c| c.is_ascii_alphanumeric()) {
+                return rest_after(open.len() + end + close.len())
+                    .map(|r| (Some(id.to_string()), r));
+            }
+        }
+    }
+    let digits = line.bytes().take_while(u8::is_ascii_digit).count();
+    let (id_len, is_letter) = if digits > 0 && digits <= 3 {
+        (digits, false)
+    } else if first.is_ascii_alphabetic() && line.len() > 1 {
+        (1, true)
+    } else {
+        return None;
+    };
+    let after = &line[id_len..];
+    let sep = [
+        '.', ')', '\u{3001}', ':', '\u{ff0e}', '\u{ff09}', '\u{ff1a}',
+    ]
+    .into_iter()
+    .find(|s| after.starts_with(*s))?;
+    let rest = &after[sep.len_utf8()..];
+    // `A.` needs a space after it (so that `e.g.` is not an option);
+    // `1.` and `1、` do not.
+    if is_letter && !rest.starts_with(char::is_whitespace) {
+        return None;
+    }
+    if !is_letter && sep == '.' && rest.starts_with(|c: char| c.is_ascii_digit()) {
+        return None; // `1.5 kg`
+    }
+    rest_after(id_len + sep.len_utf8()).map(|r| (Some(line[..id_len].to_string()), r))
+}
+
+/// `<details><summary>..</summary>body</details>`: `{summary, body}`.
+pub(crate) fn details(el: &Element) -> Payload {
+    let mut out = Payload::none();
+    let (summary, body) = match super::extract_child(&el.text, "summary") {
+        Some(found) => {
+            let summary_nodes = tree::parse(found.inner);
+            let mut s = String::new();
+            tree::collect_text(&summary_nodes, &mut s);
+            (Some(s.trim().to_string()), found.rest)
+        }
+        None => {
+            out.diagnostics.push(diag(
+                Level::Info,
+                "details_without_summary",
+                "the <details> element has no <summary>",
+            ));
+            (None, el.text.clone())
+        }
+    };
+    out.value = json!({"summary": summary, "body": body.trim()});
+    out
+}
+
+/// `<status_bar><mood>calm</mood><hp max="9">5</hp></status_bar>`: an
+/// ordered object of child tag to value. Nested tags give nested objects,
+/// attributes `@name` keys, mixed text a `#text` key, and a repeated tag an
+/// array. A body of `key: value` lines is read the same way.
+pub(crate) fn status_bar(el: &Element) -> Payload {
+    let mut out = Payload::none();
+    let nodes = tree::parse(&el.text);
+    if nodes.iter().any(|n| matches!(n, Node::Element(_))) {
+        out.value = Value::Object(node_map(&nodes));
+        return out;
+    }
+    let mut text = String::new();
+    tree::collect_text(&nodes, &mut text);
+    let mut map = Map::new();
+    let mut loose = Vec::new();
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let line = line.trim_start_matches(['-', '*', '\u{2022}']).trim_start();
+        match line.split_once([':', '\u{ff1a}']) {
+            Some((k, v)) if !k.trim().is_empty() && k.chars().count() <= 40 => {
+                insert_repeat(
+                    &mut map,
+                    k.trim().to_string(),
+                    Value::String(v.trim().to_string()),
+                );
+            }
+            _ => loose.push(line),
+        }
+    }
+    if !map.is_empty() {
+        out.diagnostics.push(diag(
+            Level::Info,
+            "status_bar_lines",
+            "the status bar was read from `key: value` lines (no child tags)",
+        ));
+    }
+    if !loose.is_empty() {
+        map.insert("#text".into(), Value::String(loose.join("\n")));
+    }
+    out.value = Value::Object(map);
+    out
+}
+
+fn insert_repeat(map: &mut Map<String, Value>, key: String, value: Value) {
+    match map.get_mut(&key) {
+        // Leaf values are strings or objects, so an array here was made by
+        // an earlier repetition.
+        Some(Value::Array(items)) => items.push(value),
+        Some(prev) => {
+            let first = std::mem::take(prev);
+            *prev = Value::Array(vec![first, value]);
+        }
+        None => {
+            map.insert(key, value);
+        }
+    }
+}
+
+fn node_map(nodes: &[Node]) -> Map<String, Value> {
+    let mut map = Map::new();
+    let mut loose = String::new();
+    for n in nodes {
+        match n {
+            Node::Text(t) => loose.push_str(t),
+            Node::Element(e) => insert_repeat(&mut map, e.name.clone(), element_value(e)),
+        }
+    }
+    let loose = loose.trim();
+    if !loose.is_empty() {
+        map.insert("#text".into(), Value::String(loose.to_string()));
+    }
+    map
+}
+
+fn element_value(e: &ElementNode) -> Value {
+    if e.attrs.is_empty() && !e.has_element_children() {
+        return Value::String(e.text_content().trim().to_string());
+    }
+    let mut map = Map::new();
+    for (k, v) in &e.attrs {
+        map.insert(format!("@{k}"), Value::String(v.clone()));
+    }
+    for (k, v) in node_map(&e.children) {
+        map.insert(k, v);
+    }
+    Value::Object(map)
+}
+
+/// A registry tag with no built-in payload: `{attrs, children}` (a JSON
+/// body gives `{attrs, value}`, a raw body `{attrs, text}`).
+pub(crate) fn custom(el: &Element, body: BodyKind) -> Payload {
+    let mut out = Payload::none();
+    let attrs: Map<String, Value> = el
+        .attrs
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect();
+    out.value = match body {
+        BodyKind::Json => {
+            let value = if el.text.trim().is_empty() {
+                Value::Null
+            } else {
+                match read_json(&el.text, 0, &mut out.diagnostics) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        return Payload::failed(
+                            out.diagnostics,
+                            &format!(
+                                "the <{}> body is not JSON, even read leniently: {e}",
+                                el.tag
+                            ),
+                            json!({"attrs": attrs}),
+                        );
+                    }
+                }
+            };
+            json!({"attrs": attrs, "value": value})
+        }
+        BodyKind::Raw => json!({"attrs": attrs, "text": el.text}),
+        _ => json!({"attrs": attrs, "children": nodes_json(&tree::parse(&el.text))}),
+    };
+    out
+}
+
+/// Nodes as JSON: text as strings (trimmed, blank ones left out), elements
+/// as `{tag, attrs, children}`.
+fn nodes_json(nodes: &[Node]) -> Vec<Value> {
+    nodes
+        .iter()
+        .filter_map(|n| match n {
+            Node::Text(t) => Some(t.trim())
+                .filter(|t| !t.is_empty())
+                .map(|t| Value::String(t.to_string())),
+            Node::Element(e) => {
+                let attrs: Map<String, Value> = e
+                    .attrs
+                    .iter()
+                    .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                    .collect();
+                Some(json!({"tag": e.name, "attrs": attrs, "children": nodes_json(&e.children)}))
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_markers() {
+        type Marker<'a> = Option<(Option<&'a str>, &'a str)>;
+        let table: &[(&str, Marker<'_>)] = &[
+            ("1. go north", Some((Some("1"), "go north"))),
+            ("2) rest", Some((Some("2"), "rest"))),
+            ("3、离开", Some((Some("3"), "离开"))),
+            ("A. fight", Some((Some("A"), "fight"))),
+            ("b) flee", Some((Some("b"), "flee"))),
+            ("(4) wait", Some((Some("4"), "wait"))),
+            ("[5] sleep", Some((Some("5"), "sleep"))),
+            ("【6】调查", Some((Some("6"), "调查"))),
+            ("- bullet", Some((None, "bullet"))),
+            ("• dot", Some((None, "dot"))),
+            ("① 圆", Some((Some("1"), "圆"))),
+            ("1.5 kg of gold", None),
+            ("e.g. this", None),
+            ("Choose one:", None),
+            ("-dash", None),
+        ];
+        for (line, want) in table {
+            let got = list_marker(line).map(|(id, r)| (id, r.to_string()));
+            let want = want.map(|(id, r)| (id.map(str::to_string), r.to_string()));
+            assert_eq!(got, want, "{line}");
+        }
+    }
+
+    #[test]
+    fn safe_sources() {
+        for ok in [
+            "assets/a.png",
+            "https://x.y/a.jpg",
+            "/a/b.mp3",
+            "data:image/png;base64,AAA",
+            "dir/a:b.png",
+        ] {
+            assert!(safe_src(ok), "{ok}");
+        }
+        for bad in [
+            "javascript:alert(1)",
+            " JaVa\tScRiPt:alert(1)",
+            "vbscript:x",
+            "data:text/html,<script>",
+            "data:image/svg+xml,<svg onload=x>",
+            "file:///etc/passwd",
+        ] {
+            assert!(!safe_src(bad), "{bad}");
+        }
+    }
+}

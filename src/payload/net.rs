@@ -1,0 +1,754 @@
+//! The last line of defence over filtered content HTML: whatever the
+//! allowlist pass let through, no markup but the whitelisted tags and no
+//! script-capable text pattern leaves this filter.
+//!
+//! * A `<` that does not start a whitelisted tag exactly as the allowlist
+//!   writes it (`<b>`, `</span>`, `<span style="safe">`, `<br/>`) is
+//!   escaped as `&lt;`, so no other element can exist in the output. An
+//!   end tag of another HTML element (`</div>`) closes nothing at this
+//!   point (the allowlist pass removed the end tags of what it removed), so
+//!   it is dropped, leaving a zero-width space when text touches it.
+//! * `javascript:`, `vbscript:`, `livescript:`, `expression(`, `url(` and
+//!   `on<word>=` are neutralised by a zero-width space (`&#8203;`) before
+//!   their last character, so they neither run nor match, even after
+//!   entity decoding. Matching decodes character references (`&#106;`,
+//!   `&#x6A;`, `&colon;`) and skips the whitespace and control characters
+//!   browsers ignore inside a scheme (`java\tscript:`).
+//!
+//! The net is incremental and split-invariant: it holds back only a
+//! possible tag (up to [`MAX_TAG`] bytes) or pattern start, and decides each
+//! position from the bytes after it alone, so any chunking of its input
+//! gives the same output.
+
+use super::style::style_is_safe;
+
+/// Longest tag the net waits for; a longer `<...` is escaped.
+pub(crate) const MAX_TAG: usize = 512;
+
+/// What the net inserts before the last character of a dangerous pattern.
+const BREAK: &[u8] = b"&#8203;";
+
+/// Tags that pass (the spec 003 §3.1.3 allowlist; `rt`/`rp` for `ruby`).
+const ALLOWED: &[&str] = &[
+    "b", "strong", "i", "em", "u", "s", "br", "span", "ruby", "rt", "rp",
+];
+
+/// HTML element names (current and obsolete), sorted: tags with these
+/// names are markup; any other name is text.
+pub(crate) const HTML_ELEMENTS: &[&str] = &[
+    "a",
+    "abbr",
+    "acronym",
+    "address",
+    "applet",
+    "area",
+    "article",
+    "aside",
+    "audio",
+    "b",
+    "base",
+    "basefont",
+    "bdi",
+    "bdo",
+    "bgsound",
+    "big",
+    "blink",
+    "blockquote",
+    "body",
+    "br",
+    "button",
+    "canvas",
+    "caption",
+    "center",
+    "cite",
+    "code",
+    "col",
+    "colgroup",
+    "data",
+    "datalist",
+    "dd",
+    "del",
+    "details",
+    "dfn",
+    "dialog",
+    "dir",
+    "div",
+    "dl",
+    "dt",
+    "em",
+    "embed",
+    "fieldset",
+    "figcaption",
+    "figure",
+    "font",
+    "footer",
+    "form",
+    "frame",
+    "frameset",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "head",
+    "header",
+    "hgroup",
+    "hr",
+    "html",
+    "i",
+    "iframe",
+    "image",
+    "img",
+    "input",
+    "ins",
+    "isindex",
+    "kbd",
+    "keygen",
+    "label",
+    "legend",
+    "li",
+    "link",
+    "listing",
+    "main",
+    "map",
+    "mark",
+    "marquee",
+    "math",
+    "menu",
+    "menuitem",
+    "meta",
+    "meter",
+    "multicol",
+    "nav",
+    "nextid",
+    "nobr",
+    "noembed",
+    "noframes",
+    "noscript",
+    "object",
+    "ol",
+    "optgroup",
+    "option",
+    "output",
+    "p",
+    "param",
+    "picture",
+    "plaintext",
+    "portal",
+    "pre",
+    "progress",
+    "q",
+    "rb",
+    "rp",
+    "rt",
+    "rtc",
+    "ruby",
+    "s",
+    "samp",
+    "script",
+    "search",
+    "section",
+    "select",
+    "slot",
+    "small",
+    "source",
+    "spacer",
+    "span",
+    "strike",
+    "strong",
+    "style",
+    "sub",
+    "summary",
+    "sup",
+    "svg",
+    "table",
+    "tbody",
+    "td",
+    "template",
+    "textarea",
+    "tfoot",
+    "th",
+    "thead",
+    "time",
+    "title",
+    "tr",
+    "track",
+    "tt",
+    "u",
+    "ul",
+    "var",
+    "video",
+    "wbr",
+    "xmp",
+];
+
+/// Counts of what the net changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct NetReport {
+    /// `<` escaped because it did not start a whitelisted tag.
+    pub(crate) escaped: usize,
+    /// Dangerous text patterns neutralised.
+    pub(crate) neutralised: usize,
+    /// Stray end tags of removed elements dropped.
+    pub(crate) stray: usize,
+}
+
+/// The incremental safety net.
+#[derive(Debug, Default)]
+pub(crate) struct Net {
+    pending: Vec<u8>,
+    /// The last byte emitted (for [`Decision::Stray`]).
+    last: Option<u8>,
+    pub(crate) report: NetReport,
+}
+
+/// A decision about the bytes at a position.
+enum Decision {
+    /// More bytes are needed to decide.
+    NeedMore,
+    /// Nothing to do here.
+    Pass,
+    /// A whitelisted tag of this length.
+    Tag(usize),
+    /// A `<` to escape.
+    Escape,
+    /// A stray end tag of an HTML element that is not kept, this long. The
+    /// allowlist pass removes the end tags of the elements it removes, so
+    /// one that reaches the net closes nothing: it is dropped.
+    Stray(usize),
+    /// A pattern: insert the break at this offset, continue after `end`.
+    Break { at: usize, end: usize },
+}
+
+impl Net {
+    /// Filters `bytes`, appending what is certain to `out`.
+    pub(crate) fn push(&mut self, bytes: &[u8], out: &mut Vec<u8>) {
+        self.pending.extend_from_slice(bytes);
+        self.run(false, out);
+    }
+
+    /// Flushes everything held.
+    pub(crate) fn finish(&mut self, out: &mut Vec<u8>) {
+        self.run(true, out);
+    }
+
+    /// Bytes held back.
+    pub(crate) fn held(&self) -> usize {
+        self.pending.len()
+    }
+
+    fn run(&mut self, last: bool, out: &mut Vec<u8>) {
+        let buf = std::mem::take(&mut self.pending);
+        let mut i = 0;
+        let mut copied = 0;
+        while i < buf.len() {
+            let b = buf[i];
+            if !is_candidate(b) {
+                i += 1;
+                continue;
+            }
+            let decision = if b == b'<' {
+                check_tag(&buf[i..], last)
+            } else {
+                match_pattern(&buf, i, last)
+            };
+            match decision {
+                Decision::NeedMore => break,
+                Decision::Pass => i += 1,
+                Decision::Tag(len) => i += len,
+                Decision::Escape => {
+                    out.extend_from_slice(&buf[copied..i]);
+                    out.extend_from_slice(b"&lt;");
+                    self.report.escaped += 1;
+                    i += 1;
+                    copied = i;
+                }
+                Decision::Stray(len) => {
+                    out.extend_from_slice(&buf[copied..i]);
+                    let before = if i > 0 {
+                        buf.get(i - 1).copied()
+                    } else {
+                        self.last
+                    };
+                    // Dropping the tag must not join the text around it into
+                    // a pattern (`java</p>script:`): unless whitespace or a
+                    // tag comes before it, a zero-width space stays.
+                    if !matches!(before, None | Some(b' ' | b'\t' | b'\n' | b'\r' | b'>')) {
+                        out.extend_from_slice(BREAK);
+                    }
+                    self.report.stray += 1;
+                    i += len;
+                    copied = i;
+                }
+                Decision::Break { at, end } => {
+                    out.extend_from_slice(&buf[copied..at]);
+                    out.extend_from_slice(BREAK);
+                    self.report.neutralised += 1;
+                    copied = at;
+                    i = end;
+                }
+            }
+        }
+        out.extend_from_slice(&buf[copied..i]);
+        if i > 0 {
+            self.last = buf.get(i - 1).copied();
+        }
+        self.pending = buf[i..].to_vec();
+    }
+}
+
+fn is_candidate(b: u8) -> bool {
+    matches!(
+        b.to_ascii_lowercase(),
+        b'<' | b'&' | b'j' | b'v' | b'l' | b'e' | b'u' | b'o'
+    )
+}
+
+/// Whether `buf` (starting with `<`) starts a whitelisted tag as the
+/// allowlist pass writes them.
+fn check_tag(buf: &[u8], last: bool) -> Decision {
+    let window = &buf[..buf.len().min(MAX_TAG)];
+    let Some(gt) = window.iter().position(|&b| b == b'>') else {
+        return if last || buf.len() >= MAX_TAG {
+            Decision::Escape
+        } else {
+            Decision::NeedMore
+        };
+    };
+    let tag = &buf[..=gt];
+    if whitelisted_tag(tag) {
+        Decision::Tag(gt + 1)
+    } else if stray_end_tag(tag) {
+        Decision::Stray(gt + 1)
+    } else {
+        Decision::Escape
+    }
+}
+
+/// `</name ...>` where `name` is an HTML element.
+fn stray_end_tag(tag: &[u8]) -> bool {
+    let Some(rest) = tag.strip_prefix(b"</") else {
+        return false;
+    };
+    let name_len = rest
+        .iter()
+        .take_while(|b| b.is_ascii_alphanumeric())
+        .count();
+    let name = String::from_utf8_lossy(&rest[..name_len]).to_ascii_lowercase();
+    let after = rest.get(name_len).copied();
+    name_len > 0
+        && matches!(after, Some(b'>' | b' ' | b'\t' | b'\n' | b'\r' | b'/'))
+        && HTML_ELEMENTS.binary_search(&name.as_str()).is_ok()
+}
+
+/// `<name>`, `</name>`, `<br/>`, `<span style="..">` with a safe style.
+fn whitelisted_tag(tag: &[u8]) -> bool {
+    let Ok(tag) = std::str::from_utf8(tag) else {
+        return false;
+    };
+    let Some(inner) = tag.strip_prefix('<').and_then(|t| t.strip_suffix('>')) else {
+        return false;
+    };
+    let (close, inner) = match inner.strip_prefix('/') {
+        Some(rest) => (true, rest),
+        None => (false, inner),
+    };
+    let name_len = inner.bytes().take_while(u8::is_ascii_alphanumeric).count();
+    let name = &inner[..name_len];
+    if !ALLOWED.iter().any(|a| a.eq_ignore_ascii_case(name)) {
+        return false;
+    }
+    let rest = &inner[name_len..];
+    if close {
+        return rest.trim_start_matches(is_space).is_empty();
+    }
+    let rest = rest.trim_end_matches(is_space);
+    let rest = rest
+        .strip_suffix('/')
+        .unwrap_or(rest)
+        .trim_end_matches(is_space);
+    if rest.is_empty() {
+        return true;
+    }
+    // Attributes: only `style` on `span`, separated by whitespace.
+    if !name.eq_ignore_ascii_case("span") || !rest.starts_with(is_space) {
+        return false;
+    }
+    let rest = rest.trim_start_matches(is_space);
+    let Some(after_name) = strip_prefix_ci(rest, "style") else {
+        return false;
+    };
+    let Some(value) = after_name.trim_start_matches(is_space).strip_prefix('=') else {
+        return false;
+    };
+    let value = value.trim_start_matches(is_space);
+    let raw = if let Some(v) = value.strip_prefix('"') {
+        match v.strip_suffix('"') {
+            Some(inner) if !inner.contains('"') => inner,
+            _ => return false,
+        }
+    } else if let Some(v) = value.strip_prefix('\'') {
+        match v.strip_suffix('\'') {
+            Some(inner) if !inner.contains('\'') => inner,
+            _ => return false,
+        }
+    } else {
+        if value.contains(|c: char| is_space(c) || matches!(c, '"' | '\'' | '`' | '=' | '<')) {
+            return false;
+        }
+        value
+    };
+    style_is_safe(raw)
+}
+
+fn is_space(c: char) -> bool {
+    matches!(c, ' ' | '\t' | '\n' | '\r' | '\u{c}')
+}
+
+fn strip_prefix_ci<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
+    let head = s.get(..prefix.len())?;
+    head.eq_ignore_ascii_case(prefix)
+        .then(|| &s[prefix.len()..])
+}
+
+/// One decoded character of text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unit {
+    /// Not enough bytes to decode.
+    NeedMore,
+    /// The end of the input.
+    End,
+    /// A character (ASCII lower-cased; `0x80` stands for any non-ASCII
+    /// character) and its length in bytes.
+    Char(u8, usize),
+}
+
+/// Decodes the unit at `pos`: a character reference or one byte.
+fn unit(buf: &[u8], pos: usize, last: bool) -> Unit {
+    let Some(&b) = buf.get(pos) else {
+        return if last { Unit::End } else { Unit::NeedMore };
+    };
+    if b != b'&' {
+        return Unit::Char(
+            if b.is_ascii() {
+                b.to_ascii_lowercase()
+            } else {
+                0x80
+            },
+            1,
+        );
+    }
+    match entity(&buf[pos..], last) {
+        Some(Some((c, len))) => Unit::Char(c, len),
+        Some(None) => Unit::Char(b'&', 1),
+        None => Unit::NeedMore,
+    }
+}
+
+/// A character reference at the start of `buf` (which starts with `&`):
+/// `Some(Some((char, len)))`, `Some(None)` when it is not one, `None` when
+/// more bytes are needed.
+fn entity(buf: &[u8], last: bool) -> Option<Option<(u8, usize)>> {
+    const MAX: usize = 12;
+    let more = |n: usize| {
+        if !last && buf.len() <= n && n < MAX {
+            None
+        } else {
+            Some(None)
+        }
+    };
+    let Some(&second) = buf.get(1) else {
+        return more(1);
+    };
+    if second == b'#' {
+        let (hex, start) = match buf.get(2) {
+            Some(b'x' | b'X') => (true, 3),
+            Some(_) => (false, 2),
+            None => return more(2),
+        };
+        let mut i = start;
+        let mut value: u32 = 0;
+        while i < buf.len() && i < MAX {
+            let d = buf[i];
+            let digit = if hex {
+                (d as char).to_digit(16)
+            } else {
+                (d as char).to_digit(10)
+            };
+            match digit {
+                Some(v) => {
+                    value = value
+                        .saturating_mul(if hex { 16 } else { 10 })
+                        .saturating_add(v)
+                }
+                None => break,
+            }
+            i += 1;
+        }
+        if i == buf.len() && !last && i < MAX {
+            return None;
+        }
+        if i == start {
+            return Some(None);
+        }
+        let len = if buf.get(i) == Some(&b';') { i + 1 } else { i };
+        let c = char::from_u32(value).map_or(0x80, |c| {
+            if c.is_ascii() {
+                (c as u8).to_ascii_lowercase()
+            } else {
+                0x80
+            }
+        });
+        return Some(Some((c, len)));
+    }
+    let name_len = buf[1..]
+        .iter()
+        .take(MAX)
+        .take_while(|b| b.is_ascii_alphanumeric())
+        .count();
+    if 1 + name_len == buf.len() && !last && name_len < MAX {
+        return None;
+    }
+    if buf.get(1 + name_len) != Some(&b';') {
+        return Some(None);
+    }
+    let name = &buf[1..1 + name_len];
+    let c = match name {
+        b"colon" => b':',
+        b"lpar" => b'(',
+        b"rpar" => b')',
+        b"equals" => b'=',
+        b"Tab" => b'\t',
+        b"NewLine" => b'\n',
+        b"nbsp" => b' ',
+        b"lt" => b'<',
+        b"gt" => b'>',
+        b"amp" => b'&',
+        b"quot" => b'"',
+        b"apos" => b'\'',
+        _ => return Some(None),
+    };
+    Some(Some((c, name_len + 2)))
+}
+
+/// Characters browsers skip inside a URL scheme (and that the net skips
+/// inside a pattern).
+fn ignorable(c: u8) -> bool {
+    c <= 0x20
+}
+
+/// Literal patterns, lower case; the last byte is where the break goes.
+const PATTERNS: &[&[u8]] = &[
+    b"javascript:",
+    b"vbscript:",
+    b"livescript:",
+    b"expression(",
+    b"url(",
+];
+
+/// Most ignorable characters a pattern may hold.
+const MAX_IGNORED: usize = 16;
+
+fn match_pattern(buf: &[u8], pos: usize, last: bool) -> Decision {
+    let first = match unit(buf, pos, last) {
+        Unit::NeedMore => return Decision::NeedMore,
+        Unit::End => return Decision::Pass,
+        Unit::Char(c, _) => c,
+    };
+    let mut need_more = false;
+    for pattern in PATTERNS {
+        if pattern.first() != Some(&first) {
+            continue;
+        }
+        match match_literal(buf, pos, pattern, last) {
+            Decision::NeedMore => need_more = true,
+            d @ Decision::Break { .. } => return d,
+            _ => {}
+        }
+    }
+    if first == b'o' {
+        match match_on_handler(buf, pos, last) {
+            Decision::NeedMore => need_more = true,
+            d @ Decision::Break { .. } => return d,
+            _ => {}
+        }
+    }
+    if need_more {
+        Decision::NeedMore
+    } else {
+        Decision::Pass
+    }
+}
+
+fn match_literal(buf: &[u8], pos: usize, pattern: &[u8], last: bool) -> Decision {
+    let mut q = pos;
+    let mut ignored = 0;
+    for (k, &want) in pattern.iter().enumerate() {
+        loop {
+            match unit(buf, q, last) {
+                Unit::NeedMore => return Decision::NeedMore,
+                Unit::End => return Decision::Pass,
+                Unit::Char(c, len) if k > 0 && ignorable(c) && c != want => {
+                    ignored += 1;
+                    if ignored > MAX_IGNORED {
+                        return Decision::Pass;
+                    }
+                    q += len;
+                }
+                Unit::Char(c, len) => {
+                    if c != want {
+                        return Decision::Pass;
+                    }
+                    if k + 1 == pattern.len() {
+                        return Decision::Break {
+                            at: q,
+                            end: q + len,
+                        };
+                    }
+                    q += len;
+                    break;
+                }
+            }
+        }
+    }
+    Decision::Pass
+}
+
+/// `on` + word characters + ignorables + `=`.
+fn match_on_handler(buf: &[u8], pos: usize, last: bool) -> Decision {
+    let mut q = pos;
+    // `o`, `n`
+    for want in [b'o', b'n'] {
+        match unit(buf, q, last) {
+            Unit::NeedMore => return Decision::NeedMore,
+            Unit::Char(c, len) if c == want => q += len,
+            _ => return Decision::Pass,
+        }
+    }
+    let mut word = 0;
+    loop {
+        match unit(buf, q, last) {
+            Unit::NeedMore => return Decision::NeedMore,
+            Unit::Char(c, len) if c.is_ascii_alphanumeric() || c == b'_' || c == b'-' => {
+                word += 1;
+                if word > 40 {
+                    return Decision::Pass;
+                }
+                q += len;
+            }
+            _ => break,
+        }
+    }
+    if word == 0 {
+        return Decision::Pass;
+    }
+    let mut ignored = 0;
+    loop {
+        match unit(buf, q, last) {
+            Unit::NeedMore => return Decision::NeedMore,
+            Unit::Char(b'=', len) => {
+                return Decision::Break {
+                    at: q,
+                    end: q + len,
+                };
+            }
+            Unit::Char(c, len) if ignorable(c) => {
+                ignored += 1;
+                if ignored > MAX_IGNORED {
+                    return Decision::Pass;
+                }
+                q += len;
+            }
+            _ => return Decision::Pass,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn net(input: &str, chunk: usize) -> String {
+        let mut n = Net::default();
+        let mut out = Vec::new();
+        for c in input.as_bytes().chunks(chunk.max(1)) {
+            n.push(c, &mut out);
+        }
+        n.finish(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[test]
+    fn cases() {
+        let table: &[(&str, &str)] = &[
+            ("plain text", "plain text"),
+            (
+                "<b>bold</b> <STRONG>x</STRONG><br/><br /><br>",
+                "<b>bold</b> <STRONG>x</STRONG><br/><br /><br>",
+            ),
+            (
+                "<span style=\"color: red\">r</span>",
+                "<span style=\"color: red\">r</span>",
+            ),
+            (
+                "<span style='color:red'>r</span>",
+                "<span style='color:red'>r</span>",
+            ),
+            (
+                "<span style=\"background:url(x)\">r</span>",
+                "&lt;span style=\"background:url&#8203;(x)\">r</span>",
+            ),
+            (
+                "<span onclick=\"x\">r</span>",
+                "&lt;span onclick&#8203;=\"x\">r</span>",
+            ),
+            (
+                "<img src=x onerror=alert(1)>",
+                "&lt;img src=x onerror&#8203;=alert(1)>",
+            ),
+            ("</script>", ""),
+            ("a</div>b", "a&#8203;b"),
+            ("a </p>b", "a b"),
+            ("java</p>script:x", "java&#8203;script:x"),
+            ("</user>", "&lt;/user>"),
+            ("< IMG>", "&lt; IMG>"),
+            ("a < b <3", "a &lt; b &lt;3"),
+            ("javascript:alert(1)", "javascript&#8203;:alert(1)"),
+            ("JaVaScRiPt:x", "JaVaScRiPt&#8203;:x"),
+            ("java\tscript:x", "java\tscript&#8203;:x"),
+            ("&#106;avascript&#58;x", "&#106;avascript&#8203;&#58;x"),
+            ("&#x6A;avascript&colon;x", "&#x6A;avascript&#8203;&colon;x"),
+            ("&#0000106avascript:x", "&#0000106avascript&#8203;:x"),
+            (
+                "vbscript:x livescript:y",
+                "vbscript&#8203;:x livescript&#8203;:y",
+            ),
+            (
+                "width:expression(alert(1))",
+                "width:expression&#8203;(alert(1))",
+            ),
+            ("url(x) URL (y)", "url&#8203;(x) URL &#8203;(y)"),
+            ("onload=x ONCLICK = y", "onload&#8203;=x ONCLICK &#8203;= y"),
+            ("json=1 on= one two", "json=1 on= one two"),
+            (
+                "expressions everywhere, urls too",
+                "expressions everywhere, urls too",
+            ),
+            ("&amp; &lt; &", "&amp; &lt; &"),
+            ("中文 javascript: 好", "中文 javascript&#8203;: 好"),
+        ];
+        for (input, want) in table {
+            for chunk in [usize::MAX, 1, 2, 3, 7] {
+                assert_eq!(&net(input, chunk), want, "{input:?} at chunk {chunk}");
+            }
+        }
+    }
+
+    #[test]
+    fn unfinished_tag_is_escaped_at_the_end() {
+        assert_eq!(net("a <b", 1), "a &lt;b");
+        let long = format!("<span style=\"{}\">", "color: red;".repeat(60));
+        assert!(net(&long, 5).starts_with("&lt;span"));
+    }
+}

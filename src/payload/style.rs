@@ -1,0 +1,200 @@
+//! The `style` attribute of `<span>`: only declarations of safe,
+//! URL-free properties with plain values survive (spec 003 §3.1.3).
+
+use crate::scan::decode_entities;
+
+/// Properties a span may style. None of them takes a URL.
+const SAFE_PROPERTIES: &[&str] = &[
+    "color",
+    "background-color",
+    "font-weight",
+    "font-style",
+    "font-size",
+    "font-family",
+    "font-variant",
+    "font-stretch",
+    "text-decoration",
+    "text-decoration-line",
+    "text-decoration-color",
+    "text-decoration-style",
+    "text-decoration-thickness",
+    "text-emphasis",
+    "text-emphasis-color",
+    "text-emphasis-style",
+    "text-transform",
+    "text-shadow",
+    "letter-spacing",
+    "word-spacing",
+    "line-height",
+    "opacity",
+    "vertical-align",
+    "white-space",
+];
+
+/// CSS functions a value may call (colours only).
+const SAFE_FUNCTIONS: &[&str] = &["rgb", "rgba", "hsl", "hsla"];
+
+/// What to do with a style attribute.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum StyleVerdict {
+    /// Every declaration is safe and written plainly: keep the attribute
+    /// byte for byte.
+    Keep,
+    /// Some declarations are safe: replace the attribute with these.
+    Rewrite(String),
+    /// Nothing safe: remove the attribute.
+    Drop,
+}
+
+/// Judges a style attribute value as written (entities not decoded).
+pub(crate) fn filter_style(raw: &str) -> StyleVerdict {
+    let decoded = decode_entities(raw.as_bytes());
+    let mut changed = decoded != raw || raw.contains(['\\', '<', '>']);
+    let mut kept: Vec<String> = Vec::new();
+    for decl in decoded.split(';') {
+        if decl.trim().is_empty() {
+            continue;
+        }
+        match safe_declaration(decl) {
+            Some((prop, value)) => kept.push(format!("{prop}: {}", value.replace('"', "'"))),
+            None => changed = true,
+        }
+    }
+    if kept.is_empty() {
+        StyleVerdict::Drop
+    } else if !changed {
+        StyleVerdict::Keep
+    } else {
+        StyleVerdict::Rewrite(kept.join("; "))
+    }
+}
+
+/// Whether a raw style value, as it will be sent, is entirely safe (used by
+/// the final safety net on the filtered output).
+pub(crate) fn style_is_safe(raw: &str) -> bool {
+    !raw.contains(['&', '\\', '<', '>'])
+        && raw
+            .split(';')
+            .filter(|d| !d.trim().is_empty())
+            .all(|d| safe_declaration(d).is_some())
+}
+
+/// A declaration `prop: value` whose property is allowed and whose value is
+/// plain: returns the lower-cased property and the trimmed value.
+fn safe_declaration(decl: &str) -> Option<(String, &str)> {
+    let (prop, value) = decl.split_once(':')?;
+    let prop = prop.trim().to_ascii_lowercase();
+    let value = value.trim();
+    if !SAFE_PROPERTIES.contains(&prop.as_str()) || !safe_value(&prop, value) {
+        return None;
+    }
+    Some((prop, value))
+}
+
+/// Letters, digits, `#`, `%`, `.`, `,`, `-`, `+`, spaces, `!important`,
+/// colour functions; quotes and non-ASCII letters in `font-family` only.
+/// No `url(`, `expression(`, escapes, comments or `:`.
+fn safe_value(prop: &str, value: &str) -> bool {
+    if value.is_empty() || value.len() > 200 {
+        return false;
+    }
+    let lower = value.to_ascii_lowercase();
+    if [
+        "expression",
+        "url",
+        "javascript",
+        "vbscript",
+        "behavior",
+        "binding",
+        "/*",
+    ]
+    .iter()
+    .any(|bad| lower.contains(bad))
+    {
+        return false;
+    }
+    let family = prop == "font-family";
+    let bytes = lower.as_bytes();
+    let mut in_function = false;
+    for (i, c) in lower.char_indices() {
+        let ok = match c {
+            'a'..='z' | '0'..='9' | ' ' | '#' | '%' | '.' | ',' | '-' | '+' => true,
+            '\'' | '"' => family,
+            '!' => lower[i..].starts_with("!important"),
+            '(' => {
+                let ident_start = lower[..i]
+                    .char_indices()
+                    .rev()
+                    .find(|(_, ch)| !ch.is_ascii_alphabetic())
+                    .map_or(0, |(p, ch)| p + ch.len_utf8());
+                let ok = !in_function && SAFE_FUNCTIONS.contains(&&lower[ident_start..i]);
+                in_function = true;
+                ok
+            }
+            ')' => {
+                let ok = in_function;
+                in_function = false;
+                ok
+            }
+            c if family && c.is_alphanumeric() => true,
+            _ => false,
+        };
+        if !ok {
+            return false;
+        }
+    }
+    // Balanced quotes in font-family.
+    !in_function
+        && bytes.iter().filter(|&&b| b == b'\'').count() % 2 == 0
+        && bytes.iter().filter(|&&b| b == b'"').count() % 2 == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdicts() {
+        use StyleVerdict::*;
+        let table: &[(&str, StyleVerdict)] = &[
+            ("color: red", Keep),
+            ("color:red;", Keep),
+            ("color: #ff0000; font-weight: bold", Keep),
+            ("color: rgb(255, 0, 0)", Keep),
+            ("font-family: 'Noto Serif', serif", Keep),
+            ("font-family: 微软雅黑", Keep),
+            ("font-family: 微(x)", Drop),
+            ("color: 红(", Drop),
+            ("text-decoration: underline !important", Keep),
+            ("COLOR: Red", Keep),
+            (
+                "color: red; background: url(x.png)",
+                Rewrite("color: red".into()),
+            ),
+            ("color: red; position: fixed", Rewrite("color: red".into())),
+            ("color: &#114;ed", Rewrite("color: red".into())),
+            ("width: expression(alert(1))", Drop),
+            ("background-image: url(javascript:alert(1))", Drop),
+            ("color: expression(alert(1))", Drop),
+            ("color: red\\;x", Drop),
+            ("color: r/**/ed", Drop),
+            ("-moz-binding: url(x)", Drop),
+            ("behavior: url(x.htc)", Drop),
+            ("color: var(--x)", Drop),
+            ("font-family: \"x", Drop),
+            ("", Drop),
+        ];
+        for (style, want) in table {
+            assert_eq!(&filter_style(style), want, "{style}");
+        }
+    }
+
+    #[test]
+    fn net_check_agrees() {
+        assert!(style_is_safe("color: red"));
+        assert!(style_is_safe("color: red; font-weight: bold;"));
+        assert!(!style_is_safe("color: &#114;ed"));
+        assert!(!style_is_safe("background: url(x)"));
+        assert!(!style_is_safe("x: y"));
+    }
+}

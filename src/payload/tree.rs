@@ -1,0 +1,277 @@
+//! A forgiving child-tag tree for structured bodies (status_bar, choice,
+//! custom tags): `<mood>anxious</mood><hp max="9">5</hp>` into nodes.
+//!
+//! Tokens come from [`crate::scan::Scanner`] (the same tag grammar as the
+//! rest of the parser); this module only builds the tree. Unclosed tags are
+//! closed at the end or by the close of an enclosing tag, stray closes are
+//! dropped, comments are skipped, and entities in text and attributes are
+//! decoded.
+
+use crate::scan::{ScanLimits, Scanner, TagKind, Token, TokenSink, decode_entities};
+
+/// A node of the tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Node {
+    /// Text (entities decoded), never empty.
+    Text(String),
+    /// A child tag.
+    Element(ElementNode),
+}
+
+/// A child tag and what it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ElementNode {
+    /// The name as written.
+    pub(crate) name: String,
+    /// Attributes in the order written (entities decoded).
+    pub(crate) attrs: Vec<(String, String)>,
+    /// Children in order.
+    pub(crate) children: Vec<Node>,
+}
+
+impl ElementNode {
+    /// All text below this node, joined.
+    pub(crate) fn text_content(&self) -> String {
+        let mut out = String::new();
+        collect_text(&self.children, &mut out);
+        out
+    }
+
+    /// Whether any child is an element.
+    pub(crate) fn has_element_children(&self) -> bool {
+        self.children.iter().any(|c| matches!(c, Node::Element(_)))
+    }
+
+    /// The value of an attribute (name matched case-insensitively).
+    pub(crate) fn attr(&self, name: &str) -> Option<&str> {
+        self.attrs
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// All text in `nodes`, joined.
+pub(crate) fn collect_text(nodes: &[Node], out: &mut String) {
+    for n in nodes {
+        match n {
+            Node::Text(t) => out.push_str(t),
+            Node::Element(e) => collect_text(&e.children, out),
+        }
+    }
+}
+
+/// HTML elements that never have content.
+const VOID: &[&str] = &[
+    "br", "hr", "img", "input", "meta", "link", "wbr", "area", "base", "col", "embed", "source",
+    "track",
+];
+
+/// Parses the children of a structured body.
+pub(crate) fn parse(text: &str) -> Vec<Node> {
+    let mut builder = Builder::default();
+    let mut scanner = Scanner::new(ScanLimits::default());
+    scanner.feed(text.as_bytes(), &mut builder);
+    scanner.finish(&mut builder);
+    builder.flush_text();
+    while builder.stack.len() > 1 {
+        builder.pop();
+    }
+    builder
+        .stack
+        .pop()
+        .map(|root| root.children)
+        .unwrap_or_default()
+}
+
+#[derive(Debug)]
+struct Builder {
+    /// Open elements; the first is a synthetic root.
+    stack: Vec<ElementNode>,
+    /// Raw text not yet decoded (entities may span text tokens).
+    text: Vec<u8>,
+    /// Raw text to keep verbatim (CDATA).
+    verbatim: bool,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder {
+            stack: vec![ElementNode {
+                name: String::new(),
+                attrs: Vec::new(),
+                children: Vec::new(),
+            }],
+            text: Vec::new(),
+            verbatim: false,
+        }
+    }
+}
+
+impl Builder {
+    fn push_node(&mut self, node: Node) {
+        if let Some(top) = self.stack.last_mut() {
+            if let (Node::Text(new), Some(Node::Text(prev))) = (&node, top.children.last_mut()) {
+                prev.push_str(new);
+                return;
+            }
+            top.children.push(node);
+        }
+    }
+
+    fn flush_text(&mut self) {
+        if self.text.is_empty() {
+            return;
+        }
+        let text = std::mem::take(&mut self.text);
+        let s = if self.verbatim {
+            String::from_utf8_lossy(&text).into_owned()
+        } else {
+            decode_entities(&text)
+        };
+        self.verbatim = false;
+        self.push_node(Node::Text(s));
+    }
+
+    fn pop(&mut self) {
+        if self.stack.len() > 1
+            && let Some(done) = self.stack.pop()
+        {
+            self.push_node(Node::Element(done));
+        }
+    }
+}
+
+impl TokenSink for Builder {
+    fn token(&mut self, token: Token<'_>) {
+        match token {
+            Token::Text { bytes, .. }
+            | Token::Special { raw: bytes, .. }
+            | Token::Unfinished { raw: bytes, .. } => {
+                if self.verbatim {
+                    self.flush_text();
+                }
+                self.text.extend_from_slice(bytes);
+            }
+            Token::CData { body, .. } => {
+                self.flush_text();
+                self.text.extend_from_slice(body);
+                self.verbatim = true;
+                self.flush_text();
+            }
+            Token::Comment { .. } | Token::Notice(_) => {}
+            Token::Tag(tag) => {
+                self.flush_text();
+                let name = String::from_utf8_lossy(tag.name).into_owned();
+                match tag.kind {
+                    TagKind::Open | TagKind::SelfClosing => {
+                        let attrs = tag
+                            .attrs()
+                            .map(|a| {
+                                (
+                                    String::from_utf8_lossy(a.name).into_owned(),
+                                    decode_entities(a.value),
+                                )
+                            })
+                            .collect();
+                        let node = ElementNode {
+                            name,
+                            attrs,
+                            children: Vec::new(),
+                        };
+                        let void = VOID.iter().any(|v| v.eq_ignore_ascii_case(&node.name));
+                        if tag.kind == TagKind::SelfClosing || void {
+                            self.push_node(Node::Element(node));
+                        } else {
+                            self.stack.push(node);
+                        }
+                    }
+                    TagKind::Close => {
+                        // Close the nearest open element of that name (and
+                        // everything inside it); a close with no open
+                        // element of its name is dropped.
+                        if let Some(i) = self
+                            .stack
+                            .iter()
+                            .rposition(|e| e.name.eq_ignore_ascii_case(&name))
+                            .filter(|&i| i > 0)
+                        {
+                            while self.stack.len() > i {
+                                self.pop();
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn el(name: &str, children: Vec<Node>) -> Node {
+        Node::Element(ElementNode {
+            name: name.into(),
+            attrs: Vec::new(),
+            children,
+        })
+    }
+
+    fn t(s: &str) -> Node {
+        Node::Text(s.into())
+    }
+
+    #[test]
+    fn builds_a_forgiving_tree() {
+        let table: Vec<(&str, Vec<Node>)> = vec![
+            (
+                "<a>1</a><b>2</b>",
+                vec![el("a", vec![t("1")]), el("b", vec![t("2")])],
+            ),
+            (
+                "<a><b>x</b></a>",
+                vec![el("a", vec![el("b", vec![t("x")])])],
+            ),
+            (
+                "<a>1<b>2</a>3",
+                vec![el("a", vec![t("1"), el("b", vec![t("2")])]), t("3")],
+            ),
+            ("<a>open", vec![el("a", vec![t("open")])]),
+            ("x</z>y", vec![t("xy")]),
+            (
+                "<a>&lt;5 &amp; &#x4e2d;</a>",
+                vec![el("a", vec![t("<5 & \u{4e2d}")])],
+            ),
+            ("<a><!-- hidden -->v</a>", vec![el("a", vec![t("v")])]),
+            (
+                "<a><![CDATA[<raw> &amp;]]></a>",
+                vec![el("a", vec![t("<raw> &amp;")])],
+            ),
+            ("<a/><br>b", vec![el("a", vec![]), el("br", vec![]), t("b")]),
+            ("a < b", vec![t("a < b")]),
+        ];
+        for (text, want) in table {
+            assert_eq!(parse(text), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn attributes_are_decoded_and_ordered() {
+        let nodes = parse("<hp max=\"10\" cur='5' note=a&amp;b>5</hp>");
+        let Some(Node::Element(hp)) = nodes.first() else {
+            panic!("no element in {nodes:?}");
+        };
+        assert_eq!(
+            hp.attrs,
+            [
+                ("max".into(), "10".into()),
+                ("cur".into(), "5".into()),
+                ("note".into(), "a&b".into())
+            ]
+        );
+        assert_eq!(hp.attr("MAX"), Some("10"));
+        assert_eq!(hp.text_content(), "5");
+    }
+}

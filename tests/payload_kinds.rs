@@ -1,0 +1,420 @@
+//! Payloads of every Filament tag, read through the whole parser at chunk
+//! sizes whole, 1 and 7 (the payload must not depend on the chunking).
+
+use serde_json::{Value, json};
+use spindle::event::{Event, Level, RepairKind};
+use spindle::{Parser, Registry};
+
+fn events(registry: &Registry, input: &str, chunk: usize) -> Vec<Event> {
+    let mut parser = Parser::new(registry.clone());
+    let mut out = Vec::new();
+    for c in input.as_bytes().chunks(chunk.max(1)) {
+        out.extend(parser.feed(c));
+    }
+    out.extend(parser.finish());
+    out
+}
+
+/// The payload of the first element of `tag`, checked to be the same at
+/// chunk sizes whole, 1 and 7.
+fn payload_in(registry: &Registry, input: &str, tag: &str) -> (Value, Vec<Event>) {
+    let mut first: Option<(Value, Vec<Event>)> = None;
+    for chunk in [usize::MAX, 1, 7] {
+        let evs = events(registry, input, chunk);
+        let p = evs
+            .iter()
+            .filter_map(Event::as_element)
+            .find(|e| &*e.tag == tag)
+            .map(|e| e.payload.clone())
+            .unwrap_or_else(|| panic!("no <{tag}> element in {input:?}: {evs:?}"));
+        match &first {
+            None => first = Some((p, evs)),
+            Some((f, _)) => assert_eq!(&p, f, "payload of {input:?} differs at chunk {chunk}"),
+        }
+    }
+    first.unwrap_or_else(|| panic!("unreachable"))
+}
+
+fn payload(input: &str, tag: &str) -> Value {
+    payload_in(&Registry::filament(), input, tag).0
+}
+
+fn codes(events: &[Event]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Diagnostic(d) => Some(d.code.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn tool_call() {
+    let table: &[(&str, Value)] = &[
+        (
+            "<tool_call name=\"weather_forecast\">\n{\n  \"location\": \"Ancient Ruins\",\n  \"days\": 3,\n  \"units\": \"celsius\"\n}\n</tool_call>",
+            json!({"name": "weather_forecast", "arguments": {"location": "Ancient Ruins", "days": 3, "units": "celsius"}}),
+        ),
+        (
+            "<tool_call>{\"name\": \"search\", \"arguments\": {\"q\": \"rust\"}}</tool_call>",
+            json!({"name": "search", "arguments": {"q": "rust"}}),
+        ),
+        (
+            "<tool_call>{\"name\": \"search\", \"arguments\": \"{\\\"q\\\": \\\"rust\\\"}\"}</tool_call>",
+            json!({"name": "search", "arguments": {"q": "rust"}}),
+        ),
+        (
+            "<tool_call>{\"name\": \"search\", \"q\": \"rust\", \"limit\": 3}</tool_call>",
+            json!({"name": "search", "arguments": {"q": "rust", "limit": 3}}),
+        ),
+        (
+            "<tool_call name=\"w\">```json\n{location: 'Paris', days: 3, metric: True,}\n```</tool_call>",
+            json!({"name": "w", "arguments": {"location": "Paris", "days": 3, "metric": true}}),
+        ),
+        (
+            "<tool_call name=\"w\">Sure, calling it now:\n{\"location\": \"Paris\" // the city\n}</tool_call>",
+            json!({"name": "w", "arguments": {"location": "Paris"}}),
+        ),
+        (
+            "<tool_call name=\"noop\"></tool_call>",
+            json!({"name": "noop", "arguments": {}}),
+        ),
+        (
+            "<tool_call name=\"w\">\"{\\\"city\\\": \\\"Oslo\\\"}\"</tool_call>",
+            json!({"name": "w", "arguments": {"city": "Oslo"}}),
+        ),
+        (
+            "<tool_call name=\"w\">{\"arguments\": {\"city\": \"Oslo\"}}</tool_call>",
+            json!({"name": "w", "arguments": {"city": "Oslo"}}),
+        ),
+        (
+            "<tool_call name=\"w\">{\"name\": \"Paris\", \"days\": 2}</tool_call>",
+            json!({"name": "w", "arguments": {"name": "Paris", "days": 2}}),
+        ),
+        (
+            "<tool_call name=\"w\">{\"location\": \"Paris\", \"days\": [1, 2",
+            json!({"name": "w", "arguments": {"location": "Paris", "days": [1, 2]}}),
+        ),
+    ];
+    for (input, want) in table {
+        assert_eq!(&payload(input, "tool_call"), want, "{input}");
+    }
+}
+
+#[test]
+fn ui_component() {
+    let table: &[(&str, Value)] = &[
+        (
+            "<ui_component view=\"widget.inventory_grid\">\n{\n  \"filter\": \"magical_items\",\n  \"columns\": 3,\n  \"max_items\": 12\n}\n</ui_component>",
+            json!({"view": "widget.inventory_grid", "props": {"filter": "magical_items", "columns": 3, "max_items": 12}}),
+        ),
+        (
+            "<ui_component view='widget.map'>{'center': [1.5, -2], zoom: 3, 'labels': None}</ui_component>",
+            json!({"view": "widget.map", "props": {"center": [1.5, -2], "zoom": 3, "labels": null}}),
+        ),
+        (
+            "<ui_component>{\"view\": \"w.x\", \"props\": {\"a\": 1}}</ui_component>",
+            json!({"view": "w.x", "props": {"a": 1}}),
+        ),
+        (
+            "<ui_component view=\"w.empty\"/>",
+            json!({"view": "w.empty", "props": {}}),
+        ),
+    ];
+    for (input, want) in table {
+        assert_eq!(&payload(input, "ui_component"), want, "{input}");
+    }
+}
+
+#[test]
+fn json_keys_keep_the_models_order() {
+    let p = payload(
+        "<tool_call name=\"x\">{\"z\": 1, \"a\": 2, \"m\": 3}</tool_call>",
+        "tool_call",
+    );
+    let keys: Vec<&String> = p["arguments"]
+        .as_object()
+        .map(|m| m.keys().collect())
+        .unwrap_or_default();
+    assert_eq!(keys, ["z", "a", "m"]);
+}
+
+#[test]
+fn unparsable_json_falls_back_to_content() {
+    let input = "<content>hi</content><tool_call name=\"x\">{\"a\": <b>1</b> ]]]</tool_call>";
+    let (p, evs) = payload_in(&Registry::filament(), input, "tool_call");
+    assert!(
+        p["error"].as_str().is_some_and(|e| e.contains("not JSON")),
+        "{p}"
+    );
+    let repair = evs.iter().find_map(|e| match e {
+        Event::Repair(r) if r.kind == RepairKind::FallbackToContent => Some(r.clone()),
+        _ => None,
+    });
+    let repair = repair.unwrap_or_else(|| panic!("no fallback repair in {evs:?}"));
+    assert_eq!(repair.tag.as_deref(), Some("tool_call"));
+    assert_eq!(repair.text.as_deref(), Some("{\"a\": <b>1</b> ]]]"));
+    assert!(evs.iter().any(|e| matches!(e, Event::Diagnostic(d) if d.code == "payload_unparsable" && d.level == Level::Error)));
+    // A prose body is not an argument object either.
+    let (p, _) = payload_in(
+        &Registry::filament(),
+        "<tool_call name=\"x\">I cannot do that.</tool_call>",
+        "tool_call",
+    );
+    assert!(p.get("error").is_some(), "{p}");
+}
+
+#[test]
+fn leniencies_are_reported_on_the_element() {
+    let (_, evs) = payload_in(
+        &Registry::filament(),
+        "<tool_call name=\"x\">{a: 'b',}</tool_call>",
+        "tool_call",
+    );
+    let c = codes(&evs);
+    for want in [
+        "json_trailing_comma",
+        "json_single_quotes",
+        "json_unquoted_key",
+    ] {
+        assert!(c.iter().any(|x| x == want), "{want} missing from {c:?}");
+    }
+    let el_id = evs
+        .iter()
+        .filter_map(Event::as_element)
+        .find(|e| &*e.tag == "tool_call")
+        .map(|e| e.id);
+    for e in &evs {
+        if let Event::Diagnostic(d) = e
+            && d.code.starts_with("json_")
+        {
+            assert_eq!(d.element, el_id);
+            assert_eq!(d.tag.as_deref(), Some("tool_call"));
+        }
+    }
+}
+
+#[test]
+fn media() {
+    let table: &[(&str, Value)] = &[
+        (
+            "<media type=\"image\" src=\"assets/forest_night.jpg\" alt=\"黑暗森林的夜景\" />",
+            json!({"type": "image", "src": "assets/forest_night.jpg", "alt": "黑暗森林的夜景"}),
+        ),
+        (
+            "<media type=\"audio\" src=\"a.mp3\"></media>",
+            json!({"type": "audio", "src": "a.mp3", "alt": null}),
+        ),
+        (
+            "<media src=\"clip.mp4\"/>",
+            json!({"type": "video", "src": "clip.mp4", "alt": null}),
+        ),
+        (
+            "<media type=\"image\">pics/cat.png</media>",
+            json!({"type": "image", "src": "pics/cat.png", "alt": null}),
+        ),
+        (
+            "<media type=\"image\" src=\"javascript:alert(1)\"/>",
+            json!({"type": "image", "src": null, "alt": null}),
+        ),
+    ];
+    for (input, want) in table {
+        assert_eq!(&payload(input, "media"), want, "{input}");
+    }
+}
+
+#[test]
+fn choice() {
+    let table: &[(&str, Value)] = &[
+        (
+            "<choice>\n  <prompt>请选择源的下一步行动：</prompt>\n  <options>\n    <option id=\"investigate\">调查废墟</option>\n    <option id=\"rest\">休息恢复</option>\n    <option id=\"leave\">离开此地</option>\n  </options>\n</choice>",
+            json!({"prompt": "请选择源的下一步行动：", "options": [
+                {"id": "investigate", "label": "调查废墟"},
+                {"id": "rest", "label": "休息恢复"},
+                {"id": "leave", "label": "离开此地"}]}),
+        ),
+        (
+            "<xx>\nWhat now?\n1. Go north\n2. Rest\n   a while\n3. Leave\n</xx>",
+            json!({"prompt": "What now?", "options": [
+                {"id": "1", "label": "Go north"},
+                {"id": "2", "label": "Rest a while"},
+                {"id": "3", "label": "Leave"}]}),
+        ),
+        (
+            "<choice><prompt>Pick</prompt>\n- red\n- blue\n</choice>",
+            json!({"prompt": "Pick", "options": [{"id": "1", "label": "red"}, {"id": "2", "label": "blue"}]}),
+        ),
+        (
+            "<choice><option>Yes</option><option>No</option></choice>",
+            json!({"prompt": null, "options": [{"id": "1", "label": "Yes"}, {"id": "2", "label": "No"}]}),
+        ),
+        (
+            "<choice>\nA. fight\nB. flee\n</choice>",
+            json!({"prompt": null, "options": [{"id": "A", "label": "fight"}, {"id": "B", "label": "flee"}]}),
+        ),
+    ];
+    for (input, want) in table {
+        assert_eq!(&payload(input, "choice"), want, "{input}");
+    }
+}
+
+#[test]
+fn details() {
+    assert_eq!(
+        payload(
+            "<details>\n  <summary>摘要</summary>\n  用户询问了森林的危险性。\n</details>",
+            "details"
+        ),
+        json!({"summary": "摘要", "body": "用户询问了森林的危险性。"})
+    );
+    assert_eq!(
+        payload("<details>only body</details>", "details"),
+        json!({"summary": null, "body": "only body"})
+    );
+}
+
+#[test]
+fn status_bar() {
+    let p = payload(
+        "<status_bar>\n  <SFW>safe</SFW>\n  <mood>anxious</mood>\n  <location>Dark Forest</location>\n</status_bar>",
+        "status_bar",
+    );
+    assert_eq!(
+        p,
+        json!({"SFW": "safe", "mood": "anxious", "location": "Dark Forest"})
+    );
+    let keys: Vec<&String> = p
+        .as_object()
+        .map(|m| m.keys().collect())
+        .unwrap_or_default();
+    assert_eq!(keys, ["SFW", "mood", "location"], "order kept");
+
+    let nested = payload(
+        "<status_bar><hero><hp max=\"100\">80</hp><buffs><buff>haste</buff><buff>shield</buff></buffs></hero><note>x &amp; y</note></status_bar>",
+        "status_bar",
+    );
+    assert_eq!(
+        nested,
+        json!({"hero": {"hp": {"@max": "100", "#text": "80"}, "buffs": {"buff": ["haste", "shield"]}}, "note": "x & y"})
+    );
+    assert_eq!(
+        payload(
+            "<status_bar>\nHP: 50\n心情：平静\n</status_bar>",
+            "status_bar"
+        ),
+        json!({"HP": "50", "心情": "平静"})
+    );
+}
+
+#[test]
+fn custom_registry_tags() {
+    let registry = Registry::from_toml_str(
+        r#"
+        extends = "filament"
+        [[tag]]
+        name = "status_block"
+        aliases = ["StatusBlock"]
+        body = "structured"
+        [[tag]]
+        name = "scene"
+        body = "json"
+        [[tag]]
+        name = "code_block"
+        body = "raw"
+    "#,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let (p, _) = payload_in(
+        &registry,
+        "<StatusBlock kind=\"rp\"><name>Mana</name>text<stat k=\"v\"/></StatusBlock>",
+        "status_block",
+    );
+    assert_eq!(
+        p,
+        json!({"attrs": {"kind": "rp"}, "children": [
+            {"tag": "name", "attrs": {}, "children": ["Mana"]},
+            "text",
+            {"tag": "stat", "attrs": {"k": "v"}, "children": []}]})
+    );
+    let (p, _) = payload_in(&registry, "<scene id=\"1\">{mood: 'dark'}</scene>", "scene");
+    assert_eq!(p, json!({"attrs": {"id": "1"}, "value": {"mood": "dark"}}));
+    let (p, _) = payload_in(&registry, "<code_block><b>x</b></code_block>", "code_block");
+    assert_eq!(p, json!({"attrs": {}, "text": "<b>x</b>"}));
+}
+
+#[test]
+fn thought_has_no_payload_and_content_is_filtered() {
+    let evs = events(
+        &Registry::filament(),
+        "<thought>I <b>think</b></thought><content>Hi <i>there</i><!-- note --></content>",
+        1,
+    );
+    let els: Vec<_> = evs.iter().filter_map(Event::as_element).collect();
+    assert_eq!(els[0].payload, Value::Null);
+    assert_eq!(
+        els[1].payload,
+        json!({"html": "Hi <i>there</i>", "comments": [" note "]})
+    );
+    assert_eq!(
+        els[1].text, "Hi <i>there</i><!-- note -->",
+        "text stays raw"
+    );
+}
+
+#[test]
+fn truncated_elements_get_an_error_payload() {
+    let mut options = spindle::ParserOptions::default();
+    options.machine.max_element_len = 64;
+    let body = format!("[[\"SET\", \"a\", \"{}\"]]", "x".repeat(200));
+    let input = format!("<content>ok</content><variable_update>{body}</variable_update>");
+    let mut parser = Parser::with_options(std::sync::Arc::new(Registry::filament()), options);
+    let mut evs = parser.feed(input.as_bytes());
+    evs.extend(parser.finish());
+    let el = evs
+        .iter()
+        .filter_map(Event::as_element)
+        .find(|e| &*e.tag == "variable_update");
+    let el = el.unwrap_or_else(|| panic!("no element"));
+    assert!(el.truncated);
+    assert_eq!(el.payload["truncated"], json!(true));
+    assert!(el.payload["error"].is_string());
+    assert!(codes(&evs).iter().any(|c| c == "payload_truncated"));
+    // The text still reaches the UI through the fallback repair.
+    assert!(
+        evs.iter()
+            .any(|e| matches!(e, Event::Repair(r) if r.kind == RepairKind::FallbackToContent))
+    );
+}
+
+#[test]
+fn reasoning_profile_content_is_filtered() {
+    let (p, _) = payload_in(
+        &Registry::reasoning(),
+        "Hmm <script>x</script></think>Answer <b>42</b><img src=x>",
+        "content",
+    );
+    assert_eq!(p, json!({"html": "Answer <b>42</b>", "comments": []}));
+}
+
+#[test]
+fn parser_and_filter_can_move_between_threads() {
+    fn assert_send<T: Send>() {}
+    assert_send::<Parser>();
+    assert_send::<spindle::payload::html::HtmlFilter>();
+    // A parser in the middle of a content element moves to another thread.
+    let mut parser = Parser::new(Registry::filament());
+    let mut evs = parser.feed(b"<content>Hi <b>the");
+    let handle = std::thread::spawn(move || {
+        let mut evs = parser.feed(b"re</b><script>x</script></content>");
+        evs.extend(parser.finish());
+        evs
+    });
+    evs.extend(handle.join().unwrap_or_default());
+    let html = evs
+        .iter()
+        .filter_map(Event::as_element)
+        .map(|e| e.payload["html"].clone())
+        .next();
+    assert_eq!(html, Some(json!("Hi <b>there</b>")));
+}
