@@ -11,6 +11,7 @@ mod parser;
 pub mod payload;
 pub mod registry;
 pub mod scan;
+pub mod sources;
 
 pub use event::Event;
 pub use parser::{Parser, ParserOptions, parse};
