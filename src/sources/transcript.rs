@@ -587,12 +587,18 @@ fn check_choice(events: &[&Event], expected: &str) -> CheckResult {
     if late {
         return CheckResult::Skipped("content arrived after finish_reason (two parses)".into());
     }
-    if elements.iter().all(|el| &*el.tag == "content") {
-        let joined: String = elements.iter().map(|el| el.text.as_str()).collect();
-        if joined == expected {
-            return CheckResult::Equal;
-        }
+    let joined: String = elements.iter().map(|el| el.text.as_str()).collect();
+    if joined == expected && elements.iter().all(|el| &*el.tag == "content") {
+        return CheckResult::Equal;
     }
+    match tiling(pieces, &dropped, expected) {
+        Ok(()) => CheckResult::Tiled,
+        Err(why) => CheckResult::Mismatch(format!("{why}; element texts vs content: {}", first_difference(expected, &joined))),
+    }
+}
+
+/// Whether the pieces cover `expected` exactly (see [`CheckResult::Tiled`]).
+fn tiling(mut pieces: Vec<(usize, usize, Option<&str>)>, dropped: &[(usize, usize)], expected: &str) -> Result<(), String> {
     pieces.sort_by_key(|p| (p.0, std::cmp::Reverse(p.1)));
     let mut at = 0;
     for (start, end, text) in pieces {
@@ -601,14 +607,14 @@ fn check_choice(events: &[&Event], expected: &str) -> CheckResult {
             continue;
         }
         if start != at {
-            return CheckResult::Mismatch(format!(
+            return Err(format!(
                 "bytes {}..{} belong to no element, comment, gap or repair",
                 at.min(start),
                 at.max(start)
             ));
         }
         let Some(slice) = expected.get(start..end) else {
-            return CheckResult::Mismatch(format!(
+            return Err(format!(
                 "span {start}..{end} is outside the content ({} bytes)",
                 expected.len()
             ));
@@ -621,7 +627,7 @@ fn check_choice(events: &[&Event], expected: &str) -> CheckResult {
                 slice.contains(text)
             };
             if !inside {
-                return CheckResult::Mismatch(format!(
+                return Err(format!(
                     "element text {:?} is not inside its span {start}..{end} {:?}",
                     excerpt(text, 60),
                     excerpt(slice, 60)
@@ -631,12 +637,12 @@ fn check_choice(events: &[&Event], expected: &str) -> CheckResult {
         at = end;
     }
     if at != expected.len() {
-        return CheckResult::Mismatch(format!(
+        return Err(format!(
             "bytes {at}..{} belong to no element",
             expected.len()
         ));
     }
-    CheckResult::Tiled
+    Ok(())
 }
 
 /// Checks that the content elements of `streams` (replayed from `bytes`)
