@@ -52,14 +52,16 @@ fn index_of(v: &Value, key: &str) -> Option<u32> {
 
 /// Reads a chunk of another dialect. Returns false when it is none of them.
 pub(super) fn push(stream: &mut ChatStream, chunk: &ChatChunk, out: &mut Vec<SourceEvent>) -> bool {
+    // The whole object, typed fields (`usage`, `error`) included.
+    let whole = || serde_json::to_value(chunk).unwrap_or(Value::Null);
     if chunk.object() == Some("response") && chunk.type_field().is_none() {
-        responses_object(stream, &Value::Object(chunk.extra.clone()), out);
+        responses_object(stream, &whole(), out);
         return true;
     }
     let Some(kind) = chunk.type_field() else {
         return false;
     };
-    let v = Value::Object(chunk.extra.clone());
+    let v = whole();
     match kind {
         "message" => anthropic_message(stream, &v, out),
         "message_start"
