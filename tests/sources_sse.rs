@@ -26,10 +26,18 @@ fn assert_split_invariant(name: &str, input: &[u8], limits: SseLimits) {
     assert_eq!(decode_chunks(&bytes, limits), whole, "{name}: byte by byte");
     for i in 0..=input.len() {
         let (a, b) = input.split_at(i);
-        assert_eq!(decode_chunks(&[a, b], limits), whole, "{name}: split at {i}");
+        assert_eq!(
+            decode_chunks(&[a, b], limits),
+            whole,
+            "{name}: split at {i}"
+        );
         for j in i..=input.len() {
             let (b1, c) = input[i..].split_at(j - i);
-            assert_eq!(decode_chunks(&[a, b1, c], limits), whole, "{name}: split at {i},{j}");
+            assert_eq!(
+                decode_chunks(&[a, b1, c], limits),
+                whole,
+                "{name}: split at {i},{j}"
+            );
         }
     }
 }
@@ -57,12 +65,32 @@ fn cases() -> Vec<(&'static str, &'static [u8], Vec<SseItem>)> {
         item
     };
     vec![
-        ("lf", b"data: a\n\ndata: b\n\n", vec![msg("a", 0), msg("b", 9)]),
-        ("crlf", b"data: a\r\n\r\ndata: b\r\n\r\n", vec![msg("a", 0), msg("b", 11)]),
-        ("lone_cr", b"data: a\r\rdata: b\r\r", vec![msg("a", 0), msg("b", 9)]),
-        ("mixed_line_ends", b"data: a\r\ndata: b\rdata: c\n\r\n", vec![msg("a\nb\nc", 0)]),
+        (
+            "lf",
+            b"data: a\n\ndata: b\n\n",
+            vec![msg("a", 0), msg("b", 9)],
+        ),
+        (
+            "crlf",
+            b"data: a\r\n\r\ndata: b\r\n\r\n",
+            vec![msg("a", 0), msg("b", 11)],
+        ),
+        (
+            "lone_cr",
+            b"data: a\r\rdata: b\r\r",
+            vec![msg("a", 0), msg("b", 9)],
+        ),
+        (
+            "mixed_line_ends",
+            b"data: a\r\ndata: b\rdata: c\n\r\n",
+            vec![msg("a\nb\nc", 0)],
+        ),
         ("cr_then_lf_is_one_end", b"data: a\r\n\n", vec![msg("a", 0)]),
-        ("bom_stripped", b"\xEF\xBB\xBFdata: a\n\n", vec![msg("a", 0)]),
+        (
+            "bom_stripped",
+            b"\xEF\xBB\xBFdata: a\n\n",
+            vec![msg("a", 0)],
+        ),
         (
             "bom_only_once",
             b"\xEF\xBB\xBF\xEF\xBB\xBFdata: a\n\ndata: b\n\n",
@@ -100,19 +128,48 @@ fn cases() -> Vec<(&'static str, &'static [u8], Vec<SseItem>)> {
         ),
         ("no_space", b"data:x\n\n", vec![msg("x", 0)]),
         ("one_space_stripped", b"data:  x\n\n", vec![msg(" x", 0)]),
-        ("multi_line_data", b"data: a\ndata:\ndata: b\n\n", vec![msg("a\n\nb", 0)]),
+        (
+            "multi_line_data",
+            b"data: a\ndata:\ndata: b\n\n",
+            vec![msg("a\n\nb", 0)],
+        ),
         ("field_without_colon", b"data\ndata\n\n", vec![msg("\n", 0)]),
         ("empty_data_dispatched", b"data:\n\n", vec![msg("", 0)]),
-        ("event_type", b"event: error\ndata: x\n\n", vec![ev("error", "x", "", 0)]),
-        ("event_type_resets", b"event: e\ndata: 1\n\ndata: 2\n\n", vec![ev("e", "1", "", 0), msg("2", 18)]),
-        ("id_persists", b"id: 7\ndata: a\n\ndata: b\n\n", vec![ev("message", "a", "7", 0), ev("message", "b", "7", 15)]),
-        ("id_with_nul_ignored", b"id: 1\ndata: a\n\nid: x\0y\ndata: b\n\n", vec![
-            ev("message", "a", "1", 0),
-            ev("message", "b", "1", 15),
-        ]),
-        ("retry_digits", b"retry: 1500\ndata: a\n\n", vec![with_retry(msg("a", 0), 1500)]),
-        ("retry_not_digits", b"retry: 1s\ndata: a\n\n", vec![msg("a", 0)]),
-        ("no_data_not_dispatched", b"event: x\nid: 3\n\ndata: a\n\n", vec![ev("message", "a", "3", 16)]),
+        (
+            "event_type",
+            b"event: error\ndata: x\n\n",
+            vec![ev("error", "x", "", 0)],
+        ),
+        (
+            "event_type_resets",
+            b"event: e\ndata: 1\n\ndata: 2\n\n",
+            vec![ev("e", "1", "", 0), msg("2", 18)],
+        ),
+        (
+            "id_persists",
+            b"id: 7\ndata: a\n\ndata: b\n\n",
+            vec![ev("message", "a", "7", 0), ev("message", "b", "7", 15)],
+        ),
+        (
+            "id_with_nul_ignored",
+            b"id: 1\ndata: a\n\nid: x\0y\ndata: b\n\n",
+            vec![ev("message", "a", "1", 0), ev("message", "b", "1", 15)],
+        ),
+        (
+            "retry_digits",
+            b"retry: 1500\ndata: a\n\n",
+            vec![with_retry(msg("a", 0), 1500)],
+        ),
+        (
+            "retry_not_digits",
+            b"retry: 1s\ndata: a\n\n",
+            vec![msg("a", 0)],
+        ),
+        (
+            "no_data_not_dispatched",
+            b"event: x\nid: 3\n\ndata: a\n\n",
+            vec![ev("message", "a", "3", 16)],
+        ),
         ("blank_lines_alone", b"\n\n\r\n\r\r", vec![]),
         (
             "unknown_field",
@@ -129,24 +186,54 @@ fn cases() -> Vec<(&'static str, &'static [u8], Vec<SseItem>)> {
                 msg("y", 0),
             ],
         ),
-        ("eof_without_blank_line", b"data: a\n\ndata: b\n", vec![msg("a", 0), SseItem::Unterminated(SseEvent {
-            event: "message".into(),
-            data: "b".into(),
-            id: String::new(),
-            retry: None,
-            at: 9,
-        })]),
-        ("eof_mid_line", b"data: [DONE]", vec![SseItem::Unterminated(SseEvent {
-            event: "message".into(),
-            data: "[DONE]".into(),
-            id: String::new(),
-            retry: None,
-            at: 0,
-        })]),
-        ("eof_after_fields_without_data", b"data: a\n\nevent: x\n", vec![msg("a", 0)]),
-        ("utf8_split_anywhere", "data: 名前→é\n\n".as_bytes(), vec![msg("名前→é", 0)]),
-        ("invalid_utf8_replaced", b"data: a\xFFb\n\n", vec![SseItem::Fault(SseFault::InvalidUtf8 { at: 0 }), msg("a\u{FFFD}b", 0)]),
-        ("colon_in_value", b"data: {\"a\":\"b:c\"}\n\n", vec![msg("{\"a\":\"b:c\"}", 0)]),
+        (
+            "eof_without_blank_line",
+            b"data: a\n\ndata: b\n",
+            vec![
+                msg("a", 0),
+                SseItem::Unterminated(SseEvent {
+                    event: "message".into(),
+                    data: "b".into(),
+                    id: String::new(),
+                    retry: None,
+                    at: 9,
+                }),
+            ],
+        ),
+        (
+            "eof_mid_line",
+            b"data: [DONE]",
+            vec![SseItem::Unterminated(SseEvent {
+                event: "message".into(),
+                data: "[DONE]".into(),
+                id: String::new(),
+                retry: None,
+                at: 0,
+            })],
+        ),
+        (
+            "eof_after_fields_without_data",
+            b"data: a\n\nevent: x\n",
+            vec![msg("a", 0)],
+        ),
+        (
+            "utf8_split_anywhere",
+            "data: 名前→é\n\n".as_bytes(),
+            vec![msg("名前→é", 0)],
+        ),
+        (
+            "invalid_utf8_replaced",
+            b"data: a\xFFb\n\n",
+            vec![
+                SseItem::Fault(SseFault::InvalidUtf8 { at: 0 }),
+                msg("a\u{FFFD}b", 0),
+            ],
+        ),
+        (
+            "colon_in_value",
+            b"data: {\"a\":\"b:c\"}\n\n",
+            vec![msg("{\"a\":\"b:c\"}", 0)],
+        ),
     ]
 }
 
@@ -196,7 +283,13 @@ fn line_too_long_drops_its_event_and_resyncs() {
 fn long_comment_line_does_not_drop_the_event() {
     let input = b"data: a\n: a very long keep-alive comment\ndata: b\n\n";
     let got = decode_chunks(&[input], SMALL);
-    assert_eq!(got, vec![SseItem::Fault(SseFault::LineTooLong { at: 8, limit: 16 }), msg("a\nb", 0)]);
+    assert_eq!(
+        got,
+        vec![
+            SseItem::Fault(SseFault::LineTooLong { at: 8, limit: 16 }),
+            msg("a\nb", 0)
+        ]
+    );
     assert_split_invariant("long_comment", input, SMALL);
 }
 
@@ -206,7 +299,10 @@ fn event_too_large_is_dropped_and_the_next_one_read() {
     let got = decode_chunks(&[input], SMALL);
     assert_eq!(
         got,
-        vec![SseItem::Fault(SseFault::EventTooLarge { at: 0, limit: 24 }), msg("ok", 45)]
+        vec![
+            SseItem::Fault(SseFault::EventTooLarge { at: 0, limit: 24 }),
+            msg("ok", 45)
+        ]
     );
     assert_split_invariant("event_too_large", input, SMALL);
 }
@@ -228,10 +324,19 @@ fn ten_megabyte_line_keeps_memory_bounded() {
     }
     d.feed_into(b"\n\ndata: after\n\n", &mut out);
     d.finish_into(&mut out);
-    assert!(peak <= 2 * 1024 * 1024, "held {peak} bytes for a 10 MB line");
+    assert!(
+        peak <= 2 * 1024 * 1024,
+        "held {peak} bytes for a 10 MB line"
+    );
     assert_eq!(
         out,
-        vec![SseItem::Fault(SseFault::LineTooLong { at: 0, limit: 1024 * 1024 }), msg("after", 10 * 1024 * 1024 + 8)]
+        vec![
+            SseItem::Fault(SseFault::LineTooLong {
+                at: 0,
+                limit: 1024 * 1024
+            }),
+            msg("after", 10 * 1024 * 1024 + 8)
+        ]
     );
 }
 
@@ -252,7 +357,11 @@ fn oracle(input: &[u8]) -> Vec<SseItem> {
             }
             b'\r' => {
                 lines.push((start, &input[start..i], true));
-                i += if input.get(i + 1) == Some(&b'\n') { 2 } else { 1 };
+                i += if input.get(i + 1) == Some(&b'\n') {
+                    2
+                } else {
+                    1
+                };
                 start = i;
             }
             _ => i += 1,
@@ -278,7 +387,11 @@ fn oracle(input: &[u8]) -> Vec<SseItem> {
             if !data.is_empty() {
                 data.pop();
                 out.push(SseItem::Event(SseEvent {
-                    event: if kind.is_empty() { "message".into() } else { kind.clone() },
+                    event: if kind.is_empty() {
+                        "message".into()
+                    } else {
+                        kind.clone()
+                    },
                     data: std::mem::take(&mut data),
                     id: last_id.clone(),
                     retry,
@@ -300,7 +413,10 @@ fn oracle(input: &[u8]) -> Vec<SseItem> {
         let (field, value): (&[u8], &[u8]) = match line.iter().position(|&b| b == b':') {
             Some(c) => {
                 let v = &line[c + 1..];
-                (&line[..c], if v.first() == Some(&b' ') { &v[1..] } else { v })
+                (
+                    &line[..c],
+                    if v.first() == Some(&b' ') { &v[1..] } else { v },
+                )
             }
             None => (line, b""),
         };
@@ -327,7 +443,11 @@ fn oracle(input: &[u8]) -> Vec<SseItem> {
     if !data.is_empty() {
         data.pop();
         out.push(SseItem::Unterminated(SseEvent {
-            event: if kind.is_empty() { "message".into() } else { kind },
+            event: if kind.is_empty() {
+                "message".into()
+            } else {
+                kind
+            },
             data,
             id: last_id,
             retry,

@@ -1357,6 +1357,17 @@ impl ChatStream {
             Some(why) if self.choices.is_empty() => {
                 out.push(SourceEvent::Truncated { choice: None, why })
             }
+            // A chunk transcript that never showed a choice nor its
+            // dialect's end event ended before anything was finished.
+            None if self.choices.is_empty()
+                && framing == Framing::Chunks
+                && !self.dialect.ended_cleanly() =>
+            {
+                out.push(SourceEvent::Truncated {
+                    choice: None,
+                    why: Truncation::NoFinishReason,
+                })
+            }
             Some(why) => {
                 for c in &self.choices {
                     out.push(SourceEvent::Truncated {
