@@ -281,13 +281,7 @@ impl Stream for EventStream {
                     this.feed(&bytes);
                 }
                 Poll::Ready(Some(Err(e))) => {
-                    let mut message = e.to_string();
-                    let mut source = e.source();
-                    while let Some(cause) = source {
-                        message.push_str(": ");
-                        message.push_str(&cause.to_string());
-                        source = cause.source();
-                    }
+                    let message = super::client::chain(&*e);
                     this.finish(Some(format!("reading the response body failed: {message}")));
                 }
                 Poll::Ready(None) => this.finish(None),
