@@ -726,8 +726,10 @@ fn invalid_json_chunk_is_reported_and_skipped() {
 
 #[test]
 fn chunk_lines_framing_judges_by_finish_reason() {
-    let mut options = StreamOptions::default();
-    options.framing = Framing::Chunks;
+    let options = StreamOptions {
+        framing: Framing::Chunks,
+        ..StreamOptions::default()
+    };
     let events = run_with(
         options.clone(),
         &strs(&[chunk(0, json!({"content": "a"})), finish(0, "stop")]),
@@ -800,8 +802,10 @@ fn non_streamed_response() {
         }}],
         "usage": {"total_tokens": 9}
     });
-    let mut options = StreamOptions::default();
-    options.framing = Framing::Response;
+    let options = StreamOptions {
+        framing: Framing::Response,
+        ..StreamOptions::default()
+    };
     let events = run_with(options, &[&response.to_string()]);
     assert_eq!(
         elements(&events),
@@ -920,8 +924,10 @@ fn unknown_chunk_shapes_are_reported() {
 
 #[test]
 fn choice_limit_is_enforced() {
-    let mut options = StreamOptions::default();
-    options.max_choices = 2;
+    let options = StreamOptions {
+        max_choices: 2,
+        ..StreamOptions::default()
+    };
     let data = [
         chunk(0, json!({"content": "a"})),
         chunk(1, json!({"content": "b"})),
@@ -994,10 +1000,12 @@ fn rewrites_match_the_parser_on_the_whole_content() {
         body.push_str(&format!("data: {}\n\n", chunk(0, json!({"content": p}))));
     }
     body.push_str(&format!("data: {}\n\ndata: [DONE]\n\n", finish(0, "stop")));
-    let mut options = StreamOptions::default();
-    options.parser = ParserOptions {
-        rewrite: true,
-        ..ParserOptions::default()
+    let options = StreamOptions {
+        parser: ParserOptions {
+            rewrite: true,
+            ..ParserOptions::default()
+        },
+        ..StreamOptions::default()
     };
     let mut tap = StreamTap::new(options);
     let mut frames = Vec::new();

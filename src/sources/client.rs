@@ -91,9 +91,10 @@ impl ClientError {
         match self {
             ClientError::InvalidRequest(_) => ErrorSide::Local,
             ClientError::Connect { source, .. } if source.is_builder() => ErrorSide::Local,
-            ClientError::Status { status, .. } if matches!(status, 400 | 401 | 403 | 404 | 422) => {
-                ErrorSide::Local
-            }
+            ClientError::Status {
+                status: 400 | 401 | 403 | 404 | 422,
+                ..
+            } => ErrorSide::Local,
             _ => ErrorSide::Upstream,
         }
     }

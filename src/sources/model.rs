@@ -535,19 +535,19 @@ impl ToolCalls {
             }
             None
         };
-        if let Some(note) = repeat_note {
-            if !call.noted_repeat {
-                call.noted_repeat = true;
-                let mut d = diagnostic(
-                    Level::Info,
-                    "tool_call_repeated",
-                    format!("the server {note}"),
-                    Some(self.offset),
-                );
-                d.tag = Some(shared.tags.tool_call.clone());
-                d.element = Some(call.element);
-                out.push(Channel::ToolCalls, Event::Diagnostic(d));
-            }
+        if let Some(note) = repeat_note
+            && !call.noted_repeat
+        {
+            call.noted_repeat = true;
+            let mut d = diagnostic(
+                Level::Info,
+                "tool_call_repeated",
+                format!("the server {note}"),
+                Some(self.offset),
+            );
+            d.tag = Some(shared.tags.tool_call.clone());
+            d.element = Some(call.element);
+            out.push(Channel::ToolCalls, Event::Diagnostic(d));
         }
     }
 
@@ -632,16 +632,16 @@ fn parse_arguments(raw: &str, truncated: bool) -> (Value, Vec<Diagnostic>) {
         Ok(v) => return (v, Vec::new()),
         Err(e) => e,
     };
-    if let Ok(fixed) = jsonrepair_rs::jsonrepair(raw) {
-        if let Ok(v) = serde_json::from_str::<Value>(&fixed) {
-            let d = diagnostic(
-                Level::Warning,
-                "arguments_repaired",
-                format!("tool_call arguments are not valid JSON ({strict_error}); read leniently"),
-                None,
-            );
-            return (v, vec![d]);
-        }
+    if let Ok(fixed) = jsonrepair_rs::jsonrepair(raw)
+        && let Ok(v) = serde_json::from_str::<Value>(&fixed)
+    {
+        let d = diagnostic(
+            Level::Warning,
+            "arguments_repaired",
+            format!("tool_call arguments are not valid JSON ({strict_error}); read leniently"),
+            None,
+        );
+        return (v, vec![d]);
     }
     let d = diagnostic(
         Level::Error,
@@ -1146,13 +1146,13 @@ impl ChatStream {
             }
             return;
         }
-        if let Some(results) = chunk.prompt_filter_results.as_option() {
-            if filter_flagged(results, 0) {
-                out.push(SourceEvent::ContentFilter {
-                    choice: None,
-                    results: results.clone(),
-                });
-            }
+        if let Some(results) = chunk.prompt_filter_results.as_option()
+            && filter_flagged(results, 0)
+        {
+            out.push(SourceEvent::ContentFilter {
+                choice: None,
+                results: results.clone(),
+            });
         }
         for choice in chunk.choice_list() {
             self.push_choice(choice, out);
@@ -1229,21 +1229,21 @@ impl ChatStream {
         if let Some(delta) = choice.delta.as_option() {
             state.delta(shared, delta, &mut o);
         }
-        if let Some(message) = choice.message.as_option() {
-            if framing == Framing::Response || choice.delta.as_option().is_none() {
-                state.delta(shared, message, &mut o);
-            }
+        if let Some(message) = choice.message.as_option()
+            && (framing == Framing::Response || choice.delta.as_option().is_none())
+        {
+            state.delta(shared, message, &mut o);
         }
         if let Some(text) = choice.text.as_option() {
             state.content(shared, text, &mut o);
         }
-        if let Some(results) = choice.content_filter_results.as_option() {
-            if filter_flagged(results, 0) {
-                o.events.push(SourceEvent::ContentFilter {
-                    choice: Some(index),
-                    results: results.clone(),
-                });
-            }
+        if let Some(results) = choice.content_filter_results.as_option()
+            && filter_flagged(results, 0)
+        {
+            o.events.push(SourceEvent::ContentFilter {
+                choice: Some(index),
+                results: results.clone(),
+            });
         }
         if let Some(reason) = choice.finish_reason.as_option().filter(|r| !r.is_empty()) {
             state.finish(shared, Some(FinishReason::parse(reason)), &mut o);

@@ -492,13 +492,13 @@ fn expected(kind: TranscriptKind, bytes: &[u8]) -> Result<Expected, String> {
             let mut out = Vec::new();
             for (n, line) in text.split('\n').enumerate() {
                 let line = line.strip_suffix('\r').unwrap_or(line);
-                if let Ok(Value::Object(r)) = serde_json::from_str::<Value>(line) {
-                    if let Some(Value::String(body)) = r.get("text") {
-                        out.push((
-                            Some(format!("L{}", n + 1)),
-                            BTreeMap::from([(0, body.clone())]),
-                        ));
-                    }
+                if let Ok(Value::Object(r)) = serde_json::from_str::<Value>(line)
+                    && let Some(Value::String(body)) = r.get("text")
+                {
+                    out.push((
+                        Some(format!("L{}", n + 1)),
+                        BTreeMap::from([(0, body.clone())]),
+                    ));
                 }
             }
             Ok(out)
