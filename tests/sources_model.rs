@@ -1039,6 +1039,36 @@ fn rewrites_match_the_parser_on_the_whole_content() {
         frames.iter().any(|f| f.chunk.is_some()),
         "frames carry their parsed chunk"
     );
+
+    // Re-serialised chunks carry the corrected content and keep the rest.
+    let mut from_chunks = String::new();
+    for f in &frames {
+        let Some(rewritten) = f.rewritten_chunk() else {
+            continue;
+        };
+        assert_eq!(rewritten.id(), Some("c"));
+        assert_eq!(rewritten.object(), Some("chat.completion.chunk"));
+        let original = f.chunk.as_ref().map(|c| c.choice_list().len()).unwrap_or(0);
+        assert_eq!(
+            rewritten.choice_list().len(),
+            original,
+            "no choice added or lost"
+        );
+        for choice in rewritten.choice_list() {
+            if let Some(text) = choice
+                .delta
+                .as_option()
+                .and_then(|d| d.content.as_option())
+                .and_then(|c| c.as_text())
+            {
+                from_chunks.push_str(text);
+            }
+        }
+    }
+    for (_, text) in &end.rewrites {
+        from_chunks.push_str(text);
+    }
+    assert_eq!(from_chunks, joined);
 }
 
 /// Any split of an SSE body into reads gives the same events.

@@ -24,7 +24,7 @@
 //! assert!(!events.iter().any(|e| matches!(e, SourceEvent::Truncated { .. })));
 //! ```
 
-use super::chunk::ChatChunk;
+use super::chunk::{ChatChunk, Choice, Content, Delta, Nullable};
 use super::events::SourceEvent;
 use super::model::{ChatStream, StreamOptions};
 use super::sse::{SseDecoder, SseFault, SseItem};
@@ -42,6 +42,78 @@ pub struct TapFrame {
     /// Corrected content that became final with this item, per choice (only
     /// with `ParserOptions::rewrite`).
     pub rewrites: Vec<(u32, String)>,
+}
+
+impl TapFrame {
+    /// The frame's chunk with its content replaced by the corrected
+    /// content, for a rewriting proxy to serialise instead of the original.
+    ///
+    /// Every choice of the chunk that carried string (or `null`) content
+    /// gets its corrected text, `""` when nothing became final yet (the
+    /// parser holds an unfinished tag back). A choice whose corrected text
+    /// became final without content in this chunk (the synthetic closes at
+    /// its `finish_reason`) gets it as `delta.content` of this chunk, which
+    /// clients read before the finish reason. Everything else (ids, model,
+    /// usage, reasoning, tool calls, unknown fields) is kept as it came.
+    /// `None` when the frame has no chunk.
+    pub fn rewritten_chunk(&self) -> Option<ChatChunk> {
+        let mut chunk = self.chunk.clone()?;
+        let text_of = |index: u32| {
+            self.rewrites
+                .iter()
+                .filter(|(c, _)| *c == index)
+                .map(|(_, t)| t.as_str())
+                .collect::<String>()
+        };
+        let mut placed = Vec::new();
+        if let Some(choices) = chunk.choices.as_mut_option() {
+            for choice in choices.iter_mut() {
+                let index = choice.index.as_option().copied().unwrap_or(0);
+                let Some(delta) = choice.delta.as_mut_option() else {
+                    continue;
+                };
+                let text = text_of(index);
+                placed.push(index);
+                match &mut delta.content {
+                    Nullable::Absent | Nullable::Null if text.is_empty() => {}
+                    Nullable::Absent | Nullable::Null | Nullable::Value(Content::Text(_)) => {
+                        delta.content = Nullable::Value(Content::Text(text));
+                    }
+                    Nullable::Value(Content::Parts(parts)) => {
+                        // Keep the parts that are not answer text (thinking).
+                        parts.retain(|p| {
+                            !matches!(
+                                p.get("type").and_then(|t| t.as_str()),
+                                Some("text" | "output_text")
+                            )
+                        });
+                        if !text.is_empty() {
+                            parts.push(serde_json::json!({"type": "text", "text": text}));
+                        }
+                    }
+                }
+            }
+        }
+        for (index, text) in &self.rewrites {
+            if placed.contains(index) || text.is_empty() {
+                continue;
+            }
+            let choice = Choice {
+                index: Nullable::Value(*index),
+                delta: Nullable::Value(Delta {
+                    content: Nullable::Value(Content::Text(text_of(*index))),
+                    ..Delta::default()
+                }),
+                ..Choice::default()
+            };
+            match chunk.choices.as_mut_option() {
+                Some(choices) => choices.push(choice),
+                None => chunk.choices = Nullable::Value(vec![choice]),
+            }
+            placed.push(*index);
+        }
+        Some(chunk)
+    }
 }
 
 /// What is left at the end of a stream (see [`StreamTap::finish_frames`]).
@@ -142,6 +214,13 @@ impl StreamTap {
     /// the stream will end truncated.
     pub fn transport_error(&mut self, message: &str, out: &mut Vec<SourceEvent>) {
         self.stream.push_transport_error(message, out);
+    }
+
+    /// Takes the corrected content that became final, per choice (with
+    /// `ParserOptions::rewrite`; [`StreamTap::feed_frames`] does this for
+    /// every frame, callers of [`StreamTap::feed`] must, or it piles up).
+    pub fn take_rewrites(&mut self) -> Vec<(u32, String)> {
+        self.stream.take_rewrites()
     }
 
     /// The stream model (statistics, options).
