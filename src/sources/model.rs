@@ -7,57 +7,7 @@
 //! from native tool-call fragments, finish reasons, usage, in-band errors,
 //! `[DONE]` and truncation. It does no I/O and knows nothing of SSE framing
 //! ([`super::sse`]) or HTTP ([`super::stream`], [`super::client`]).
-//!
-//! # Channels and ids
-//!
-//! Each choice has four channels ([`Channel`]). Content goes through the
-//! Filament machine (so `<think>` inside content, inline tags and repairs
-//! work as in `spindle parse`); the other channels are plain text or JSON
-//! and become one element per run. Element ids are unique within a choice
-//! across channels; `at` and `span` count bytes of the event's channel.
-//!
-//! # Tool calls
-//!
-//! Servers send tool calls in several shapes, all handled:
-//!
-//! | shape | seen from | how it is read |
-//! |---|---|---|
-//! | `id` and `name` on the first fragment, then argument pieces | OpenAI | pieces appended by `index` |
-//! | `id` repeated on every fragment | Novita, Groq | same id = same call |
-//! | repeated whole call, or growing snapshots | some OpenRouter routes | a repeat is dropped, a snapshot replaces (with a `diagnostic`) |
-//! | no `index`, one `id` per call, several calls in one delta | Mistral, Ollama | a new id starts a new call |
-//! | whole call in one chunk | xAI, Kimi, GLM | one fragment |
-//! | `arguments` as a JSON object | some gateways | written out as JSON text |
-//!
-//! A call is complete, and its `element` emitted, when the next call
-//! starts, when the choice finishes, or at the end of the stream.
-//! `arguments` are parsed strictly, then leniently (jsonrepair, reported by
-//! a `diagnostic`), else left `null` with an error `diagnostic`; the raw
-//! text is always the element's `text`.
-//!
-//! # Example
-//!
-//! ```
-//! use spindle::sources::{ChatStream, SourceEvent, StreamOptions};
-//!
-//! let mut stream = ChatStream::new(StreamOptions::default());
-//! let mut events = Vec::new();
-//! for data in [
-//!     r#"{"choices":[{"index":0,"delta":{"reasoning_content":"Sum."}}]}"#,
-//!     r#"{"choices":[{"index":0,"delta":{"content":"4"}}]}"#,
-//!     r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
-//!     "[DONE]",
-//! ] {
-//!     stream.push_data("message", data, 0, &mut events);
-//! }
-//! stream.finish_into(&mut events);
-//! let elements: Vec<(&str, &str)> = events
-//!     .iter()
-//!     .filter_map(SourceEvent::as_element)
-//!     .map(|e| (&*e.tag, e.text.as_str()))
-//!     .collect();
-//! assert_eq!(elements, [("thought", "Sum."), ("content", "4")]);
-//! ```
+//! The rules are documented on [`ChatStream`].
 
 use super::chunk::{ChatChunk, Choice, Content, Delta, FunctionDelta, ToolCallDelta};
 use super::events::{Channel, ChoiceEvent, ErrorOrigin, FinishReason, SourceEvent, Truncation};
@@ -943,6 +893,57 @@ pub struct StreamStats {
 ///
 /// Synchronous and I/O-free, like [`Parser`]; [`super::StreamTap`] adds SSE
 /// decoding, [`super::EventStream`] an async byte stream.
+///
+/// # Channels and ids
+///
+/// Each choice has four channels ([`Channel`]). Content goes through the
+/// Filament machine (so `<think>` inside content, inline tags and repairs
+/// work as in `spindle parse`); the other channels are plain text or JSON
+/// and become one element per run. Element ids are unique within a choice
+/// across channels; `at` and `span` count bytes of the event's channel.
+///
+/// # Tool calls
+///
+/// Servers send tool calls in several shapes, all handled:
+///
+/// | shape | seen from | how it is read |
+/// |---|---|---|
+/// | `id` and `name` on the first fragment, then argument pieces | OpenAI | pieces appended by `index` |
+/// | `id` repeated on every fragment | Novita, Groq | same id = same call |
+/// | repeated whole call, or growing snapshots | some OpenRouter routes | a repeat is dropped, a snapshot replaces (with a `diagnostic`) |
+/// | no `index`, one `id` per call, several calls in one delta | Mistral, Ollama | a new id starts a new call |
+/// | whole call in one chunk | xAI, Kimi, GLM | one fragment |
+/// | `arguments` as a JSON object | some gateways | written out as JSON text |
+///
+/// A call is complete, and its `element` emitted, when the next call
+/// starts, when the choice finishes, or at the end of the stream.
+/// `arguments` are parsed strictly, then leniently (jsonrepair, reported by
+/// a `diagnostic`), else left `null` with an error `diagnostic`; the raw
+/// text is always the element's `text`.
+///
+/// # Example
+///
+/// ```
+/// use spindle::sources::{ChatStream, SourceEvent, StreamOptions};
+///
+/// let mut stream = ChatStream::new(StreamOptions::default());
+/// let mut events = Vec::new();
+/// for data in [
+///     r#"{"choices":[{"index":0,"delta":{"reasoning_content":"Sum."}}]}"#,
+///     r#"{"choices":[{"index":0,"delta":{"content":"4"}}]}"#,
+///     r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+///     "[DONE]",
+/// ] {
+///     stream.push_data("message", data, 0, &mut events);
+/// }
+/// stream.finish_into(&mut events);
+/// let elements: Vec<(&str, &str)> = events
+///     .iter()
+///     .filter_map(SourceEvent::as_element)
+///     .map(|e| (&*e.tag, e.text.as_str()))
+///     .collect();
+/// assert_eq!(elements, [("thought", "Sum."), ("content", "4")]);
+/// ```
 #[derive(Debug)]
 pub struct ChatStream {
     shared: Shared,
