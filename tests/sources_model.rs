@@ -1096,3 +1096,18 @@ fn tap_is_split_invariant() {
         assert_eq!(out, whole, "split at {i}");
     }
 }
+
+#[test]
+fn fields_of_unexpected_types_are_coerced_and_reported() {
+    let odd = r#"{"choices":[{"index":"1","delta":{"content":5,"tool_calls":{"index":0,"id":7,"function":{"name":"f","arguments":"{}"}}},"finish_reason":null}]}"#;
+    let events = run(&[odd, "[DONE]"]);
+    assert!(diagnostics(&events).contains(&"chunk_fields_coerced".to_string()));
+    assert_eq!(
+        elements(&events),
+        [
+            (1, Channel::Content, "content".into(), "5".into()),
+            (1, Channel::ToolCalls, "tool_call".into(), "{}".into()),
+        ]
+    );
+    assert_eq!(payloads(&events, "tool_call")[0]["id"], json!("7"));
+}

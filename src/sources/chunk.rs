@@ -249,3 +249,191 @@ pub struct FunctionDelta {
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
+
+/// Reads a chunk whose interpreted fields have unexpected types (an `index`
+/// sent as `"0"`, a numeric tool-call `id`, a `content` number, a
+/// `tool_calls` object instead of a list): each such field is converted
+/// when its meaning is clear, dropped otherwise, and every change is
+/// listed. `None` when the value is not an object.
+pub(crate) fn coerce_chunk(mut value: Value) -> (Option<ChatChunk>, Vec<String>) {
+    let mut notes = Vec::new();
+    let Value::Object(top) = &mut value else {
+        return (None, notes);
+    };
+    if let Some(choices) = top.get_mut("choices") {
+        match choices {
+            Value::Null => {}
+            Value::Array(items) => {
+                let before = items.len();
+                items.retain(Value::is_object);
+                if items.len() != before {
+                    notes.push("dropped choices that are not objects".into());
+                }
+                for (i, choice) in items.iter_mut().enumerate() {
+                    if let Value::Object(c) = choice {
+                        coerce_choice(c, i, &mut notes);
+                    }
+                }
+            }
+            Value::Object(_) => {
+                notes.push("`choices` was an object; read as a list of one".into());
+                let one = choices.take();
+                *choices = Value::Array(vec![one]);
+                if let Some(Value::Object(c)) = choices.as_array_mut().and_then(|a| a.first_mut()) {
+                    coerce_choice(c, 0, &mut notes);
+                }
+            }
+            other => {
+                notes.push(format!("dropped `choices` of type {}", kind(other)));
+                top.remove("choices");
+            }
+        }
+    }
+    match serde_json::from_value::<ChatChunk>(value) {
+        Ok(chunk) => (Some(chunk), notes),
+        Err(e) => {
+            notes.push(format!("still unreadable: {e}"));
+            (None, notes)
+        }
+    }
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// An index as a `u32`, from a number or a string of digits.
+fn coerce_index(map: &mut Map<String, Value>, path: &str, notes: &mut Vec<String>) {
+    let Some(v) = map.get("index") else { return };
+    if v.is_null() || v.as_u64().is_some_and(|n| n <= u64::from(u32::MAX)) {
+        return;
+    }
+    let parsed = v.as_str().and_then(|s| s.trim().parse::<u32>().ok());
+    match parsed {
+        Some(n) => {
+            notes.push(format!("{path}.index was {v}; read as {n}"));
+            map.insert("index".into(), Value::from(n));
+        }
+        None => {
+            notes.push(format!("dropped {path}.index {v}"));
+            map.remove("index");
+        }
+    }
+}
+
+/// A text field: numbers and booleans become their text, other types are
+/// dropped.
+fn coerce_text(map: &mut Map<String, Value>, key: &str, path: &str, notes: &mut Vec<String>) {
+    let Some(v) = map.get(key) else { return };
+    match v {
+        Value::Null | Value::String(_) => {}
+        Value::Number(_) | Value::Bool(_) => {
+            notes.push(format!("{path}.{key} was a {}; read as text", kind(v)));
+            let text = v.to_string();
+            map.insert(key.into(), Value::String(text));
+        }
+        other => {
+            notes.push(format!("dropped {path}.{key} of type {}", kind(other)));
+            map.remove(key);
+        }
+    }
+}
+
+fn coerce_choice(c: &mut Map<String, Value>, i: usize, notes: &mut Vec<String>) {
+    let path = format!("choices[{i}]");
+    coerce_index(c, &path, notes);
+    coerce_text(c, "text", &path, notes);
+    if let Some(v) = c.get("finish_reason") {
+        if !v.is_null() && !v.is_string() {
+            notes.push(format!(
+                "{path}.finish_reason was a {}; read as its JSON text",
+                kind(v)
+            ));
+            let text = v.to_string();
+            c.insert("finish_reason".into(), Value::String(text));
+        }
+    }
+    for key in ["delta", "message"] {
+        match c.get_mut(key) {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(d)) => coerce_delta(d, &format!("{path}.{key}"), notes),
+            Some(other) => {
+                notes.push(format!("dropped {path}.{key} of type {}", kind(other)));
+                c.remove(key);
+            }
+        }
+    }
+}
+
+fn coerce_delta(d: &mut Map<String, Value>, path: &str, notes: &mut Vec<String>) {
+    match d.get("content") {
+        None | Some(Value::Null | Value::String(_) | Value::Array(_)) => {}
+        Some(_) => coerce_text(d, "content", path, notes),
+    }
+    for key in ["reasoning_content", "reasoning", "refusal"] {
+        coerce_text(d, key, path, notes);
+    }
+    if let Some(calls) = d.get_mut("tool_calls") {
+        match calls {
+            Value::Null => {}
+            Value::Array(items) => {
+                items.retain(Value::is_object);
+                for (i, call) in items.iter_mut().enumerate() {
+                    if let Value::Object(call) = call {
+                        coerce_call(call, &format!("{path}.tool_calls[{i}]"), notes);
+                    }
+                }
+            }
+            Value::Object(_) => {
+                notes.push(format!(
+                    "{path}.tool_calls was an object; read as a list of one"
+                ));
+                let one = calls.take();
+                *calls = Value::Array(vec![one]);
+                if let Some(Value::Object(call)) = calls.as_array_mut().and_then(|a| a.first_mut())
+                {
+                    coerce_call(call, &format!("{path}.tool_calls[0]"), notes);
+                }
+            }
+            other => {
+                notes.push(format!("dropped {path}.tool_calls of type {}", kind(other)));
+                d.remove("tool_calls");
+            }
+        }
+    }
+    match d.get_mut("function_call") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(f)) => coerce_function(f, &format!("{path}.function_call"), notes),
+        Some(other) => {
+            notes.push(format!(
+                "dropped {path}.function_call of type {}",
+                kind(other)
+            ));
+            d.remove("function_call");
+        }
+    }
+}
+
+fn coerce_call(call: &mut Map<String, Value>, path: &str, notes: &mut Vec<String>) {
+    coerce_index(call, path, notes);
+    coerce_text(call, "id", path, notes);
+    match call.get_mut("function") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(f)) => coerce_function(f, &format!("{path}.function"), notes),
+        Some(other) => {
+            notes.push(format!("dropped {path}.function of type {}", kind(other)));
+            call.remove("function");
+        }
+    }
+}
+
+fn coerce_function(f: &mut Map<String, Value>, path: &str, notes: &mut Vec<String>) {
+    coerce_text(f, "name", path, notes);
+}
