@@ -76,6 +76,10 @@ impl StreamOptions {
     }
 }
 
+/// Most whitespace held before a choice's first content (see
+/// `ChoiceState::content`).
+const MAX_HELD_SPACE: usize = 64 * 1024;
+
 /// Tag names of the elements this module builds itself.
 #[derive(Debug)]
 struct Tags {
@@ -618,6 +622,8 @@ struct ChoiceState {
     noted_late: bool,
     noted_parts: Vec<String>,
     rewrite: Vec<u8>,
+    /// Whitespace-only content not yet given to a parser.
+    held_space: String,
 }
 
 impl ChoiceState {
@@ -634,6 +640,7 @@ impl ChoiceState {
             noted_late: false,
             noted_parts: Vec::new(),
             rewrite: Vec::new(),
+            held_space: String::new(),
         }
     }
 
@@ -658,9 +665,28 @@ impl ChoiceState {
         if text.is_empty() {
             return;
         }
+        // Whitespace before any content (a space before tool calls, blank
+        // lines before a JSON answer) is held: it opens nothing, and a
+        // choice whose content is only whitespace reports it as a gap.
+        if self.content.is_none()
+            && !self.finished
+            && self.held_space.len() + text.len() <= MAX_HELD_SPACE
+            && text.bytes().all(|b| b.is_ascii_whitespace())
+        {
+            self.held_space.push_str(text);
+            return;
+        }
         self.wake(out);
         self.reasoning.close(&shared.tags.thought, out);
         self.refusal.close(&shared.tags.refusal, out);
+        if !self.held_space.is_empty() {
+            let held = std::mem::take(&mut self.held_space);
+            self.feed_content(shared, &held, out);
+        }
+        self.feed_content(shared, text, out);
+    }
+
+    fn feed_content(&mut self, shared: &Shared, text: &str, out: &mut Out<'_>) {
         let channel = self.content.get_or_insert_with(|| ContentChannel {
             parser: Parser::with_options(shared.options.registry.clone(), shared.options.parser),
             ids: Vec::new(),
@@ -800,6 +826,17 @@ impl ChoiceState {
     fn finish(&mut self, shared: &Shared, reason: Option<FinishReason>, out: &mut Out<'_>) {
         self.reasoning.close(&shared.tags.thought, out);
         self.refusal.close(&shared.tags.refusal, out);
+        if !self.held_space.is_empty() && self.content.is_none() {
+            let held = std::mem::take(&mut self.held_space);
+            if shared.options.parser.rewrite {
+                self.rewrite.extend(held.as_bytes());
+            }
+            let span = Span::new(0, held.len());
+            out.push(
+                Channel::Content,
+                Event::Gap(crate::event::Gap { text: held, span }),
+            );
+        }
         if let Some(mut channel) = self.content.take() {
             let (events, rest) = channel.parser.finish_with_rewrite();
             if shared.options.parser.rewrite {
