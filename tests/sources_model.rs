@@ -1111,3 +1111,61 @@ fn fields_of_unexpected_types_are_coerced_and_reported() {
     );
     assert_eq!(payloads(&events, "tool_call")[0]["id"], json!("7"));
 }
+
+#[test]
+fn whitespace_only_content_is_a_gap_not_a_missing_answer() {
+    let data = [
+        chunk(0, json!({"content": "  "})),
+        chunk(
+            0,
+            json!({"tool_calls": [{"index": 0, "id": "t", "function": {"name": "f", "arguments": "{}"}}]}),
+        ),
+        finish(0, "tool_calls"),
+        "[DONE]".into(),
+    ];
+    let events = run(&strs(&data));
+    assert!(
+        diagnostics(&events).is_empty(),
+        "{:?}",
+        diagnostics(&events)
+    );
+    let gaps: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            SourceEvent::Choice(c) => match &c.event {
+                Event::Gap(g) => Some(g.text.clone()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    assert_eq!(gaps, ["  "]);
+    assert_eq!(
+        elements(&events),
+        [(0, Channel::ToolCalls, "tool_call".into(), "{}".into())]
+    );
+
+    // Followed by real content, the whitespace goes to the parser first.
+    let data = [
+        chunk(0, json!({"content": "\n\n"})),
+        chunk(0, json!({"content": "{\"a\": 1}"})),
+        finish(0, "stop"),
+    ];
+    let events = run(&strs(&data));
+    assert_eq!(
+        elements(&events),
+        [(0, Channel::Content, "content".into(), "{\"a\": 1}".into())]
+    );
+    let spans: Vec<(usize, usize)> = events
+        .iter()
+        .filter_map(|e| match e {
+            SourceEvent::Choice(c) => match &c.event {
+                Event::Gap(g) => Some((g.span.start, g.span.end)),
+                Event::Element(el) => Some((el.span.start, el.span.end)),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    assert_eq!(spans, [(0, 2), (2, 10)]);
+}

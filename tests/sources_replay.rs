@@ -419,3 +419,116 @@ fn one_bad_path_never_stops_the_run() {
     assert!(stdout.contains("readme file"), "{stdout}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+mod property {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn piece() -> impl Strategy<Value = String> {
+        prop::sample::select(vec![
+            "<think>",
+            "</think>",
+            "<thought>",
+            "</thought>",
+            "<content>",
+            "</content>",
+            "<",
+            ">",
+            "</",
+            "Hello",
+            " ",
+            "\n",
+            "<b>bold</b>",
+            "名前",
+            "<!-- c -->",
+            "<tool_call>",
+            "{\"a\":1}",
+            "</tool_call>",
+            "<UpdateVariable>",
+            "</UpdateVariable>",
+            "x",
+        ])
+        .prop_map(str::to_string)
+    }
+
+    proptest! {
+        /// Whatever the content and however it is cut into chunks, no
+        /// content byte is lost or invented (the `--check` rule).
+        #[test]
+        fn no_content_lost_or_invented(
+            pieces in prop::collection::vec(piece(), 0..24),
+            cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..8),
+            profile in prop::sample::select(vec!["reasoning", "filament"]),
+        ) {
+            let content: String = pieces.concat();
+            let mut points: Vec<usize> = cuts.iter().map(|c| c.index(content.len() + 1)).collect();
+            points.sort_unstable();
+            points.retain(|&p| content.is_char_boundary(p));
+            let mut body = String::new();
+            let mut prev = 0;
+            for p in points.into_iter().chain([content.len()]) {
+                let chunk = serde_json::json!({"choices": [{"index": 0, "delta": {"content": &content[prev..p]}}]});
+                body.push_str(&format!("data: {chunk}\n\n"));
+                prev = p;
+            }
+            body.push_str("data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n");
+            let registry = Registry::profile(profile).unwrap_or_else(Registry::reasoning);
+            let options = StreamOptions::with_registry(registry);
+            let ReplayOutcome::Streams(streams) = transcript::replay(TranscriptKind::Sse, body.as_bytes(), &options) else {
+                panic!("an SSE body is always replayed");
+            };
+            for check in transcript::check_content(TranscriptKind::Sse, body.as_bytes(), &streams) {
+                prop_assert!(
+                    matches!(check.result, CheckResult::Equal | CheckResult::Tiled),
+                    "{:?} for {:?}", check.result, content
+                );
+            }
+        }
+    }
+}
+
+/// The checker itself: a lost or an invented byte is caught.
+#[test]
+fn the_content_check_catches_loss_and_invention() {
+    let path = manifest().join("corpora/sse-think-in-content.sse");
+    let options = StreamOptions::default();
+    let Some((kind, bytes, streams)) = replay_path(&path, &options) else {
+        panic!("replays")
+    };
+    let tamper = |f: &dyn Fn(&mut String)| {
+        let mut streams = streams.clone();
+        for e in &mut streams[0].events {
+            if let SourceEvent::Choice(c) = e {
+                if let spindle::event::Event::Element(el) = &mut c.event {
+                    if &*el.tag == "content" {
+                        f(&mut el.text);
+                    }
+                }
+            }
+        }
+        transcript::check_content(kind, &bytes, &streams)
+    };
+    let clean = tamper(&|_| {});
+    assert!(
+        clean.iter().all(|c| matches!(c.result, CheckResult::Tiled)),
+        "{clean:?}"
+    );
+    for check in [tamper(&|t| t.push('!')), tamper(&|t| t.truncate(3))] {
+        assert!(
+            check
+                .iter()
+                .any(|c| matches!(c.result, CheckResult::Mismatch(_))),
+            "{check:?}"
+        );
+    }
+    // A dropped gap leaves bytes unaccounted for.
+    let mut streams = streams.clone();
+    streams[0].events.retain(|e| !matches!(e, SourceEvent::Choice(c) if matches!(c.event, spindle::event::Event::Gap(_))));
+    let check = transcript::check_content(kind, &bytes, &streams);
+    assert!(
+        check
+            .iter()
+            .any(|c| matches!(&c.result, CheckResult::Mismatch(m) if m.contains("belong to no"))),
+        "{check:?}"
+    );
+}

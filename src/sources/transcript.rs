@@ -559,25 +559,49 @@ fn first_difference(a: &str, b: &str) -> String {
     )
 }
 
-/// Whether `needle` is a subsequence of `hay` (greedy, linear).
-fn is_subsequence(needle: &[u8], hay: &[u8]) -> bool {
-    let mut it = hay.iter();
-    needle.iter().all(|b| it.any(|h| h == b))
+/// One piece of a choice's content for the tiling check.
+#[derive(Debug)]
+struct Piece<'a> {
+    start: usize,
+    end: usize,
+    element: Option<ElementCheck<'a>>,
+}
+
+/// What an element's span must hold.
+#[derive(Debug)]
+struct ElementCheck<'a> {
+    text: &'a str,
+    /// Opened without a tag: the text starts at the span's start.
+    open_synthetic: bool,
+    /// Where the text ends (the closing tag's offset, or the span's end).
+    inner_end: usize,
+    close_synthetic: bool,
 }
 
 /// Checks one choice's content-channel events against its expected text.
 fn check_choice(events: &[&Event], expected: &str) -> CheckResult {
     let mut late = false;
     let mut elements = Vec::new();
-    // (start, end, element text, whether a dropped span lies inside)
-    let mut pieces: Vec<(usize, usize, Option<&str>)> = Vec::new();
+    let mut opens = std::collections::HashMap::new();
+    let mut closes = std::collections::HashMap::new();
     let mut dropped: Vec<(usize, usize)> = Vec::new();
+    let mut pieces: Vec<Piece<'_>> = Vec::new();
     for e in events {
         match e {
+            Event::Open(o) => {
+                opens.insert(o.id, o.synthetic);
+            }
+            Event::Close(c) => {
+                closes.insert(c.id, (c.at, c.synthetic));
+            }
             Event::Repair(r) => {
                 if let Some(span) = r.span.filter(|s| !s.is_empty()) {
                     dropped.push((span.start, span.end));
-                    pieces.push((span.start, span.end, None));
+                    pieces.push(Piece {
+                        start: span.start,
+                        end: span.end,
+                        element: None,
+                    });
                 }
             }
             Event::Diagnostic(d) if d.code == "data_after_finish" => late = true,
@@ -586,12 +610,29 @@ fn check_choice(events: &[&Event], expected: &str) -> CheckResult {
                     return CheckResult::Skipped("an element was cut at the size limit".into());
                 }
                 elements.push(el);
-                pieces.push((el.span.start, el.span.end, Some(el.text.as_str())));
+                let (inner_end, close_synthetic) =
+                    closes.get(&el.id).copied().unwrap_or((el.span.end, true));
+                pieces.push(Piece {
+                    start: el.span.start,
+                    end: el.span.end,
+                    element: Some(ElementCheck {
+                        text: el.text.as_str(),
+                        open_synthetic: opens.get(&el.id).copied().unwrap_or(false),
+                        inner_end: inner_end.clamp(el.span.start, el.span.end),
+                        close_synthetic,
+                    }),
+                });
             }
-            Event::Comment(c) if c.element.is_none() => {
-                pieces.push((c.span.start, c.span.end, None))
-            }
-            Event::Gap(g) => pieces.push((g.span.start, g.span.end, None)),
+            Event::Comment(c) if c.element.is_none() => pieces.push(Piece {
+                start: c.span.start,
+                end: c.span.end,
+                element: None,
+            }),
+            Event::Gap(g) => pieces.push(Piece {
+                start: g.span.start,
+                end: g.span.end,
+                element: None,
+            }),
             _ => {}
         }
     }
@@ -611,15 +652,63 @@ fn check_choice(events: &[&Event], expected: &str) -> CheckResult {
     }
 }
 
-/// Whether the pieces cover `expected` exactly (see [`CheckResult::Tiled`]).
-fn tiling(
-    mut pieces: Vec<(usize, usize, Option<&str>)>,
+/// Checks that an element's span holds its open tag (unless synthetic),
+/// exactly its text (less the bytes repairs dropped), and its close tag.
+fn check_element(
+    el: &ElementCheck<'_>,
+    start: usize,
+    end: usize,
     dropped: &[(usize, usize)],
     expected: &str,
 ) -> Result<(), String> {
-    pieces.sort_by_key(|p| (p.0, std::cmp::Reverse(p.1)));
+    let mut kept = String::new();
+    let mut at = start;
+    let mut inner: Vec<(usize, usize)> = dropped
+        .iter()
+        .copied()
+        .filter(|&(s, e)| s >= start && e <= el.inner_end)
+        .collect();
+    inner.sort_unstable();
+    for (s, e) in inner.into_iter().chain([(el.inner_end, el.inner_end)]) {
+        if s > at {
+            kept.push_str(expected.get(at..s).unwrap_or(""));
+        }
+        at = at.max(e);
+    }
+    let problem = |what: &str| {
+        Err(format!(
+            "element {what} in span {start}..{end}: text {:?}, span holds {:?}",
+            excerpt(el.text, 60),
+            excerpt(expected.get(start..end).unwrap_or(""), 80)
+        ))
+    };
+    let Some(prefix) = kept.strip_suffix(el.text) else {
+        return problem("text is not what its span holds before the close");
+    };
+    let tag_like = |s: &str| s.starts_with('<') && s.ends_with('>');
+    if el.open_synthetic && !prefix.is_empty() {
+        return problem("was opened without a tag but has bytes before its text");
+    }
+    if !el.open_synthetic && !tag_like(prefix) {
+        return problem("has no opening tag before its text");
+    }
+    let after = expected.get(el.inner_end..end).unwrap_or("");
+    if !el.close_synthetic && !after.is_empty() && !after.starts_with('<') {
+        return problem("has no closing tag after its text");
+    }
+    Ok(())
+}
+
+/// Whether the pieces cover `expected` exactly (see [`CheckResult::Tiled`]).
+fn tiling(
+    mut pieces: Vec<Piece<'_>>,
+    dropped: &[(usize, usize)],
+    expected: &str,
+) -> Result<(), String> {
+    pieces.sort_by_key(|p| (p.start, std::cmp::Reverse(p.end)));
     let mut at = 0;
-    for (start, end, text) in pieces {
+    for piece in pieces {
+        let (start, end) = (piece.start, piece.end);
         if end <= at && start < at {
             // Inside the previous piece (a merge's dropped close and reopen).
             continue;
@@ -631,26 +720,14 @@ fn tiling(
                 at.max(start)
             ));
         }
-        let Some(slice) = expected.get(start..end) else {
+        if expected.get(start..end).is_none() {
             return Err(format!(
                 "span {start}..{end} is outside the content ({} bytes)",
                 expected.len()
             ));
-        };
-        if let Some(text) = text {
-            let inner_drop = dropped.iter().any(|&(s, e)| s >= start && e <= end);
-            let inside = if inner_drop {
-                is_subsequence(text.as_bytes(), slice.as_bytes())
-            } else {
-                slice.contains(text)
-            };
-            if !inside {
-                return Err(format!(
-                    "element text {:?} is not inside its span {start}..{end} {:?}",
-                    excerpt(text, 60),
-                    excerpt(slice, 60)
-                ));
-            }
+        }
+        if let Some(el) = &piece.element {
+            check_element(el, start, end, dropped, expected)?;
         }
         at = end;
     }
