@@ -532,3 +532,34 @@ fn the_content_check_catches_loss_and_invention() {
         "{check:?}"
     );
 }
+
+/// Every recorded SSE body gives the same events read whole, byte by byte
+/// and in 7-byte reads (chunk-boundary invariance on real data).
+#[test]
+fn recorded_sse_bodies_are_read_size_invariant() {
+    let Some(dir) = recorded() else { return };
+    let mut files = Vec::new();
+    files_under(&dir, &mut files);
+    let options = StreamOptions::default();
+    let mut n = 0;
+    for path in files {
+        let Ok(bytes) = std::fs::read(&path) else {
+            continue;
+        };
+        if transcript::detect(&path, &bytes) != Detection::Replay(TranscriptKind::Sse) {
+            continue;
+        }
+        let events =
+            |read| match transcript::replay_in_reads(TranscriptKind::Sse, &bytes, &options, read) {
+                ReplayOutcome::Streams(s) => {
+                    s.into_iter().flat_map(|s| s.events).collect::<Vec<_>>()
+                }
+                ReplayOutcome::Skip(why) => panic!("{why}"),
+            };
+        let whole = events(usize::MAX);
+        assert_eq!(events(1), whole, "{} byte by byte", path.display());
+        assert_eq!(events(7), whole, "{} in 7-byte reads", path.display());
+        n += 1;
+    }
+    assert!(n > 300, "only {n} SSE bodies");
+}

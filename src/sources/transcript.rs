@@ -205,6 +205,17 @@ fn lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
 
 /// Replays one transcript of the given kind.
 pub fn replay(kind: TranscriptKind, bytes: &[u8], options: &StreamOptions) -> ReplayOutcome {
+    replay_in_reads(kind, bytes, options, usize::MAX)
+}
+
+/// Like [`replay`], feeding an SSE body `read_size` bytes at a time (as a
+/// socket might deliver it); the events do not depend on it.
+pub fn replay_in_reads(
+    kind: TranscriptKind,
+    bytes: &[u8],
+    options: &StreamOptions,
+    read_size: usize,
+) -> ReplayOutcome {
     let one = |events| {
         ReplayOutcome::Streams(vec![Replayed {
             label: None,
@@ -215,7 +226,9 @@ pub fn replay(kind: TranscriptKind, bytes: &[u8], options: &StreamOptions) -> Re
         TranscriptKind::Sse => {
             let mut tap = StreamTap::new(with_framing(options, Framing::Sse));
             let mut events = Vec::new();
-            tap.feed_into(bytes, &mut events);
+            for read in bytes.chunks(read_size.max(1)) {
+                tap.feed_into(read, &mut events);
+            }
             tap.finish_into(&mut events);
             one(events)
         }
@@ -264,7 +277,7 @@ pub fn replay(kind: TranscriptKind, bytes: &[u8], options: &StreamOptions) -> Re
         TranscriptKind::JsonLines => {
             let text = String::from_utf8_lossy(bytes);
             if looks_like_chunk_line(bytes) {
-                return replay(TranscriptKind::ChunkLines, bytes, options);
+                return replay_in_reads(TranscriptKind::ChunkLines, bytes, options, read_size);
             }
             let mut streams = Vec::new();
             for (n, (_, line)) in lines(&text).enumerate() {

@@ -42,6 +42,10 @@ pub(crate) struct ReplayArgs {
     /// a terminal).
     #[arg(long)]
     pub(crate) no_progress: bool,
+    /// Feed SSE bodies N bytes at a time, as a slow socket would (the
+    /// events must not change; for testing).
+    #[arg(long, value_name = "N")]
+    pub(crate) read_size: Option<usize>,
     /// Largest element text kept in an element event, in bytes.
     #[arg(long, value_name = "BYTES")]
     pub(crate) max_element: Option<usize>,
@@ -177,6 +181,9 @@ fn collect(path: &Path, out: &mut Vec<PathBuf>, failed: &mut Vec<(String, String
 }
 
 pub(crate) fn run(args: ReplayArgs) -> Result<ExitCode> {
+    if args.read_size == Some(0) {
+        anyhow::bail!("--read-size must be at least 1");
+    }
     let registry = load_registry(&args.profile, args.registry.as_ref())?;
     let mut options = StreamOptions::with_registry(registry);
     if let Some(n) = args.max_element {
@@ -258,7 +265,7 @@ fn replay_file(
     };
     let started = Instant::now();
     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        transcript::replay(kind, &bytes, options)
+        transcript::replay_in_reads(kind, &bytes, options, args.read_size.unwrap_or(usize::MAX))
     }));
     totals.replay_time += started.elapsed();
     let streams = match outcome {
