@@ -498,12 +498,11 @@ fn the_content_check_catches_loss_and_invention() {
     let tamper = |f: &dyn Fn(&mut String)| {
         let mut streams = streams.clone();
         for e in &mut streams[0].events {
-            if let SourceEvent::Choice(c) = e {
-                if let spindle::event::Event::Element(el) = &mut c.event {
-                    if &*el.tag == "content" {
-                        f(&mut el.text);
-                    }
-                }
+            if let SourceEvent::Choice(c) = e
+                && let spindle::event::Event::Element(el) = &mut c.event
+                && &*el.tag == "content"
+            {
+                f(&mut el.text);
             }
         }
         transcript::check_content(kind, &bytes, &streams)

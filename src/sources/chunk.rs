@@ -350,15 +350,16 @@ fn coerce_choice(c: &mut Map<String, Value>, i: usize, notes: &mut Vec<String>) 
     let path = format!("choices[{i}]");
     coerce_index(c, &path, notes);
     coerce_text(c, "text", &path, notes);
-    if let Some(v) = c.get("finish_reason") {
-        if !v.is_null() && !v.is_string() {
-            notes.push(format!(
-                "{path}.finish_reason was a {}; read as its JSON text",
-                kind(v)
-            ));
-            let text = v.to_string();
-            c.insert("finish_reason".into(), Value::String(text));
-        }
+    if let Some(v) = c.get("finish_reason")
+        && !v.is_null()
+        && !v.is_string()
+    {
+        notes.push(format!(
+            "{path}.finish_reason was a {}; read as its JSON text",
+            kind(v)
+        ));
+        let text = v.to_string();
+        c.insert("finish_reason".into(), Value::String(text));
     }
     for key in ["delta", "message"] {
         match c.get_mut(key) {

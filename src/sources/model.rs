@@ -1104,20 +1104,20 @@ impl ChatStream {
                 None
             }
             Err(e) => {
-                if let Ok(value) = serde_json::from_str::<Value>(data) {
-                    if let (Some(chunk), notes) = super::chunk::coerce_chunk(value) {
-                        out.push(SourceEvent::Diagnostic(diagnostic(
-                            Level::Warning,
-                            "chunk_fields_coerced",
-                            format!(
-                                "a chunk has fields of unexpected types ({e}): {}",
-                                notes.join("; ")
-                            ),
-                            Some(at),
-                        )));
-                        self.push_chunk(&chunk, out);
-                        return Some(chunk);
-                    }
+                if let Ok(value) = serde_json::from_str::<Value>(data)
+                    && let (Some(chunk), notes) = super::chunk::coerce_chunk(value)
+                {
+                    out.push(SourceEvent::Diagnostic(diagnostic(
+                        Level::Warning,
+                        "chunk_fields_coerced",
+                        format!(
+                            "a chunk has fields of unexpected types ({e}): {}",
+                            notes.join("; ")
+                        ),
+                        Some(at),
+                    )));
+                    self.push_chunk(&chunk, out);
+                    return Some(chunk);
                 }
                 self.stats.bad_chunks += 1;
                 let (code, what) = match serde_json::from_str::<serde::de::IgnoredAny>(data) {
