@@ -15,6 +15,7 @@
 //! | a base URL and an API key | [`ChatClient`] | an [`EventStream`] per request |
 //! | raw SSE bytes in a proxy (forward them, parse on the side) | [`StreamTap`] | events per read; [`TapFrame`]s for rewriting |
 //! | decoded SSE data or parsed chunks | [`ChatStream`] | events per chunk |
+//! | a whole non-streamed response body | [`ChatStream::response_events`] | its events |
 //! | SSE bytes and nothing else | [`SseDecoder`] | [`SseItem`]s |
 //! | a recorded file | [`transcript`] | detection, replay, content check |
 //!

@@ -1158,6 +1158,28 @@ impl ChatStream {
         )));
     }
 
+    /// All events of a whole (non-streamed) response body: a
+    /// `chat.completion`, an Anthropic message, a Responses API object or
+    /// an error body. The options' framing is set to [`Framing::Response`].
+    ///
+    /// ```
+    /// use spindle::sources::{ChatStream, StreamOptions};
+    ///
+    /// let body = br#"{"object":"chat.completion","choices":[{"index":0,
+    ///     "message":{"role":"assistant","content":"<think>hm</think>Yes."},"finish_reason":"stop"}]}"#;
+    /// let events = ChatStream::response_events(StreamOptions::default(), body);
+    /// let tags: Vec<&str> = events.iter().filter_map(|e| e.as_element()).map(|e| &*e.tag).collect();
+    /// assert_eq!(tags, ["thought", "content"]);
+    /// ```
+    pub fn response_events(mut options: StreamOptions, body: &[u8]) -> Vec<SourceEvent> {
+        options.framing = Framing::Response;
+        let mut stream = ChatStream::new(options);
+        let mut out = Vec::new();
+        super::stream::read_response(&mut stream, body, &mut out);
+        stream.finish_into(&mut out);
+        out
+    }
+
     /// Pushes answer text of one choice directly, as if it came in
     /// `delta.content` (plain-text transcripts, token recordings).
     pub fn push_content(&mut self, choice: u32, text: &str, out: &mut Vec<SourceEvent>) {
