@@ -127,11 +127,7 @@ enum LeadCheck {
     Open { id: u32 },
     /// The implicit lead element has ended but its tag is undecided: its
     /// close and element events, and every event after them, wait here.
-    Queued {
-        id: u32,
-        queue: Vec<Event>,
-        queued_bytes: usize,
-    },
+    Queued { id: u32, queue: Vec<Event>, queued_bytes: usize },
 }
 
 /// Text waiting to be emitted as one event (so that a run of text tokens
@@ -166,11 +162,7 @@ pub struct Machine {
 impl Machine {
     /// A machine for one response.
     pub fn new(registry: Arc<Registry>, limits: MachineLimits) -> Machine {
-        let names = registry
-            .tags()
-            .iter()
-            .map(|t| TagName::from(t.name.as_str()))
-            .collect();
+        let names = registry.tags().iter().map(|t| TagName::from(t.name.as_str())).collect();
         let n = registry.tags().len();
         Machine {
             registry,
@@ -233,11 +225,7 @@ impl Machine {
 
     fn push_event(&mut self, event: Event) {
         match &mut self.lead {
-            LeadCheck::Queued {
-                queue,
-                queued_bytes,
-                ..
-            } => {
+            LeadCheck::Queued { queue, queued_bytes, .. } => {
                 *queued_bytes += event_weight(&event);
                 queue.push(event);
                 if *queued_bytes > self.limits.max_element_len {
@@ -272,11 +260,7 @@ impl Machine {
         if self.text_buf.is_empty() {
             return;
         }
-        let keep = if complete {
-            0
-        } else {
-            incomplete_utf8_tail(&self.text_buf)
-        };
+        let keep = if complete { 0 } else { incomplete_utf8_tail(&self.text_buf) };
         let cut = self.text_buf.len() - keep;
         if cut == 0 {
             return;
@@ -312,22 +296,13 @@ impl Machine {
                 tag: None,
                 element: None,
                 at: None,
-                message: "input holds bytes that are not UTF-8; they appear as U+FFFD in text"
-                    .into(),
+                message: "input holds bytes that are not UTF-8; they appear as U+FFFD in text".into(),
             };
             self.push_event(Event::Diagnostic(d));
         }
     }
 
-    fn repair(
-        &mut self,
-        kind: RepairKind,
-        tag: Option<TagId>,
-        at: usize,
-        element: Option<u32>,
-        span: Option<Span>,
-        from: Option<String>,
-    ) {
+    fn repair(&mut self, kind: RepairKind, tag: Option<TagId>, at: usize, element: Option<u32>, span: Option<Span>, from: Option<String>) {
         let tag = tag.map(|t| self.name(t));
         self.emit(Event::Repair(Repair {
             kind,
@@ -369,14 +344,7 @@ impl Machine {
 
     // ----- opening and closing -----------------------------------------
 
-    fn open_element(
-        &mut self,
-        tag: TagId,
-        raw_tag: String,
-        attrs: AttrMap,
-        at: usize,
-        opened: Opened,
-    ) -> OpenElement {
+    fn open_element(&mut self, tag: TagId, raw_tag: String, attrs: AttrMap, at: usize, opened: Opened) -> OpenElement {
         let id = self.next_id;
         self.next_id += 1;
         let synthetic = opened != Opened::Tag;
@@ -453,21 +421,9 @@ impl Machine {
             self.emit(Event::Diagnostic(d));
         }
         if body.emits_deltas() {
-            self.push_text(
-                TextTarget::Delta {
-                    id: el.id,
-                    tag: el.tag,
-                },
-                bytes,
-            );
+            self.push_text(TextTarget::Delta { id: el.id, tag: el.tag }, bytes);
         } else if kept < bytes.len() {
-            self.push_text(
-                TextTarget::Delta {
-                    id: el.id,
-                    tag: el.tag,
-                },
-                &bytes[kept..],
-            );
+            self.push_text(TextTarget::Delta { id: el.id, tag: el.tag }, &bytes[kept..]);
         }
         self.rewrite_raw(bytes);
     }
@@ -516,13 +472,7 @@ impl Machine {
 
     /// Ends `el` because something else begins at `at` (auto-close) or the
     /// input ended (`eof`).
-    fn close_synthetic(
-        &mut self,
-        mut el: OpenElement,
-        at: usize,
-        kind: RepairKind,
-        next: Option<TagId>,
-    ) {
+    fn close_synthetic(&mut self, mut el: OpenElement, at: usize, kind: RepairKind, next: Option<TagId>) {
         if el.opened == Opened::ImplicitLead {
             match self.decide_lead_on_end(next) {
                 Some(tag) => {
@@ -532,11 +482,7 @@ impl Machine {
                     // Undecided: queue from here on.
                     let id = el.id;
                     self.flush_text(true);
-                    self.lead = LeadCheck::Queued {
-                        id,
-                        queue: Vec::new(),
-                        queued_bytes: 0,
-                    };
+                    self.lead = LeadCheck::Queued { id, queue: Vec::new(), queued_bytes: 0 };
                     if let Some(r) = &mut self.rewrite {
                         r.hold_close();
                     }
@@ -562,15 +508,7 @@ impl Machine {
     }
 
     /// `<B>` (a registry tag, or a registry special marker) opens.
-    fn on_open(
-        &mut self,
-        tag: TagId,
-        raw_tag: String,
-        attrs: AttrMap,
-        span: Span,
-        raw: &[u8],
-        self_closing: bool,
-    ) {
+    fn on_open(&mut self, tag: TagId, raw_tag: String, attrs: AttrMap, span: Span, raw: &[u8], self_closing: bool) {
         let state = std::mem::replace(&mut self.state, State::Between);
         match state {
             State::Start | State::Between => {}
@@ -580,14 +518,7 @@ impl Machine {
             State::CloseHeld(el, held) if el.tag == tag && !self_closing => {
                 // `</A>` whitespace `<A>`: one element.
                 let dropped = Span::new(held.span.start, span.end);
-                self.repair(
-                    RepairKind::MergedAdjacent,
-                    Some(tag),
-                    held.span.start,
-                    Some(el.id),
-                    Some(dropped),
-                    None,
-                );
+                self.repair(RepairKind::MergedAdjacent, Some(tag), held.span.start, Some(el.id), Some(dropped), None);
                 self.state = State::Open(el);
                 return;
             }
@@ -610,29 +541,14 @@ impl Machine {
         let state = std::mem::replace(&mut self.state, State::Between);
         match state {
             State::Start | State::Between => {
-                self.repair(
-                    RepairKind::StrayCloseDropped,
-                    Some(tag),
-                    span.start,
-                    None,
-                    Some(span),
-                    Some(raw_tag),
-                );
+                self.repair(RepairKind::StrayCloseDropped, Some(tag), span.start, None, Some(span), Some(raw_tag));
             }
             State::CloseHeld(el, held) => {
                 self.resolve_held(el, held);
-                self.repair(
-                    RepairKind::StrayCloseDropped,
-                    Some(tag),
-                    span.start,
-                    None,
-                    Some(span),
-                    Some(raw_tag),
-                );
+                self.repair(RepairKind::StrayCloseDropped, Some(tag), span.start, None, Some(span), Some(raw_tag));
             }
             State::Open(mut el) => {
-                if el.opened == Opened::ImplicitLead && matches!(self.lead, LeadCheck::Open { .. })
-                {
+                if el.opened == Opened::ImplicitLead && matches!(self.lead, LeadCheck::Open { .. }) {
                     // `</lead>` confirms the lead; `</B>` proves it was a B.
                     let reg = self.registry.clone();
                     if Some(tag) == reg.lead() {
@@ -645,14 +561,7 @@ impl Machine {
                 if tag != el.tag {
                     // `</B>` closes A.
                     let spelling = el.raw_tag.clone();
-                    self.repair(
-                        RepairKind::MismatchedClose,
-                        Some(el.tag),
-                        span.start,
-                        Some(el.id),
-                        None,
-                        Some(raw_tag),
-                    );
+                    self.repair(RepairKind::MismatchedClose, Some(el.tag), span.start, Some(el.id), None, Some(raw_tag));
                     if let Some(r) = &mut self.rewrite {
                         r.push_tag(&spelling, true);
                     }
@@ -662,26 +571,13 @@ impl Machine {
                 if !raw_tag.eq_ignore_ascii_case(&el.raw_tag) && el.opened == Opened::Tag {
                     // An alias closes it: `<think>...</thought>`.
                     let spelling = el.raw_tag.clone();
-                    self.repair(
-                        RepairKind::MismatchedClose,
-                        Some(el.tag),
-                        span.start,
-                        Some(el.id),
-                        None,
-                        Some(raw_tag),
-                    );
+                    self.repair(RepairKind::MismatchedClose, Some(el.tag), span.start, Some(el.id), None, Some(raw_tag));
                     if let Some(r) = &mut self.rewrite {
                         r.push_tag(&spelling, true);
                     }
                 } else if spec.mergeable {
                     self.flush_text(true);
-                    self.state = State::CloseHeld(
-                        el,
-                        HeldClose {
-                            span,
-                            space: Vec::new(),
-                        },
-                    );
+                    self.state = State::CloseHeld(el, HeldClose { span, space: Vec::new() });
                     if let Some(r) = &mut self.rewrite {
                         r.hold_raw(raw);
                     }
@@ -729,12 +625,7 @@ impl Machine {
                     None => {
                         // A registry with no default tag has nowhere to put
                         // bare text; keep it as a gap rather than lose it.
-                        self.push_text(
-                            TextTarget::Gap {
-                                start: span.start + n,
-                            },
-                            &bytes[n..],
-                        );
+                        self.push_text(TextTarget::Gap { start: span.start + n }, &bytes[n..]);
                         self.rewrite_raw(&bytes[n..]);
                         self.state = state;
                     }
@@ -749,14 +640,7 @@ impl Machine {
                 }
                 if Some(el.tag) == self.registry.default_tag() {
                     // `</content>` then bare text: the same element goes on.
-                    self.repair(
-                        RepairKind::MergedAdjacent,
-                        Some(el.tag),
-                        held.span.start,
-                        Some(el.id),
-                        Some(held.span),
-                        None,
-                    );
+                    self.repair(RepairKind::MergedAdjacent, Some(el.tag), held.span.start, Some(el.id), Some(held.span), None);
                     if let Some(r) = &mut self.rewrite {
                         r.drop_held();
                     }
@@ -786,12 +670,7 @@ impl Machine {
             _ => (None, None),
         };
         let text = lossy(body).unwrap_or_else(|s| s);
-        self.emit(Event::Comment(Comment {
-            element,
-            tag,
-            text,
-            span,
-        }));
+        self.emit(Event::Comment(Comment { element, tag, text, span }));
         match state {
             State::Open(mut el) => {
                 self.element_text(&mut el, raw);
@@ -837,14 +716,7 @@ impl Machine {
                         )
                     })
                     .collect();
-                self.on_open(
-                    id,
-                    raw_tag,
-                    attrs,
-                    tag.span,
-                    tag.raw,
-                    tag.kind == TagKind::SelfClosing,
-                );
+                self.on_open(id, raw_tag, attrs, tag.span, tag.raw, tag.kind == TagKind::SelfClosing);
             }
             TagKind::Close => self.on_close(id, raw_tag, tag.span, tag.raw),
         }
@@ -877,19 +749,9 @@ impl Machine {
             _ => None,
         };
         let cut_marker = match kind {
-            UnfinishedKind::OpenTag => {
-                opaque_tag.is_none() && !name.is_empty() && reg.is_name_prefix(name)
-            }
+            UnfinishedKind::OpenTag => opaque_tag.is_none() && !name.is_empty() && reg.is_name_prefix(name),
             UnfinishedKind::CloseTag => match opaque_tag {
-                Some(t) => {
-                    name.is_empty()
-                        || prefix_of(name, reg.tag(t).name.as_bytes())
-                        || reg
-                            .tag(t)
-                            .aliases
-                            .iter()
-                            .any(|a| prefix_of(name, a.as_bytes()))
-                }
+                Some(t) => name.is_empty() || prefix_of(name, reg.tag(t).name.as_bytes()) || reg.tag(t).aliases.iter().any(|a| prefix_of(name, a.as_bytes())),
                 None => name.is_empty() || reg.is_name_prefix(name),
             },
             UnfinishedKind::Special => {
@@ -905,14 +767,7 @@ impl Machine {
                 State::Open(el) => Some(el.id),
                 _ => None,
             };
-            self.repair(
-                RepairKind::TruncatedMarker,
-                tag,
-                span.start,
-                element,
-                Some(span),
-                Some(String::from_utf8_lossy(raw).into_owned()),
-            );
+            self.repair(RepairKind::TruncatedMarker, tag, span.start, element, Some(span), Some(String::from_utf8_lossy(raw).into_owned()));
         } else {
             self.on_text(span, raw);
         }
@@ -947,9 +802,7 @@ impl Machine {
                 let msg = format!("the response has no <{}> element", spec.name);
                 self.diagnostic(Level::Warning, "missing_mandatory", Some(id), &msg);
             }
-            let Some(me) = self.first_seen[i] else {
-                continue;
-            };
+            let Some(me) = self.first_seen[i] else { continue };
             for &before in &spec.after {
                 if let Some(b) = self.first_seen[before.index()]
                     && b > me
@@ -999,9 +852,7 @@ impl Machine {
             return;
         }
         let reg = self.registry.clone();
-        let Some(default) = reg.default_tag() else {
-            return;
-        };
+        let Some(default) = reg.default_tag() else { return };
         if tag == default {
             self.settle_lead(None);
         } else if reg.tag(tag).after.contains(&default) {
@@ -1018,20 +869,9 @@ impl Machine {
         self.mark_seen(tag, el.id);
         if let Some(r) = &mut self.rewrite {
             let spec = self.registry.tag(tag);
-            r.resolve(if spec.bare {
-                None
-            } else {
-                Some(spec.spelling.as_str())
-            });
+            r.resolve(if spec.bare { None } else { Some(spec.spelling.as_str()) });
         }
-        self.repair(
-            RepairKind::Reclassified,
-            Some(tag),
-            at,
-            Some(el.id),
-            None,
-            Some(from),
-        );
+        self.repair(RepairKind::Reclassified, Some(tag), at, Some(el.id), None, Some(from));
     }
 
     /// Decides the implicit lead: `None` keeps the lead tag, `Some(tag)`
@@ -1046,11 +886,7 @@ impl Machine {
         };
         let spec = reg.tag(final_tag);
         if let Some(r) = &mut self.rewrite {
-            r.resolve(if spec.bare {
-                None
-            } else {
-                Some(spec.spelling.as_str())
-            });
+            r.resolve(if spec.bare { None } else { Some(spec.spelling.as_str()) });
         }
         match &state {
             LeadCheck::Open { id } | LeadCheck::Queued { id, .. } => self.mark_seen(final_tag, *id),
@@ -1108,12 +944,7 @@ impl TokenSink for Machine {
             Token::Comment { span, raw, body } => self.on_comment(span, raw, body),
             Token::CData { span, raw, .. } => self.on_markup_text(span, raw),
             Token::Special { span, raw, name } => self.on_special(span, raw, name),
-            Token::Unfinished {
-                span,
-                raw,
-                kind,
-                name,
-            } => self.on_unfinished(span, raw, kind, name),
+            Token::Unfinished { span, raw, kind, name } => self.on_unfinished(span, raw, kind, name),
             Token::Notice(ScanNotice::MarkerTooLong { at, limit }) => {
                 let d = Diagnostic {
                     level: Level::Warning,
@@ -1121,9 +952,7 @@ impl TokenSink for Machine {
                     tag: None,
                     element: None,
                     at: Some(at),
-                    message: format!(
-                        "a marker starting here passed the {limit}-byte limit; its bytes are kept as text"
-                    ),
+                    message: format!("a marker starting here passed the {limit}-byte limit; its bytes are kept as text"),
                 };
                 self.emit(Event::Diagnostic(d));
             }
@@ -1141,10 +970,7 @@ fn event_weight(event: &Event) -> usize {
 }
 
 fn leading_space(bytes: &[u8]) -> usize {
-    bytes
-        .iter()
-        .position(|b| !b.is_ascii_whitespace())
-        .unwrap_or(bytes.len())
+    bytes.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(bytes.len())
 }
 
 fn prefix_of(prefix: &[u8], name: &[u8]) -> bool {

@@ -169,9 +169,7 @@ pub enum RegistryError {
     #[error("unknown profile {0:?} (known: {known})", known = Registry::profile_names().join(", "))]
     UnknownProfile(String),
     /// A tag name or alias is empty or not a valid tag name.
-    #[error(
-        "invalid tag name {0:?}: names start with a letter or '_' and hold letters, digits, '_', '-', '.', ':'"
-    )]
+    #[error("invalid tag name {0:?}: names start with a letter or '_' and hold letters, digits, '_', '-', '.', ':'")]
     InvalidName(String),
     /// Two tags claim the same name or alias.
     #[error("tag name {0:?} is used twice")]
@@ -295,11 +293,7 @@ impl Registry {
             None => RegistryFile::default(),
         };
         for tag in file.tags {
-            match merged
-                .tags
-                .iter_mut()
-                .find(|t| t.name.eq_ignore_ascii_case(&tag.name))
-            {
+            match merged.tags.iter_mut().find(|t| t.name.eq_ignore_ascii_case(&tag.name)) {
                 Some(slot) => *slot = tag,
                 None => merged.tags.push(tag),
             }
@@ -346,11 +340,7 @@ impl Registry {
                 })
         };
         let lead = file.lead.as_deref().map(|n| find("lead", n)).transpose()?;
-        let default = file
-            .default
-            .as_deref()
-            .map(|n| find("default", n))
-            .transpose()?;
+        let default = file.default.as_deref().map(|n| find("default", n)).transpose()?;
         let mut tags = Vec::with_capacity(file.tags.len());
         for tag in &file.tags {
             let after = tag
@@ -367,11 +357,7 @@ impl Registry {
                 mergeable: tag.mergeable,
                 bare: tag.bare,
                 after,
-                children: tag
-                    .children
-                    .iter()
-                    .map(|c| c.to_ascii_lowercase())
-                    .collect(),
+                children: tag.children.iter().map(|c| c.to_ascii_lowercase()).collect(),
                 markers: tag.markers.clone(),
                 fallback_to_content: tag.fallback_to_content,
             });
@@ -511,15 +497,12 @@ impl Registry {
             .filter(|b| !matches!(b, b'[' | b']' | b' ' | b'\t'))
             .copied()
             .collect();
-        self.tags
-            .iter()
-            .filter_map(|t| t.markers.as_ref())
-            .any(|m| {
-                [&m.open, &m.close].iter().any(|n| {
-                    let n = n.as_bytes();
-                    n.len() >= norm.len() && n[..norm.len()].eq_ignore_ascii_case(&norm)
-                })
+        self.tags.iter().filter_map(|t| t.markers.as_ref()).any(|m| {
+            [&m.open, &m.close].iter().any(|n| {
+                let n = n.as_bytes();
+                n.len() >= norm.len() && n[..norm.len()].eq_ignore_ascii_case(&norm)
             })
+        })
     }
 
     /// Whether `child` (a registry tag) is declared a child of `parent`,
@@ -535,13 +518,7 @@ impl Registry {
 /// Special marker names compare case-insensitively, ignoring spaces and
 /// treating `-` and `_` alike (`<|[request-tool]|>`).
 fn marker_eq(want: &[u8], got: &[u8]) -> bool {
-    let norm = |b: u8| {
-        if b == b'-' {
-            b'_'
-        } else {
-            b.to_ascii_lowercase()
-        }
-    };
+    let norm = |b: u8| if b == b'-' { b'_' } else { b.to_ascii_lowercase() };
     let got = got.iter().copied().filter(|b| !matches!(b, b' ' | b'\t'));
     want.iter().copied().map(norm).eq(got.map(norm))
 }

@@ -569,11 +569,7 @@ impl Scanner {
             // Inside comment and CDATA bodies, jump to the next byte that can
             // matter instead of stepping through the body one byte at a time.
             if let Candidate::Comment(0) | Candidate::Cdata(0) = cand {
-                let key = if matches!(cand, Candidate::Comment(_)) {
-                    b'-'
-                } else {
-                    b']'
-                };
+                let key = if matches!(cand, Candidate::Comment(_)) { b'-' } else { b']' };
                 let skip = memchr::memchr(key, &chunk[i..]).unwrap_or(chunk.len() - i);
                 if skip > 0 {
                     let limit = self.limits.max_comment_len;
@@ -720,10 +716,7 @@ fn trim_special(inner: &[u8]) -> &[u8] {
 fn partial_name(raw: &[u8]) -> &[u8] {
     let rest = raw.strip_prefix(b"<").unwrap_or(raw).trim_ascii_start();
     let rest = rest.strip_prefix(b"/").unwrap_or(rest).trim_ascii_start();
-    let end = rest
-        .iter()
-        .position(|&b| !is_name_char(b))
-        .unwrap_or(rest.len());
+    let end = rest.iter().position(|&b| !is_name_char(b)).unwrap_or(rest.len());
     &rest[..end]
 }
 

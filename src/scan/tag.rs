@@ -146,10 +146,7 @@ impl<'a> Iterator for Attrs<'a> {
                 }
             }
             Some(_) => {
-                let end = s[j..]
-                    .iter()
-                    .position(|&b| is_space(b))
-                    .map_or(s.len(), |e| j + e);
+                let end = s[j..].iter().position(|&b| is_space(b)).map_or(s.len(), |e| j + e);
                 let mut value = &s[j..end];
                 // `<media src=a.png/>`: the `/` belongs to the tag, not the value.
                 if self.self_closing && end == s.len() {

@@ -77,8 +77,7 @@ pub(crate) fn run(args: ParseArgs) -> Result<ExitCode> {
     };
     match args.file.as_ref().filter(|p| p.as_os_str() != "-") {
         Some(path) => {
-            let input =
-                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+            let input = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
             let size = args.chunk_size.unwrap_or(input.len().max(1));
             for chunk in input.chunks(size) {
                 feed(chunk, &mut parser, &mut renderer)?;

@@ -2,8 +2,8 @@
 //! corrected text, or a summary.
 
 use anyhow::Result;
-use spindle::Registry;
 use spindle::event::{Event, RepairKind};
+use spindle::Registry;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::Duration;
@@ -56,9 +56,7 @@ pub(crate) struct Renderer {
 impl Renderer {
     pub(crate) fn new(format: Format, registry: &Registry) -> Renderer {
         let out: Box<dyn Write> = match format {
-            Format::Pretty => Box::new(std::io::BufWriter::new(anstream::AutoStream::auto(
-                std::io::stdout(),
-            ))),
+            Format::Pretty => Box::new(std::io::BufWriter::new(anstream::AutoStream::auto(std::io::stdout()))),
             _ => Box::new(std::io::BufWriter::new(std::io::stdout())),
         };
         Renderer {
@@ -163,12 +161,7 @@ impl Renderer {
                     (Some(f), _) => format!(" ({f})"),
                     _ => String::new(),
                 };
-                writeln!(
-                    self.out,
-                    "{YELLOW}⟲ {} {tag}{from} at byte {}{RESET}",
-                    r.kind.as_str(),
-                    r.at
-                )?;
+                writeln!(self.out, "{YELLOW}⟲ {} {tag}{from} at byte {}{RESET}", r.kind.as_str(), r.at)?;
             }
             Event::Diagnostic(d) => {
                 self.newline_if_needed()?;
@@ -191,17 +184,8 @@ impl Renderer {
                 writeln!(self.out, "{:<12} {}", "comments", c.comments)?;
                 writeln!(self.out, "{:<12} {}", "bytes", bytes)?;
                 let secs = elapsed.as_secs_f64();
-                let rate = if secs > 0.0 {
-                    bytes as f64 / secs / 1e6
-                } else {
-                    0.0
-                };
-                writeln!(
-                    self.out,
-                    "{:<12} {:.3} ms ({rate:.1} MB/s)",
-                    "elapsed",
-                    secs * 1e3
-                )?;
+                let rate = if secs > 0.0 { bytes as f64 / secs / 1e6 } else { 0.0 };
+                writeln!(self.out, "{:<12} {:.3} ms ({rate:.1} MB/s)", "elapsed", secs * 1e3)?;
             }
             Format::Jsonl | Format::Rewrite => {}
         }
@@ -210,11 +194,7 @@ impl Renderer {
     }
 }
 
-fn write_counts<K: std::fmt::Display>(
-    out: &mut impl Write,
-    label: &str,
-    map: &BTreeMap<K, usize>,
-) -> Result<()> {
+fn write_counts<K: std::fmt::Display>(out: &mut impl Write, label: &str, map: &BTreeMap<K, usize>) -> Result<()> {
     let total: usize = map.values().sum();
     let detail: Vec<String> = map.iter().map(|(k, v)| format!("{k} {v}")).collect();
     if detail.is_empty() {
