@@ -101,6 +101,7 @@ pub mod payload;
 pub mod registry;
 pub mod route;
 pub mod scan;
+pub mod sources;
 pub mod state;
 
 pub use event::Event;

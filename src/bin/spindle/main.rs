@@ -2,6 +2,7 @@
 
 mod parse;
 mod render;
+mod replay;
 
 use clap::{Parser as ClapParser, Subcommand};
 use std::process::ExitCode;
@@ -18,12 +19,15 @@ struct Cli {
 enum Command {
     /// Parse one response (a file or stdin) and print its events.
     Parse(parse::ParseArgs),
+    /// Replay recorded transcripts (SSE bodies, chunk files, JSON responses, text).
+    Replay(replay::ReplayArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Parse(args) => parse::run(args),
+        Command::Replay(args) => replay::run(args),
     };
     match result {
         Ok(code) => code,

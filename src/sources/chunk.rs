@@ -1,0 +1,440 @@
+//! The wire shapes of OpenAI-compatible chat completions: streamed
+//! `chat.completion.chunk` objects and whole `chat.completion` responses.
+//!
+//! This module owns (de)serialisation only. Every struct keeps the fields
+//! it does not interpret in `extra`, and every interpreted field remembers
+//! whether it was absent, `null` or a value ([`Nullable`]), so a chunk read
+//! here and written back is the same JSON document (keys may come out in
+//! another order). A proxy that rewrites content relies on that. What the
+//! fields mean is [`super::model`]'s business.
+//!
+//! ```
+//! use spindle::sources::ChatChunk;
+//!
+//! let text = r#"{"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,
+//!     "delta":{"content":"Hi","x_vendor":1},"finish_reason":null}],"usage":null}"#;
+//! let chunk: ChatChunk = serde_json::from_str(text).unwrap();
+//! assert_eq!(chunk.id(), Some("c1"));
+//! let choice = &chunk.choices.as_option().unwrap()[0];
+//! let delta = choice.delta.as_option().unwrap();
+//! assert_eq!(delta.content.as_option().and_then(|c| c.as_text()), Some("Hi"));
+//!
+//! // Written back, nothing is lost: unknown fields and nulls survive.
+//! let again: serde_json::Value = serde_json::to_value(&chunk).unwrap();
+//! let original: serde_json::Value = serde_json::from_str(text).unwrap();
+//! assert_eq!(again, original);
+//! ```
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Map, Value};
+
+/// A field that may be absent, `null`, or hold a value: the three are kept
+/// apart so that writing a document back reproduces it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Nullable<T> {
+    /// The key was not in the object.
+    #[default]
+    Absent,
+    /// The key was there with `null`.
+    Null,
+    /// The key was there with a value.
+    Value(T),
+}
+
+impl<T> Nullable<T> {
+    /// The value, if there is one.
+    pub fn as_option(&self) -> Option<&T> {
+        match self {
+            Nullable::Value(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The value, mutably.
+    pub fn as_mut_option(&mut self) -> Option<&mut T> {
+        match self {
+            Nullable::Value(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The value, consuming the field.
+    pub fn into_option(self) -> Option<T> {
+        match self {
+            Nullable::Value(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// Whether the key was absent (used to skip it when serialising).
+    pub fn is_absent(&self) -> bool {
+        matches!(self, Nullable::Absent)
+    }
+}
+
+impl<T: Serialize> Serialize for Nullable<T> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Nullable::Value(v) => v.serialize(s),
+            Nullable::Absent | Nullable::Null => s.serialize_none(),
+        }
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Nullable<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(match Option::<T>::deserialize(d)? {
+            Some(v) => Nullable::Value(v),
+            None => Nullable::Null,
+        })
+    }
+}
+
+/// One streamed `chat.completion.chunk`, or a whole `chat.completion`
+/// response (whose choices carry `message` instead of `delta`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ChatChunk {
+    /// The choices of this chunk (empty, `null` or absent in a usage chunk).
+    #[serde(default, skip_serializing_if = "Nullable::is_absent")]
+    pub choices: Nullable<Vec<Choice>>,
+    /// Token usage (the last chunk with `stream_options.include_usage`).
+    #[serde(default, skip_serializing_if = "Nullable::is_absent")]
+    pub usage: Nullable<Value>,
+    /// An in-band error (`{"error":{...}}`).
+    #[serde(default, skip_serializing_if = "Nullable::is_absent")]
+    pub error: Nullable<Value>,
+    /// Azure content filtering of the prompt.
+    #[serde(default, skip_serializing_if = "Nullable::is_absent")]
+    pub prompt_filter_results: Nullable<Value>,
+    /// Everything else (`id`, `object`, `created`, `model`,
+    /// `system_fingerprint`, vendor fields), kept as it came.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl ChatChunk {
+    /// The chunk id, when it is a string.
+    pub fn id(&self) -> Option<&str> {
+        self.extra.get("id").and_then(Value::as_str)
+    }
+
+    /// The model name, when it is a string.
+    pub fn model(&self) -> Option<&str> {
+        self.extra.get("model").and_then(Value::as_str)
+    }
+
+    /// The `object` field (`chat.completion.chunk`, `chat.completion`, ...).
+    pub fn object(&self) -> Option<&str> {
+        self.extra.get("object").and_then(Value::as_str)
+    }
+
+    /// The `created` timestamp, when it is an integer.
+    pub fn created(&self) -> Option<i64> {
+        self.extra.get("created").and_then(Value::as_i64)
+    }
+
+    /// The `type` field of other stream dialects (Anthropic Messages,
+    /// Responses API), which chat chunks do not have.
+    pub fn type_field(&self) -> Option<&str> {
+        self.extra.get("type").and_then(Value::as_str)
+    }
+
+    /// The choices, or an empty slice.
+    pub fn choice_list(&self) -> &[Choice] {
+        self.choices.as_option().map(Vec::as_slice).unwrap_or(&[])
+    }
+}
+
+/// One choice of a chunk or response.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Choice {
+    /// Which choice (`n > 1`); some servers leave it out for choice 0.
+    #[serde(default, skip_serializing_if = "Nullable::is_absent")]
+    pub index: Nullable<u32>,
+    /// The new text of a streamed choice.
+    #[serde(default, skip_serializing_if = "Nullable::is_absent")]
+    pub delta: Nullable<Delta>,
+    /// The whole message of a non-streamed choice.
+    #[serde(default, skip_serializing_if = "Nullable::is_absent")]
+    pub message: Nullable<Delta>,
+    /// Legacy completions (`text_completion`) carry their text here.
+    #[serde(default, skip_serializing_if = "Nullable::is_absent")]
+    pub text: Nullable<String>,
+    /// Why the choice ended; any string is kept.
+    #[serde(default, skip_serializing_if = "Nullable::is_absent")]
+    pub finish_reason: Nullable<String>,
+    /// Azure content filtering of the completion.
+    #[serde(default, skip_serializing_if = "Nullable::is_absent")]
+    pub content_filter_results: Nullable<Value>,
+    /// Everything else (`logprobs`, `native_finish_reason`, ...).
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// The delta of a streamed choice, or the message of a whole response.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Delta {
+    /// Answer text: a string, or (Mistral) a list of typed parts.
+    #[serde(default, skip_serializing_if = "Nullable::is_absent")]
+    pub content: Nullable<Content>,
+    /// Reasoning text (DeepSeek, Qwen, xAI, llama.cpp, ...).
+    #[serde(default, skip_serializing_if = "Nullable::is_absent")]
+    pub reasoning_content: Nullable<String>,
+    /// Reasoning text (OpenRouter, Groq, vLLM).
+    #[serde(default, skip_serializing_if = "Nullable::is_absent")]
+    pub reasoning: Nullable<String>,
+    /// Refusal text (OpenAI structured outputs).
+    #[serde(default, skip_serializing_if = "Nullable::is_absent")]
+    pub refusal: Nullable<String>,
+    /// Native tool-call fragments.
+    #[serde(default, skip_serializing_if = "Nullable::is_absent")]
+    pub tool_calls: Nullable<Vec<ToolCallDelta>>,
+    /// The legacy single function call.
+    #[serde(default, skip_serializing_if = "Nullable::is_absent")]
+    pub function_call: Nullable<FunctionDelta>,
+    /// Everything else (`role`, `reasoning_details`, `annotations`, ...).
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// The `content` of a delta or message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Content {
+    /// Plain text (the usual form).
+    Text(String),
+    /// A list of typed parts (`{"type":"text","text":...}`,
+    /// `{"type":"thinking","thinking":[...]}`), kept as JSON.
+    Parts(Vec<Value>),
+}
+
+impl Content {
+    /// The text, when the content is a plain string.
+    pub fn as_text(&self) -> Option<&str> {
+        match self {
+            Content::Text(t) => Some(t),
+            Content::Parts(_) => None,
+        }
+    }
+}
+
+/// One fragment of a native tool call.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ToolCallDelta {
+    /// Which call of the choice (absent with some servers).
+    #[serde(default, skip_serializing_if = "Nullable::is_absent")]
+    pub index: Nullable<u32>,
+    /// The call id (usually only on the first fragment).
+    #[serde(default, skip_serializing_if = "Nullable::is_absent")]
+    pub id: Nullable<String>,
+    /// Name and argument text.
+    #[serde(default, skip_serializing_if = "Nullable::is_absent")]
+    pub function: Nullable<FunctionDelta>,
+    /// Everything else (`type`, ...).
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// The function part of a tool call fragment.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct FunctionDelta {
+    /// The function name (usually whole, on the first fragment).
+    #[serde(default, skip_serializing_if = "Nullable::is_absent")]
+    pub name: Nullable<String>,
+    /// Argument text (a JSON document in pieces); some servers send an
+    /// object instead, kept as JSON.
+    #[serde(default, skip_serializing_if = "Nullable::is_absent")]
+    pub arguments: Nullable<Value>,
+    /// Everything else.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// Reads a chunk whose interpreted fields have unexpected types (an `index`
+/// sent as `"0"`, a numeric tool-call `id`, a `content` number, a
+/// `tool_calls` object instead of a list): each such field is converted
+/// when its meaning is clear, dropped otherwise, and every change is
+/// listed. `None` when the value is not an object.
+pub(crate) fn coerce_chunk(mut value: Value) -> (Option<ChatChunk>, Vec<String>) {
+    let mut notes = Vec::new();
+    let Value::Object(top) = &mut value else {
+        return (None, notes);
+    };
+    if let Some(choices) = top.get_mut("choices") {
+        match choices {
+            Value::Null => {}
+            Value::Array(items) => {
+                let before = items.len();
+                items.retain(Value::is_object);
+                if items.len() != before {
+                    notes.push("dropped choices that are not objects".into());
+                }
+                for (i, choice) in items.iter_mut().enumerate() {
+                    if let Value::Object(c) = choice {
+                        coerce_choice(c, i, &mut notes);
+                    }
+                }
+            }
+            Value::Object(_) => {
+                notes.push("`choices` was an object; read as a list of one".into());
+                let one = choices.take();
+                *choices = Value::Array(vec![one]);
+                if let Some(Value::Object(c)) = choices.as_array_mut().and_then(|a| a.first_mut()) {
+                    coerce_choice(c, 0, &mut notes);
+                }
+            }
+            other => {
+                notes.push(format!("dropped `choices` of type {}", kind(other)));
+                top.remove("choices");
+            }
+        }
+    }
+    match serde_json::from_value::<ChatChunk>(value) {
+        Ok(chunk) => (Some(chunk), notes),
+        Err(e) => {
+            notes.push(format!("still unreadable: {e}"));
+            (None, notes)
+        }
+    }
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// An index as a `u32`, from a number or a string of digits.
+fn coerce_index(map: &mut Map<String, Value>, path: &str, notes: &mut Vec<String>) {
+    let Some(v) = map.get("index") else { return };
+    if v.is_null() || v.as_u64().is_some_and(|n| n <= u64::from(u32::MAX)) {
+        return;
+    }
+    let parsed = v.as_str().and_then(|s| s.trim().parse::<u32>().ok());
+    match parsed {
+        Some(n) => {
+            notes.push(format!("{path}.index was {v}; read as {n}"));
+            map.insert("index".into(), Value::from(n));
+        }
+        None => {
+            notes.push(format!("dropped {path}.index {v}"));
+            map.remove("index");
+        }
+    }
+}
+
+/// A text field: numbers and booleans become their text, other types are
+/// dropped.
+fn coerce_text(map: &mut Map<String, Value>, key: &str, path: &str, notes: &mut Vec<String>) {
+    let Some(v) = map.get(key) else { return };
+    match v {
+        Value::Null | Value::String(_) => {}
+        Value::Number(_) | Value::Bool(_) => {
+            notes.push(format!("{path}.{key} was a {}; read as text", kind(v)));
+            let text = v.to_string();
+            map.insert(key.into(), Value::String(text));
+        }
+        other => {
+            notes.push(format!("dropped {path}.{key} of type {}", kind(other)));
+            map.remove(key);
+        }
+    }
+}
+
+fn coerce_choice(c: &mut Map<String, Value>, i: usize, notes: &mut Vec<String>) {
+    let path = format!("choices[{i}]");
+    coerce_index(c, &path, notes);
+    coerce_text(c, "text", &path, notes);
+    if let Some(v) = c.get("finish_reason")
+        && !v.is_null()
+        && !v.is_string()
+    {
+        notes.push(format!(
+            "{path}.finish_reason was a {}; read as its JSON text",
+            kind(v)
+        ));
+        let text = v.to_string();
+        c.insert("finish_reason".into(), Value::String(text));
+    }
+    for key in ["delta", "message"] {
+        match c.get_mut(key) {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(d)) => coerce_delta(d, &format!("{path}.{key}"), notes),
+            Some(other) => {
+                notes.push(format!("dropped {path}.{key} of type {}", kind(other)));
+                c.remove(key);
+            }
+        }
+    }
+}
+
+fn coerce_delta(d: &mut Map<String, Value>, path: &str, notes: &mut Vec<String>) {
+    match d.get("content") {
+        None | Some(Value::Null | Value::String(_) | Value::Array(_)) => {}
+        Some(_) => coerce_text(d, "content", path, notes),
+    }
+    for key in ["reasoning_content", "reasoning", "refusal"] {
+        coerce_text(d, key, path, notes);
+    }
+    if let Some(calls) = d.get_mut("tool_calls") {
+        match calls {
+            Value::Null => {}
+            Value::Array(items) => {
+                items.retain(Value::is_object);
+                for (i, call) in items.iter_mut().enumerate() {
+                    if let Value::Object(call) = call {
+                        coerce_call(call, &format!("{path}.tool_calls[{i}]"), notes);
+                    }
+                }
+            }
+            Value::Object(_) => {
+                notes.push(format!(
+                    "{path}.tool_calls was an object; read as a list of one"
+                ));
+                let one = calls.take();
+                *calls = Value::Array(vec![one]);
+                if let Some(Value::Object(call)) = calls.as_array_mut().and_then(|a| a.first_mut())
+                {
+                    coerce_call(call, &format!("{path}.tool_calls[0]"), notes);
+                }
+            }
+            other => {
+                notes.push(format!("dropped {path}.tool_calls of type {}", kind(other)));
+                d.remove("tool_calls");
+            }
+        }
+    }
+    match d.get_mut("function_call") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(f)) => coerce_function(f, &format!("{path}.function_call"), notes),
+        Some(other) => {
+            notes.push(format!(
+                "dropped {path}.function_call of type {}",
+                kind(other)
+            ));
+            d.remove("function_call");
+        }
+    }
+}
+
+fn coerce_call(call: &mut Map<String, Value>, path: &str, notes: &mut Vec<String>) {
+    coerce_index(call, path, notes);
+    coerce_text(call, "id", path, notes);
+    match call.get_mut("function") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(f)) => coerce_function(f, &format!("{path}.function"), notes),
+        Some(other) => {
+            notes.push(format!("dropped {path}.function of type {}", kind(other)));
+            call.remove("function");
+        }
+    }
+}
+
+fn coerce_function(f: &mut Map<String, Value>, path: &str, notes: &mut Vec<String>) {
+    coerce_text(f, "name", path, notes);
+}

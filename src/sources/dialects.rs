@@ -1,0 +1,370 @@
+//! Other streaming dialects that OpenAI-compatible gateways also serve,
+//! read into the same choice model as chat completions so that a replay or
+//! a proxy accounts for every stream it meets:
+//!
+//! * the Anthropic Messages API (`message_start`, `content_block_delta`
+//!   with `text_delta` / `thinking_delta` / `input_json_delta`,
+//!   `message_delta`, `message_stop`);
+//! * the OpenAI Responses API (`response.output_text.delta`,
+//!   `response.reasoning_text.delta`, `response.function_call_arguments.delta`,
+//!   `response.completed`, ...);
+//! * the Vercel AI SDK UI stream (`text-delta`, `reasoning-delta`, `finish`).
+//!
+//! This module owns only the mapping of those event objects onto choice
+//! operations (text, reasoning, tool-call fragments, finish); everything
+//! else (elements, ids, truncation) is [`super::model`]'s. All of them are
+//! one choice, index 0. They end without `[DONE]`: their own end event
+//! (`message_stop`, `response.completed`, `finish`) counts as a clean end.
+
+use super::chunk::ChatChunk;
+use super::events::{ErrorOrigin, FinishReason, SourceEvent};
+use super::model::ChatStream;
+use crate::event::Level;
+use serde_json::Value;
+
+/// Which dialect a stream turned out to speak, and its progress.
+#[derive(Debug, Default)]
+pub(super) struct Dialects {
+    /// Anthropic: the stop reason from `message_delta`.
+    stop_reason: Option<String>,
+    /// Anthropic: usage merged from `message_start` and `message_delta`.
+    usage: serde_json::Map<String, Value>,
+    /// The dialect's own end event arrived.
+    ended: bool,
+}
+
+impl Dialects {
+    /// Whether the stream ended with its dialect's end event.
+    pub(super) fn ended_cleanly(&self) -> bool {
+        self.ended
+    }
+}
+
+fn str_of<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
+    v.get(key).and_then(Value::as_str)
+}
+
+fn index_of(v: &Value, key: &str) -> Option<u32> {
+    v.get(key)
+        .and_then(Value::as_u64)
+        .and_then(|i| u32::try_from(i).ok())
+}
+
+/// Reads a chunk of another dialect. Returns false when it is none of them.
+pub(super) fn push(stream: &mut ChatStream, chunk: &ChatChunk, out: &mut Vec<SourceEvent>) -> bool {
+    // The whole object, typed fields (`usage`, `error`) included.
+    let whole = || serde_json::to_value(chunk).unwrap_or(Value::Null);
+    if chunk.object() == Some("response") && chunk.type_field().is_none() {
+        responses_object(stream, &whole(), out);
+        return true;
+    }
+    let Some(kind) = chunk.type_field() else {
+        return false;
+    };
+    let v = whole();
+    match kind {
+        "message" => anthropic_message(stream, &v, out),
+        "message_start"
+        | "content_block_start"
+        | "content_block_delta"
+        | "content_block_stop"
+        | "message_delta"
+        | "message_stop"
+        | "ping" => anthropic(stream, kind, &v, out),
+        "error" => {
+            let error = v.get("error").cloned().unwrap_or_else(|| v.clone());
+            stream.push_error(None, ErrorOrigin::InBand, error, out);
+        }
+        k if k.starts_with("response.") => responses(stream, k, &v, out),
+        "text-delta" | "reasoning-delta" | "finish" | "text-start" | "text-end"
+        | "reasoning-start" | "reasoning-end" | "stream-start" | "response-metadata" | "start"
+        | "start-step" | "finish-step" => vercel(stream, kind, &v, out),
+        _ => return false,
+    }
+    true
+}
+
+fn merge_usage(stream: &mut ChatStream, usage: Option<&Value>, out: &mut Vec<SourceEvent>) {
+    let Some(Value::Object(map)) = usage else {
+        return;
+    };
+    for (k, v) in map {
+        stream.dialect_mut().usage.insert(k.clone(), v.clone());
+    }
+    let merged = Value::Object(stream.dialect_mut().usage.clone());
+    stream.push_usage(&merged, out);
+}
+
+fn anthropic(stream: &mut ChatStream, kind: &str, v: &Value, out: &mut Vec<SourceEvent>) {
+    match kind {
+        "message_start" => {
+            let usage = v.get("message").and_then(|m| m.get("usage"));
+            merge_usage(stream, usage, out);
+        }
+        "content_block_start" => {
+            let index = index_of(v, "index");
+            let Some(block) = v.get("content_block") else {
+                return;
+            };
+            let block_type = str_of(block, "type").unwrap_or("");
+            stream.with_choice(0, out, |c| match block_type {
+                "text" => c.content(str_of(block, "text").unwrap_or("")),
+                "thinking" => c.reasoning(str_of(block, "thinking").unwrap_or(""), "thinking"),
+                "redacted_thinking" => c.diagnostic(
+                    Level::Info,
+                    "redacted_thinking",
+                    "a redacted thinking block carries no readable text".to_string(),
+                ),
+                t if t.ends_with("tool_use") => {
+                    let input = block
+                        .get("input")
+                        .filter(|i| i.as_object().is_some_and(|o| !o.is_empty()));
+                    c.tool_call(
+                        index,
+                        str_of(block, "id"),
+                        str_of(block, "name"),
+                        input,
+                        "tool_use",
+                    );
+                }
+                _ => {}
+            });
+        }
+        "content_block_delta" => {
+            let index = index_of(v, "index");
+            let Some(delta) = v.get("delta") else { return };
+            stream.with_choice(0, out, |c| match str_of(delta, "type").unwrap_or("") {
+                "text_delta" => c.content(str_of(delta, "text").unwrap_or("")),
+                "thinking_delta" => {
+                    c.reasoning(str_of(delta, "thinking").unwrap_or(""), "thinking")
+                }
+                "input_json_delta" => {
+                    if let Some(json) = delta.get("partial_json") {
+                        c.tool_call(index, None, None, Some(json), "tool_use");
+                    }
+                }
+                _ => {}
+            });
+        }
+        "content_block_stop" => stream.with_choice(0, out, |c| {
+            c.end_tool_call();
+            c.end_reasoning();
+        }),
+        "message_delta" => {
+            if let Some(reason) = v.get("delta").and_then(|d| str_of(d, "stop_reason")) {
+                stream.dialect_mut().stop_reason = Some(reason.to_string());
+            }
+            merge_usage(stream, v.get("usage"), out);
+        }
+        "message_stop" => {
+            let reason = stream.dialect_mut().stop_reason.take();
+            stream.dialect_mut().ended = true;
+            stream.with_choice(0, out, |c| {
+                c.finish(Some(FinishReason::parse(
+                    reason.as_deref().unwrap_or("end_turn"),
+                )))
+            });
+        }
+        _ => {}
+    }
+}
+
+fn responses(stream: &mut ChatStream, kind: &str, v: &Value, out: &mut Vec<SourceEvent>) {
+    let text = str_of(v, "delta").unwrap_or("");
+    match kind {
+        "response.output_text.delta" => stream.with_choice(0, out, |c| c.content(text)),
+        "response.refusal.delta" => stream.with_choice(0, out, |c| c.refusal(text)),
+        "response.reasoning_text.delta" => {
+            stream.with_choice(0, out, |c| c.reasoning(text, "reasoning_text"))
+        }
+        "response.reasoning_summary_text.delta" => {
+            stream.with_choice(0, out, |c| c.reasoning(text, "reasoning_summary"))
+        }
+        "response.reasoning_text.done" | "response.reasoning_summary_part.done" => {
+            stream.with_choice(0, out, |c| c.end_reasoning())
+        }
+        "response.output_item.added" => {
+            let Some(item) = v.get("item") else { return };
+            if str_of(item, "type") == Some("function_call") {
+                let index = index_of(v, "output_index");
+                let args = item.get("arguments").filter(|a| a.as_str() != Some(""));
+                stream.with_choice(0, out, |c| {
+                    c.tool_call(
+                        index,
+                        str_of(item, "call_id"),
+                        str_of(item, "name"),
+                        args,
+                        "function_call",
+                    )
+                });
+            }
+        }
+        "response.function_call_arguments.delta" => {
+            let index = index_of(v, "output_index");
+            if let Some(delta) = v.get("delta") {
+                stream.with_choice(0, out, |c| {
+                    c.tool_call(index, None, None, Some(delta), "function_call")
+                });
+            }
+        }
+        "response.function_call_arguments.done" => {
+            stream.with_choice(0, out, |c| c.end_tool_call())
+        }
+        "response.completed" | "response.incomplete" | "response.failed" => {
+            let response = v.get("response");
+            merge_usage(stream, response.and_then(|r| r.get("usage")), out);
+            if let Some(error) = response
+                .and_then(|r| r.get("error"))
+                .filter(|e| !e.is_null())
+            {
+                stream.push_error(Some(0), ErrorOrigin::InBand, error.clone(), out);
+            }
+            let reason = response
+                .and_then(|r| r.get("incomplete_details"))
+                .and_then(|d| str_of(d, "reason"))
+                .or_else(|| response.and_then(|r| str_of(r, "status")))
+                .unwrap_or(&kind["response.".len()..])
+                .to_string();
+            stream.dialect_mut().ended = true;
+            stream.with_choice(0, out, |c| c.finish(Some(FinishReason::parse(&reason))));
+        }
+        "response.error" => {
+            stream.push_error(None, ErrorOrigin::InBand, v.clone(), out);
+        }
+        _ => {}
+    }
+}
+
+fn vercel(stream: &mut ChatStream, kind: &str, v: &Value, out: &mut Vec<SourceEvent>) {
+    match kind {
+        "text-delta" => {
+            let text = str_of(v, "delta")
+                .or_else(|| str_of(v, "textDelta"))
+                .unwrap_or("");
+            stream.with_choice(0, out, |c| c.content(text));
+        }
+        "reasoning-delta" => {
+            let text = str_of(v, "delta").unwrap_or("");
+            stream.with_choice(0, out, |c| c.reasoning(text, "reasoning"));
+        }
+        "reasoning-end" => stream.with_choice(0, out, |c| c.end_reasoning()),
+        "finish" => {
+            let reason = match v.get("finishReason") {
+                Some(Value::String(s)) => s.clone(),
+                Some(other) => str_of(other, "unified").unwrap_or("stop").to_string(),
+                None => "stop".to_string(),
+            };
+            stream.dialect_mut().ended = true;
+            stream.with_choice(0, out, |c| c.finish(Some(FinishReason::parse(&reason))));
+            if let Some(usage) = v.get("usage") {
+                stream.push_usage(usage, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A whole (non-streamed) Anthropic Messages response.
+fn anthropic_message(stream: &mut ChatStream, v: &Value, out: &mut Vec<SourceEvent>) {
+    let blocks = v
+        .get("content")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    stream.with_choice(0, out, |c| {
+        for (i, block) in blocks.iter().enumerate() {
+            let index = u32::try_from(i).ok();
+            match str_of(block, "type").unwrap_or("") {
+                "text" => c.content(str_of(block, "text").unwrap_or("")),
+                "thinking" => {
+                    c.reasoning(str_of(block, "thinking").unwrap_or(""), "thinking");
+                    c.end_reasoning();
+                }
+                t if t.ends_with("tool_use") => {
+                    c.tool_call(
+                        index,
+                        str_of(block, "id"),
+                        str_of(block, "name"),
+                        block.get("input"),
+                        "tool_use",
+                    );
+                    c.end_tool_call();
+                }
+                _ => {}
+            }
+        }
+        let reason = str_of(v, "stop_reason").unwrap_or("end_turn");
+        c.finish(Some(FinishReason::parse(reason)));
+    });
+    stream.dialect_mut().ended = true;
+    if let Some(usage) = v.get("usage") {
+        stream.push_usage(usage, out);
+    }
+}
+
+/// A whole (non-streamed) Responses API object.
+fn responses_object(stream: &mut ChatStream, v: &Value, out: &mut Vec<SourceEvent>) {
+    let items = v
+        .get("output")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    stream.with_choice(0, out, |c| {
+        for (i, item) in items.iter().enumerate() {
+            let index = u32::try_from(i).ok();
+            match str_of(item, "type").unwrap_or("") {
+                "message" => {
+                    for part in item
+                        .get("content")
+                        .and_then(Value::as_array)
+                        .map(Vec::as_slice)
+                        .unwrap_or(&[])
+                    {
+                        match str_of(part, "type").unwrap_or("") {
+                            "output_text" => c.content(str_of(part, "text").unwrap_or("")),
+                            "refusal" => c.refusal(str_of(part, "refusal").unwrap_or("")),
+                            _ => {}
+                        }
+                    }
+                }
+                "reasoning" => {
+                    for key in ["content", "summary"] {
+                        for part in item
+                            .get(key)
+                            .and_then(Value::as_array)
+                            .map(Vec::as_slice)
+                            .unwrap_or(&[])
+                        {
+                            c.reasoning(str_of(part, "text").unwrap_or(""), "reasoning");
+                        }
+                    }
+                    c.end_reasoning();
+                }
+                "function_call" => {
+                    c.tool_call(
+                        index,
+                        str_of(item, "call_id"),
+                        str_of(item, "name"),
+                        item.get("arguments"),
+                        "function_call",
+                    );
+                    c.end_tool_call();
+                }
+                _ => {}
+            }
+        }
+        let reason = v
+            .get("incomplete_details")
+            .and_then(|d| str_of(d, "reason"))
+            .or_else(|| str_of(v, "status"))
+            .unwrap_or("completed");
+        c.finish(Some(FinishReason::parse(reason)));
+    });
+    stream.dialect_mut().ended = true;
+    if let Some(error) = v.get("error").filter(|e| !e.is_null()) {
+        stream.push_error(None, ErrorOrigin::InBand, error.clone(), out);
+    }
+    if let Some(usage) = v.get("usage") {
+        stream.push_usage(usage, out);
+    }
+}

@@ -1,0 +1,1556 @@
+//! The chat-completions stream model: decoded SSE data (or parsed chunks)
+//! in, [`SourceEvent`]s out.
+//!
+//! This module owns what the fields of a chunk mean: one spindle
+//! [`Parser`] per choice for `delta.content`, `thought` elements for
+//! reasoning deltas, `refusal` elements, `tool_call` elements assembled
+//! from native tool-call fragments, finish reasons, usage, in-band errors,
+//! `[DONE]` and truncation. It does no I/O and knows nothing of SSE framing
+//! ([`super::sse`]) or HTTP ([`super::stream`], [`super::client`]).
+//! The rules are documented on [`ChatStream`].
+
+use super::chunk::{ChatChunk, Choice, Content, Delta, FunctionDelta, ToolCallDelta};
+use super::events::{Channel, ChoiceEvent, ErrorOrigin, FinishReason, SourceEvent, Truncation};
+use super::sse::SseLimits;
+use crate::event::{AttrMap, Close, Diagnostic, Element, Event, Level, Open, TagName};
+use crate::parser::{Parser, ParserOptions};
+use crate::registry::Registry;
+use crate::scan::Span;
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// How a source is framed, which decides what counts as truncation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Framing {
+    /// An SSE stream that ends with `data: [DONE]`; without it the stream
+    /// is truncated.
+    Sse,
+    /// Chunks without `[DONE]` framing (one chunk per line): a choice is
+    /// truncated when it has no `finish_reason` at the end.
+    Chunks,
+    /// One whole (non-streamed) response.
+    Response,
+    /// Plain text fed with [`ChatStream::push_content`]: nothing marks its
+    /// end, so nothing counts as truncation.
+    Text,
+}
+
+/// Options of a [`ChatStream`] (and of the taps and streams built on it).
+#[derive(Debug, Clone)]
+pub struct StreamOptions {
+    /// The registry every choice's content parser uses. Default: the
+    /// `reasoning` profile, which reads `<think>…</think>` answers and
+    /// leaves plain answers as content.
+    pub registry: Arc<Registry>,
+    /// Limits of the content parsers; `rewrite` turns on corrected text
+    /// ([`ChatStream::take_rewrites`]). `machine.max_element_len` also
+    /// bounds thought, refusal and tool-call elements.
+    pub parser: ParserOptions,
+    /// SSE line and event limits (also the limit on a JSON chunk that is
+    /// held while waiting for the rest of a split chunk).
+    pub sse: SseLimits,
+    /// What counts as truncation.
+    pub framing: Framing,
+    /// Most choices per stream; data of further choices is dropped with a
+    /// diagnostic. Default 128.
+    pub max_choices: usize,
+}
+
+impl Default for StreamOptions {
+    fn default() -> Self {
+        StreamOptions::with_registry(Registry::reasoning())
+    }
+}
+
+impl StreamOptions {
+    /// Default options with another registry.
+    pub fn with_registry(registry: Registry) -> StreamOptions {
+        StreamOptions {
+            registry: Arc::new(registry),
+            parser: ParserOptions::default(),
+            sse: SseLimits::default(),
+            framing: Framing::Sse,
+            max_choices: 128,
+        }
+    }
+}
+
+/// Most whitespace held before a choice's first content (see
+/// `ChoiceState::content`).
+const MAX_HELD_SPACE: usize = 64 * 1024;
+
+/// Tag names of the elements this module builds itself.
+#[derive(Debug)]
+struct Tags {
+    thought: TagName,
+    refusal: TagName,
+    tool_call: TagName,
+}
+
+/// What every choice needs to read.
+#[derive(Debug)]
+struct Shared {
+    options: StreamOptions,
+    tags: Tags,
+}
+
+impl Shared {
+    fn element_limit(&self) -> usize {
+        self.options.parser.machine.max_element_len
+    }
+}
+
+/// The sink of one choice's events.
+struct Out<'a> {
+    choice: u32,
+    events: &'a mut Vec<SourceEvent>,
+}
+
+impl Out<'_> {
+    fn push(&mut self, channel: Channel, event: Event) {
+        self.events.push(SourceEvent::Choice(ChoiceEvent {
+            event,
+            choice: self.choice,
+            channel,
+        }));
+    }
+}
+
+fn diagnostic(level: Level, code: &str, message: String, at: Option<usize>) -> Diagnostic {
+    Diagnostic {
+        level,
+        code: code.to_string(),
+        tag: None,
+        element: None,
+        at,
+        message,
+    }
+}
+
+/// At most `max` bytes of `text` for a message, cut at a char boundary.
+pub(crate) fn excerpt(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+/// The content channel of a choice: its parser and the renumbering of the
+/// parser's element ids into the choice's id space.
+#[derive(Debug)]
+struct ContentChannel {
+    parser: Parser,
+    ids: Vec<u32>,
+    scratch: Vec<Event>,
+}
+
+/// A run of plain text (reasoning, refusal) becoming one element.
+#[derive(Debug)]
+struct TextRun {
+    channel: Channel,
+    /// Bytes of this channel so far.
+    offset: usize,
+    open: Option<OpenRun>,
+}
+
+#[derive(Debug)]
+struct OpenRun {
+    id: u32,
+    raw_tag: String,
+    start: usize,
+    text: String,
+    truncated: bool,
+}
+
+impl TextRun {
+    fn new(channel: Channel) -> TextRun {
+        TextRun {
+            channel,
+            offset: 0,
+            open: None,
+        }
+    }
+
+    fn push(
+        &mut self,
+        tag: &TagName,
+        raw_tag: &str,
+        text: &str,
+        next_id: &mut u32,
+        limit: usize,
+        out: &mut Out<'_>,
+    ) {
+        if text.is_empty() {
+            return;
+        }
+        let offset = self.offset;
+        let run = match &mut self.open {
+            Some(run) => run,
+            None => {
+                let id = *next_id;
+                *next_id += 1;
+                out.push(
+                    self.channel,
+                    Event::Open(Open {
+                        id,
+                        tag: tag.clone(),
+                        raw_tag: raw_tag.to_string(),
+                        attrs: AttrMap::new(),
+                        synthetic: false,
+                        at: offset,
+                    }),
+                );
+                self.open.insert(OpenRun {
+                    id,
+                    raw_tag: raw_tag.to_string(),
+                    start: offset,
+                    text: String::new(),
+                    truncated: false,
+                })
+            }
+        };
+        out.push(
+            self.channel,
+            Event::Delta(crate::event::Delta {
+                id: run.id,
+                tag: tag.clone(),
+                text: text.to_string(),
+            }),
+        );
+        if !run.truncated {
+            if run.text.len() + text.len() <= limit {
+                run.text.push_str(text);
+            } else {
+                run.truncated = true;
+                let mut d = diagnostic(
+                    Level::Warning,
+                    "element_too_large",
+                    format!(
+                        "{tag} element is larger than {limit} bytes; its text was cut (the deltas carry all of it)"
+                    ),
+                    Some(offset),
+                );
+                d.tag = Some(tag.clone());
+                d.element = Some(run.id);
+                out.push(self.channel, Event::Diagnostic(d));
+            }
+        }
+        self.offset += text.len();
+    }
+
+    fn close(&mut self, tag: &TagName, out: &mut Out<'_>) {
+        let Some(run) = self.open.take() else { return };
+        out.push(
+            self.channel,
+            Event::Close(Close {
+                id: run.id,
+                tag: tag.clone(),
+                synthetic: false,
+                at: self.offset,
+            }),
+        );
+        out.push(
+            self.channel,
+            Event::Element(Element {
+                id: run.id,
+                tag: tag.clone(),
+                raw_tag: run.raw_tag,
+                attrs: AttrMap::new(),
+                text: run.text,
+                payload: Value::Null,
+                span: Span::new(run.start, self.offset),
+                truncated: run.truncated,
+            }),
+        );
+    }
+}
+
+/// Argument text of one fragment.
+#[derive(Debug, Clone, Copy)]
+enum Args<'a> {
+    Text(&'a str),
+    Json(&'a Value),
+}
+
+/// One tool-call fragment, from `tool_calls[i]` or `function_call`.
+#[derive(Debug, Clone, Copy)]
+struct Fragment<'a> {
+    index: Option<u32>,
+    id: Option<&'a str>,
+    name: Option<&'a str>,
+    args: Option<Args<'a>>,
+    raw_tag: &'static str,
+}
+
+impl<'a> Fragment<'a> {
+    fn from_delta(d: &'a ToolCallDelta) -> Fragment<'a> {
+        let function = d.function.as_option();
+        Fragment {
+            index: d.index.as_option().copied(),
+            id: d
+                .id
+                .as_option()
+                .map(String::as_str)
+                .filter(|s| !s.is_empty()),
+            name: function
+                .and_then(|f| f.name.as_option())
+                .map(String::as_str),
+            args: function
+                .and_then(|f| f.arguments.as_option())
+                .and_then(args_of),
+            raw_tag: "tool_calls",
+        }
+    }
+
+    fn from_function(f: &'a FunctionDelta) -> Fragment<'a> {
+        Fragment {
+            index: None,
+            id: None,
+            name: f.name.as_option().map(String::as_str),
+            args: f.arguments.as_option().and_then(args_of),
+            raw_tag: "function_call",
+        }
+    }
+}
+
+fn args_of(v: &Value) -> Option<Args<'_>> {
+    match v {
+        Value::Null => None,
+        Value::String(s) => Some(Args::Text(s)),
+        other => Some(Args::Json(other)),
+    }
+}
+
+/// A tool call being assembled.
+#[derive(Debug)]
+struct ToolCall {
+    element: u32,
+    index: Option<u32>,
+    call_id: Option<String>,
+    name: String,
+    args: String,
+    start: usize,
+    truncated: bool,
+    raw_tag: &'static str,
+    noted_repeat: bool,
+}
+
+/// The tool-call channel of a choice.
+#[derive(Debug, Default)]
+struct ToolCalls {
+    current: Option<ToolCall>,
+    /// Index and id of completed calls, to spot late fragments.
+    completed: Vec<(Option<u32>, Option<String>)>,
+    offset: usize,
+}
+
+fn index_compatible(a: Option<u32>, b: Option<u32>) -> bool {
+    match (a, b) {
+        (Some(x), Some(y)) => x == y,
+        _ => true,
+    }
+}
+
+impl ToolCalls {
+    fn fragment(&mut self, f: Fragment<'_>, shared: &Shared, next_id: &mut u32, out: &mut Out<'_>) {
+        let mut repeated_id = false;
+        let same = match (&mut self.current, f.id) {
+            (None, _) => false,
+            (Some(c), Some(id)) => match &c.call_id {
+                Some(existing) if existing == id => {
+                    repeated_id = true;
+                    true
+                }
+                Some(_) => false,
+                None if index_compatible(c.index, f.index) && c.args.is_empty() => {
+                    c.call_id = Some(id.to_string());
+                    true
+                }
+                None => false,
+            },
+            (Some(c), None) => index_compatible(c.index, f.index),
+        };
+        if !same {
+            self.complete(shared, out);
+            let late = self.completed.iter().any(|(index, id)| match (f.id, id) {
+                (Some(a), Some(b)) => a == b,
+                (None, _) => f.index.is_some() && *index == f.index,
+                _ => false,
+            });
+            if late {
+                let mut d = diagnostic(
+                    Level::Warning,
+                    "tool_call_fragment_after_complete",
+                    format!(
+                        "a tool-call fragment (index {:?}, id {:?}) arrived after its call was complete; it starts a new tool_call element",
+                        f.index, f.id
+                    ),
+                    Some(self.offset),
+                );
+                d.tag = Some(shared.tags.tool_call.clone());
+                out.push(Channel::ToolCalls, Event::Diagnostic(d));
+            }
+            let element = *next_id;
+            *next_id += 1;
+            let mut attrs = AttrMap::new();
+            if let Some(id) = f.id {
+                attrs.insert("id".into(), id.to_string());
+            }
+            if let Some(name) = f.name {
+                attrs.insert("name".into(), name.to_string());
+            }
+            out.push(
+                Channel::ToolCalls,
+                Event::Open(Open {
+                    id: element,
+                    tag: shared.tags.tool_call.clone(),
+                    raw_tag: f.raw_tag.to_string(),
+                    attrs,
+                    synthetic: false,
+                    at: self.offset,
+                }),
+            );
+            self.current = Some(ToolCall {
+                element,
+                index: f.index,
+                call_id: f.id.map(str::to_string),
+                name: String::new(),
+                args: String::new(),
+                start: self.offset,
+                truncated: false,
+                raw_tag: f.raw_tag,
+                noted_repeat: false,
+            });
+        }
+        let Some(call) = self.current.as_mut() else {
+            return;
+        };
+        if call.index.is_none() {
+            call.index = f.index;
+        }
+        if let Some(name) = f.name.filter(|n| !n.is_empty()) {
+            if call.name.is_empty() || name.starts_with(call.name.as_str()) {
+                call.name = name.to_string();
+            } else if call.name != name {
+                call.name.push_str(name);
+            }
+        }
+        let text: std::borrow::Cow<'_, str> = match f.args {
+            None => return,
+            Some(Args::Text(t)) => t.into(),
+            Some(Args::Json(v)) => v.to_string().into(),
+        };
+        if text.is_empty() {
+            return;
+        }
+        let complete_json = |s: &str| serde_json::from_str::<serde::de::IgnoredAny>(s).is_ok();
+        let repeat_note = if repeated_id
+            && !call.args.is_empty()
+            && *text == *call.args
+            && complete_json(&call.args)
+        {
+            // The whole call again: already have it.
+            Some("repeated the whole tool call; the repeat was dropped")
+        } else if repeated_id
+            && !call.args.is_empty()
+            && text.len() > call.args.len()
+            && text.starts_with(call.args.as_str())
+        {
+            // A growing snapshot: it replaces what we have.
+            self.offset += text.len() - call.args.len();
+            call.args = text.into_owned();
+            Some("sent growing snapshots of the arguments; each replaced the last")
+        } else {
+            if call.truncated {
+                self.offset += text.len();
+            } else if call.args.len() + text.len() <= shared.element_limit() {
+                call.args.push_str(&text);
+                self.offset += text.len();
+            } else {
+                call.truncated = true;
+                self.offset += text.len();
+                let limit = shared.element_limit();
+                let mut d = diagnostic(
+                    Level::Warning,
+                    "element_too_large",
+                    format!(
+                        "tool_call arguments are larger than {limit} bytes; the rest was not kept"
+                    ),
+                    Some(self.offset),
+                );
+                d.tag = Some(shared.tags.tool_call.clone());
+                d.element = Some(call.element);
+                out.push(Channel::ToolCalls, Event::Diagnostic(d));
+            }
+            None
+        };
+        if let Some(note) = repeat_note
+            && !call.noted_repeat
+        {
+            call.noted_repeat = true;
+            let mut d = diagnostic(
+                Level::Info,
+                "tool_call_repeated",
+                format!("the server {note}"),
+                Some(self.offset),
+            );
+            d.tag = Some(shared.tags.tool_call.clone());
+            d.element = Some(call.element);
+            out.push(Channel::ToolCalls, Event::Diagnostic(d));
+        }
+    }
+
+    /// Emits the current call as a complete element.
+    fn complete(&mut self, shared: &Shared, out: &mut Out<'_>) {
+        let Some(call) = self.current.take() else {
+            return;
+        };
+        let tag = shared.tags.tool_call.clone();
+        let (arguments, diagnostics) = parse_arguments(&call.args, call.truncated);
+        let mut payload = serde_json::Map::new();
+        payload.insert(
+            "id".into(),
+            call.call_id.clone().map_or(Value::Null, Value::String),
+        );
+        payload.insert("name".into(), Value::String(call.name.clone()));
+        payload.insert("arguments".into(), arguments);
+        if let Some(index) = call.index {
+            payload.insert("index".into(), json!(index));
+        }
+        let mut attrs = AttrMap::new();
+        if let Some(id) = &call.call_id {
+            attrs.insert("id".into(), id.clone());
+        }
+        if !call.name.is_empty() {
+            attrs.insert("name".into(), call.name.clone());
+        }
+        out.push(
+            Channel::ToolCalls,
+            Event::Close(Close {
+                id: call.element,
+                tag: tag.clone(),
+                synthetic: false,
+                at: self.offset,
+            }),
+        );
+        out.push(
+            Channel::ToolCalls,
+            Event::Element(Element {
+                id: call.element,
+                tag: tag.clone(),
+                raw_tag: call.raw_tag.to_string(),
+                attrs,
+                text: call.args,
+                payload: Value::Object(payload),
+                span: Span::new(call.start, self.offset),
+                truncated: call.truncated,
+            }),
+        );
+        for mut d in diagnostics {
+            d.tag = Some(tag.clone());
+            d.element = Some(call.element);
+            out.push(Channel::ToolCalls, Event::Diagnostic(d));
+        }
+        if self.completed.len() < 4096 {
+            self.completed.push((call.index, call.call_id));
+        }
+    }
+}
+
+/// Reads tool-call arguments: strictly, then leniently, reporting which.
+fn parse_arguments(raw: &str, truncated: bool) -> (Value, Vec<Diagnostic>) {
+    if truncated {
+        let d = diagnostic(
+            Level::Error,
+            "invalid_arguments",
+            "tool_call arguments were cut at the element size limit and not parsed".to_string(),
+            None,
+        );
+        return (Value::Null, vec![d]);
+    }
+    if raw.trim().is_empty() {
+        let d = diagnostic(
+            Level::Info,
+            "empty_arguments",
+            "the tool call has no argument text; arguments taken as {}".to_string(),
+            None,
+        );
+        return (Value::Object(serde_json::Map::new()), vec![d]);
+    }
+    let strict_error = match serde_json::from_str::<Value>(raw) {
+        Ok(v) => return (v, Vec::new()),
+        Err(e) => e,
+    };
+    if let Ok(fixed) = jsonrepair_rs::jsonrepair(raw)
+        && let Ok(v) = serde_json::from_str::<Value>(&fixed)
+    {
+        let d = diagnostic(
+            Level::Warning,
+            "arguments_repaired",
+            format!("tool_call arguments are not valid JSON ({strict_error}); read leniently"),
+            None,
+        );
+        return (v, vec![d]);
+    }
+    let d = diagnostic(
+        Level::Error,
+        "invalid_arguments",
+        format!(
+            "tool_call arguments are not JSON even leniently ({strict_error}); arguments is null, the raw text is the element text"
+        ),
+        None,
+    );
+    (Value::Null, vec![d])
+}
+
+/// Everything known about one choice.
+#[derive(Debug)]
+struct ChoiceState {
+    index: u32,
+    next_id: u32,
+    content: Option<ContentChannel>,
+    reasoning: TextRun,
+    refusal: TextRun,
+    tools: ToolCalls,
+    finished: bool,
+    has_finish_reason: bool,
+    noted_late: bool,
+    noted_parts: Vec<String>,
+    rewrite: Vec<u8>,
+    /// Whitespace-only content not yet given to a parser.
+    held_space: String,
+}
+
+impl ChoiceState {
+    fn new(index: u32) -> ChoiceState {
+        ChoiceState {
+            index,
+            next_id: 0,
+            content: None,
+            reasoning: TextRun::new(Channel::Reasoning),
+            refusal: TextRun::new(Channel::Refusal),
+            tools: ToolCalls::default(),
+            finished: false,
+            has_finish_reason: false,
+            noted_late: false,
+            noted_parts: Vec::new(),
+            rewrite: Vec::new(),
+            held_space: String::new(),
+        }
+    }
+
+    /// Reopens a finished choice that receives more data.
+    fn wake(&mut self, out: &mut Out<'_>) {
+        if self.finished {
+            self.finished = false;
+            if !self.noted_late {
+                self.noted_late = true;
+                let d = diagnostic(
+                    Level::Warning,
+                    "data_after_finish",
+                    "the choice received more data after its finish_reason; it is read as a continuation".to_string(),
+                    None,
+                );
+                out.push(Channel::Content, Event::Diagnostic(d));
+            }
+        }
+    }
+
+    fn content(&mut self, shared: &Shared, text: &str, out: &mut Out<'_>) {
+        if text.is_empty() {
+            return;
+        }
+        // Whitespace before any content (a space before tool calls, blank
+        // lines before a JSON answer) is held: it opens nothing, and a
+        // choice whose content is only whitespace reports it as a gap.
+        if self.content.is_none()
+            && !self.finished
+            && self.held_space.len() + text.len() <= MAX_HELD_SPACE
+            && text.bytes().all(|b| b.is_ascii_whitespace())
+        {
+            self.held_space.push_str(text);
+            return;
+        }
+        self.wake(out);
+        self.reasoning.close(&shared.tags.thought, out);
+        self.refusal.close(&shared.tags.refusal, out);
+        if !self.held_space.is_empty() {
+            let held = std::mem::take(&mut self.held_space);
+            self.feed_content(shared, &held, out);
+        }
+        self.feed_content(shared, text, out);
+    }
+
+    fn feed_content(&mut self, shared: &Shared, text: &str, out: &mut Out<'_>) {
+        let channel = self.content.get_or_insert_with(|| ContentChannel {
+            parser: Parser::with_options(shared.options.registry.clone(), shared.options.parser),
+            ids: Vec::new(),
+            scratch: Vec::new(),
+        });
+        channel
+            .parser
+            .feed_into(text.as_bytes(), &mut channel.scratch);
+        if shared.options.parser.rewrite {
+            self.rewrite.extend(channel.parser.take_rewrite());
+        }
+        let mut scratch = std::mem::take(&mut channel.scratch);
+        for event in scratch.drain(..) {
+            let event = remap(event, &mut channel.ids, &mut self.next_id);
+            out.push(Channel::Content, event);
+        }
+        channel.scratch = scratch;
+    }
+
+    fn reasoning(&mut self, shared: &Shared, text: &str, raw_tag: &str, out: &mut Out<'_>) {
+        if text.is_empty() {
+            return;
+        }
+        self.wake(out);
+        self.refusal.close(&shared.tags.refusal, out);
+        let limit = shared.element_limit();
+        self.reasoning.push(
+            &shared.tags.thought,
+            raw_tag,
+            text,
+            &mut self.next_id,
+            limit,
+            out,
+        );
+    }
+
+    fn refusal(&mut self, shared: &Shared, text: &str, out: &mut Out<'_>) {
+        if text.is_empty() {
+            return;
+        }
+        self.wake(out);
+        self.reasoning.close(&shared.tags.thought, out);
+        let limit = shared.element_limit();
+        self.refusal.push(
+            &shared.tags.refusal,
+            "refusal",
+            text,
+            &mut self.next_id,
+            limit,
+            out,
+        );
+    }
+
+    fn tool_fragment(&mut self, shared: &Shared, f: Fragment<'_>, out: &mut Out<'_>) {
+        self.wake(out);
+        self.reasoning.close(&shared.tags.thought, out);
+        self.refusal.close(&shared.tags.refusal, out);
+        self.tools.fragment(f, shared, &mut self.next_id, out);
+    }
+
+    fn parts(&mut self, shared: &Shared, parts: &[Value], out: &mut Out<'_>) {
+        for part in parts {
+            let kind = part.get("type").and_then(Value::as_str).unwrap_or("");
+            match kind {
+                "text" | "output_text" => {
+                    if let Some(text) = part.get("text").and_then(Value::as_str) {
+                        self.content(shared, text, out);
+                    }
+                }
+                "thinking" | "reasoning" => {
+                    let inner = part.get(kind).or_else(|| part.get("text"));
+                    match inner {
+                        Some(Value::String(s)) => self.reasoning(shared, s, kind, out),
+                        Some(Value::Array(items)) => {
+                            for item in items {
+                                if let Some(text) = item.get("text").and_then(Value::as_str) {
+                                    self.reasoning(shared, text, kind, out);
+                                }
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                other => {
+                    let other = excerpt(other, 40);
+                    if !self.noted_parts.contains(&other) && self.noted_parts.len() < 16 {
+                        let d = diagnostic(
+                            Level::Info,
+                            "unsupported_content_part",
+                            format!(
+                                "a content part of type {other:?} carries no text; it was not parsed"
+                            ),
+                            None,
+                        );
+                        out.push(Channel::Content, Event::Diagnostic(d));
+                        self.noted_parts.push(other);
+                    }
+                }
+            }
+        }
+    }
+
+    fn delta(&mut self, shared: &Shared, delta: &Delta, out: &mut Out<'_>) {
+        let rc = delta
+            .reasoning_content
+            .as_option()
+            .map(String::as_str)
+            .unwrap_or("");
+        let r = delta
+            .reasoning
+            .as_option()
+            .map(String::as_str)
+            .unwrap_or("");
+        self.reasoning(shared, rc, "reasoning_content", out);
+        if r != rc {
+            self.reasoning(shared, r, "reasoning", out);
+        }
+        match delta.content.as_option() {
+            Some(Content::Text(text)) => self.content(shared, text, out),
+            Some(Content::Parts(parts)) => self.parts(shared, parts, out),
+            None => {}
+        }
+        if let Some(text) = delta.refusal.as_option() {
+            self.refusal(shared, text, out);
+        }
+        if let Some(calls) = delta.tool_calls.as_option() {
+            for call in calls {
+                self.tool_fragment(shared, Fragment::from_delta(call), out);
+            }
+        }
+        if let Some(f) = delta.function_call.as_option() {
+            self.tool_fragment(shared, Fragment::from_function(f), out);
+        }
+    }
+
+    /// Ends every open run of the choice; emits `finish` when it has a reason.
+    fn finish(&mut self, shared: &Shared, reason: Option<FinishReason>, out: &mut Out<'_>) {
+        self.reasoning.close(&shared.tags.thought, out);
+        self.refusal.close(&shared.tags.refusal, out);
+        if !self.held_space.is_empty() && self.content.is_none() {
+            let held = std::mem::take(&mut self.held_space);
+            if shared.options.parser.rewrite {
+                self.rewrite.extend(held.as_bytes());
+            }
+            let span = Span::new(0, held.len());
+            out.push(
+                Channel::Content,
+                Event::Gap(crate::event::Gap { text: held, span }),
+            );
+        }
+        if let Some(mut channel) = self.content.take() {
+            let (events, rest) = channel.parser.finish_with_rewrite();
+            if shared.options.parser.rewrite {
+                self.rewrite.extend(rest);
+            }
+            for event in events {
+                let event = remap(event, &mut channel.ids, &mut self.next_id);
+                out.push(Channel::Content, event);
+            }
+        }
+        self.tools.complete(shared, out);
+        self.finished = true;
+        if let Some(reason) = reason {
+            self.has_finish_reason = true;
+            out.events.push(SourceEvent::Finish {
+                choice: self.index,
+                reason,
+            });
+        }
+    }
+
+    /// The corrected content that is final so far, as whole characters.
+    fn take_rewrite(&mut self) -> String {
+        let valid = match std::str::from_utf8(&self.rewrite) {
+            Ok(_) => self.rewrite.len(),
+            Err(e) if e.error_len().is_none() => e.valid_up_to(),
+            // Not reachable from str input; keep every byte visible anyway.
+            Err(_) => self.rewrite.len(),
+        };
+        let rest = self.rewrite.split_off(valid);
+        let text = std::mem::replace(&mut self.rewrite, rest);
+        String::from_utf8_lossy(&text).into_owned()
+    }
+}
+
+/// Renumbers a parser event's element ids into the choice's id space.
+fn remap(mut event: Event, ids: &mut Vec<u32>, next_id: &mut u32) -> Event {
+    let mut map = |pid: u32| -> u32 {
+        let p = pid as usize;
+        while ids.len() <= p {
+            ids.push(*next_id);
+            *next_id += 1;
+        }
+        ids.get(p).copied().unwrap_or(pid)
+    };
+    match &mut event {
+        Event::Open(e) => e.id = map(e.id),
+        Event::Delta(e) => e.id = map(e.id),
+        Event::Close(e) => e.id = map(e.id),
+        Event::Element(e) => e.id = map(e.id),
+        Event::Repair(e) => e.element = e.element.map(&mut map),
+        Event::Diagnostic(e) => e.element = e.element.map(&mut map),
+        Event::Comment(e) => e.element = e.element.map(&mut map),
+        _ => {}
+    }
+    event
+}
+
+/// Whether filter results flag anything (`filtered`/`detected` true, or an
+/// `error`).
+fn filter_flagged(v: &Value, depth: u8) -> bool {
+    if depth > 6 {
+        return false;
+    }
+    match v {
+        Value::Object(map) => map.iter().any(|(k, v)| {
+            ((k == "filtered" || k == "detected") && v == &Value::Bool(true))
+                || (k == "error" && !v.is_null())
+                || filter_flagged(v, depth + 1)
+        }),
+        Value::Array(items) => items.iter().any(|v| filter_flagged(v, depth + 1)),
+        _ => false,
+    }
+}
+
+/// Counters of a stream, for summaries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StreamStats {
+    /// Data payloads and chunks pushed.
+    pub chunks: u64,
+    /// Whether `[DONE]` arrived.
+    pub done: bool,
+    /// In-band errors seen.
+    pub errors: u64,
+    /// Chunks that could not be read (invalid JSON, unknown shape).
+    pub bad_chunks: u64,
+}
+
+/// The stream model of one chat completion: push SSE data payloads (or
+/// parsed chunks), get [`SourceEvent`]s.
+///
+/// Synchronous and I/O-free, like [`Parser`]; [`super::StreamTap`] adds SSE
+/// decoding, [`super::EventStream`] an async byte stream.
+///
+/// # Channels and ids
+///
+/// Each choice has four channels ([`Channel`]). Content goes through the
+/// Filament machine (so `<think>` inside content, inline tags and repairs
+/// work as in `spindle parse`); the other channels are plain text or JSON
+/// and become one element per run. Element ids are unique within a choice
+/// across channels; `at` and `span` count bytes of the event's channel.
+///
+/// # Tool calls
+///
+/// Servers send tool calls in several shapes, all handled:
+///
+/// | shape | seen from | how it is read |
+/// |---|---|---|
+/// | `id` and `name` on the first fragment, then argument pieces | OpenAI | pieces appended by `index` |
+/// | `id` repeated on every fragment | Novita, Groq | same id = same call |
+/// | repeated whole call, or growing snapshots | some OpenRouter routes | a repeat is dropped, a snapshot replaces (with a `diagnostic`) |
+/// | no `index`, one `id` per call, several calls in one delta | Mistral, Ollama | a new id starts a new call |
+/// | whole call in one chunk | xAI, Kimi, GLM | one fragment |
+/// | `arguments` as a JSON object | some gateways | written out as JSON text |
+///
+/// A call is complete, and its `element` emitted, when the next call
+/// starts, when the choice finishes, or at the end of the stream.
+/// `arguments` are parsed strictly, then leniently (jsonrepair, reported by
+/// a `diagnostic`), else left `null` with an error `diagnostic`; the raw
+/// text is always the element's `text`.
+///
+/// # Example
+///
+/// ```
+/// use spindle::sources::{ChatStream, SourceEvent, StreamOptions};
+///
+/// let mut stream = ChatStream::new(StreamOptions::default());
+/// let mut events = Vec::new();
+/// for data in [
+///     r#"{"choices":[{"index":0,"delta":{"reasoning_content":"Sum."}}]}"#,
+///     r#"{"choices":[{"index":0,"delta":{"content":"4"}}]}"#,
+///     r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+///     "[DONE]",
+/// ] {
+///     stream.push_data("message", data, 0, &mut events);
+/// }
+/// stream.finish_into(&mut events);
+/// let elements: Vec<(&str, &str)> = events
+///     .iter()
+///     .filter_map(SourceEvent::as_element)
+///     .map(|e| (&*e.tag, e.text.as_str()))
+///     .collect();
+/// assert_eq!(elements, [("thought", "Sum."), ("content", "4")]);
+/// ```
+#[derive(Debug)]
+pub struct ChatStream {
+    shared: Shared,
+    choices: Vec<ChoiceState>,
+    stats: StreamStats,
+    last_usage: Option<Value>,
+    /// The start of a JSON chunk split over several data payloads.
+    pending: String,
+    pending_at: usize,
+    transport_failed: bool,
+    noted_choice_limit: bool,
+    noted_unknown: u32,
+    dialect: super::dialects::Dialects,
+}
+
+impl ChatStream {
+    /// A stream model with the given options.
+    pub fn new(options: StreamOptions) -> ChatStream {
+        ChatStream {
+            shared: Shared {
+                options,
+                tags: Tags {
+                    thought: "thought".into(),
+                    refusal: "refusal".into(),
+                    tool_call: "tool_call".into(),
+                },
+            },
+            choices: Vec::new(),
+            stats: StreamStats::default(),
+            last_usage: None,
+            pending: String::new(),
+            pending_at: 0,
+            transport_failed: false,
+            noted_choice_limit: false,
+            noted_unknown: 0,
+            dialect: Default::default(),
+        }
+    }
+
+    /// The options.
+    pub fn options(&self) -> &StreamOptions {
+        &self.shared.options
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> StreamStats {
+        self.stats
+    }
+
+    /// Pushes the data of one SSE event (`event_type` is its `event` field,
+    /// `message` by default; `at` its offset, for diagnostics). Returns the
+    /// chunk when the data was one.
+    pub fn push_data(
+        &mut self,
+        event_type: &str,
+        data: &str,
+        at: usize,
+        out: &mut Vec<SourceEvent>,
+    ) -> Option<ChatChunk> {
+        self.stats.chunks += 1;
+        if event_type == "error" {
+            let error = match serde_json::from_str::<Value>(data) {
+                Ok(Value::Object(mut map)) => match map.remove("error") {
+                    Some(inner) if !inner.is_null() => inner,
+                    _ => Value::Object(map),
+                },
+                Ok(other) => json!({ "message": other }),
+                Err(_) => json!({ "message": data }),
+            };
+            self.stats.errors += 1;
+            out.push(SourceEvent::StreamError {
+                choice: None,
+                origin: ErrorOrigin::ErrorEvent,
+                error,
+            });
+            return None;
+        }
+        let trimmed = data.trim();
+        if trimmed == "[DONE]" {
+            self.drop_pending("[DONE] arrived", out);
+            self.push_done(out);
+            return None;
+        }
+        if trimmed.is_empty() {
+            return None;
+        }
+        if !self.pending.is_empty() {
+            let mut joined = std::mem::take(&mut self.pending);
+            joined.push_str(data);
+            match serde_json::from_str::<ChatChunk>(&joined) {
+                Ok(chunk) => {
+                    out.push(SourceEvent::Diagnostic(diagnostic(
+                        Level::Warning,
+                        "chunk_rejoined",
+                        "a JSON chunk was split over several SSE events; they were joined"
+                            .to_string(),
+                        Some(self.pending_at),
+                    )));
+                    self.push_chunk(&chunk, out);
+                    return Some(chunk);
+                }
+                Err(e) if e.is_eof() && joined.len() <= self.shared.options.sse.max_event_len => {
+                    self.pending = joined;
+                    return None;
+                }
+                Err(_) => {
+                    joined.truncate(joined.len() - data.len());
+                    self.pending = joined;
+                    self.drop_pending("the next event did not continue it", out);
+                }
+            }
+        }
+        match serde_json::from_str::<ChatChunk>(data) {
+            Ok(chunk) => {
+                self.push_chunk(&chunk, out);
+                Some(chunk)
+            }
+            Err(e) if e.is_eof() && data.len() <= self.shared.options.sse.max_event_len => {
+                self.pending = data.to_string();
+                self.pending_at = at;
+                None
+            }
+            Err(e) => {
+                if let Ok(value) = serde_json::from_str::<Value>(data)
+                    && let (Some(chunk), notes) = super::chunk::coerce_chunk(value)
+                {
+                    out.push(SourceEvent::Diagnostic(diagnostic(
+                        Level::Warning,
+                        "chunk_fields_coerced",
+                        format!(
+                            "a chunk has fields of unexpected types ({e}): {}",
+                            notes.join("; ")
+                        ),
+                        Some(at),
+                    )));
+                    self.push_chunk(&chunk, out);
+                    return Some(chunk);
+                }
+                self.stats.bad_chunks += 1;
+                let (code, what) = match serde_json::from_str::<serde::de::IgnoredAny>(data) {
+                    Ok(_) => (
+                        "unexpected_chunk_shape",
+                        "is JSON but not a chat-completion chunk",
+                    ),
+                    Err(_) => ("invalid_chunk_json", "is not valid JSON"),
+                };
+                out.push(SourceEvent::Diagnostic(diagnostic(
+                    Level::Error,
+                    code,
+                    format!(
+                        "an SSE data payload {what} ({e}); skipped it: {}",
+                        excerpt(data, 200)
+                    ),
+                    Some(at),
+                )));
+                None
+            }
+        }
+    }
+
+    fn drop_pending(&mut self, why: &str, out: &mut Vec<SourceEvent>) {
+        if self.pending.is_empty() {
+            return;
+        }
+        self.stats.bad_chunks += 1;
+        let pending = std::mem::take(&mut self.pending);
+        out.push(SourceEvent::Diagnostic(diagnostic(
+            Level::Error,
+            "invalid_chunk_json",
+            format!(
+                "an SSE data payload is an unfinished JSON document and {why}; skipped it: {}",
+                excerpt(&pending, 200)
+            ),
+            Some(self.pending_at),
+        )));
+    }
+
+    /// All events of a whole (non-streamed) response body: a
+    /// `chat.completion`, an Anthropic message, a Responses API object or
+    /// an error body. The options' framing is set to [`Framing::Response`].
+    ///
+    /// ```
+    /// use spindle::sources::{ChatStream, StreamOptions};
+    ///
+    /// let body = br#"{"object":"chat.completion","choices":[{"index":0,
+    ///     "message":{"role":"assistant","content":"<think>hm</think>Yes."},"finish_reason":"stop"}]}"#;
+    /// let events = ChatStream::response_events(StreamOptions::default(), body);
+    /// let tags: Vec<&str> = events.iter().filter_map(|e| e.as_element()).map(|e| &*e.tag).collect();
+    /// assert_eq!(tags, ["thought", "content"]);
+    /// ```
+    pub fn response_events(mut options: StreamOptions, body: &[u8]) -> Vec<SourceEvent> {
+        options.framing = Framing::Response;
+        let mut stream = ChatStream::new(options);
+        let mut out = Vec::new();
+        super::stream::read_response(&mut stream, body, &mut out);
+        stream.finish_into(&mut out);
+        out
+    }
+
+    /// Pushes answer text of one choice directly, as if it came in
+    /// `delta.content` (plain-text transcripts, token recordings).
+    pub fn push_content(&mut self, choice: u32, text: &str, out: &mut Vec<SourceEvent>) {
+        self.with_choice(choice, out, |c| c.content(text));
+    }
+
+    /// Pushes `data: [DONE]`.
+    pub fn push_done(&mut self, out: &mut Vec<SourceEvent>) {
+        self.stats.done = true;
+        out.push(SourceEvent::Done);
+    }
+
+    /// Reports that reading the body failed; the stream will end truncated.
+    pub fn push_transport_error(&mut self, message: &str, out: &mut Vec<SourceEvent>) {
+        self.transport_failed = true;
+        self.stats.errors += 1;
+        out.push(SourceEvent::StreamError {
+            choice: None,
+            origin: ErrorOrigin::Transport,
+            error: json!({ "message": message }),
+        });
+    }
+
+    /// Pushes one parsed chunk (streamed) or whole response
+    /// ([`Framing::Response`]).
+    pub fn push_chunk(&mut self, chunk: &ChatChunk, out: &mut Vec<SourceEvent>) {
+        let other_dialect = chunk.choices.is_absent()
+            && (chunk.type_field().is_some() || chunk.object() == Some("response"));
+        let chat = !chunk.choices.is_absent()
+            || chunk.usage.as_option().is_some_and(|u| !u.is_null())
+            || chunk.error.as_option().is_some_and(|e| !e.is_null())
+            || chunk
+                .prompt_filter_results
+                .as_option()
+                .is_some_and(|p| !p.is_null());
+        if other_dialect || !chat {
+            if !super::dialects::push(self, chunk, out) {
+                self.unknown_chunk(chunk, out);
+            }
+            return;
+        }
+        if let Some(results) = chunk.prompt_filter_results.as_option()
+            && filter_flagged(results, 0)
+        {
+            out.push(SourceEvent::ContentFilter {
+                choice: None,
+                results: results.clone(),
+            });
+        }
+        for choice in chunk.choice_list() {
+            self.push_choice(choice, out);
+        }
+        if let Some(error) = chunk.error.as_option().filter(|e| !e.is_null()) {
+            self.stats.errors += 1;
+            out.push(SourceEvent::StreamError {
+                choice: None,
+                origin: ErrorOrigin::InBand,
+                error: error.clone(),
+            });
+        }
+        if let Some(usage) = chunk.usage.as_option() {
+            self.push_usage(usage, out);
+        }
+    }
+
+    pub(super) fn dialect_mut(&mut self) -> &mut super::dialects::Dialects {
+        &mut self.dialect
+    }
+
+    pub(super) fn push_error(
+        &mut self,
+        choice: Option<u32>,
+        origin: ErrorOrigin,
+        error: Value,
+        out: &mut Vec<SourceEvent>,
+    ) {
+        self.stats.errors += 1;
+        out.push(SourceEvent::StreamError {
+            choice,
+            origin,
+            error,
+        });
+    }
+
+    pub(super) fn push_usage(&mut self, usage: &Value, out: &mut Vec<SourceEvent>) {
+        if usage.is_null() || self.last_usage.as_ref() == Some(usage) {
+            return;
+        }
+        self.last_usage = Some(usage.clone());
+        out.push(SourceEvent::Usage {
+            usage: usage.clone(),
+        });
+    }
+
+    fn unknown_chunk(&mut self, chunk: &ChatChunk, out: &mut Vec<SourceEvent>) {
+        self.stats.bad_chunks += 1;
+        self.noted_unknown += 1;
+        // One diagnostic per kind of chunk would need the kinds; the first
+        // few are enough to see what the stream is.
+        if self.noted_unknown <= 3 {
+            let text = serde_json::to_string(chunk).unwrap_or_default();
+            out.push(SourceEvent::Diagnostic(diagnostic(
+                Level::Warning,
+                "unrecognized_chunk",
+                format!("a chunk has no choices, usage or error and is of no known dialect; skipped it: {}", excerpt(&text, 200)),
+                None,
+            )));
+        }
+    }
+
+    fn push_choice(&mut self, choice: &Choice, out: &mut Vec<SourceEvent>) {
+        let index = choice.index.as_option().copied().unwrap_or(0);
+        let framing = self.shared.options.framing;
+        let Some(pos) = self.choice_pos(index, out) else {
+            return;
+        };
+        let (shared, state) = (&self.shared, &mut self.choices[pos]);
+        let mut o = Out {
+            choice: index,
+            events: out,
+        };
+        if let Some(delta) = choice.delta.as_option() {
+            state.delta(shared, delta, &mut o);
+        }
+        if let Some(message) = choice.message.as_option()
+            && (framing == Framing::Response || choice.delta.as_option().is_none())
+        {
+            state.delta(shared, message, &mut o);
+        }
+        if let Some(text) = choice.text.as_option() {
+            state.content(shared, text, &mut o);
+        }
+        if let Some(results) = choice.content_filter_results.as_option()
+            && filter_flagged(results, 0)
+        {
+            o.events.push(SourceEvent::ContentFilter {
+                choice: Some(index),
+                results: results.clone(),
+            });
+        }
+        if let Some(reason) = choice.finish_reason.as_option().filter(|r| !r.is_empty()) {
+            state.finish(shared, Some(FinishReason::parse(reason)), &mut o);
+        }
+    }
+
+    /// The position of a choice's state, created on first sight.
+    fn choice_pos(&mut self, index: u32, out: &mut Vec<SourceEvent>) -> Option<usize> {
+        if let Some(pos) = self.choices.iter().position(|c| c.index == index) {
+            return Some(pos);
+        }
+        if self.choices.len() >= self.shared.options.max_choices {
+            if !self.noted_choice_limit {
+                self.noted_choice_limit = true;
+                out.push(SourceEvent::Diagnostic(diagnostic(
+                    Level::Error,
+                    "too_many_choices",
+                    format!(
+                        "the stream has more than {} choices; data of choice {index} and further new choices is dropped",
+                        self.shared.options.max_choices
+                    ),
+                    None,
+                )));
+            }
+            return None;
+        }
+        self.choices.push(ChoiceState::new(index));
+        Some(self.choices.len() - 1)
+    }
+
+    /// Runs `f` on a choice's state (for the other dialects).
+    pub(super) fn with_choice(
+        &mut self,
+        index: u32,
+        out: &mut Vec<SourceEvent>,
+        f: impl FnOnce(&mut ChoiceOps<'_, '_>),
+    ) {
+        let Some(pos) = self.choice_pos(index, out) else {
+            return;
+        };
+        let (shared, state) = (&self.shared, &mut self.choices[pos]);
+        let mut ops = ChoiceOps {
+            shared,
+            state,
+            out: Out {
+                choice: index,
+                events: out,
+            },
+        };
+        f(&mut ops);
+    }
+
+    /// Takes the corrected content that became final, per choice (only with
+    /// [`ParserOptions::rewrite`]; choices with nothing new are left out).
+    pub fn take_rewrites(&mut self) -> Vec<(u32, String)> {
+        self.choices
+            .iter_mut()
+            .filter(|c| !c.rewrite.is_empty())
+            .map(|c| (c.index, c.take_rewrite()))
+            .filter(|(_, text)| !text.is_empty())
+            .collect()
+    }
+
+    /// Ends the stream: finishes every open choice, then reports truncation.
+    pub fn finish(self) -> Vec<SourceEvent> {
+        let mut out = Vec::new();
+        self.finish_into(&mut out);
+        out
+    }
+
+    /// Like [`ChatStream::finish`], appending to `out`.
+    pub fn finish_into(mut self, out: &mut Vec<SourceEvent>) {
+        self.end(out);
+    }
+
+    /// Ends the stream and returns the rest of the corrected content per
+    /// choice (the synthetic closes; only with `ParserOptions::rewrite`).
+    pub fn finish_with_rewrites(mut self, out: &mut Vec<SourceEvent>) -> Vec<(u32, String)> {
+        self.end(out);
+        self.take_rewrites()
+    }
+
+    fn end(&mut self, out: &mut Vec<SourceEvent>) {
+        self.finish_open(out);
+        let mid_json = !self.pending.is_empty();
+        if mid_json {
+            self.stats.bad_chunks += 1;
+            let pending = std::mem::take(&mut self.pending);
+            out.push(SourceEvent::Diagnostic(diagnostic(
+                Level::Error,
+                "truncated_chunk",
+                format!(
+                    "the stream ended inside a JSON chunk; its text was not read: {}",
+                    excerpt(&pending, 200)
+                ),
+                Some(self.pending_at),
+            )));
+        }
+        let framing = self.shared.options.framing;
+        let why = if self.transport_failed {
+            Some(Truncation::Transport)
+        } else if mid_json {
+            Some(Truncation::MidJson)
+        } else if framing == Framing::Sse && !self.stats.done && !self.dialect.ended_cleanly() {
+            Some(Truncation::NoDone)
+        } else {
+            None
+        };
+        self.choices.sort_by_key(|c| c.index);
+        match why {
+            Some(why) if self.choices.is_empty() => {
+                out.push(SourceEvent::Truncated { choice: None, why })
+            }
+            // A chunk transcript that never showed a choice nor its
+            // dialect's end event ended before anything was finished.
+            None if self.choices.is_empty()
+                && framing == Framing::Chunks
+                && !self.dialect.ended_cleanly() =>
+            {
+                out.push(SourceEvent::Truncated {
+                    choice: None,
+                    why: Truncation::NoFinishReason,
+                })
+            }
+            Some(why) => {
+                for c in &self.choices {
+                    out.push(SourceEvent::Truncated {
+                        choice: Some(c.index),
+                        why,
+                    });
+                }
+            }
+            None => {
+                for c in self.choices.iter().filter(|c| !c.has_finish_reason) {
+                    if framing == Framing::Text {
+                        continue;
+                    }
+                    if framing == Framing::Chunks {
+                        out.push(SourceEvent::Truncated {
+                            choice: Some(c.index),
+                            why: Truncation::NoFinishReason,
+                        });
+                    } else {
+                        out.push(SourceEvent::Diagnostic(diagnostic(
+                            Level::Warning,
+                            "no_finish_reason",
+                            format!("choice {} ended without a finish_reason", c.index),
+                            None,
+                        )));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Finishes every choice that is still open (no finish reason).
+    fn finish_open(&mut self, out: &mut Vec<SourceEvent>) {
+        self.choices.sort_by_key(|c| c.index);
+        let shared = &self.shared;
+        for state in self.choices.iter_mut().filter(|c| !c.finished) {
+            let mut o = Out {
+                choice: state.index,
+                events: out,
+            };
+            state.finish(shared, None, &mut o);
+        }
+    }
+}
+
+/// What a dialect adapter may do to one choice.
+pub(super) struct ChoiceOps<'s, 'o> {
+    shared: &'s Shared,
+    state: &'s mut ChoiceState,
+    out: Out<'o>,
+}
+
+impl ChoiceOps<'_, '_> {
+    /// Answer text.
+    pub(super) fn content(&mut self, text: &str) {
+        self.state.content(self.shared, text, &mut self.out);
+    }
+
+    /// Reasoning text; `raw_tag` names the field it came from.
+    pub(super) fn reasoning(&mut self, text: &str, raw_tag: &str) {
+        self.state
+            .reasoning(self.shared, text, raw_tag, &mut self.out);
+    }
+
+    /// Refusal text.
+    pub(super) fn refusal(&mut self, text: &str) {
+        self.state.refusal(self.shared, text, &mut self.out);
+    }
+
+    /// A tool-call fragment.
+    pub(super) fn tool_call(
+        &mut self,
+        index: Option<u32>,
+        id: Option<&str>,
+        name: Option<&str>,
+        args: Option<&Value>,
+        raw_tag: &'static str,
+    ) {
+        let f = Fragment {
+            index,
+            id: id.filter(|s| !s.is_empty()),
+            name,
+            args: args.and_then(args_of),
+            raw_tag,
+        };
+        self.state.tool_fragment(self.shared, f, &mut self.out);
+    }
+
+    /// Completes the tool call being assembled, if any.
+    pub(super) fn end_tool_call(&mut self) {
+        self.state.tools.complete(self.shared, &mut self.out);
+    }
+
+    /// Closes the reasoning run, if one is open.
+    pub(super) fn end_reasoning(&mut self) {
+        self.state
+            .reasoning
+            .close(&self.shared.tags.thought, &mut self.out);
+    }
+
+    /// Ends the choice.
+    pub(super) fn finish(&mut self, reason: Option<FinishReason>) {
+        self.state.finish(self.shared, reason, &mut self.out);
+    }
+
+    /// A diagnostic about this choice.
+    pub(super) fn diagnostic(&mut self, level: Level, code: &str, message: String) {
+        let d = diagnostic(level, code, message, None);
+        self.out.push(Channel::Content, Event::Diagnostic(d));
+    }
+}
