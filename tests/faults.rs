@@ -235,17 +235,16 @@ fn inside_markup(prefix: &str) -> bool {
 fn determined(pieces: &[Piece], faults: &[Fault]) -> bool {
     let has = |f: fn(&Fault) -> bool| faults.iter().any(f);
     let thought_first = pieces.first().is_some_and(|p| p.tag == "thought");
-    // Bare content between a thought missing its close and the next tag is
-    // thought text by construction: skip that pair.
     // A thought that starts with a comment and lost its open tag reads as
     // a comment between elements: no single reading.
     let comment_first = |i: usize| pieces.get(i).is_some_and(|p| p.text.trim_start().starts_with("<!--"));
-    !(comment_first(0) && has(|f| matches!(f, Fault::NoThoughtOpen)))
-        && !(comment_first(1) && has(|f| matches!(f, Fault::BareContent)))
-        && !(has(|f| matches!(f, Fault::BareContent)) && has(|f| matches!(f, Fault::NoThoughtClose)))
-        // A bare content that is the last element and then a stray close:
-        // fine; a bare content needs a thought before it.
-        && (thought_first || !has(|f| matches!(f, Fault::BareContent | Fault::NoThoughtOpen)))
+    let lost_open_before_comment = (comment_first(0) && has(|f| matches!(f, Fault::NoThoughtOpen)))
+        || (comment_first(1) && has(|f| matches!(f, Fault::BareContent)));
+    // Bare content between a thought missing its close and the next tag is
+    // thought text by construction; a bare content needs a thought before it.
+    let bare_content_swallowed = has(|f| matches!(f, Fault::BareContent)) && has(|f| matches!(f, Fault::NoThoughtClose));
+    let needs_thought = !thought_first && has(|f| matches!(f, Fault::BareContent | Fault::NoThoughtOpen));
+    !(lost_open_before_comment || bare_content_swallowed || needs_thought)
 }
 
 proptest! {

@@ -301,8 +301,8 @@ enum BodyState {
     Plain,
     /// Content: deltas are filtered.
     Content(Box<ContentState>),
-    /// ATTP: besides the raw TOML deltas, `thought` deltas carry the
-    /// `thought` string as it arrives.
+    /// ATTP: the raw TOML deltas become `thought` deltas carrying the
+    /// `thought` string as it arrives (the element's text keeps the TOML).
     Attp(Box<crate::calls::attp::ThoughtStream>),
 }
 
@@ -354,7 +354,7 @@ impl Stage {
                 Event::Open(o) => {
                     let attp = self.registry.lookup(o.tag.as_bytes()).is_some_and(|id| self.registry.tag(id).body == BodyKind::Attp);
                     let body = if attp {
-                        BodyState::Attp(Box::new(crate::calls::attp::ThoughtStream::new()))
+                        BodyState::Attp(Box::default())
                     } else if self.is_content(&o.tag) {
                         BodyState::Content(Box::new(ContentState {
                             filter: html::HtmlFilter::new(),
@@ -385,14 +385,13 @@ impl Stage {
                         }
                     }
                     Some(BodyState::Attp(thought)) => {
-                        // The raw TOML stays available (a UI can show it when
-                        // the document is not valid TOML); the thought string
-                        // follows as `thought` deltas.
+                        // The raw TOML deltas become the `thought` string's
+                        // deltas (emitting both would interleave two streams
+                        // in a chunking-dependent order); the element's text
+                        // keeps the whole TOML.
                         let text = thought.feed(&d.text);
-                        let id = d.id;
-                        out.push(Event::Delta(d));
                         if !text.is_empty() {
-                            out.push(Event::Delta(Delta { id, tag: THOUGHT.into(), text }));
+                            out.push(Event::Delta(Delta { id: d.id, tag: THOUGHT.into(), text }));
                         }
                     }
                     _ => out.push(Event::Delta(d)),

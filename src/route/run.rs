@@ -119,10 +119,11 @@ impl Router {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let mut router = Router::new();
-    /// let all = router.subscribe_all();
+    /// let mut all = router.subscribe_all();
     /// let input: &[u8] = b"<thought>t</thought><content>c</content>";
     /// let report = router.run_reader(Parser::new(Registry::filament()), input).await?;
     /// assert_eq!(report.input_bytes, input.len() as u64);
+    /// assert_eq!(&*all.recv().await.expect("thought routed").tag, "thought");
     /// # Ok(())
     /// # }
     /// ```

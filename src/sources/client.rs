@@ -10,6 +10,7 @@
 //! use futures::StreamExt;
 //! use spindle::sources::ChatClient;
 //!
+//! # #[allow(dead_code)]
 //! # async fn run() -> Result<(), spindle::sources::ClientError> {
 //! // OPENAI_BASE_URL (default https://api.openai.com/v1) and
 //! // SPINDLE_API_KEY or OPENAI_API_KEY from the environment.

@@ -40,11 +40,12 @@
 //! use futures::StreamExt;
 //! use spindle::sources::{EventStream, SourceEvent, StreamOptions};
 //!
+//! # #[allow(dead_code)]
 //! # async fn run(response: reqwest::Response) {
 //! let mut events = EventStream::from_response(response, StreamOptions::default());
 //! while let Some(event) = events.next().await {
 //!     match &event {
-//!         SourceEvent::Choice(c) => { /* open / delta / close / element / repair ... */ }
+//!         SourceEvent::Choice(c) => println!("choice {}: {}", c.choice, c.event.type_name()),
 //!         SourceEvent::Finish { choice, reason } => println!("choice {choice}: {}", reason.as_str()),
 //!         SourceEvent::Truncated { why, .. } => eprintln!("cut off: {}", why.as_str()),
 //!         _ => {}

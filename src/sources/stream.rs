@@ -11,7 +11,7 @@
 //!
 //! ```
 //! use futures::StreamExt;
-//! use spindle::sources::{EventStream, SourceEvent, StreamOptions};
+//! use spindle::sources::{EventStream, StreamOptions};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
