@@ -26,10 +26,7 @@ fn corpus() -> Vec<(Arc<Registry>, Vec<u8>)> {
         .into_iter()
         .filter_map(|p| {
             let name = p.file_name()?.to_str()?.to_string();
-            let profile = ["reasoning", "tam", "action", "attp"]
-                .into_iter()
-                .find(|pre| name.starts_with(&format!("{pre}-")))
-                .unwrap_or("filament");
+            let profile = Registry::profile_for_file_name(&name).unwrap_or("filament");
             Some((Arc::new(Registry::profile(profile)?), std::fs::read(&p).ok()?))
         })
         .collect()

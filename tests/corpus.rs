@@ -13,12 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 fn profile_for(name: &str) -> &'static str {
-    for p in ["reasoning", "tam", "action", "attp"] {
-        if name.starts_with(&format!("{p}-")) {
-            return p;
-        }
-    }
-    "filament"
+    Registry::profile_for_file_name(name).unwrap_or("filament")
 }
 
 fn transcripts() -> Vec<PathBuf> {

@@ -2,7 +2,7 @@
 //! hand-written chunk sequences.
 
 use serde_json::{Value, json};
-use spindle::event::{Event, RepairKind};
+use spindle::event::Event;
 use spindle::sources::{
     Channel, ChatStream, ErrorOrigin, FinishReason, Framing, SourceEvent, StreamOptions, StreamTap,
     Truncation,
@@ -968,16 +968,15 @@ fn json_lines_shape() {
         .iter()
         .map(|e| serde_json::to_value(e).unwrap_or_default())
         .collect();
+    // The default `chat` profile: a plain answer is content, no repair.
     assert_eq!(
         lines[0],
-        json!({"type": "repair", "kind": "header_inserted", "tag": "thought", "at": 0, "choice": 0, "channel": "content"})
+        json!({"type": "open", "id": 0, "tag": "content", "raw_tag": "content", "attrs": {}, "synthetic": true, "at": 0, "choice": 0, "channel": "content"})
     );
-    assert!(lines.contains(&json!({"type": "delta", "id": 0, "tag": "thought", "text": "Hi", "choice": 0, "channel": "content"})));
+    assert!(lines.contains(&json!({"type": "delta", "id": 0, "tag": "content", "text": "Hi", "choice": 0, "channel": "content"})));
     assert!(lines.contains(&json!({"type": "finish", "choice": 0, "reason": "stop"})));
     assert!(lines.contains(&json!({"type": "truncated", "choice": 0, "why": "no [DONE]"})));
-    // A plain answer is reported as content once known (the reasoning
-    // profile's reclassification).
-    assert!(events.iter().any(|e| matches!(e, SourceEvent::Choice(c) if matches!(&c.event, Event::Repair(r) if r.kind == RepairKind::Reclassified))));
+    assert!(!events.iter().any(|e| matches!(e, SourceEvent::Choice(c) if matches!(&c.event, Event::Repair(_)))));
     assert_eq!(
         elements(&events),
         [(0, Channel::Content, "content".into(), "Hi".into())]
@@ -1025,7 +1024,7 @@ fn rewrites_match_the_parser_on_the_whole_content() {
     }
     let whole: String = pieces.concat();
     let mut parser = Parser::with_options(
-        Arc::new(Registry::reasoning()),
+        Arc::new(Registry::chat()),
         ParserOptions {
             rewrite: true,
             ..ParserOptions::default()

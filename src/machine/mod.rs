@@ -74,6 +74,10 @@ enum Opened {
     /// By the corrector, as the registry's lead tag at the start of output;
     /// whether it really is the lead is checked by [`LeadCheck`].
     ImplicitLead,
+    /// By the corrector, as the default tag at the start of output of a
+    /// registry without a separate lead (the `chat` profile): a `</B>`
+    /// closing it proves it was a `B` (`hm</think>answer`).
+    ImplicitDefault,
 }
 
 /// An element that is open.
@@ -373,11 +377,14 @@ impl Machine {
         let id = self.next_id;
         self.next_id += 1;
         let synthetic = opened != Opened::Tag;
-        if opened == Opened::ImplicitLead {
-            self.lead = LeadCheck::Open { id };
-        } else {
-            self.lead_sees_open(tag);
-            self.mark_seen(tag, id);
+        match opened {
+            Opened::ImplicitLead => self.lead = LeadCheck::Open { id },
+            // Its tag counts once it is final (see `complete`).
+            Opened::ImplicitDefault => {}
+            Opened::Tag | Opened::Synthetic => {
+                self.lead_sees_open(tag);
+                self.mark_seen(tag, id);
+            }
         }
         self.emit(Event::Open(Open {
             id,
@@ -397,13 +404,17 @@ impl Machine {
         let default = reg.default_tag();
         let (tag, opened) = match (at_start, reg.lead()) {
             (true, Some(lead)) if Some(lead) != default => (lead, Opened::ImplicitLead),
-            _ => (default?, Opened::Synthetic),
+            (true, _) => (default?, Opened::ImplicitDefault),
+            (false, _) => (default?, Opened::Synthetic),
         };
         let spec = reg.tag(tag);
         if !spec.bare {
             self.repair(RepairKind::HeaderInserted, Some(tag), at, None, None, None);
         }
-        if opened == Opened::ImplicitLead {
+        // The open tag of an element whose tag may still change is written
+        // once it is known (a bare default writes none either way).
+        let may_change = opened == Opened::ImplicitLead || (opened == Opened::ImplicitDefault && !spec.bare);
+        if may_change {
             if let Some(r) = &mut self.rewrite {
                 r.hold_open();
             }
@@ -460,6 +471,14 @@ impl Machine {
     /// (after its close tag, or where it was cut); `close_at` where its close
     /// tag starts.
     fn complete(&mut self, el: OpenElement, close_at: usize, end: usize, synthetic: bool) {
+        if el.opened == Opened::ImplicitDefault {
+            // Not reclassified: it was the default tag after all.
+            self.mark_seen(el.tag, el.id);
+            let spec = self.registry.tag(el.tag);
+            if let Some(r) = &mut self.rewrite {
+                r.resolve(if spec.bare { None } else { Some(spec.spelling.as_str()) });
+            }
+        }
         let text = match lossy(&el.text) {
             Ok(t) => t,
             Err(t) => {
@@ -553,7 +572,9 @@ impl Machine {
         self.rewrite_raw(raw);
         let el = self.open_element(tag, raw_tag, attrs, span.start, Opened::Tag);
         if self_closing {
-            self.complete(el, span.start, span.end, false);
+            // `<media/>` closes where it ends: its (empty) inner text sits
+            // after the whole tag, as a close tag would follow it.
+            self.complete(el, span.end, span.end, false);
             self.state = State::Between;
         } else {
             self.state = State::Open(el);
@@ -574,6 +595,11 @@ impl Machine {
                 self.repair(RepairKind::StrayCloseDropped, Some(tag), span.start, None, Some(span), Some(raw_tag));
             }
             State::Open(mut el) => {
+                if el.opened == Opened::ImplicitDefault && tag != el.tag {
+                    // `hm</think>`: the bare text at the start was a B.
+                    self.reclassify(&mut el, tag, span.start);
+                    el.opened = Opened::Synthetic;
+                }
                 if el.opened == Opened::ImplicitLead && matches!(self.lead, LeadCheck::Open { .. }) {
                     // `</lead>` confirms the lead; `</B>` proves it was a B.
                     let reg = self.registry.clone();

@@ -392,6 +392,21 @@ impl Registry {
         Registry::build(spec).ok()
     }
 
+    /// The built-in profile a transcript's file name asks for: a name that
+    /// starts with `<profile>-` (`reasoning-r1.txt`, `tam-steps.txt`), else
+    /// `None`. `spindle replay` and the corpus tests use this rule.
+    ///
+    /// ```
+    /// use spindle::Registry;
+    /// assert_eq!(Registry::profile_for_file_name("reasoning-r1-cut.txt"), Some("reasoning"));
+    /// assert_eq!(Registry::profile_for_file_name("clean-rp.txt"), None);
+    /// ```
+    pub fn profile_for_file_name(name: &str) -> Option<&'static str> {
+        profiles::NAMES.iter().copied().find(|p| {
+            name.len() > p.len() && name[..p.len()].eq_ignore_ascii_case(p) && name.as_bytes()[p.len()] == b'-'
+        })
+    }
+
     /// The names of the built-in profiles.
     pub fn profile_names() -> &'static [&'static str] {
         profiles::NAMES
@@ -402,6 +417,12 @@ impl Registry {
     /// variable_update comes after content.
     pub fn filament() -> Registry {
         Registry::build(profiles::filament()).unwrap_or_else(|_| unreachable_profile())
+    }
+
+    /// The `chat` profile for OpenAI-compatible chat content: plain answers
+    /// are content, `<think>…</think>` is a thought.
+    pub fn chat() -> Registry {
+        Registry::build(profiles::chat()).unwrap_or_else(|_| unreachable_profile())
     }
 
     /// The `reasoning` profile for `<think>`-first models: thought leads and

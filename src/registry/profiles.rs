@@ -4,13 +4,14 @@
 use super::{BodyKind, Markers, RegistryFile, TagFile};
 
 /// The profile names [`super::Registry::profile`] knows.
-pub(super) const NAMES: &[&str] = &["filament", "reasoning", "tam", "action", "attp"];
+pub(super) const NAMES: &[&str] = &["filament", "reasoning", "chat", "tam", "action", "attp"];
 
 /// The file form of a built-in profile.
 pub(super) fn file_spec(name: &str) -> Option<RegistryFile> {
     match name.to_ascii_lowercase().as_str() {
         "filament" => Some(filament()),
         "reasoning" => Some(reasoning()),
+        "chat" => Some(chat()),
         "tam" => Some(tam()),
         "action" => Some(action()),
         "attp" => Some(attp()),
@@ -56,6 +57,28 @@ pub(super) fn filament() -> RegistryFile {
             ui_component,
             tag("media", BodyKind::Void),
         ],
+    }
+}
+
+/// Chat-completion content as most OpenAI-compatible servers send it: a
+/// plain answer, sometimes with a `<think>…</think>` block inside. Nothing
+/// leads, so a plain answer streams as content with no repair; bare text
+/// at the start closed by `</think>` is reclassified as a thought (a chat
+/// template that already wrote `<think>`).
+pub(super) fn chat() -> RegistryFile {
+    let thought = TagFile {
+        spelling: Some("think".into()),
+        aliases: vec!["think".into(), "thinking".into(), "reasoning".into()],
+        mergeable: true,
+        ..tag("thought", BodyKind::Stream)
+    };
+    let content = TagFile { mergeable: true, bare: true, ..tag("content", BodyKind::Stream) };
+    RegistryFile {
+        name: Some("chat".into()),
+        extends: None,
+        lead: None,
+        default: Some("content".into()),
+        tags: vec![thought, content],
     }
 }
 

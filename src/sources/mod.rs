@@ -28,11 +28,11 @@
 //! `usage`, `stream_error`, `truncated`, `content_filter`, `done`, and
 //! `diagnostic`s about the stream itself.
 //!
-//! The default registry is the `reasoning` profile: `<think>…</think>`
-//! inside content becomes a thought, the rest content. A plain answer is
-//! opened as an implicit thought and reported as content (a
-//! `reclassified` repair) once the stream shows it has no `</think>`; pick
-//! another profile with [`StreamOptions::with_registry`].
+//! The default registry is the `chat` profile: a plain answer streams as
+//! content with no repair, `<think>…</think>` inside content becomes a
+//! thought, and bare text at the start closed by `</think>` (a chat
+//! template that already wrote `<think>`) is reclassified as a thought.
+//! Pick another profile with [`StreamOptions::with_registry`].
 //!
 //! # Example: wrap a response in a few lines
 //!

@@ -40,8 +40,8 @@ pub enum Framing {
 #[derive(Debug, Clone)]
 pub struct StreamOptions {
     /// The registry every choice's content parser uses. Default: the
-    /// `reasoning` profile, which reads `<think>…</think>` answers and
-    /// leaves plain answers as content.
+    /// `chat` profile (plain answers are content; `<think>…</think>` is a
+    /// thought).
     pub registry: Arc<Registry>,
     /// Limits of the content parsers; `rewrite` turns on corrected text
     /// ([`ChatStream::take_rewrites`]). `machine.max_element_len` also
@@ -59,7 +59,7 @@ pub struct StreamOptions {
 
 impl Default for StreamOptions {
     fn default() -> Self {
-        StreamOptions::with_registry(Registry::reasoning())
+        StreamOptions::with_registry(Registry::chat())
     }
 }
 

@@ -6,6 +6,7 @@ use crate::parse::load_registry;
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
+use spindle::Registry;
 use spindle::event::Event;
 use spindle::sources::transcript::{self, CheckResult, Detection, ReplayOutcome, TranscriptKind};
 use spindle::sources::{SourceEvent, StreamOptions};
@@ -23,9 +24,10 @@ pub(crate) struct ReplayArgs {
     /// Transcript files or directories (searched recursively).
     #[arg(required = true)]
     pub(crate) paths: Vec<PathBuf>,
-    /// The registry profile for content (reasoning: `<think>` answers and
-    /// plain answers; filament: the full Filament tag set).
-    #[arg(long, conflicts_with = "registry", default_value = "reasoning")]
+    /// The registry profile for content. `auto`: plain-text transcripts use
+    /// the profile their file name starts with (`reasoning-x.txt`), else
+    /// `filament`; chat-completion transcripts use `chat`.
+    #[arg(long, conflicts_with = "registry", default_value = "auto")]
     pub(crate) profile: String,
     /// A registry file (TOML, or JSON by extension) instead of a profile.
     #[arg(long)]
@@ -196,16 +198,57 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
             == pipe
 }
 
+/// The stream options each file is replayed with: one fixed registry
+/// (`--registry`, or a named `--profile`), or, with `--profile auto`, a
+/// profile per file (built once per profile).
+struct Profiles {
+    fixed: Option<Arc<StreamOptions>>,
+    by_name: std::collections::HashMap<&'static str, Arc<StreamOptions>>,
+    max_element: Option<usize>,
+}
+
+impl Profiles {
+    fn new(args: &ReplayArgs) -> Result<Profiles> {
+        let mut profiles = Profiles { fixed: None, by_name: Default::default(), max_element: args.max_element };
+        if args.registry.is_some() || args.profile != "auto" {
+            let registry = load_registry(&args.profile, args.registry.as_ref())?;
+            profiles.fixed = Some(profiles.options(registry));
+        }
+        Ok(profiles)
+    }
+
+    fn options(&self, registry: Registry) -> Arc<StreamOptions> {
+        let mut options = StreamOptions::with_registry(registry);
+        if let Some(n) = self.max_element {
+            options.parser.machine.max_element_len = n;
+        }
+        Arc::new(options)
+    }
+
+    fn for_file(&mut self, file: &Path, kind: TranscriptKind) -> Result<Arc<StreamOptions>> {
+        if let Some(fixed) = &self.fixed {
+            return Ok(fixed.clone());
+        }
+        let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let profile = match kind {
+            TranscriptKind::Text => Registry::profile_for_file_name(&name).unwrap_or("filament"),
+            _ => "chat",
+        };
+        if let Some(o) = self.by_name.get(profile) {
+            return Ok(o.clone());
+        }
+        let registry = load_registry(profile, None)?;
+        let options = self.options(registry);
+        self.by_name.insert(profile, options.clone());
+        Ok(options)
+    }
+}
+
 fn run_inner(args: ReplayArgs) -> Result<ExitCode> {
     if args.read_size == Some(0) {
         anyhow::bail!("--read-size must be at least 1");
     }
-    let registry = load_registry(&args.profile, args.registry.as_ref())?;
-    let mut options = StreamOptions::with_registry(registry);
-    if let Some(n) = args.max_element {
-        options.parser.machine.max_element_len = n;
-    }
-    let options = Arc::new(options);
+    let mut profiles = Profiles::new(&args)?;
     let mut totals = Totals::default();
     let mut files = Vec::new();
     for path in &args.paths {
@@ -230,7 +273,7 @@ fn run_inner(args: ReplayArgs) -> Result<ExitCode> {
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default(),
         );
-        replay_file(file, &name, &options, &args, &mut totals, &mut out)?;
+        replay_file(file, &name, &mut profiles, &args, &mut totals, &mut out)?;
         bar.inc(1);
     }
     bar.finish_and_clear();
@@ -258,7 +301,7 @@ fn run_inner(args: ReplayArgs) -> Result<ExitCode> {
 fn replay_file(
     file: &Path,
     name: &str,
-    options: &StreamOptions,
+    profiles: &mut Profiles,
     args: &ReplayArgs,
     totals: &mut Totals,
     out: &mut impl Write,
@@ -279,9 +322,10 @@ fn replay_file(
             return Ok(());
         }
     };
+    let options = profiles.for_file(file, kind)?;
     let started = Instant::now();
     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        transcript::replay_in_reads(kind, &bytes, options, args.read_size.unwrap_or(usize::MAX))
+        transcript::replay_in_reads(kind, &bytes, &options, args.read_size.unwrap_or(usize::MAX))
     }));
     totals.replay_time += started.elapsed();
     let streams = match outcome {
