@@ -58,6 +58,18 @@ pub(crate) fn ui_component(el: &Element) -> Payload {
     )
 }
 
+/// Reads an element's whole text as (lenient) JSON; when even that fails,
+/// the failed payload to return, built on `partial`.
+fn json_body(el: &Element, tag: &str, out: &mut Payload, partial: Value) -> Result<Value, Box<Payload>> {
+    read_json(&el.text, 0, &mut out.diagnostics).map_err(|e| {
+        Box::new(Payload::failed(
+            std::mem::take(&mut out.diagnostics),
+            &format!("the <{tag}> body is not JSON, even read leniently: {e}"),
+            partial,
+        ))
+    })
+}
+
 /// How a "name plus JSON object" tag is read.
 struct NamedJson {
     tag: &'static str,
@@ -80,18 +92,9 @@ fn named_json(el: &Element, how: NamedJson) -> Payload {
     let args = if body.is_empty() {
         Value::Object(Map::new())
     } else {
-        let value = match read_json(&el.text, 0, &mut out.diagnostics) {
+        let value = match json_body(el, how.tag, &mut out, json!({})) {
             Ok(v) => v,
-            Err(e) => {
-                return Payload::failed(
-                    out.diagnostics,
-                    &format!(
-                        "the <{}> body is not JSON, even read leniently: {e}",
-                        how.tag
-                    ),
-                    json!({}),
-                );
-            }
+            Err(failed) => return *failed,
         };
         // A body that is one JSON string holding the object (double-encoded).
         let value = match value {
@@ -624,18 +627,9 @@ pub(crate) fn custom(el: &Element, body: BodyKind) -> Payload {
             let value = if el.text.trim().is_empty() {
                 Value::Null
             } else {
-                match read_json(&el.text, 0, &mut out.diagnostics) {
+                match json_body(el, &el.tag, &mut out, json!({"attrs": attrs})) {
                     Ok(v) => v,
-                    Err(e) => {
-                        return Payload::failed(
-                            out.diagnostics,
-                            &format!(
-                                "the <{}> body is not JSON, even read leniently: {e}",
-                                el.tag
-                            ),
-                            json!({"attrs": attrs}),
-                        );
-                    }
+                    Err(failed) => return *failed,
                 }
             };
             json!({"attrs": attrs, "value": value})

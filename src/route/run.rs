@@ -7,7 +7,7 @@ use crate::parser::Parser;
 use crate::route::{RouteReport, Router};
 use futures::{Stream, StreamExt};
 use serde::Serialize;
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::AsyncRead;
 
 /// What a driven run did: the input read and the routing report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -136,39 +136,13 @@ impl Router {
     /// # Cancel safety
     ///
     /// Not cancel safe, as [`Router::run`].
-    pub async fn run_reader<R>(mut self, mut parser: Parser, reader: R) -> Result<RunReport, RunError<std::io::Error>>
+    pub async fn run_reader<R>(self, parser: Parser, reader: R) -> Result<RunReport, RunError<std::io::Error>>
     where
         R: AsyncRead,
     {
-        let mut reader = std::pin::pin!(reader);
-        let mut buf = vec![0u8; self.options().read_chunk];
-        let mut input_bytes = 0u64;
-        let mut chunks = 0u64;
-        let mut failure = None;
-        loop {
-            match reader.read(&mut buf).await {
-                Ok(0) => break,
-                Ok(n) => {
-                    let chunk = buf.get(..n).unwrap_or(&buf);
-                    input_bytes += n as u64;
-                    chunks += 1;
-                    self.feed(&mut parser, chunk).await;
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    failure = Some(e);
-                    break;
-                }
-            }
-        }
-        self.end(parser).await;
-        let report = RunReport { input_bytes, chunks, routing: self.finish().await };
-        match failure {
-            None => Ok(report),
-            Some(error) => {
-                tracing::warn!(bytes = input_bytes, error = %error, "route input failed; finished with what arrived");
-                Err(RunError { error, report })
-            }
-        }
+        let capacity = self.options().read_chunk;
+        let input = tokio_util::io::ReaderStream::with_capacity(reader, capacity)
+            .filter(|read| std::future::ready(!matches!(read, Err(e) if e.kind() == std::io::ErrorKind::Interrupted)));
+        self.run(parser, input).await
     }
 }
