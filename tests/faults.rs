@@ -307,7 +307,7 @@ proptest! {
             proptest::collection::vec(any::<u8>(), 0..8),
             Just(b"<content>".to_vec()), Just(b"</content>".to_vec()), Just(b"<thought>".to_vec()),
             Just(b"</think>".to_vec()), Just(b"< Content >".to_vec()), Just(b"<!--".to_vec()), Just(b"-->".to_vec()),
-            Just(b"<media src=x/>".to_vec()), Just(b"<variable_update>".to_vec()), Just(b"</status_bar>".to_vec()),
+            Just(b"<media src=x/>".to_vec()), Just(b"<media src=x>".to_vec()), Just(b"</media>".to_vec()), Just(b"<variable_update>".to_vec()), Just(b"</status_bar>".to_vec()),
             Just(b"  \n".to_vec()), Just(b"<".to_vec()), Just(b"</".to_vec()), Just("好".as_bytes().to_vec()),
         ], 0..40), cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..10), reasoning in any::<bool>()) {
         let input: Vec<u8> = parts.concat();

@@ -20,6 +20,7 @@
 //! | end of input with A open                   | `finish`                                | `closed_at_eof` |
 //! | implicit lead that was not the lead        | [`LeadCheck`], `finish`                 | `reclassified` |
 //! | mandatory tag missing, order broken        | `finish`                                | `diagnostic` |
+//! | `<media ...>` (void) without `/>`          | `State::VoidOpen`: ends at its open tag unless `</media>` follows | none |
 //!
 //! # Reclassification
 //!
@@ -44,7 +45,7 @@ mod rewrite;
 use crate::event::{
     AttrMap, Close, Comment, Delta, Diagnostic, Element, Event, Gap, Level, Open, Repair, RepairKind, TagName,
 };
-use crate::registry::{MarkerRole, Registry, TagId};
+use crate::registry::{BodyKind, MarkerRole, Registry, TagId};
 use crate::scan::{ScanNotice, Span, TagKind, TagToken, Token, TokenSink, UnfinishedKind};
 use rewrite::Rewrite;
 use std::sync::Arc;
@@ -117,6 +118,18 @@ enum State {
     /// between a merge (`<A>`), a continuation (bare text, A the default)
     /// and a real close (anything else).
     CloseHeld(OpenElement, HeldClose),
+    /// `<media ...>` of a void tag written without `/>`: it ends at its open
+    /// tag (HTML habit) unless its close follows after only whitespace.
+    VoidOpen(OpenElement, VoidHold),
+}
+
+/// A void element's open tag, waiting for the next non-space byte.
+#[derive(Debug)]
+struct VoidHold {
+    /// End of the open tag.
+    tag_end: usize,
+    /// Whitespace read since.
+    space: Vec<u8>,
 }
 
 /// Whether the implicitly opened lead element has been confirmed.
@@ -202,7 +215,7 @@ impl Machine {
     /// Bytes held for pending decisions, for memory accounting in tests.
     pub fn held_bytes(&self) -> usize {
         let el = match &self.state {
-            State::Open(el) | State::CloseHeld(el, _) => el.text.capacity(),
+            State::Open(el) | State::CloseHeld(el, _) | State::VoidOpen(el, _) => el.text.capacity(),
             _ => 0,
         };
         let queue = match &self.lead {
@@ -542,6 +555,7 @@ impl Machine {
         let state = std::mem::replace(&mut self.state, State::Between);
         match state {
             State::Start | State::Between => {}
+            State::VoidOpen(el, hold) => self.end_void(el, hold),
             State::Open(el) if el.tag == tag && !self_closing && self.registry.tag(tag).mergeable => {
                 // `<A>` again while A is open: the model repeated itself;
                 // one element, the repeated open dropped.
@@ -576,6 +590,8 @@ impl Machine {
             // after the whole tag, as a close tag would follow it.
             self.complete(el, span.end, span.end, false);
             self.state = State::Between;
+        } else if self.registry.tag(tag).body == BodyKind::Void {
+            self.state = State::VoidOpen(el, VoidHold { tag_end: span.end, space: Vec::new() });
         } else {
             self.state = State::Open(el);
         }
@@ -586,8 +602,20 @@ impl Machine {
     /// marker's (`END_TOOL` closes `REQUEST_TOOL`).
     fn on_close(&mut self, tag: TagId, raw_tag: String, span: Span, raw: &[u8], by_marker: bool) {
         let state = std::mem::replace(&mut self.state, State::Between);
+        let state = match state {
+            // `<media ...>` `</media>`: an ordinary element after all.
+            State::VoidOpen(mut el, hold) if el.tag == tag => {
+                self.element_text(&mut el, &hold.space);
+                State::Open(el)
+            }
+            other => other,
+        };
         match state {
             State::Start | State::Between => {
+                self.repair(RepairKind::StrayCloseDropped, Some(tag), span.start, None, Some(span), Some(raw_tag));
+            }
+            State::VoidOpen(el, hold) => {
+                self.end_void(el, hold);
                 self.repair(RepairKind::StrayCloseDropped, Some(tag), span.start, None, Some(span), Some(raw_tag));
             }
             State::CloseHeld(el, held) => {
@@ -647,6 +675,27 @@ impl Machine {
         }
     }
 
+    /// A void element with no close: it ends at its open tag; the whitespace
+    /// after it belongs to no element. Not a repair: void tags need no close.
+    fn end_void(&mut self, el: OpenElement, hold: VoidHold) {
+        self.complete(el, hold.tag_end, hold.tag_end, true);
+        self.gap(hold.tag_end, &hold.space);
+        self.state = State::Between;
+    }
+
+    /// Ends a pending void element before a token that is not its close.
+    fn settle_void(&mut self, token: &Token<'_>) {
+        let State::VoidOpen(el, _) = &self.state else { return };
+        let keep = match token {
+            Token::Text { .. } => true,
+            Token::Tag(t) => t.kind == TagKind::Close && self.registry.lookup(t.name) == Some(el.tag),
+            _ => false,
+        };
+        if !keep && let State::VoidOpen(el, hold) = std::mem::replace(&mut self.state, State::Between) {
+            self.end_void(el, hold);
+        }
+    }
+
     /// A held `</A>` turned out to be a real close: close, and hand the
     /// whitespace after it to no element.
     fn resolve_held(&mut self, el: OpenElement, held: HeldClose) {
@@ -687,6 +736,16 @@ impl Machine {
                         self.state = state;
                     }
                 }
+            }
+            State::VoidOpen(el, mut hold) => {
+                let n = leading_space(bytes);
+                hold.space.extend_from_slice(&bytes[..n]);
+                if n == bytes.len() {
+                    self.state = State::VoidOpen(el, hold);
+                    return;
+                }
+                self.end_void(el, hold);
+                self.on_text(Span::new(span.start + n, span.end), &bytes[n..]);
             }
             State::CloseHeld(mut el, mut held) => {
                 let n = leading_space(bytes);
@@ -869,6 +928,7 @@ impl Machine {
     pub fn finish(&mut self, end: usize) {
         let state = std::mem::replace(&mut self.state, State::Between);
         match state {
+            State::VoidOpen(el, hold) => self.end_void(el, hold),
             State::Open(el) => {
                 self.close_synthetic(el, end, RepairKind::ClosedAtEof, None);
             }
@@ -1030,6 +1090,7 @@ impl Machine {
 
 impl TokenSink for Machine {
     fn token(&mut self, token: Token<'_>) {
+        self.settle_void(&token);
         match token {
             Token::Text { span, bytes } => self.on_text(span, bytes),
             Token::Tag(tag) => self.on_tag(tag),

@@ -311,6 +311,14 @@ fn self_closing_registry_tag() {
     assert_eq!(media.attrs.get("alt").map(String::as_str), Some("A & B"));
 }
 
+#[test]
+fn void_tag_without_self_close_ends_at_its_open_tag() {
+    check(&f(), "<content>x</content><media src=\"a.png\">\nMore text", &[("content", "x"), ("media", ""), ("content", "More text")], &[HeaderInserted, ClosedAtEof]);
+    check(&f(), "<content>x</content><media src=\"a.png\"> </media>", &[("content", "x"), ("media", " ")], &[]);
+    check(&f(), "<content>x</content><media src=\"a.png\"><content>y</content>", &[("content", "x"), ("media", ""), ("content", "y")], &[]);
+    check(&f(), "<content>x</content><media src=\"a.png\">", &[("content", "x"), ("media", "")], &[]);
+}
+
 // ----- end of stream ----------------------------------------------------
 
 #[test]
