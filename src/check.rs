@@ -40,3 +40,54 @@ pub fn split_invariance(selector: u8, input: &[u8]) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// Decodes `input` as SSE whole and in chunks chosen by `selector`;
+/// the items must agree.
+///
+/// # Errors
+///
+/// A description of the disagreement.
+pub fn sse_split_invariance(selector: u8, input: &[u8]) -> Result<(), String> {
+    use crate::sources::SseDecoder;
+    let chunk = usize::from(selector) % 17 + 1;
+    let mut whole = SseDecoder::new();
+    let mut a = whole.feed(input);
+    a.extend(whole.finish());
+    let mut split = SseDecoder::new();
+    let mut b = Vec::new();
+    for c in input.chunks(chunk) {
+        split.feed_into(c, &mut b);
+    }
+    b.extend(split.finish());
+    if a != b {
+        return Err(format!("SSE items differ at chunk size {chunk}"));
+    }
+    Ok(())
+}
+
+/// Runs every text entry point (lenient JSON, HTML filter, TAM, ACTION and
+/// ATTP readers, state ops) on `text`: none may panic, and the HTML filter's
+/// output must hold no executable vector.
+///
+/// # Errors
+///
+/// A description of the first broken promise.
+pub fn text_entry_points(text: &str) -> Result<(), String> {
+    let _ = crate::payload::json::parse(text);
+    let sanitized = crate::payload::html::sanitize(text);
+    let lower = sanitized.html.to_ascii_lowercase();
+    for bad in ["<script", "<iframe", "javascript:", "expression(", "url("] {
+        if lower.contains(bad) {
+            return Err(format!("filtered HTML still holds {bad:?}"));
+        }
+    }
+    let _ = crate::calls::tam::parse_tam(text);
+    let _ = crate::calls::action::parse_action(text);
+    let _ = crate::calls::attp::parse_attp(text);
+    if let Ok(read) = crate::payload::json::parse(text) {
+        let ops = crate::state::ops_from_payload(&serde_json::json!({ "ops": read.value }));
+        let mut state = serde_json::json!({});
+        let _ = crate::state::apply(&mut state, &ops);
+    }
+    Ok(())
+}

@@ -1,7 +1,8 @@
 //! Replays the saved fuzz inputs of `tests/fuzz/testdata/` (minimised
 //! crashes and hand-picked seeds) through the same checks the fuzz targets
-//! make, so CI never needs cargo-fuzz. A file's first byte selects the
-//! profile and chunk size, as in `fuzz/fuzz_targets/parse.rs`.
+//! make (`parse`, `sse`, `text`), so CI never needs cargo-fuzz. A file's
+//! first byte selects the profile and chunk size, as in
+//! `fuzz/fuzz_targets/parse.rs`.
 
 use std::path::Path;
 
@@ -18,9 +19,18 @@ fn saved_fuzz_inputs_pass_the_fuzz_checks() {
         for shift in 0..8u8 {
             // Every profile and several chunk sizes, not just the saved one.
             let sel = selector.wrapping_add(shift.wrapping_mul(37));
-            if let Err(why) = spindle::check::split_invariance(sel, input) {
-                panic!("{}: {why}", entry.path().display());
+            let checks = [
+                spindle::check::split_invariance(sel, input),
+                spindle::check::sse_split_invariance(sel, input),
+            ];
+            for result in checks {
+                if let Err(why) = result {
+                    panic!("{}: {why}", entry.path().display());
+                }
             }
+        }
+        if let Err(why) = spindle::check::text_entry_points(&String::from_utf8_lossy(input)) {
+            panic!("{}: {why}", entry.path().display());
         }
     }
 }
