@@ -1,7 +1,7 @@
 //! The `corpora/{tam,action,attp}-*.txt` transcripts: each parsed by the
 //! binary whole, byte by byte and 7 bytes at a time (the events must agree),
 //! and its call payloads (with context, as a [`CallTracker`] builds them)
-//! compared with `corpora/<name>.expected.json`.
+//! compared with `corpora/expected/<name>.expected.json`.
 //!
 //! `SPINDLE_BLESS=1 cargo test --test calls_corpora` rewrites the expected
 //! files; review the diff before committing it.
@@ -67,7 +67,7 @@ fn corpora_match_their_expected_payloads() {
         }
         assert_eq!(i, tracked.len());
 
-        let expected_path = format!("corpora/{stem}.expected.json");
+        let expected_path = format!("corpora/expected/{stem}.expected.json");
         let got = Value::Array(tracked);
         if bless {
             std::fs::write(

@@ -49,7 +49,7 @@ fn corpora_match_their_expectations() {
         if !(name.starts_with("payload-") && name.ends_with(".txt")) {
             continue;
         }
-        let expected_path = path.with_extension("expected.json");
+        let expected_path = path.with_file_name("expected").join(format!("{}.expected.json", name.trim_end_matches(".txt")));
         let expected: Value =
             serde_json::from_str(&std::fs::read_to_string(&expected_path).expect("expected file"))
                 .expect("expected JSON");

@@ -4,9 +4,9 @@
 //! This module owns the structure of a response: which element is open,
 //! when it ends, and what the corrector changes. It must not read bytes
 //! (that is [`crate::scan`]'s job) and must not interpret bodies (payloads
-//! belong to [`crate::payload`]). Its state is one enum, [`State`]; every
-//! row of DESIGN §4's table is one arm of [`Machine::on_open`],
-//! [`Machine::on_close`], [`Machine::on_text`] or [`Machine::finish`]:
+//! belong to [`crate::payload`]). Its state is one enum, `State`; every
+//! row of DESIGN §4's table is one arm of `Machine::on_open`,
+//! `Machine::on_close`, `Machine::on_text` or [`Machine::finish`]:
 //!
 //! | DESIGN §4 situation                        | where                                   | repair |
 //! |--------------------------------------------|-----------------------------------------|--------|
@@ -18,7 +18,7 @@
 //! | `</B>` with nothing open                   | `on_close`, `State::Start`/`Between`    | `stray_close_dropped` |
 //! | bare text between elements                 | `on_text`, `State::Between`             | `header_inserted` |
 //! | end of input with A open                   | `finish`                                | `closed_at_eof` |
-//! | implicit lead that was not the lead        | [`LeadCheck`], `finish`                 | `reclassified` |
+//! | implicit lead that was not the lead        | `LeadCheck`, `finish`                   | `reclassified` |
 //! | mandatory tag missing, order broken        | `finish`                                | `diagnostic` |
 //! | `<media ...>` (void) without `/>`          | `State::VoidOpen`: ends at its open tag unless `</media>` follows | none |
 //!

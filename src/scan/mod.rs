@@ -12,7 +12,7 @@
 //!
 //! In text, the scanner jumps with `memchr` to the next `<`; everything
 //! before it is released at once as [`Token::Text`]. From a `<` on, bytes are
-//! *held* while a small state machine ([`Candidate`]) decides, one byte at a
+//! *held* while a small state machine (`Candidate`) decides, one byte at a
 //! time and resumably across chunks, whether they form a marker:
 //!
 //! ```text
