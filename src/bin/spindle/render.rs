@@ -133,8 +133,12 @@ impl Renderer {
             Event::Element(e) if self.streaming == Some(e.id) => {
                 self.streaming = None;
                 self.newline_if_needed()?;
-                if !e.payload.is_null() {
-                    writeln!(self.out, "{GREEN}   payload: {}{RESET}", e.payload)?;
+                // The streamed (filtered) text was just shown; only what the
+                // reader did not see is worth a line: hidden comments.
+                if let Some(comments) = e.payload.get("comments").and_then(|c| c.as_array()).filter(|c| !c.is_empty()) {
+                    for c in comments {
+                        writeln!(self.out, "{DIM}   <!--{}-->{RESET}", c.as_str().unwrap_or_default())?;
+                    }
                 }
             }
             Event::Element(e) => {
