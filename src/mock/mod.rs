@@ -402,6 +402,9 @@ async fn step(mut play: Play) -> Option<(Result<Bytes, std::io::Error>, Play)> {
         return None;
     }
     if play.faults.reset_after == Some(play.next) {
+        // Let hyper flush the events before it: it writes out what it
+        // holds only when the body is not ready.
+        tokio::time::sleep(Duration::from_millis(20)).await;
         play.ended = true;
         play.guard.finished = true;
         return Some((Err(std::io::Error::other("mock fault: connection reset")), play));

@@ -67,6 +67,12 @@ pub enum ProxyErrorKind {
     },
     /// The proxy is shutting down.
     ShuttingDown,
+    /// An SSE line or event of the upstream is larger than the proxy's
+    /// limit, so a rewriting proxy could not forward it.
+    LineTooLong {
+        /// The limit in bytes.
+        limit: usize,
+    },
 }
 
 /// A proxy error: kind, side, retryability and a message.
@@ -120,7 +126,9 @@ impl ProxyError {
             ProxyErrorKind::NotFound | ProxyErrorKind::RequestTooLarge { .. } | ProxyErrorKind::RequestBody => {
                 Side::Downstream
             }
-            ProxyErrorKind::Overloaded { .. } | ProxyErrorKind::ShuttingDown => Side::Internal,
+            ProxyErrorKind::Overloaded { .. } | ProxyErrorKind::ShuttingDown | ProxyErrorKind::LineTooLong { .. } => {
+                Side::Internal
+            }
         }
     }
 
@@ -138,7 +146,8 @@ impl ProxyError {
             ProxyErrorKind::InvalidResponse
             | ProxyErrorKind::NotFound
             | ProxyErrorKind::RequestTooLarge { .. }
-            | ProxyErrorKind::RequestBody => false,
+            | ProxyErrorKind::RequestBody
+            | ProxyErrorKind::LineTooLong { .. } => false,
         }
     }
 
@@ -150,7 +159,8 @@ impl ProxyError {
             ProxyErrorKind::Connect
             | ProxyErrorKind::Reset
             | ProxyErrorKind::InvalidResponse
-            | ProxyErrorKind::Truncated => 502,
+            | ProxyErrorKind::Truncated
+            | ProxyErrorKind::LineTooLong { .. } => 502,
             ProxyErrorKind::ConnectTimeout | ProxyErrorKind::Timeout | ProxyErrorKind::Stalled => 504,
             ProxyErrorKind::NotFound => 404,
             ProxyErrorKind::RequestTooLarge { .. } => 413,
@@ -175,6 +185,7 @@ impl ProxyError {
             ProxyErrorKind::RequestBody => "request_body_error",
             ProxyErrorKind::Overloaded { .. } => "proxy_overloaded",
             ProxyErrorKind::ShuttingDown => "proxy_shutting_down",
+            ProxyErrorKind::LineTooLong { .. } => "proxy_line_too_long",
         }
     }
 
@@ -285,6 +296,7 @@ mod tests {
             (ProxyErrorKind::RequestBody, 400, Side::Downstream, false),
             (ProxyErrorKind::Overloaded { limit: 1 }, 503, Side::Internal, true),
             (ProxyErrorKind::ShuttingDown, 503, Side::Internal, true),
+            (ProxyErrorKind::LineTooLong { limit: 1 }, 502, Side::Internal, false),
         ];
         let mut codes = std::collections::HashSet::new();
         for (kind, status, side, retry) in table {

@@ -52,7 +52,7 @@
 //! | more than [`ProxyConfig::max_streams`] requests in flight | `503` with `Retry-After: 1` |
 //! | a request body larger than [`ProxyConfig::max_request_body`] | `413` |
 //! | a path outside `/v1/` | `404` (`/healthz` and `/metrics` are the proxy's own) |
-//! | an SSE line past [`crate::sources::SseLimits`] | forwarded unparsed (rewrite: dropped), a `diagnostic` counted |
+//! | an SSE line past [`crate::sources::SseLimits`] | forwarded unparsed, a `diagnostic` counted (rewrite: the event cannot be forwarded; a `proxy_line_too_long` error event takes its place) |
 //!
 //! Every error names its side (`upstream`, `downstream`, `internal`) and
 //! whether a retry may help ([`ProxyError`]).

@@ -29,7 +29,7 @@
 //! ```
 
 use super::error::{ProxyError, ProxyErrorKind};
-use crate::sources::{ErrorOrigin, SourceEvent, SseEvent, SseItem, StreamOptions, StreamTap, TapFrame};
+use crate::sources::{ErrorOrigin, SourceEvent, SseEvent, SseFault, SseItem, StreamOptions, StreamTap, TapFrame};
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
@@ -240,7 +240,19 @@ impl SseRelay {
                 buf.push_str(text);
                 buf.push_str("\n\n");
             }
-            SseItem::Fault(_) => self.carry.extend(frame.rewrites.iter().cloned()),
+            SseItem::Fault(fault) => {
+                self.carry.extend(frame.rewrites.iter().cloned());
+                if let SseFault::LineTooLong { limit, .. } | SseFault::EventTooLarge { limit, .. } = fault {
+                    // The decoder dropped the event's bytes: say so in the
+                    // stream rather than lose content silently.
+                    let err = ProxyError::new(
+                        ProxyErrorKind::LineTooLong { limit: *limit },
+                        format!("{fault}; the rewriting proxy could not forward that event (raise --max-line)"),
+                    );
+                    self.flush_done(buf);
+                    buf.push_str(&err.to_sse_event());
+                }
+            }
         }
     }
 
