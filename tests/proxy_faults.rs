@@ -296,16 +296,18 @@ async fn a_10mb_line_is_forwarded_and_reported() {
 async fn a_thousand_concurrent_streams_none_lost() {
     const N: usize = 1000;
     // Every upstream stream sends its first event, then waits until all N
-    // are open at once, then finishes: the N streams are in flight through
-    // the proxy together.
-    let barrier = Arc::new(tokio::sync::Barrier::new(N));
+    // are open at once (the last to arrive checks that the proxy counts N
+    // streams in flight, then releases them all), then finishes.
+    let arrived = Arc::new(AtomicU64::new(0));
+    let (release, released) = tokio::sync::watch::channel(false);
+    let release = Arc::new(release);
     let peak = Arc::new(AtomicU64::new(0));
     let metrics_slot: Arc<std::sync::OnceLock<Arc<spindle::proxy::Metrics>>> = Arc::default();
-    let (b, p, m) = (barrier.clone(), peak.clone(), metrics_slot.clone());
+    let (a, r, w, p, m) = (arrived.clone(), release.clone(), released.clone(), peak.clone(), metrics_slot.clone());
     let upstream = serve(Router::new().route(
         "/v1/chat/completions",
         axum::routing::post(move |body: axum::Json<Value>| {
-            let (b, p, m) = (b.clone(), p.clone(), m.clone());
+            let (a, r, mut w, p, m) = (a.clone(), r.clone(), w.clone(), p.clone(), m.clone());
             async move {
                 let n = body.0["n_client"].as_u64().unwrap_or(0);
                 let chunk = move |content: String, finish: Value| {
@@ -315,19 +317,22 @@ async fn a_thousand_concurrent_streams_none_lost() {
                 };
                 let first = chunk(format!("<content>stream {n}"), Value::Null);
                 let rest = async move {
-                    if b.wait().await.is_leader()
-                        && let Some(metrics) = m.get()
-                    {
+                    if a.fetch_add(1, Ordering::SeqCst) + 1 == N as u64 {
                         // The last stream's first byte may still be on its
                         // way through the proxy.
                         let start = Instant::now();
-                        while start.elapsed() < Duration::from_secs(2) {
-                            p.fetch_max(metrics.streams_active() as u64, Ordering::Relaxed);
+                        while start.elapsed() < Duration::from_secs(5) {
+                            if let Some(metrics) = m.get() {
+                                p.fetch_max(metrics.streams_active() as u64, Ordering::Relaxed);
+                            }
                             if p.load(Ordering::Relaxed) >= N as u64 {
                                 break;
                             }
                             tokio::time::sleep(Duration::from_millis(1)).await;
                         }
+                        let _ = r.send(true);
+                    } else {
+                        let _ = w.wait_for(|open| *open).await;
                     }
                     futures::stream::iter(vec![
                         chunk(format!(" done {n}</content>"), Value::Null),
