@@ -57,7 +57,10 @@ async fn client_disconnect_cancels_the_upstream_within_100ms() {
     }
     let left = Instant::now();
     drop(response);
-    assert!(until(Duration::from_secs(2), || stats.streams_cancelled() == 1).await, "upstream never saw the disconnect");
+    assert!(
+        until(Duration::from_secs(2), || stats.streams_cancelled() == 1).await,
+        "upstream never saw the disconnect"
+    );
     let took = stats.last_cancel().unwrap().duration_since(left);
     assert!(took < Duration::from_millis(100), "upstream cancelled {took:?} after the client left");
 
@@ -112,7 +115,8 @@ async fn upstream_stall_gives_an_in_band_error_after_the_idle_timeout() {
 
 async fn error_of(response: reqwest::Response) -> (u16, Value, String) {
     let status = response.status().as_u16();
-    let side = response.headers().get("x-spindle-error-side").map(|v| v.to_str().unwrap().to_string()).unwrap_or_default();
+    let side =
+        response.headers().get("x-spindle-error-side").map(|v| v.to_str().unwrap().to_string()).unwrap_or_default();
     (status, response.json().await.unwrap(), side)
 }
 
@@ -127,7 +131,11 @@ async fn errors_before_the_first_byte_are_http_statuses() {
         ("reset-after=0", 502, "upstream_reset"),
     ] {
         let (s, body, side) = error_of(post(&url(&slow), "sse-filament-tags", fault).send().await.unwrap()).await;
-        assert_eq!((s, body["error"]["code"].as_str(), side.as_str()), (status, Some(code), "upstream"), "{fault}: {body}");
+        assert_eq!(
+            (s, body["error"]["code"].as_str(), side.as_str()),
+            (status, Some(code), "upstream"),
+            "{fault}: {body}"
+        );
         assert_eq!(body["error"]["type"], "upstream_error");
         assert!(body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
     }

@@ -148,8 +148,7 @@ async fn requests_and_responses_are_forwarded_unchanged() {
     }
     // An upstream URL ending in /v1 does not get a second /v1.
     let with_v1 = proxy_support::proxy(&format!("{upstream}/v1/"), |_| {}).await;
-    let seen: Value =
-        http.get(format!("{}/v1/models?a=1", url(&with_v1))).send().await.unwrap().json().await.unwrap();
+    let seen: Value = http.get(format!("{}/v1/models?a=1", url(&with_v1))).send().await.unwrap().json().await.unwrap();
     assert_eq!((seen["path"].as_str(), seen["query"].as_str()), (Some("/v1/models"), Some("a=1")));
     // Paths outside /v1 are not proxied.
     let r = http.get(format!("{}/admin", url(&proxy))).send().await.unwrap();
@@ -174,7 +173,9 @@ async fn rewrite_sends_corrected_text_and_keeps_ids_model_created_usage() {
     let mock = mock(0).await;
     let proxy = proxy(&mock.url(), |c| c.rewrite = true).await;
     let http = client();
-    for name in ["missing-content-tags-en", "split-content-no-space-zh", "truncated-mid-close-tag-en", "sse-filament-tags"] {
+    for name in
+        ["missing-content-tags-en", "split-content-no-space-zh", "truncated-mid-close-tag-en", "sse-filament-tags"]
+    {
         let body = request(name, true);
         let direct = http.post(format!("{}/v1/chat/completions", mock.url())).json(&body).send().await.unwrap();
         let direct = direct.bytes().await.unwrap();
@@ -195,8 +196,15 @@ async fn rewrite_sends_corrected_text_and_keeps_ids_model_created_usage() {
         assert_eq!(corrected, oracle_rewrite(&raw), "{name}");
         // Non-streamed: message.content rewritten, the rest untouched.
         let body = request(name, false);
-        let direct: Value =
-            http.post(format!("{}/v1/chat/completions", mock.url())).json(&body).send().await.unwrap().json().await.unwrap();
+        let direct: Value = http
+            .post(format!("{}/v1/chat/completions", mock.url()))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
         let proxied = http.post(format!("{}/v1/chat/completions", url(&proxy))).json(&body).send().await.unwrap();
         let length: usize = proxied.headers()["content-length"].to_str().unwrap().parse().unwrap();
         let proxied = proxied.bytes().await.unwrap();
@@ -290,7 +298,11 @@ async fn sinks_receive_every_element() {
                 .iter()
                 .filter(|r| r["model"] == name && r["type"] == "element")
                 .map(|r| {
-                    (r["choice"].as_u64().unwrap() as u32, r["tag"].as_str().unwrap().into(), r["text"].as_str().unwrap().into())
+                    (
+                        r["choice"].as_u64().unwrap() as u32,
+                        r["tag"].as_str().unwrap().into(),
+                        r["text"].as_str().unwrap().into(),
+                    )
                 })
                 .collect();
             assert_eq!(&got, &expected[name], "{label}: {name}");
@@ -313,7 +325,8 @@ async fn metrics_and_healthz() {
     assert_eq!(health["status"], "ok");
     assert_eq!(health["upstream"], mock.url());
     for name in ["missing-content-tags-en", "stray-closes-zh"] {
-        let r = http.post(format!("{}/v1/chat/completions", url(&proxy))).json(&request(name, true)).send().await.unwrap();
+        let r =
+            http.post(format!("{}/v1/chat/completions", url(&proxy))).json(&request(name, true)).send().await.unwrap();
         let _ = r.bytes().await.unwrap();
     }
     let r = http.post(format!("{}/v1/chat/completions", url(&proxy))).json(&request("plain-answer-no-tags-en", false));
@@ -382,4 +395,55 @@ async fn mock_lists_chooses_and_assembles() {
     let stats: Value = http.get(format!("{}/mock/stats", mock.url())).send().await.unwrap().json().await.unwrap();
     assert_eq!(stats["requests"], 2);
     let _ = SourceEvent::Done;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rewrite_of_every_transcript_is_a_well_formed_stream() {
+    let mock = mock(0).await;
+    let proxy = proxy(&mock.url(), |c| c.rewrite = true).await;
+    let models: Value = client().get(format!("{}/v1/models", mock.url())).send().await.unwrap().json().await.unwrap();
+    let http = client();
+    for m in models["data"].as_array().unwrap() {
+        let name = m["id"].as_str().unwrap();
+        let body = request(name, true);
+        let direct = http.post(format!("{}/v1/chat/completions", mock.url())).json(&body).send().await.unwrap();
+        let direct = direct.bytes().await.unwrap();
+        let proxied = http.post(format!("{}/v1/chat/completions", url(&proxy))).json(&body).send().await.unwrap();
+        assert!(proxied.status().is_success(), "{name}");
+        let proxied = proxied.bytes().await.unwrap();
+        let d = datas(&proxied);
+        assert_eq!(d.last().map(String::as_str), Some("[DONE]"), "{name}");
+        assert_eq!(d.iter().filter(|x| x.trim() == "[DONE]").count(), 1, "{name}");
+        // Every event but [DONE] and the upstream's own broken data is JSON.
+        let direct_bad = datas(&direct).iter().filter(|x| serde_json::from_str::<Value>(x).is_err()).count();
+        let bad = d.iter().filter(|x| serde_json::from_str::<Value>(x).is_err()).count();
+        assert!(bad <= direct_bad.max(1), "{name}: {bad} non-JSON events");
+        // The ids of every chunk are the upstream's.
+        let ids: std::collections::BTreeSet<String> =
+            chunks(&direct).iter().filter_map(|c| c["id"].as_str().map(str::to_string)).collect();
+        for c in chunks(&proxied) {
+            if let Some(id) = c["id"].as_str() {
+                assert!(ids.contains(id), "{name}: {id}");
+            }
+        }
+    }
+    proxy.shutdown().await.unwrap();
+}
+
+#[test]
+fn public_types_are_send_and_sync() {
+    fn both<T: Send + Sync>() {}
+    both::<spindle::proxy::ProxyConfig>();
+    both::<spindle::proxy::ProxyServer>();
+    both::<spindle::proxy::ProxyHandle>();
+    both::<spindle::proxy::ProxyError>();
+    both::<spindle::proxy::Metrics>();
+    both::<spindle::proxy::SinkSpec>();
+    both::<spindle::proxy::SinkRecord>();
+    both::<spindle::proxy::ProxyStartError>();
+    both::<spindle::mock::MockUpstream>();
+    both::<spindle::mock::MockServer>();
+    both::<spindle::mock::MockStats>();
+    both::<spindle::mock::Transcript>();
+    both::<spindle::mock::MockError>();
 }

@@ -235,8 +235,7 @@ pub(crate) fn choose<'a>(transcripts: &'a [Transcript], request: &Value) -> Opti
         if let Some(t) = transcripts.iter().find(|t| t.name == model || t.file == model) {
             return Some((t, "model"));
         }
-        let tail: Vec<&Transcript> =
-            transcripts.iter().filter(|t| t.name.rsplit('/').next() == Some(model)).collect();
+        let tail: Vec<&Transcript> = transcripts.iter().filter(|t| t.name.rsplit('/').next() == Some(model)).collect();
         if let [one] = tail.as_slice() {
             return Some((one, "model"));
         }
@@ -413,9 +412,7 @@ fn response_frames(bytes: &[u8], meta: &Meta) -> Vec<Bytes> {
     }
     let mut out = Vec::new();
     let mut completion = 0u64;
-    let one = |index: &Value, delta: Value, finish: Value| {
-        json!([{"index": index, "delta": delta, "logprobs": null, "finish_reason": finish}])
-    };
+    let one = |index: &Value, delta: Value, finish: Value| json!([{"index": index, "delta": delta, "logprobs": null, "finish_reason": finish}]);
     for choice in doc.get("choices").and_then(Value::as_array).into_iter().flatten() {
         let index = choice.get("index").cloned().unwrap_or(json!(0));
         let message = choice.get("message").cloned().unwrap_or_default();
@@ -581,7 +578,8 @@ mod tests {
 
     #[test]
     fn pieces_cover_the_text_in_small_steps() {
-        for text in ["Hello, world! This is <content>a test</content>.", "纯田真奈走进了茶馆。", "", "  \n\n x"] {
+        for text in ["Hello, world! This is <content>a test</content>.", "纯田真奈走进了茶馆。", "", "  \n\n x"]
+        {
             let p = pieces(text, 42);
             assert_eq!(p.concat(), text);
             assert!(p.iter().all(|s| s.chars().filter(|c| !c.is_whitespace()).count() <= 3 * 12), "{p:?}");
@@ -612,7 +610,8 @@ mod tests {
     #[test]
     fn assembled_response_matches_the_stream() {
         let ts = builtin();
-        let meta = Meta { id: "chatcmpl-x".into(), created: 1, model: "m".into(), include_usage: true, prompt_tokens: 3 };
+        let meta =
+            Meta { id: "chatcmpl-x".into(), created: 1, model: "m".into(), include_usage: true, prompt_tokens: 3 };
         for t in &ts {
             let whole: Value = serde_json::from_slice(&whole(t, &meta).unwrap_or_default()).unwrap_or_default();
             let frames = stream_frames(t, &meta);

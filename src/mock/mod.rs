@@ -256,8 +256,10 @@ async fn models(State(mock): State<MockUpstream>) -> Response {
 
 async fn model(State(mock): State<MockUpstream>, AxumPath(id): AxumPath<String>) -> Response {
     match mock.transcripts.iter().find(|t| t.name == id) {
-        Some(t) => axum::Json(json!({"id": t.name, "object": "model", "created": mock.created, "owned_by": "spindle-mock"}))
-            .into_response(),
+        Some(t) => {
+            axum::Json(json!({"id": t.name, "object": "model", "created": mock.created, "owned_by": "spindle-mock"}))
+                .into_response()
+        }
         None => openai_error(StatusCode::NOT_FOUND, &format!("The model `{id}` does not exist"), "model_not_found"),
     }
 }
@@ -333,7 +335,10 @@ async fn chat(State(mock): State<MockUpstream>, headers: HeaderMap, body: Bytes)
         prompt_tokens,
     };
     let mut out_headers = HeaderMap::new();
-    out_headers.insert("x-request-id", HeaderValue::from_str(&format!("req_{hash:016x}")).unwrap_or(HeaderValue::from_static("req")));
+    out_headers.insert(
+        "x-request-id",
+        HeaderValue::from_str(&format!("req_{hash:016x}")).unwrap_or(HeaderValue::from_static("req")),
+    );
     if let Ok(v) = HeaderValue::from_str(&transcript.name) {
         out_headers.insert("x-mock-transcript", v);
     }

@@ -10,8 +10,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// A family of counters keyed by one label value.
 #[derive(Debug, Default)]
@@ -214,7 +214,13 @@ impl Metrics {
         scalar(&mut out, "requests_active", "gauge", "Requests in flight.", self.requests_active());
         scalar(&mut out, "streams_active", "gauge", "SSE streams in flight.", self.streams_active());
         scalar(&mut out, "streams_total", "counter", "SSE streams started.", self.streams_total());
-        scalar(&mut out, "rejected_total", "counter", "Requests refused with 503 (stream limit, shutdown).", load(&self.rejected));
+        scalar(
+            &mut out,
+            "rejected_total",
+            "counter",
+            "Requests refused with 503 (stream limit, shutdown).",
+            load(&self.rejected),
+        );
         scalar(
             &mut out,
             "client_disconnects_total",
@@ -234,7 +240,14 @@ impl Metrics {
                 ("client_out", load(&self.bytes_client)),
             ],
         );
-        family(&mut out, "upstream_responses_total", "counter", "Upstream responses, by status.", "status", &self.upstream_status);
+        family(
+            &mut out,
+            "upstream_responses_total",
+            "counter",
+            "Upstream responses, by status.",
+            "status",
+            &self.upstream_status,
+        );
         family(
             &mut out,
             "upstream_errors_total",
@@ -243,13 +256,40 @@ impl Metrics {
             "kind",
             &self.upstream_errors,
         );
-        scalar(&mut out, "streams_truncated_total", "counter", "Parsed streams that ended cut off.", load(&self.truncated));
+        scalar(
+            &mut out,
+            "streams_truncated_total",
+            "counter",
+            "Parsed streams that ended cut off.",
+            load(&self.truncated),
+        );
         family(&mut out, "repairs_total", "counter", "Repairs the parser made, by kind.", "kind", &self.repairs);
         family(&mut out, "elements_total", "counter", "Elements parsed, by tag.", "tag", &self.elements);
-        family(&mut out, "diagnostics_total", "counter", "Stream and parser diagnostics, by code.", "code", &self.diagnostics);
+        family(
+            &mut out,
+            "diagnostics_total",
+            "counter",
+            "Stream and parser diagnostics, by code.",
+            "code",
+            &self.diagnostics,
+        );
         family(&mut out, "sink_records_total", "counter", "Records delivered to sinks.", "sink", &self.sink_sent);
-        family(&mut out, "sink_dropped_total", "counter", "Records dropped because a sink queue was full.", "sink", &self.sink_dropped);
-        family(&mut out, "sink_failed_total", "counter", "Records a sink failed to deliver (after retries).", "sink", &self.sink_failed);
+        family(
+            &mut out,
+            "sink_dropped_total",
+            "counter",
+            "Records dropped because a sink queue was full.",
+            "sink",
+            &self.sink_dropped,
+        );
+        family(
+            &mut out,
+            "sink_failed_total",
+            "counter",
+            "Records a sink failed to deliver (after retries).",
+            "sink",
+            &self.sink_failed,
+        );
         out
     }
 }

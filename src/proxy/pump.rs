@@ -263,7 +263,10 @@ pub(crate) fn account_whole(ctx: PumpCtx, mut events: Vec<SourceEvent>, len: usi
 }
 
 fn shutdown_error() -> ProxyError {
-    ProxyError::new(ProxyErrorKind::ShuttingDown, "the proxy is shutting down; the stream was cut at the end of its grace period")
+    ProxyError::new(
+        ProxyErrorKind::ShuttingDown,
+        "the proxy is shutting down; the stream was cut at the end of its grace period",
+    )
 }
 
 impl SendFail {

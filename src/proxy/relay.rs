@@ -127,8 +127,19 @@ impl SseRelay {
 
     /// Ends the stream: appends the last client bytes and events.
     pub(crate) fn end(self, end: End, out: &mut Vec<Bytes>, events: &mut Vec<SourceEvent>) -> EndReport {
-        let SseRelay { mut tap, rewrite, done_framing, done_seen, error_seen, held_done, tail, tail_len, template, mut carry, .. } =
-            self;
+        let SseRelay {
+            mut tap,
+            rewrite,
+            done_framing,
+            done_seen,
+            error_seen,
+            held_done,
+            tail,
+            tail_len,
+            template,
+            mut carry,
+            ..
+        } = self;
         let mut report = EndReport { upstream_done: done_seen, ..EndReport::default() };
         if let End::Error(err) = &end
             && !done_seen
@@ -382,11 +393,9 @@ pub(crate) fn whole_response(
         let text = rewrites.iter().find(|(c, _)| u64::from(*c) == index).map(|(_, t)| t.as_str()).unwrap_or("");
         let Some(message) = choice.get_mut("message").and_then(Value::as_object_mut) else { continue };
         match message.get_mut("content") {
-            Some(Value::String(old)) => {
-                if old != text {
-                    *old = text.to_string();
-                    changed = true;
-                }
+            Some(Value::String(old)) if old != text => {
+                *old = text.to_string();
+                changed = true;
             }
             Some(Value::Array(parts)) => {
                 parts.retain(|p| !matches!(p.get("type").and_then(Value::as_str), Some("text" | "output_text")));
@@ -540,7 +549,13 @@ mod tests {
     #[test]
     fn rewrite_inserts_closes_before_finish_and_keeps_ids() {
         let input = stream(
-            &[("I think", None), ("</thought>\n<content>Hel", None), ("lo</content>\n<content>", None), ("more", None), ("", Some("stop"))],
+            &[
+                ("I think", None),
+                ("</thought>\n<content>Hel", None),
+                ("lo</content>\n<content>", None),
+                ("more", None),
+                ("", Some("stop")),
+            ],
             true,
         );
         let mut seen = None;
@@ -557,8 +572,7 @@ mod tests {
             for c in &chunks {
                 assert_eq!((&c["id"], &c["created"], &c["model"]), (&json!("chatcmpl-1"), &json!(7), &json!("m")));
             }
-            let text: String =
-                chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+            let text: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
             assert_eq!(text, "<thought>I think</thought>\n<content>Hellomore</content>");
             let last = chunks.last().cloned().unwrap_or_default();
             assert_eq!(last["choices"][0]["finish_reason"], "stop");

@@ -380,7 +380,8 @@ async fn forward(State(app): State<Arc<App>>, request: Request) -> Response {
             None => body,
         };
         response_headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
-        let ctx = pump_ctx(&app, id, &parts.method, &path, model, status.as_u16(), started, permit, request_gauge, None);
+        let ctx =
+            pump_ctx(&app, id, &parts.method, &path, model, status.as_u16(), started, permit, request_gauge, None);
         super::pump::account_whole(ctx, events, body.len());
         let mut response = Response::new(Body::from(body));
         *response.status_mut() = status;
@@ -398,7 +399,8 @@ async fn forward(State(app): State<Arc<App>>, request: Request) -> Response {
         response_headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
         response_headers.insert(HeaderName::from_static("x-accel-buffering"), HeaderValue::from_static("no"));
     }
-    let mut ctx = pump_ctx(&app, id, &parts.method, &path, model, status.as_u16(), started, permit, request_gauge, stream_gauge);
+    let mut ctx =
+        pump_ctx(&app, id, &parts.method, &path, model, status.as_u16(), started, permit, request_gauge, stream_gauge);
     if !status.is_success() {
         ctx.error_excerpt = Some(Vec::new());
     }
@@ -449,8 +451,9 @@ async fn read_request(body: Body, limit: usize) -> Result<Bytes, ProxyError> {
     let mut stream = body.into_data_stream();
     let mut buf = Vec::new();
     while let Some(piece) = stream.next().await {
-        let piece = piece
-            .map_err(|e| ProxyError::new(ProxyErrorKind::RequestBody, format!("reading the request body failed: {e}")))?;
+        let piece = piece.map_err(|e| {
+            ProxyError::new(ProxyErrorKind::RequestBody, format!("reading the request body failed: {e}"))
+        })?;
         if buf.len() + piece.len() > limit {
             return Err(ProxyError::new(
                 ProxyErrorKind::RequestTooLarge { limit },

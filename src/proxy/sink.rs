@@ -219,7 +219,12 @@ fn serialise(record: &SinkRecord) -> Option<String> {
     serde_json::to_string(record).ok()
 }
 
-async fn jsonl_worker(file: tokio::fs::File, mut rx: mpsc::Receiver<Arc<SinkRecord>>, label: String, metrics: Arc<Metrics>) {
+async fn jsonl_worker(
+    file: tokio::fs::File,
+    mut rx: mpsc::Receiver<Arc<SinkRecord>>,
+    label: String,
+    metrics: Arc<Metrics>,
+) {
     let mut out = tokio::io::BufWriter::new(file);
     let mut batch = Vec::new();
     loop {

@@ -134,8 +134,11 @@ pub(crate) fn run(args: DemoArgs) -> Result<ExitCode> {
             match &record.event {
                 SourceEvent::Choice(c) => match &c.event {
                     Event::Element(el) => {
-                        let payload =
-                            if el.payload.is_null() { String::new() } else { format!("  payload {}", excerpt(&el.payload.to_string(), 60)) };
+                        let payload = if el.payload.is_null() {
+                            String::new()
+                        } else {
+                            format!("  payload {}", excerpt(&el.payload.to_string(), 60))
+                        };
                         println!("element  {:<16} {}{payload}", el.tag.to_string(), excerpt(el.text.trim(), 70));
                     }
                     Event::Repair(r) => println!(
@@ -145,7 +148,11 @@ pub(crate) fn run(args: DemoArgs) -> Result<ExitCode> {
                     ),
                     _ => {}
                 },
-                other => println!("{:<8} {}", other.type_name(), excerpt(&serde_json::to_string(other).unwrap_or_default(), 90)),
+                other => println!(
+                    "{:<8} {}",
+                    other.type_name(),
+                    excerpt(&serde_json::to_string(other).unwrap_or_default(), 90)
+                ),
             }
         }
         println!("\n── /metrics (excerpt) ──");
