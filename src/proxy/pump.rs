@@ -118,12 +118,14 @@ pub(crate) async fn pump(
         match &mut mode {
             Mode::Sse(relay) if !relay.rewrites() => {
                 // Forward first, parse after: parsing never delays a byte.
-                let len = bytes.len();
-                if let Err(fail) = send(&app, &tx, Ok(bytes.clone())).await {
-                    break 'run fail.into_stop();
+                if let Some(now) = relay.forward(&bytes) {
+                    let len = now.len();
+                    if let Err(fail) = send(&app, &tx, Ok(now)).await {
+                        break 'run fail.into_stop();
+                    }
+                    sent += len as u64;
                 }
-                sent += len as u64;
-                relay.feed(bytes, &mut Vec::new(), &mut events);
+                relay.observe(&bytes, &mut events);
             }
             Mode::Sse(relay) => relay.feed(bytes, &mut out, &mut events),
             Mode::Json { buf, limit, overflowed } => {

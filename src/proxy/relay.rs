@@ -20,12 +20,15 @@
 //! | reset, stall, proxy shutdown | that error as an event, `data: [DONE]` |
 //!
 //! `[DONE]` is added only on `[DONE]`-framed endpoints (chat and legacy
-//! completions). When the upstream stopped inside an event (pass-through),
-//! line ends are written first so that the error is an event of its own:
+//! completions). A line the upstream never finished was never forwarded
+//! (see [`SseRelay::forward`]) and is dropped, as a client would drop it;
+//! when the upstream stopped after a line but before the blank line of its
+//! event, one line end is written first so that the error is an event of
+//! its own:
 //!
 //! ```text
-//! data: {"choi|                       the upstream stopped here
-//! data: {"choi\n\n|data: {"error":…   the partial event ends, the error follows
+//! data: {"a":1}\n|                 the upstream stopped here
+//! data: {"a":1}\n\n|data: {"error":…   that event ends, the error follows
 //! ```
 
 use super::error::{ProxyError, ProxyErrorKind};
@@ -55,6 +58,9 @@ pub(crate) struct EndReport {
 
 const DONE: &str = "data: [DONE]\n\n";
 
+/// Most bytes of an unfinished line held back in pass-through mode.
+pub(crate) const HOLD_LIMIT: usize = 64 * 1024;
+
 /// Fields of a chunk that every chunk of a stream repeats.
 const TEMPLATE_KEYS: [&str; 5] = ["id", "object", "created", "model", "system_fingerprint"];
 
@@ -76,6 +82,10 @@ pub(crate) struct SseRelay {
     last_id: String,
     /// Corrected text that became final with an event that had no chunk.
     carry: Vec<(u32, String)>,
+    /// Pass-through: the start of a line not yet ended (see `forward`).
+    held: Vec<u8>,
+    /// Pass-through: the held line passed the limit and streams as it comes.
+    long_line: bool,
     frames: Vec<TapFrame>,
 }
 
@@ -96,6 +106,8 @@ impl SseRelay {
             template: None,
             last_id: String::new(),
             carry: Vec::new(),
+            held: Vec::new(),
+            long_line: false,
             frames: Vec::new(),
         }
     }
@@ -103,12 +115,11 @@ impl SseRelay {
     /// Feeds one upstream read: appends what the client gets to `out` and
     /// the parsed events to `events`.
     pub(crate) fn feed(&mut self, bytes: Bytes, out: &mut Vec<Bytes>, events: &mut Vec<SourceEvent>) {
-        let start = events.len();
         if !self.rewrite {
-            self.remember_tail(&bytes);
-            self.tap.feed_into(&bytes, events);
-            out.push(bytes);
-            self.scan(&events[start..]);
+            if let Some(now) = self.forward(&bytes) {
+                out.push(now);
+            }
+            self.observe(&bytes, events);
             return;
         }
         let mut frames = std::mem::take(&mut self.frames);
@@ -123,6 +134,57 @@ impl SseRelay {
         if !buf.is_empty() {
             out.push(Bytes::from(buf));
         }
+    }
+
+    /// Pass-through: what of an upstream read goes to the client now.
+    ///
+    /// Everything up to the read's last line end, after the partial line
+    /// held from before; the bytes after it (the start of a line) wait for
+    /// their line end, at most [`HOLD_LIMIT`] bytes of them. An event
+    /// becomes usable to a client only at its blank line, which comes with
+    /// (or after) the end of every line before it, so holding a partial
+    /// line delays no event; it lets a stream that is cut inside a line
+    /// end with a well-formed error event instead of half a JSON chunk.
+    /// A line longer than the limit is forwarded as it comes.
+    ///
+    /// ```text
+    /// read: data: {"a":1}\n\ndata: {"b|     forward: data: {"a":1}\n\n   hold: data: {"b
+    /// read: ":2}\n\n|                      forward: data: {"b":2}\n\n
+    /// ```
+    pub(crate) fn forward(&mut self, bytes: &Bytes) -> Option<Bytes> {
+        let out = match memchr::memrchr2(b'\n', b'\r', bytes) {
+            Some(i) if self.held.is_empty() => Some(bytes.slice(..=i)),
+            Some(i) => {
+                let mut joined = std::mem::take(&mut self.held);
+                joined.extend_from_slice(&bytes[..=i]);
+                Some(Bytes::from(joined))
+            }
+            None if self.long_line => Some(bytes.clone()),
+            None => {
+                self.held.extend_from_slice(bytes);
+                if self.held.len() > HOLD_LIMIT {
+                    self.long_line = true;
+                    Some(Bytes::from(std::mem::take(&mut self.held)))
+                } else {
+                    None
+                }
+            }
+        };
+        if let Some(i) = memchr::memrchr2(b'\n', b'\r', bytes) {
+            self.long_line = false;
+            self.held.extend_from_slice(&bytes[i + 1..]);
+        }
+        if let Some(now) = &out {
+            self.remember_tail(now);
+        }
+        out.filter(|b| !b.is_empty())
+    }
+
+    /// Pass-through: parses an upstream read on the side.
+    pub(crate) fn observe(&mut self, bytes: &[u8], events: &mut Vec<SourceEvent>) {
+        let start = events.len();
+        self.tap.feed_into(bytes, events);
+        self.scan(&events[start..]);
     }
 
     /// Ends the stream: appends the last client bytes and events.
@@ -500,8 +562,10 @@ mod tests {
         ];
         for (input, end, code, added_done) in cases {
             let (out, _, report) = run(&input, false, 5, end);
-            assert!(out.starts_with(&input), "{input:?}");
-            let rest = &out[input.len()..];
+            // An unfinished last line is not forwarded.
+            let forwarded = &input[..input.rfind(['\n', '\r']).map_or(0, |i| i + 1)];
+            assert!(out.starts_with(forwarded), "{input:?}");
+            let rest = &out[forwarded.len()..];
             assert_eq!(report.error_code, code, "{input:?}");
             assert_eq!(report.added_done, added_done, "{input:?}");
             // What follows the upstream's bytes parses as whole events: the
@@ -527,6 +591,31 @@ mod tests {
                 assert!(rest.is_empty(), "{rest:?}");
             }
         }
+    }
+
+    #[test]
+    fn forward_holds_only_an_unfinished_line() {
+        let mut relay = SseRelay::new(options(), false, true);
+        let mut sent = Vec::new();
+        for read in ["data: {\"a\":1}\n\ndata: {\"b", "\":2", "}\n", "\n", "data: x\r", "\n\r\n"] {
+            sent.push(relay.forward(&Bytes::from(read)).map(|b| String::from_utf8_lossy(&b).into_owned()));
+        }
+        let want = [
+            Some("data: {\"a\":1}\n\n"),
+            None,
+            Some("data: {\"b\":2}\n"),
+            Some("\n"),
+            Some("data: x\r"),
+            Some("\n\r\n"),
+        ];
+        assert_eq!(sent, want.map(|w| w.map(str::to_string)));
+        // A line past the limit streams as it comes, in every read.
+        let mut relay = SseRelay::new(options(), false, true);
+        let big = "a".repeat(HOLD_LIMIT);
+        assert!(relay.forward(&Bytes::from(format!("data: {big}"))).is_some_and(|b| b.len() > HOLD_LIMIT));
+        assert_eq!(relay.forward(&Bytes::from("aaa")).as_deref(), Some(&b"aaa"[..]));
+        assert_eq!(relay.forward(&Bytes::from("a\n\ndata: c")).as_deref(), Some(&b"a\n\n"[..]));
+        assert_eq!(relay.forward(&Bytes::from("d")), None, "a new line is held again");
     }
 
     #[test]
