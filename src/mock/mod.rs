@@ -3,7 +3,7 @@
 //! `spindle mock-upstream --transcripts corpora`.
 //!
 //! This module owns the mock's HTTP surface and its fault injection; what
-//! each transcript turns into is [`library`]'s. It is a test and demo
+//! each transcript turns into is the `library` submodule's. It is a test and demo
 //! tool: it accepts any API key and ignores sampling parameters.
 //!
 //! # Endpoints

@@ -62,8 +62,10 @@
 //! ```no_run
 //! use spindle::proxy::{ProxyConfig, ProxyServer};
 //!
-//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! let config = ProxyConfig::new("https://api.openai.com");
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let mut config = ProxyConfig::new("https://api.openai.com");
+//! config.rewrite = true;
 //! let server = ProxyServer::bind(config, "127.0.0.1:8787").await?;
 //! println!("listening on {}", server.local_addr());
 //! server.run(async { let _ = tokio::signal::ctrl_c().await; }).await?;
