@@ -63,6 +63,7 @@ async fn client_disconnect_cancels_the_upstream_within_100ms() {
     );
     let took = stats.last_cancel().unwrap().duration_since(left);
     assert!(took < Duration::from_millis(100), "upstream cancelled {took:?} after the client left");
+    eprintln!("mid-stream disconnect seen by the upstream after {took:?}");
 
     // During the first token: the upstream sent its head but no byte yet.
     let pending = tokio::spawn(post(&url(&proxy), "sse-filament-tags", "stall-after=0").send());
@@ -73,6 +74,7 @@ async fn client_disconnect_cancels_the_upstream_within_100ms() {
     assert!(until(Duration::from_secs(2), || stats.streams_cancelled() == 2).await, "first-token disconnect not seen");
     let took = stats.last_cancel().unwrap().duration_since(left);
     assert!(took < Duration::from_millis(100), "upstream cancelled {took:?} after the client left");
+    eprintln!("first-token disconnect seen by the upstream after {took:?}");
     let metrics = proxy.metrics();
     assert!(until(Duration::from_secs(1), || metrics.client_disconnects() == 2).await);
     assert!(until(Duration::from_secs(1), || metrics.requests_active() == 0).await);
