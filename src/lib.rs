@@ -101,6 +101,8 @@ pub mod payload;
 pub mod registry;
 pub mod route;
 pub mod scan;
+pub mod mock;
+pub mod proxy;
 pub mod sources;
 pub mod state;
 

@@ -1,6 +1,9 @@
 //! The `spindle` command: `parse` (one response), and the tools built on it.
 
+mod demo;
+mod mock;
 mod parse;
+mod proxy;
 mod render;
 mod replay;
 
@@ -21,6 +24,12 @@ enum Command {
     Parse(parse::ParseArgs),
     /// Replay recorded transcripts (SSE bodies, chunk files, JSON responses, text).
     Replay(replay::ReplayArgs),
+    /// Run the OpenAI-compatible pipe-through proxy (parses streams on the side).
+    Proxy(proxy::ProxyArgs),
+    /// Serve transcripts as a mock OpenAI-compatible endpoint (no API key needed).
+    MockUpstream(mock::MockArgs),
+    /// Mock upstream + proxy on free ports, one streamed request, the parsed elements.
+    Demo(demo::DemoArgs),
 }
 
 fn main() -> ExitCode {
@@ -28,6 +37,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Parse(args) => parse::run(args),
         Command::Replay(args) => replay::run(args),
+        Command::Proxy(args) => proxy::run(args),
+        Command::MockUpstream(args) => mock::run(args),
+        Command::Demo(args) => demo::run(args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,167 @@
+//! The proxy's cost, measured in one run against the mock upstream
+//! (everything in this process, on 127.0.0.1):
+//!
+//! * added per-chunk latency: the mock stamps every event with the time it
+//!   wrote it (`x-mock-stamp`); the load generator notes when the event's
+//!   last byte arrived. p50/p99 of that delay, direct and through the
+//!   proxy (pass-through, parsing on the side with the filament profile),
+//!   at concurrency 1 and 64; the proxy's cost is the difference;
+//! * proxy throughput: unpaced streams, direct and through the proxy;
+//! * replay throughput: every transcript of `../shared/recorded/` through
+//!   `spindle::sources::transcript` (the stream model and parser), in MB/s.
+//!
+//! Run: `cargo bench --bench proxy` (release). `PROXY_BENCH_PACE_MS`
+//! (default 2) sets the time between events.
+
+use futures::StreamExt;
+use spindle::Registry;
+use spindle::mock::MockUpstream;
+use spindle::proxy::{ProxyConfig, ProxyServer};
+use spindle::sources::StreamOptions;
+use spindle::sources::transcript::{self, Detection, ReplayOutcome};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+const MODEL: &str = "long-rp-en-lighthouse";
+
+fn now_ns() -> u128 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
+}
+
+/// One streamed request; the delay of every stamped event, in µs, and
+/// the body size.
+async fn stream(http: &reqwest::Client, base: &str, stamp: bool) -> (Vec<f64>, usize) {
+    let body = serde_json::json!({"model": MODEL, "stream": true, "messages": [{"role": "user", "content": "go"}]});
+    let mut request = http.post(format!("{base}/v1/chat/completions")).json(&body);
+    if stamp {
+        request = request.header("x-mock-stamp", "1");
+    }
+    let Ok(response) = request.send().await else { return (Vec::new(), 0) };
+    let mut reads = response.bytes_stream();
+    let mut buf: Vec<u8> = Vec::new();
+    let mut delays = Vec::new();
+    let mut total = 0;
+    while let Some(Ok(read)) = reads.next().await {
+        let arrived = now_ns();
+        total += read.len();
+        buf.extend_from_slice(&read);
+        // Every complete event (blank line) in the buffer.
+        while let Some(end) = buf.windows(2).position(|w| w == b"\n\n") {
+            let event: Vec<u8> = buf.drain(..end + 2).collect();
+            if let Some(rest) = event.strip_prefix(b": t=")
+                && let Some(nl) = rest.iter().position(|b| *b == b'\n')
+                && let Some(sent) = std::str::from_utf8(&rest[..nl]).ok().and_then(|s| s.parse::<u128>().ok())
+            {
+                delays.push(arrived.saturating_sub(sent) as f64 / 1000.0);
+            }
+        }
+    }
+    (delays, total)
+}
+
+/// `clients` concurrent streams; every event delay of all of them.
+async fn load(http: &reqwest::Client, base: &str, clients: usize) -> Vec<f64> {
+    let runs = (0..clients).map(|_| stream(http, base, true));
+    let mut all: Vec<f64> = futures::future::join_all(runs).await.into_iter().flat_map(|(d, _)| d).collect();
+    all.sort_by(f64::total_cmp);
+    all
+}
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn replay_throughput(root: &Path) -> Option<(usize, u64, f64)> {
+    let mut files = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).ok()?.flatten() {
+            let p = e.path();
+            if p.is_dir() { stack.push(p) } else { files.push(p) }
+        }
+    }
+    let loaded: Vec<(PathBuf, Vec<u8>)> =
+        files.into_iter().filter_map(|p| Some((p.clone(), std::fs::read(&p).ok()?))).collect();
+    let options = StreamOptions::default();
+    let mut best = f64::INFINITY;
+    let mut bytes = 0;
+    let mut streams = 0;
+    for _ in 0..3 {
+        let start = Instant::now();
+        bytes = 0;
+        streams = 0;
+        for (path, data) in &loaded {
+            if let Detection::Replay(kind) = transcript::detect(path, data)
+                && let ReplayOutcome::Streams(s) = transcript::replay(kind, data, &options)
+            {
+                streams += s.len();
+                bytes += data.len() as u64;
+            }
+        }
+        best = best.min(start.elapsed().as_secs_f64());
+    }
+    Some((streams, bytes, bytes as f64 / best / 1e6))
+}
+
+fn main() {
+    let pace: u64 = std::env::var("PROXY_BENCH_PACE_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    runtime.block_on(async {
+        let corpora = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpora");
+        let transcripts = MockUpstream::from_dir(&corpora).expect("corpora");
+        let paced = transcripts.clone().with_pace(Duration::from_millis(pace)).spawn("127.0.0.1:0").await.expect("mock");
+        let fast = transcripts.spawn("127.0.0.1:0").await.expect("mock");
+        let config = |upstream: String| {
+            let mut c = ProxyConfig::new(upstream);
+            c.options = StreamOptions::with_registry(Registry::filament());
+            c
+        };
+        let proxy = ProxyServer::bind(config(paced.url()), "127.0.0.1:0").await.expect("proxy").spawn();
+        let fast_proxy = ProxyServer::bind(config(fast.url()), "127.0.0.1:0").await.expect("proxy").spawn();
+        let http = reqwest::Client::builder().no_proxy().build().expect("client");
+        let via = format!("http://{}", proxy.local_addr());
+        // Warm up connections and code paths.
+        let _ = load(&http, &paced.url(), 4).await;
+        let _ = load(&http, &via, 4).await;
+
+        println!("per-chunk latency, event written by the mock -> last byte read by the client (µs); {MODEL}, {pace} ms between events");
+        println!("{:<12} {:>9} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12}", "concurrency", "events", "direct p50", "direct p99", "proxy p50", "proxy p99", "added p50", "added p99");
+        for clients in [1usize, 64] {
+            let direct = load(&http, &paced.url(), clients).await;
+            let proxied = load(&http, &via, clients).await;
+            let (d50, d99, p50, p99) = (pct(&direct, 0.5), pct(&direct, 0.99), pct(&proxied, 0.5), pct(&proxied, 0.99));
+            println!(
+                "{clients:<12} {:>9} {d50:>10.0} {d99:>10.0} {p50:>10.0} {p99:>10.0} {:>12.0} {:>12.0}",
+                proxied.len(),
+                p50 - d50,
+                p99 - d99
+            );
+        }
+
+        println!("\nthroughput, unpaced streams of {MODEL} (8 at a time, 64 requests)");
+        for (label, base) in [("direct", fast.url()), ("proxy", format!("http://{}", fast_proxy.local_addr()))] {
+            let start = Instant::now();
+            let mut bytes = 0;
+            for _ in 0..8 {
+                let batch = (0..8).map(|_| stream(&http, &base, false));
+                bytes += futures::future::join_all(batch).await.into_iter().map(|(_, n)| n).sum::<usize>();
+            }
+            let secs = start.elapsed().as_secs_f64();
+            println!("{label:<8} {:>8.1} MB/s  ({bytes} bytes in {secs:.2} s)", bytes as f64 / secs / 1e6);
+        }
+        let _ = proxy.shutdown().await;
+        let _ = fast_proxy.shutdown().await;
+    });
+
+    let recorded = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/recorded");
+    match replay_throughput(&recorded) {
+        Some((streams, bytes, mbps)) => {
+            println!("\nreplay of ../shared/recorded: {streams} streams, {bytes} bytes, {mbps:.1} MB/s (best of 3)")
+        }
+        None => println!("\nreplay: ../shared/recorded not found; skipped"),
+    }
+}

@@ -1,0 +1,145 @@
+//! The pipe-through proxy (DESIGN §8): `spindle proxy --upstream URL`.
+//!
+//! This module owns an OpenAI-compatible reverse proxy that forwards every
+//! `/v1/*` request to one upstream unchanged and parses the model output
+//! of the responses on the side, with the [`crate::sources`] stream model,
+//! sending parsed elements to sinks and counting everything in `/metrics`.
+//! It must not change what the client receives, except for the documented
+//! cases: `--rewrite`, and error events at the end of a broken stream. It
+//! does not parse SSE or chunks itself (that is [`crate::sources`]'s).
+//!
+//! # What is forwarded, and how
+//!
+//! * Method, path, query, body and every header except the hop-by-hop
+//!   ones (`Connection` and those it names, `Keep-Alive`, `TE`,
+//!   `Transfer-Encoding`, `Upgrade`, `Proxy-*`) and `Host`; status and
+//!   response headers the same way. The upstream URL is the upstream's
+//!   origin and path, then the request path: `--upstream
+//!   http://127.0.0.1:8080` sends `/v1/chat/completions` to
+//!   `http://127.0.0.1:8080/v1/chat/completions`; an upstream path that
+//!   already ends in `/v1` (`https://openrouter.ai/api/v1`) is not given a
+//!   second `/v1`.
+//! * Model endpoints (`/chat/completions`, `/completions`, `/responses`,
+//!   `/messages`) are asked for `Accept-Encoding: identity`, so the proxy
+//!   can read them; other bodies pass through as they are (compressed or
+//!   not). The proxy never compresses.
+//! * SSE responses (`text/event-stream`): every upstream read is written
+//!   to the client before the next is read (no coalescing), with
+//!   `Cache-Control: no-cache` and `X-Accel-Buffering: no`, on sockets with
+//!   `TCP_NODELAY`. Between the upstream reader and the client writer is a
+//!   channel of [`ProxyConfig::channel_capacity`] reads: a client that reads
+//!   slowly slows the upstream down, it does not fill the proxy's memory.
+//! * Parsing on the side: 2xx SSE bodies and 2xx JSON bodies of model
+//!   endpoints go through the stream model; elements, repairs and the
+//!   stream-level events go to the sinks ([`SinkSpec`]).
+//! * `--rewrite` ([`ProxyConfig::rewrite`]): chat-completion streams carry
+//!   the corrected content instead of the raw one (synthetic closes in the
+//!   finish chunk, or in one more chunk before `[DONE]` when the stream had
+//!   no finish reason; merged tags removed). Chunk `id`, `model`,
+//!   `created`, usage and every other field stay as they came; whole
+//!   responses get `message.content` replaced and a new `Content-Length`.
+//!
+//! # Faults
+//!
+//! | what happens | the client gets |
+//! |---|---|
+//! | upstream unreachable, reset or not HTTP before any body byte | `502` with `{"error":{"message","type","param","code","side","retryable"}}` |
+//! | no response head or first byte within the idle timeout | `504`, same body |
+//! | upstream answers an error status, or HTML | the upstream's status and body unchanged (counted in `/metrics`) |
+//! | reset, stall past the idle timeout, after the first byte | an in-band `data: {"error":{...}}` event, then `data: [DONE]` |
+//! | a chat stream that ends without `[DONE]` | an `upstream_truncated` error event (unless the upstream sent its own error), then `data: [DONE]` |
+//! | the client goes away | the upstream request is dropped at once (its connection closed) |
+//! | more than [`ProxyConfig::max_streams`] requests in flight | `503` with `Retry-After: 1` |
+//! | a request body larger than [`ProxyConfig::max_request_body`] | `413` |
+//! | a path outside `/v1/` | `404` (`/healthz` and `/metrics` are the proxy's own) |
+//! | an SSE line past [`crate::sources::SseLimits`] | forwarded unparsed, a `diagnostic` counted (rewrite: the event cannot be forwarded; a `proxy_line_too_long` error event takes its place) |
+//!
+//! Every error names its side (`upstream`, `downstream`, `internal`) and
+//! whether a retry may help ([`ProxyError`]).
+//!
+//! # Example
+//!
+//! ```no_run
+//! use spindle::proxy::{ProxyConfig, ProxyServer};
+//!
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let mut config = ProxyConfig::new("https://api.openai.com");
+//! config.rewrite = true;
+//! let server = ProxyServer::bind(config, "127.0.0.1:8787").await?;
+//! println!("listening on {}", server.local_addr());
+//! server.run(async { let _ = tokio::signal::ctrl_c().await; }).await?;
+//! # Ok(())
+//! # }
+//! ```
+
+mod error;
+mod metrics;
+mod pump;
+mod relay;
+mod server;
+mod sink;
+
+pub use error::{ProxyError, ProxyErrorKind, Side};
+pub use metrics::Metrics;
+pub use server::{ProxyHandle, ProxyServer, ProxyStartError};
+pub use sink::{SinkRecord, SinkSpec, SinkSpecError, SinkStartError, WEBHOOK_BATCH, is_sink_event};
+
+use crate::sources::StreamOptions;
+use std::time::Duration;
+
+/// The configuration of a proxy. Every limit has a default that suits a
+/// proxy in front of one LLM API.
+#[derive(Debug, Clone)]
+pub struct ProxyConfig {
+    /// The upstream base URL (`http://127.0.0.1:8080`,
+    /// `https://api.openai.com`, `https://openrouter.ai/api/v1`).
+    pub upstream: String,
+    /// The parse options: registry (default profile `reasoning`), parser
+    /// and SSE limits.
+    pub options: StreamOptions,
+    /// Send corrected content instead of the raw content.
+    pub rewrite: bool,
+    /// Where parsed records go.
+    pub sinks: Vec<SinkSpec>,
+    /// The longest wait for the upstream's response head, its first body
+    /// byte, and any later read (default 60 s).
+    pub idle_timeout: Duration,
+    /// The longest wait for a connection to the upstream (default 10 s).
+    pub connect_timeout: Duration,
+    /// How long running responses may go on after a shutdown was asked
+    /// (default 30 s).
+    pub grace: Duration,
+    /// Most requests in flight; more get `503` (default 4096).
+    pub max_streams: usize,
+    /// Largest request body of a model endpoint, buffered to read its
+    /// `model` (default 32 MiB; more gets `413`).
+    pub max_request_body: usize,
+    /// Largest whole JSON response that is parsed (or rewritten); larger
+    /// ones are forwarded unparsed (rewrite: `502`). Default 16 MiB.
+    pub max_response_body: usize,
+    /// Upstream reads queued for a client that reads slowly (default 16).
+    pub channel_capacity: usize,
+    /// Records queued per sink before records are dropped (default 10,000).
+    pub sink_queue: usize,
+}
+
+impl ProxyConfig {
+    /// A configuration for `upstream` with the defaults.
+    pub fn new(upstream: impl Into<String>) -> ProxyConfig {
+        ProxyConfig {
+            upstream: upstream.into(),
+            options: StreamOptions::default(),
+            rewrite: false,
+            sinks: Vec::new(),
+            idle_timeout: Duration::from_secs(60),
+            connect_timeout: Duration::from_secs(10),
+            grace: Duration::from_secs(30),
+            max_streams: 4096,
+            max_request_body: 32 * 1024 * 1024,
+            max_response_body: 16 * 1024 * 1024,
+            channel_capacity: 16,
+            sink_queue: 10_000,
+        }
+    }
+}

@@ -1,0 +1,318 @@
+//! The pump of one response: reads the upstream body, hands each read to
+//! the client through a bounded channel, and parses on the side.
+//!
+//! This module owns the async side of a response body: the idle timeout,
+//! noticing that the client went away (the channel's receiver is dropped
+//! when hyper drops the body) and then dropping the upstream response,
+//! which closes the upstream connection and so cancels the request; the
+//! hard stop at the end of a graceful shutdown; and handing parsed events
+//! to metrics and sinks. What the client receives is the relay's
+//! ([`super::relay`]).
+//!
+//! Memory per response is bounded: the channel holds at most
+//! `channel_capacity` reads; while it is full the pump does not read the
+//! upstream, so a slow client slows the upstream down (TCP backpressure)
+//! instead of filling the proxy.
+
+use super::error::{ProxyError, ProxyErrorKind, from_body_error};
+use super::metrics::GaugeGuard;
+use super::relay::{End, SseRelay};
+use super::server::App;
+use super::sink::{SinkRecord, is_sink_event};
+use crate::event::Event;
+use crate::sources::{ErrorOrigin, SourceEvent};
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
+
+/// What the client's body channel carries (an `Err` makes hyper abort the
+/// response, so the client sees a broken body, not a clean short one).
+pub(crate) type ClientItem = Result<Bytes, std::io::Error>;
+
+/// The upstream body.
+pub(crate) type UpstreamBody = BoxStream<'static, reqwest::Result<Bytes>>;
+
+/// How a body is handled.
+#[derive(Debug)]
+pub(crate) enum Mode {
+    /// An SSE stream, relayed (and rewritten) event by event.
+    Sse(Box<SseRelay>),
+    /// A whole JSON response, forwarded as it comes and parsed at its end
+    /// (up to `limit` bytes; larger ones are forwarded unparsed).
+    Json { buf: Vec<u8>, limit: usize, overflowed: bool },
+    /// Anything else, forwarded unchanged.
+    Opaque,
+}
+
+/// Everything a pump needs besides the bodies.
+#[derive(Debug)]
+pub(crate) struct PumpCtx {
+    pub(crate) app: Arc<App>,
+    pub(crate) id: u64,
+    pub(crate) method: String,
+    pub(crate) path: String,
+    pub(crate) model: Option<String>,
+    pub(crate) status: u16,
+    pub(crate) started: Instant,
+    pub(crate) _permit: OwnedSemaphorePermit,
+    pub(crate) _request: GaugeGuard,
+    pub(crate) _stream: Option<GaugeGuard>,
+    /// Bytes of an error page kept for the log (non-2xx responses).
+    pub(crate) error_excerpt: Option<Vec<u8>>,
+}
+
+/// How the pump stopped.
+#[derive(Debug)]
+enum Stop {
+    Upstream(End),
+    ClientGone,
+}
+
+/// Why a send to the client did not happen.
+enum SendFail {
+    ClientGone,
+    HardStop,
+}
+
+/// Runs one response to its end.
+pub(crate) async fn pump(
+    mut ctx: PumpCtx,
+    mut upstream: UpstreamBody,
+    first: Option<Bytes>,
+    mut mode: Mode,
+    tx: mpsc::Sender<ClientItem>,
+) {
+    let app = ctx.app.clone();
+    let idle = app.config.idle_timeout;
+    let mut events = Vec::new();
+    let mut out = Vec::new();
+    let mut sent: u64 = 0;
+    let mut received: u64 = 0;
+    let mut truncated = false;
+    let mut pending = first;
+    let stop = 'run: loop {
+        let bytes = match pending.take() {
+            Some(b) => b,
+            None => {
+                let next = tokio::select! {
+                    biased;
+                    () = tx.closed() => break 'run Stop::ClientGone,
+                    () = app.hard_stop.cancelled() => break 'run Stop::Upstream(End::Error(shutdown_error())),
+                    next = tokio::time::timeout(idle, upstream.next()) => next,
+                };
+                match next {
+                    Err(_) => {
+                        break 'run Stop::Upstream(End::Error(ProxyError::idle(ProxyErrorKind::Stalled, idle, "data")));
+                    }
+                    Ok(None) => break 'run Stop::Upstream(End::Eof),
+                    Ok(Some(Err(e))) => break 'run Stop::Upstream(End::Error(from_body_error(&e))),
+                    Ok(Some(Ok(b))) => b,
+                }
+            }
+        };
+        received += bytes.len() as u64;
+        app.metrics.bytes_upstream(bytes.len());
+        match &mut mode {
+            Mode::Sse(relay) if !relay.rewrites() => {
+                // Forward first, parse after: parsing never delays a byte.
+                if let Some(now) = relay.forward(&bytes) {
+                    let len = now.len();
+                    if let Err(fail) = send(&app, &tx, Ok(now)).await {
+                        break 'run fail.into_stop();
+                    }
+                    sent += len as u64;
+                }
+                relay.observe(&bytes, &mut events);
+            }
+            Mode::Sse(relay) => relay.feed(bytes, &mut out, &mut events),
+            Mode::Json { buf, limit, overflowed } => {
+                if !*overflowed {
+                    if buf.len() + bytes.len() > *limit {
+                        *overflowed = true;
+                        *buf = Vec::new();
+                        tracing::warn!(id = ctx.id, "response body larger than {limit} bytes; forwarded unparsed");
+                        app.metrics.diagnostic("response_too_large");
+                    } else {
+                        buf.extend_from_slice(&bytes);
+                    }
+                }
+                out.push(bytes);
+            }
+            Mode::Opaque => {
+                if let Some(excerpt) = ctx.error_excerpt.as_mut()
+                    && excerpt.len() < 512
+                {
+                    excerpt.extend_from_slice(&bytes[..bytes.len().min(512 - excerpt.len())]);
+                }
+                out.push(bytes);
+            }
+        }
+        dispatch(&ctx, &mut events, &mut truncated);
+        for b in out.drain(..) {
+            let len = b.len();
+            if let Err(fail) = send(&app, &tx, Ok(b)).await {
+                break 'run fail.into_stop();
+            }
+            sent += len as u64;
+        }
+    };
+    // The upstream response is dropped here at the latest; on a client
+    // that went away, right now, which closes the upstream connection.
+    drop(upstream);
+    let outcome = match stop {
+        Stop::ClientGone => {
+            app.metrics.client_disconnect();
+            if let Mode::Sse(relay) = mode {
+                let mut ignored = Vec::new();
+                let err = ProxyError::new(ProxyErrorKind::RequestBody, "the client went away");
+                relay.end(End::Error(err), &mut ignored, &mut events);
+            }
+            "client_gone".to_string()
+        }
+        Stop::Upstream(end) => {
+            let (items, outcome): (Vec<ClientItem>, String) = match (mode, end) {
+                (Mode::Sse(relay), end) => {
+                    let mut out = Vec::new();
+                    let upstream_error = match &end {
+                        End::Error(e) if !relay.done_seen() => Some(e.code()),
+                        _ => None,
+                    };
+                    let report = relay.end(end, &mut out, &mut events);
+                    if let Some(code) = report.error_code.or(upstream_error)
+                        && code != "proxy_shutting_down"
+                    {
+                        app.metrics.upstream_error(code);
+                    }
+                    let outcome = match report.error_code {
+                        Some(code) => code.to_string(),
+                        None if report.added_done => "done_added".to_string(),
+                        None => "ok".to_string(),
+                    };
+                    (out.into_iter().map(Ok).collect(), outcome)
+                }
+                (Mode::Json { buf, overflowed, .. }, End::Eof) => {
+                    if !overflowed && (200..300).contains(&ctx.status) {
+                        let (parsed, _) = super::relay::whole_response(app.config.options.clone(), &buf, false);
+                        events.extend(parsed);
+                    }
+                    (Vec::new(), "ok".to_string())
+                }
+                (Mode::Opaque, End::Eof) => (Vec::new(), "ok".to_string()),
+                (Mode::Json { .. } | Mode::Opaque, End::Error(err)) => {
+                    if err.code() != "proxy_shutting_down" {
+                        app.metrics.upstream_error(err.code());
+                    }
+                    // Abort the client's response: a JSON body cannot carry
+                    // an error after it started.
+                    let outcome = err.code().to_string();
+                    (vec![Err(std::io::Error::other(err.to_string()))], outcome)
+                }
+            };
+            for item in items {
+                let len = item.as_ref().map(Bytes::len).unwrap_or(0);
+                if send(&app, &tx, item).await.is_err() {
+                    break;
+                }
+                sent += len as u64;
+            }
+            outcome
+        }
+    };
+    dispatch(&ctx, &mut events, &mut truncated);
+    if truncated {
+        app.metrics.truncated();
+    }
+    app.metrics.bytes_client(sent as usize);
+    if let Some(excerpt) = ctx.error_excerpt.take() {
+        let text = String::from_utf8_lossy(&excerpt);
+        tracing::warn!(id = ctx.id, status = ctx.status, "upstream error body: {}", text.trim());
+    }
+    tracing::info!(
+        id = ctx.id,
+        method = %ctx.method,
+        path = %ctx.path,
+        status = ctx.status,
+        outcome = %outcome,
+        bytes_in = received,
+        bytes_out = sent,
+        ms = ctx.started.elapsed().as_millis() as u64,
+        "response done"
+    );
+}
+
+/// Accounts for a response the handler completed itself (a rewritten
+/// whole body): metrics, sinks, the log line.
+pub(crate) fn account_whole(ctx: PumpCtx, mut events: Vec<SourceEvent>, len: usize) {
+    let mut truncated = false;
+    dispatch(&ctx, &mut events, &mut truncated);
+    if truncated {
+        ctx.app.metrics.truncated();
+    }
+    ctx.app.metrics.bytes_client(len);
+    tracing::info!(
+        id = ctx.id,
+        method = %ctx.method,
+        path = %ctx.path,
+        status = ctx.status,
+        outcome = "rewritten",
+        bytes_out = len,
+        ms = ctx.started.elapsed().as_millis() as u64,
+        "response done"
+    );
+}
+
+fn shutdown_error() -> ProxyError {
+    ProxyError::new(
+        ProxyErrorKind::ShuttingDown,
+        "the proxy is shutting down; the stream was cut at the end of its grace period",
+    )
+}
+
+impl SendFail {
+    fn into_stop(self) -> Stop {
+        match self {
+            SendFail::ClientGone => Stop::ClientGone,
+            SendFail::HardStop => Stop::Upstream(End::Error(shutdown_error())),
+        }
+    }
+}
+
+/// Sends one item to the client, waiting while the channel is full (that
+/// wait is the backpressure), unless the proxy is forced to stop.
+async fn send(app: &App, tx: &mpsc::Sender<ClientItem>, item: ClientItem) -> Result<(), SendFail> {
+    tokio::select! {
+        biased;
+        r = tx.send(item) => r.map_err(|_| SendFail::ClientGone),
+        () = app.hard_stop.cancelled() => Err(SendFail::HardStop),
+    }
+}
+
+/// Counts events in the metrics and queues the sink records.
+fn dispatch(ctx: &PumpCtx, events: &mut Vec<SourceEvent>, truncated: &mut bool) {
+    let app = &ctx.app;
+    let to_sinks = !app.sinks.is_empty();
+    let ts_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+    for event in events.drain(..) {
+        match &event {
+            SourceEvent::Choice(c) => match &c.event {
+                Event::Element(el) => app.metrics.element(&el.tag),
+                Event::Repair(r) => app.metrics.repair(r.kind.as_str()),
+                Event::Diagnostic(d) => app.metrics.diagnostic(&d.code),
+                _ => {}
+            },
+            SourceEvent::Diagnostic(d) => app.metrics.diagnostic(&d.code),
+            SourceEvent::Truncated { .. } => *truncated = true,
+            SourceEvent::StreamError { origin: ErrorOrigin::InBand | ErrorOrigin::ErrorEvent, .. } => {
+                app.metrics.upstream_error("in_band");
+            }
+            _ => {}
+        }
+        if to_sinks && is_sink_event(&event) {
+            let record = SinkRecord { stream: ctx.id, path: ctx.path.clone(), model: ctx.model.clone(), ts_ms, event };
+            app.sinks.send(&Arc::new(record));
+        }
+    }
+}

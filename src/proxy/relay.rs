@@ -1,0 +1,697 @@
+//! The relay of one SSE response: upstream reads in, client bytes and
+//! parsed events out. Synchronous and I/O-free; the pump drives it.
+//!
+//! This module owns what the client receives for a stream: in pass-through
+//! mode every upstream read, unchanged, in the order it came; in rewrite
+//! mode one re-serialised event per upstream event, carrying the corrected
+//! content ([`crate::sources::TapFrame::rewritten_chunk`]). In both modes
+//! it owns the ending: a stream that breaks, stalls or (for chat
+//! completions) ends without `data: [DONE]` gets an in-band error event
+//! and `data: [DONE]`, never a silent clean end. It never touches sockets,
+//! timers or sinks.
+//!
+//! # The ending, by case
+//!
+//! | how the upstream ended | client gets after the upstream's bytes |
+//! |---|---|
+//! | `[DONE]`, then EOF (or a reset after `[DONE]`) | nothing more (rewrite: the held `[DONE]`, after the last corrected text) |
+//! | EOF without `[DONE]`, after an upstream error event | `data: [DONE]` |
+//! | EOF without `[DONE]`, no error | `upstream_truncated` error event, `data: [DONE]` |
+//! | reset, stall, proxy shutdown | that error as an event, `data: [DONE]` |
+//!
+//! `[DONE]` is added only on `[DONE]`-framed endpoints (chat and legacy
+//! completions). A line the upstream never finished was never forwarded
+//! (see [`SseRelay::forward`]) and is dropped, as a client would drop it;
+//! when the upstream stopped after a line but before the blank line of its
+//! event, one line end is written first so that the error is an event of
+//! its own:
+//!
+//! ```text
+//! data: {"a":1}\n|                 the upstream stopped here
+//! data: {"a":1}\n\n|data: {"error":…   that event ends, the error follows
+//! ```
+
+use super::error::{ProxyError, ProxyErrorKind};
+use crate::sources::{ErrorOrigin, SourceEvent, SseEvent, SseFault, SseItem, StreamOptions, StreamTap, TapFrame};
+use bytes::Bytes;
+use serde_json::{Map, Value, json};
+
+/// How the upstream body ended.
+#[derive(Debug, Clone)]
+pub(crate) enum End {
+    /// It ended cleanly.
+    Eof,
+    /// It broke (reset, stall, shutdown).
+    Error(ProxyError),
+}
+
+/// What the relay added at the end, for metrics and logs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct EndReport {
+    /// The code of the error event the relay wrote, if any.
+    pub(crate) error_code: Option<&'static str>,
+    /// Whether the relay wrote a `[DONE]` the upstream did not send.
+    pub(crate) added_done: bool,
+    /// Whether the upstream sent `[DONE]`.
+    pub(crate) upstream_done: bool,
+}
+
+const DONE: &str = "data: [DONE]\n\n";
+
+/// Most bytes of an unfinished line held back in pass-through mode.
+pub(crate) const HOLD_LIMIT: usize = 64 * 1024;
+
+/// Fields of a chunk that every chunk of a stream repeats.
+const TEMPLATE_KEYS: [&str; 5] = ["id", "object", "created", "model", "system_fingerprint"];
+
+/// The relay of one SSE response.
+#[derive(Debug)]
+pub(crate) struct SseRelay {
+    tap: StreamTap,
+    rewrite: bool,
+    done_framing: bool,
+    done_seen: bool,
+    error_seen: bool,
+    /// Rewrite mode holds `[DONE]` back until the corrected tail is out.
+    held_done: bool,
+    /// The last bytes written to the client (pass-through), to find out
+    /// whether the stream stands between events.
+    tail: [u8; 4],
+    tail_len: usize,
+    template: Option<Map<String, Value>>,
+    last_id: String,
+    /// Corrected text that became final with an event that had no chunk.
+    carry: Vec<(u32, String)>,
+    /// Pass-through: the start of a line not yet ended (see `forward`).
+    held: Vec<u8>,
+    /// Pass-through: the held line passed the limit and streams as it comes.
+    long_line: bool,
+    frames: Vec<TapFrame>,
+}
+
+impl SseRelay {
+    /// A relay; `rewrite` sends corrected content, `done_framing` marks an
+    /// endpoint whose streams end with `[DONE]`.
+    pub(crate) fn new(mut options: StreamOptions, rewrite: bool, done_framing: bool) -> SseRelay {
+        options.parser.rewrite = rewrite;
+        SseRelay {
+            tap: StreamTap::new(options),
+            rewrite,
+            done_framing,
+            done_seen: false,
+            error_seen: false,
+            held_done: false,
+            tail: [0; 4],
+            tail_len: 0,
+            template: None,
+            last_id: String::new(),
+            carry: Vec::new(),
+            held: Vec::new(),
+            long_line: false,
+            frames: Vec::new(),
+        }
+    }
+
+    /// Feeds one upstream read: appends what the client gets to `out` and
+    /// the parsed events to `events`.
+    pub(crate) fn feed(&mut self, bytes: Bytes, out: &mut Vec<Bytes>, events: &mut Vec<SourceEvent>) {
+        if !self.rewrite {
+            if let Some(now) = self.forward(&bytes) {
+                out.push(now);
+            }
+            self.observe(&bytes, events);
+            return;
+        }
+        let mut frames = std::mem::take(&mut self.frames);
+        self.tap.feed_frames(&bytes, &mut frames);
+        let mut buf = String::new();
+        for frame in frames.drain(..) {
+            self.scan(&frame.events);
+            self.write_frame(&frame, &mut buf);
+            events.extend(frame.events);
+        }
+        self.frames = frames;
+        if !buf.is_empty() {
+            out.push(Bytes::from(buf));
+        }
+    }
+
+    /// Pass-through: what of an upstream read goes to the client now.
+    ///
+    /// Everything up to the read's last line end, after the partial line
+    /// held from before; the bytes after it (the start of a line) wait for
+    /// their line end, at most [`HOLD_LIMIT`] bytes of them. An event
+    /// becomes usable to a client only at its blank line, which comes with
+    /// (or after) the end of every line before it, so holding a partial
+    /// line delays no event; it lets a stream that is cut inside a line
+    /// end with a well-formed error event instead of half a JSON chunk.
+    /// A line longer than the limit is forwarded as it comes.
+    ///
+    /// ```text
+    /// read: data: {"a":1}\n\ndata: {"b|     forward: data: {"a":1}\n\n   hold: data: {"b
+    /// read: ":2}\n\n|                      forward: data: {"b":2}\n\n
+    /// ```
+    pub(crate) fn forward(&mut self, bytes: &Bytes) -> Option<Bytes> {
+        let out = match memchr::memrchr2(b'\n', b'\r', bytes) {
+            Some(i) if self.held.is_empty() => Some(bytes.slice(..=i)),
+            Some(i) => {
+                let mut joined = std::mem::take(&mut self.held);
+                joined.extend_from_slice(&bytes[..=i]);
+                Some(Bytes::from(joined))
+            }
+            None if self.long_line => Some(bytes.clone()),
+            None => {
+                self.held.extend_from_slice(bytes);
+                if self.held.len() > HOLD_LIMIT {
+                    self.long_line = true;
+                    Some(Bytes::from(std::mem::take(&mut self.held)))
+                } else {
+                    None
+                }
+            }
+        };
+        if let Some(i) = memchr::memrchr2(b'\n', b'\r', bytes) {
+            self.long_line = false;
+            self.held.extend_from_slice(&bytes[i + 1..]);
+        }
+        if let Some(now) = &out {
+            self.remember_tail(now);
+        }
+        out.filter(|b| !b.is_empty())
+    }
+
+    /// Pass-through: parses an upstream read on the side.
+    pub(crate) fn observe(&mut self, bytes: &[u8], events: &mut Vec<SourceEvent>) {
+        let start = events.len();
+        self.tap.feed_into(bytes, events);
+        self.scan(&events[start..]);
+    }
+
+    /// Ends the stream: appends the last client bytes and events.
+    pub(crate) fn end(self, end: End, out: &mut Vec<Bytes>, events: &mut Vec<SourceEvent>) -> EndReport {
+        let SseRelay {
+            mut tap,
+            rewrite,
+            done_framing,
+            done_seen,
+            error_seen,
+            held_done,
+            tail,
+            tail_len,
+            template,
+            mut carry,
+            ..
+        } = self;
+        let mut report = EndReport { upstream_done: done_seen, ..EndReport::default() };
+        if let End::Error(err) = &end
+            && !done_seen
+        {
+            tap.transport_error(err.message(), events);
+        }
+        let finished = tap.finish_frames();
+        events.extend(finished.events);
+        let mut buf = String::new();
+        if rewrite {
+            carry.extend(finished.rewrites);
+            let tail = merge(carry);
+            if !tail.is_empty() {
+                write_data(&mut buf, &tail_chunk(template.as_ref(), &tail));
+            }
+        }
+        let error = match end {
+            _ if done_seen => None,
+            End::Error(err) => Some(err),
+            End::Eof if done_framing && !error_seen => Some(ProxyError::new(
+                ProxyErrorKind::Truncated,
+                "the upstream ended the stream without data: [DONE]; the response is incomplete",
+            )),
+            End::Eof => None,
+        };
+        let needs_done = !done_seen && done_framing;
+        if (error.is_some() || needs_done) && !rewrite {
+            buf.push_str(boundary_prefix(&tail[..tail_len]));
+        }
+        if let Some(err) = error {
+            report.error_code = Some(err.code());
+            buf.push_str(&err.to_sse_event());
+        }
+        if held_done {
+            buf.push_str(DONE);
+        } else if needs_done {
+            report.added_done = true;
+            buf.push_str(DONE);
+        }
+        if !buf.is_empty() {
+            out.push(Bytes::from(buf));
+        }
+        report
+    }
+
+    /// Whether the relay re-serialises events (rewrite mode).
+    pub(crate) fn rewrites(&self) -> bool {
+        self.rewrite
+    }
+
+    /// Whether the upstream sent `[DONE]` so far.
+    pub(crate) fn done_seen(&self) -> bool {
+        self.done_seen
+    }
+
+    fn scan(&mut self, events: &[SourceEvent]) {
+        for event in events {
+            match event {
+                SourceEvent::Done => self.done_seen = true,
+                SourceEvent::StreamError { origin: ErrorOrigin::InBand | ErrorOrigin::ErrorEvent, .. } => {
+                    self.error_seen = true;
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn remember_tail(&mut self, bytes: &[u8]) {
+        if bytes.len() >= 4 {
+            self.tail.copy_from_slice(&bytes[bytes.len() - 4..]);
+            self.tail_len = 4;
+            return;
+        }
+        let mut joined = [0u8; 8];
+        joined[..self.tail_len].copy_from_slice(&self.tail[..self.tail_len]);
+        joined[self.tail_len..self.tail_len + bytes.len()].copy_from_slice(bytes);
+        let len = self.tail_len + bytes.len();
+        let keep = len.min(4);
+        self.tail[..keep].copy_from_slice(&joined[len - keep..len]);
+        self.tail_len = keep;
+    }
+
+    fn write_frame(&mut self, frame: &TapFrame, buf: &mut String) {
+        match &frame.item {
+            SseItem::Event(e) | SseItem::Unterminated(e) => {
+                if let Some(original) = &frame.chunk {
+                    let template = self.template.get_or_insert_with(Map::new);
+                    for key in TEMPLATE_KEYS {
+                        if let Some(v) = original.extra.get(key) {
+                            template.insert(key.to_string(), v.clone());
+                        }
+                    }
+                    if let Some(chunk) = frame.rewritten_chunk() {
+                        self.flush_done(buf);
+                        let data = serde_json::to_string(&chunk).unwrap_or_default();
+                        self.write_event(buf, e, &data);
+                    }
+                } else if e.data.trim() == "[DONE]" {
+                    self.held_done = true;
+                    self.carry.extend(frame.rewrites.iter().cloned());
+                } else {
+                    self.carry.extend(frame.rewrites.iter().cloned());
+                    self.flush_done(buf);
+                    self.write_event(buf, e, &e.data);
+                }
+            }
+            SseItem::Comment { text, .. } => {
+                buf.push(':');
+                buf.push_str(text);
+                buf.push_str("\n\n");
+            }
+            SseItem::Fault(fault) => {
+                self.carry.extend(frame.rewrites.iter().cloned());
+                if let SseFault::LineTooLong { limit, .. } | SseFault::EventTooLarge { limit, .. } = fault {
+                    // The decoder dropped the event's bytes: say so in the
+                    // stream rather than lose content silently.
+                    let err = ProxyError::new(
+                        ProxyErrorKind::LineTooLong { limit: *limit },
+                        format!("{fault}; the rewriting proxy could not forward that event (raise --max-line)"),
+                    );
+                    self.flush_done(buf);
+                    buf.push_str(&err.to_sse_event());
+                }
+            }
+        }
+    }
+
+    /// An event after `[DONE]`: the held `[DONE]` goes first.
+    fn flush_done(&mut self, buf: &mut String) {
+        if self.held_done {
+            self.held_done = false;
+            buf.push_str(DONE);
+        }
+    }
+
+    fn write_event(&mut self, buf: &mut String, e: &SseEvent, data: &str) {
+        if e.event != "message" {
+            buf.push_str("event: ");
+            buf.push_str(&e.event);
+            buf.push('\n');
+        }
+        if e.id != self.last_id {
+            buf.push_str("id: ");
+            buf.push_str(&e.id);
+            buf.push('\n');
+            self.last_id.clone_from(&e.id);
+        }
+        write_data(buf, data);
+    }
+}
+
+/// `data:` lines for `data` (one per line of it) and the blank line.
+fn write_data(buf: &mut String, data: &str) {
+    for line in data.split('\n') {
+        buf.push_str("data: ");
+        buf.push_str(line);
+        buf.push('\n');
+    }
+    buf.push('\n');
+}
+
+/// A chunk carrying the last corrected text of each choice (the synthetic
+/// closes of a stream that ended without a finish reason), with the ids of
+/// the stream's other chunks.
+fn tail_chunk(template: Option<&Map<String, Value>>, tail: &[(u32, String)]) -> String {
+    let mut chunk = template.cloned().unwrap_or_default();
+    chunk.entry("object").or_insert_with(|| json!("chat.completion.chunk"));
+    let choices: Vec<Value> = tail
+        .iter()
+        .map(|(index, text)| json!({"index": index, "delta": {"content": text}, "finish_reason": null}))
+        .collect();
+    chunk.insert("choices".into(), Value::Array(choices));
+    Value::Object(chunk).to_string()
+}
+
+/// Joins rewrite pieces of the same choice, in choice order of first sight.
+fn merge(pieces: Vec<(u32, String)>) -> Vec<(u32, String)> {
+    let mut out: Vec<(u32, String)> = Vec::new();
+    for (choice, text) in pieces {
+        if text.is_empty() {
+            continue;
+        }
+        match out.iter_mut().find(|(c, _)| *c == choice) {
+            Some((_, t)) => t.push_str(&text),
+            None => out.push((choice, text)),
+        }
+    }
+    out
+}
+
+/// The line ends to write so that what follows starts a new event, given
+/// the last bytes written (`""` between events; a CR at the end swallows
+/// the first LF).
+fn boundary_prefix(tail: &[u8]) -> &'static str {
+    if tail.is_empty() {
+        return "";
+    }
+    let mut ends = 0;
+    let mut i = tail.len();
+    while i > 0 && ends < 2 {
+        match tail[i - 1] {
+            b'\n' => {
+                i -= 1;
+                if i > 0 && tail[i - 1] == b'\r' {
+                    i -= 1;
+                }
+            }
+            b'\r' => i -= 1,
+            _ => break,
+        }
+        ends += 1;
+    }
+    match ends {
+        2.. => "",
+        1 if tail.last() == Some(&b'\r') => "\n\n",
+        1 => "\n",
+        _ => "\n\n",
+    }
+}
+
+/// Parses a whole (non-streamed) response body; with `rewrite`, also
+/// returns the body with each choice's `message.content` replaced by its
+/// corrected text (`None` when the body is not a JSON object with choices,
+/// or nothing changed).
+pub(crate) fn whole_response(
+    mut options: StreamOptions,
+    body: &[u8],
+    rewrite: bool,
+) -> (Vec<SourceEvent>, Option<Vec<u8>>) {
+    if !rewrite {
+        return (crate::sources::ChatStream::response_events(options, body), None);
+    }
+    options.parser.rewrite = true;
+    options.framing = crate::sources::Framing::Response;
+    let mut stream = crate::sources::ChatStream::new(options);
+    let mut events = Vec::new();
+    let text = String::from_utf8_lossy(body);
+    stream.push_data("message", &text, 0, &mut events);
+    let mut rewrites = stream.take_rewrites();
+    rewrites.extend(stream.finish_with_rewrites(&mut events));
+    let rewrites = merge(rewrites);
+    let Ok(Value::Object(mut doc)) = serde_json::from_slice::<Value>(body) else {
+        return (events, None);
+    };
+    let Some(Value::Array(choices)) = doc.get_mut("choices") else {
+        return (events, None);
+    };
+    let mut changed = false;
+    for (pos, choice) in choices.iter_mut().enumerate() {
+        let index = choice.get("index").and_then(Value::as_u64).unwrap_or(pos as u64);
+        let text = rewrites.iter().find(|(c, _)| u64::from(*c) == index).map(|(_, t)| t.as_str()).unwrap_or("");
+        let Some(message) = choice.get_mut("message").and_then(Value::as_object_mut) else { continue };
+        match message.get_mut("content") {
+            Some(Value::String(old)) if old != text => {
+                *old = text.to_string();
+                changed = true;
+            }
+            Some(Value::Array(parts)) => {
+                parts.retain(|p| !matches!(p.get("type").and_then(Value::as_str), Some("text" | "output_text")));
+                if !text.is_empty() {
+                    parts.push(json!({"type": "text", "text": text}));
+                }
+                changed = true;
+            }
+            None | Some(Value::Null) if !text.is_empty() => {
+                message.insert("content".into(), Value::String(text.to_string()));
+                changed = true;
+            }
+            _ => {}
+        }
+    }
+    let body = if changed { serde_json::to_vec(&doc).ok() } else { None };
+    (events, body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Registry;
+
+    fn chunk(content: &str, finish: Option<&str>) -> String {
+        let c = json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 7, "model": "m",
+            "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": finish}]});
+        format!("data: {c}\n\n")
+    }
+
+    fn stream(parts: &[(&str, Option<&str>)], done: bool) -> String {
+        let mut s = String::new();
+        for (c, f) in parts {
+            s += &chunk(c, *f);
+        }
+        if done {
+            s += DONE;
+        }
+        s
+    }
+
+    fn options() -> StreamOptions {
+        StreamOptions::with_registry(Registry::filament())
+    }
+
+    fn run(input: &str, rewrite: bool, read: usize, end: End) -> (String, Vec<SourceEvent>, EndReport) {
+        let mut relay = SseRelay::new(options(), rewrite, true);
+        let mut out = Vec::new();
+        let mut events = Vec::new();
+        for piece in input.as_bytes().chunks(read.max(1)) {
+            relay.feed(Bytes::copy_from_slice(piece), &mut out, &mut events);
+        }
+        let report = relay.end(end, &mut out, &mut events);
+        let bytes: Vec<u8> = out.iter().flat_map(|b| b.iter().copied()).collect();
+        (String::from_utf8(bytes).unwrap_or_default(), events, report)
+    }
+
+    /// Contents of the chunks of an SSE text, and whether it ends in [DONE].
+    fn contents(sse: &str) -> (Vec<Value>, bool) {
+        let mut chunks = Vec::new();
+        let mut done = false;
+        for block in sse.split("\n\n") {
+            let data: Vec<&str> = block.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+            if data.is_empty() {
+                continue;
+            }
+            let data = data.join("\n");
+            if data == "[DONE]" {
+                done = true;
+            } else if let Ok(v) = serde_json::from_str::<Value>(&data) {
+                chunks.push(v);
+            }
+        }
+        (chunks, done)
+    }
+
+    #[test]
+    fn pass_through_is_byte_identical_at_every_read_size() {
+        let input = stream(&[("<thought>a</thought>", None), ("<content>b", None), ("", Some("stop"))], true);
+        for read in [1, 2, 3, 7, 64, input.len()] {
+            let (out, events, report) = run(&input, false, read, End::Eof);
+            assert_eq!(out, input, "read size {read}");
+            assert!(report.upstream_done && report.error_code.is_none() && !report.added_done);
+            assert!(events.iter().any(|e| e.as_element().is_some_and(|el| &*el.tag == "content" && el.text == "b")));
+        }
+    }
+
+    #[test]
+    fn endings_table() {
+        let body = stream(&[("<content>Hi", None)], false);
+        // (input, end, expected suffix after the upstream bytes, error code)
+        let reset = || End::Error(ProxyError::new(ProxyErrorKind::Reset, "reset"));
+        let cases: Vec<(String, End, Option<&str>, bool)> = vec![
+            (format!("{body}{DONE}"), End::Eof, None, false),
+            (format!("{body}{DONE}"), reset(), None, false),
+            (body.clone(), End::Eof, Some("upstream_truncated"), true),
+            (body.clone(), reset(), Some("upstream_reset"), true),
+            (format!("{body}data: {{\"error\":{{\"message\":\"boom\"}}}}\n\n"), End::Eof, None, true),
+            (format!("{body}data: {{\"cho"), End::Eof, Some("upstream_truncated"), true),
+            (format!("{body}data: {{}}\n"), reset(), Some("upstream_reset"), true),
+            (format!("{body}data: {{}}\r"), reset(), Some("upstream_reset"), true),
+        ];
+        for (input, end, code, added_done) in cases {
+            let (out, _, report) = run(&input, false, 5, end);
+            // An unfinished last line is not forwarded.
+            let forwarded = &input[..input.rfind(['\n', '\r']).map_or(0, |i| i + 1)];
+            assert!(out.starts_with(forwarded), "{input:?}");
+            let rest = &out[forwarded.len()..];
+            assert_eq!(report.error_code, code, "{input:?}");
+            assert_eq!(report.added_done, added_done, "{input:?}");
+            // What follows the upstream's bytes parses as whole events: the
+            // partial event is terminated, then the error, then [DONE].
+            let mut decoder = crate::sources::SseDecoder::new();
+            let mut items = decoder.feed(out.as_bytes());
+            items.extend(decoder.finish());
+            let datas: Vec<String> = items
+                .iter()
+                .filter_map(|i| match i {
+                    SseItem::Event(e) => Some(e.data.clone()),
+                    _ => None,
+                })
+                .collect();
+            assert!(!items.iter().any(|i| matches!(i, SseItem::Unterminated(_))), "{out:?}");
+            if let Some(code) = code {
+                let error = datas.iter().rev().nth(1).and_then(|d| serde_json::from_str::<Value>(d).ok());
+                assert_eq!(error.as_ref().map(|e| e["error"]["code"].clone()), Some(json!(code)), "{out:?}");
+            }
+            if added_done || code.is_some() {
+                assert_eq!(datas.last().map(String::as_str), Some("[DONE]"), "{rest:?}");
+            } else {
+                assert!(rest.is_empty(), "{rest:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn forward_holds_only_an_unfinished_line() {
+        let mut relay = SseRelay::new(options(), false, true);
+        let mut sent = Vec::new();
+        for read in ["data: {\"a\":1}\n\ndata: {\"b", "\":2", "}\n", "\n", "data: x\r", "\n\r\n"] {
+            sent.push(relay.forward(&Bytes::from(read)).map(|b| String::from_utf8_lossy(&b).into_owned()));
+        }
+        let want = [
+            Some("data: {\"a\":1}\n\n"),
+            None,
+            Some("data: {\"b\":2}\n"),
+            Some("\n"),
+            Some("data: x\r"),
+            Some("\n\r\n"),
+        ];
+        assert_eq!(sent, want.map(|w| w.map(str::to_string)));
+        // A line past the limit streams as it comes, in every read.
+        let mut relay = SseRelay::new(options(), false, true);
+        let big = "a".repeat(HOLD_LIMIT);
+        assert!(relay.forward(&Bytes::from(format!("data: {big}"))).is_some_and(|b| b.len() > HOLD_LIMIT));
+        assert_eq!(relay.forward(&Bytes::from("aaa")).as_deref(), Some(&b"aaa"[..]));
+        assert_eq!(relay.forward(&Bytes::from("a\n\ndata: c")).as_deref(), Some(&b"a\n\n"[..]));
+        assert_eq!(relay.forward(&Bytes::from("d")), None, "a new line is held again");
+    }
+
+    #[test]
+    fn boundary_prefixes() {
+        for (tail, want) in [
+            ("", ""),
+            ("}\n\n", ""),
+            ("}\r\n\r\n", ""),
+            ("\r\r", ""),
+            ("\n\r\n", ""),
+            ("x\n", "\n"),
+            ("x\r\n", "\n"),
+            ("x\r", "\n\n"),
+            ("xyz", "\n\n"),
+        ] {
+            assert_eq!(boundary_prefix(tail.as_bytes()), want, "{tail:?}");
+        }
+    }
+
+    #[test]
+    fn rewrite_inserts_closes_before_finish_and_keeps_ids() {
+        let input = stream(
+            &[
+                ("I think", None),
+                ("</thought>\n<content>Hel", None),
+                ("lo</content>\n<content>", None),
+                ("more", None),
+                ("", Some("stop")),
+            ],
+            true,
+        );
+        let mut seen = None;
+        for read in [1, 3, 11, input.len()] {
+            let (out, _, report) = run(&input, true, read, End::Eof);
+            assert!(report.upstream_done && report.error_code.is_none());
+            if let Some(prev) = &seen {
+                assert_eq!(&out, prev, "rewrite output depends on read size {read}");
+            }
+            seen = Some(out.clone());
+            let (chunks, done) = contents(&out);
+            assert!(done && out.ends_with(DONE));
+            assert_eq!(chunks.len(), 5, "one chunk out per chunk in: {out}");
+            for c in &chunks {
+                assert_eq!((&c["id"], &c["created"], &c["model"]), (&json!("chatcmpl-1"), &json!(7), &json!("m")));
+            }
+            let text: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+            assert_eq!(text, "<thought>I think</thought>\n<content>Hellomore</content>");
+            let last = chunks.last().cloned().unwrap_or_default();
+            assert_eq!(last["choices"][0]["finish_reason"], "stop");
+            assert!(last["choices"][0]["delta"]["content"].as_str().is_some_and(|t| t.ends_with("</content>")));
+        }
+    }
+
+    #[test]
+    fn rewrite_of_a_cut_stream_sends_the_closes_then_the_error() {
+        let input = stream(&[("<content>Hello", None)], false);
+        let (out, _, report) = run(&input, true, 4, End::Error(ProxyError::new(ProxyErrorKind::Stalled, "quiet")));
+        assert_eq!(report.error_code, Some("upstream_stalled"));
+        let (chunks, done) = contents(&out);
+        assert!(done);
+        let text: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+        assert_eq!(text, "<content>Hello</content>");
+        let tail = &chunks[chunks.len() - 2];
+        assert_eq!(tail["id"], "chatcmpl-1");
+        assert_eq!(chunks.last().map(|c| c["error"]["code"].clone()), Some(json!("upstream_stalled")));
+    }
+
+    #[test]
+    fn whole_response_rewrite_replaces_content_only() {
+        let body = br#"{"id":"c9","object":"chat.completion","created":5,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"I plan.</thought><content>Done"},"finish_reason":"stop"}],"usage":{"total_tokens":3}}"#;
+        let (events, rewritten) = whole_response(options(), body, true);
+        let v: Value = serde_json::from_slice(&rewritten.unwrap_or_default()).unwrap_or_default();
+        assert_eq!(v["choices"][0]["message"]["content"], "<thought>I plan.</thought><content>Done</content>");
+        assert_eq!((&v["id"], &v["created"], &v["usage"]), (&json!("c9"), &json!(5), &json!({"total_tokens": 3})));
+        assert!(events.iter().any(|e| e.as_element().is_some_and(|el| &*el.tag == "content")));
+        let (_, untouched) = whole_response(options(), b"<html>nope</html>", true);
+        assert!(untouched.is_none());
+    }
+}

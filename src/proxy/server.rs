@@ -1,0 +1,670 @@
+//! The HTTP side: the axum router, the forwarding handler, `/healthz`,
+//! `/metrics`, the stream limit and graceful shutdown.
+//!
+//! This module owns the request phase (everything before the response
+//! head goes out: reading the request, building the upstream request,
+//! waiting for the upstream's head and first body byte, turning failures
+//! into 502/503/504 JSON errors) and the server's lifecycle. The body
+//! phase is [`super::pump`]'s.
+
+use super::ProxyConfig;
+use super::error::{ProxyError, ProxyErrorKind, from_body_error, from_send_error};
+use super::metrics::Metrics;
+use super::pump::{ClientItem, Mode, PumpCtx, UpstreamBody, pump};
+use super::relay::SseRelay;
+use super::sink::{SinkStartError, Sinks};
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::serve::ListenerExt;
+use bytes::Bytes;
+use futures::StreamExt;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+
+/// What kind of endpoint a path is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Endpoint {
+    /// `/chat/completions`: parsed, rewritable, `[DONE]`-framed.
+    Chat,
+    /// `/completions` (legacy): parsed, `[DONE]`-framed.
+    Completions,
+    /// `/responses`, `/messages`: parsed when 2xx.
+    OtherModel,
+    /// Anything else: forwarded only.
+    Other,
+}
+
+impl Endpoint {
+    fn of(path: &str) -> Endpoint {
+        let path = path.trim_end_matches('/');
+        if path.ends_with("/chat/completions") {
+            Endpoint::Chat
+        } else if path.ends_with("/completions") {
+            Endpoint::Completions
+        } else if path.ends_with("/responses") || path.ends_with("/messages") {
+            Endpoint::OtherModel
+        } else {
+            Endpoint::Other
+        }
+    }
+
+    fn is_model(self) -> bool {
+        self != Endpoint::Other
+    }
+
+    fn done_framing(self) -> bool {
+        matches!(self, Endpoint::Chat | Endpoint::Completions)
+    }
+}
+
+/// State shared by all requests of one proxy.
+#[derive(Debug)]
+pub(crate) struct App {
+    pub(crate) config: ProxyConfig,
+    origin: String,
+    base_path: String,
+    http: reqwest::Client,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) sinks: Sinks,
+    limit: Arc<Semaphore>,
+    next_id: AtomicU64,
+    /// Shutdown asked: refuse new requests, let running ones finish.
+    stopping: CancellationToken,
+    /// The grace period is over: cut running streams (with an error event).
+    pub(crate) hard_stop: CancellationToken,
+}
+
+/// Why the proxy could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProxyStartError {
+    /// The upstream URL is not an absolute http(s) URL.
+    #[error("bad upstream URL {url:?}: {why}")]
+    Upstream {
+        /// The URL given.
+        url: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// Binding the listen address failed.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A sink could not start (a file that cannot be opened).
+    #[error(transparent)]
+    Sink(#[from] SinkStartError),
+    /// The HTTP client could not be built (TLS backend).
+    #[error("cannot build the HTTP client: {0}")]
+    Client(String),
+}
+
+/// Headers that belong to one connection, never forwarded (RFC 9110
+/// §7.6.1), plus `host` (the upstream's is set from its URL).
+const HOP_BY_HOP: [&str; 10] = [
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+];
+
+/// Copies `headers` without the hop-by-hop ones (and those the
+/// `Connection` header names).
+fn end_to_end(headers: &HeaderMap) -> HeaderMap {
+    let named: Vec<String> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|s| s.trim().to_ascii_lowercase())
+        .collect();
+    let mut out = HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        let n = name.as_str();
+        if HOP_BY_HOP.contains(&n) || named.iter().any(|c| c == n) {
+            continue;
+        }
+        out.append(name.clone(), value.clone());
+    }
+    out
+}
+
+fn error_response(err: &ProxyError) -> Response {
+    let status = StatusCode::from_u16(err.status()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut response = (status, axum::Json(err.to_json())).into_response();
+    if let Ok(side) = HeaderValue::from_str(err.side().as_str()) {
+        response.headers_mut().insert(HeaderName::from_static("x-spindle-error-side"), side);
+    }
+    if err.status() == 503 {
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    response
+}
+
+/// What the proxy reads of a request body: the model (for sink records).
+#[derive(serde::Deserialize)]
+struct Peek {
+    #[serde(default)]
+    model: Option<serde_json::Value>,
+}
+
+/// Counts a client that went away while the request phase was waiting
+/// (the handler future is dropped, and with it the upstream request).
+struct RequestWatch {
+    metrics: Arc<Metrics>,
+    id: u64,
+    armed: bool,
+}
+
+impl Drop for RequestWatch {
+    fn drop(&mut self) {
+        if self.armed {
+            self.metrics.client_disconnect();
+            tracing::info!(id = self.id, "client went away before the response started; upstream request cancelled");
+        }
+    }
+}
+
+impl App {
+    /// The upstream URL for a request URI: the upstream's origin and path
+    /// prefix, then the request path (its `/v1` not repeated when the
+    /// prefix already ends in `/v1`), then the query as it came.
+    fn target(&self, uri: &Uri) -> String {
+        let path = uri.path();
+        let path = if self.base_path.ends_with("/v1") { path.strip_prefix("/v1").unwrap_or(path) } else { path };
+        let mut url = format!("{}{}{}", self.origin, self.base_path, path);
+        if let Some(q) = uri.query() {
+            url.push('?');
+            url.push_str(q);
+        }
+        url
+    }
+}
+
+async fn healthz(State(app): State<Arc<App>>) -> Response {
+    let stopping = app.stopping.is_cancelled();
+    let body = serde_json::json!({
+        "status": if stopping { "stopping" } else { "ok" },
+        "upstream": app.config.upstream,
+        "rewrite": app.config.rewrite,
+        "streams_active": app.metrics.streams_active(),
+        "requests_active": app.metrics.requests_active(),
+    });
+    let status = if stopping { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::OK };
+    (status, axum::Json(body)).into_response()
+}
+
+async fn metrics(State(app): State<Arc<App>>) -> Response {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], app.metrics.render()).into_response()
+}
+
+/// Everything that is not `/healthz` or `/metrics`.
+async fn forward(State(app): State<Arc<App>>, request: Request) -> Response {
+    let id = app.next_id.fetch_add(1, Ordering::Relaxed);
+    let (parts, body) = request.into_parts();
+    let path = parts.uri.path().to_string();
+    if path != "/v1" && !path.starts_with("/v1/") {
+        let err = ProxyError::new(
+            ProxyErrorKind::NotFound,
+            format!("spindle proxies /v1/* to the upstream; {path} is not proxied (local: /healthz, /metrics)"),
+        );
+        return error_response(&err);
+    }
+    if app.stopping.is_cancelled() {
+        app.metrics.rejected();
+        return error_response(&ProxyError::new(ProxyErrorKind::ShuttingDown, "the proxy is shutting down"));
+    }
+    let Ok(permit) = app.limit.clone().try_acquire_owned() else {
+        app.metrics.rejected();
+        let limit = app.config.max_streams;
+        let err = ProxyError::new(
+            ProxyErrorKind::Overloaded { limit },
+            format!("more than {limit} requests in flight; retry shortly"),
+        );
+        return error_response(&err);
+    };
+    let request_gauge = app.metrics.request_active();
+    let started = Instant::now();
+    let endpoint = Endpoint::of(&path);
+    let mut watch = RequestWatch { metrics: app.metrics.clone(), id, armed: true };
+
+    // The request body: buffered (bounded) for model endpoints, whose
+    // model the records name; streamed through for everything else.
+    let mut model = None;
+    let buffered = endpoint.is_model() && parts.method == Method::POST;
+    let upstream_body = if buffered {
+        match read_request(body, app.config.max_request_body).await {
+            Ok(bytes) => {
+                app.metrics.bytes_request(bytes.len());
+                model = serde_json::from_slice::<Peek>(&bytes)
+                    .ok()
+                    .and_then(|p| p.model)
+                    .and_then(|m| m.as_str().map(str::to_string));
+                reqwest::Body::from(bytes)
+            }
+            Err(err) => {
+                watch.armed = false;
+                return error_response(&err);
+            }
+        }
+    } else {
+        let metrics = app.metrics.clone();
+        reqwest::Body::wrap_stream(body.into_data_stream().map(move |r| {
+            if let Ok(b) = &r {
+                metrics.bytes_request(b.len());
+            }
+            r
+        }))
+    };
+
+    let mut headers = end_to_end(&parts.headers);
+    headers.remove(header::EXPECT);
+    if buffered {
+        headers.remove(header::CONTENT_LENGTH);
+    }
+    if endpoint.is_model() {
+        // The proxy reads these bodies; ask for them uncompressed (and it
+        // never compresses what it sends on).
+        headers.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+    }
+    let url = app.target(&parts.uri);
+    let send = app.http.request(parts.method.clone(), &url).headers(headers).body(upstream_body).send();
+    let idle = app.config.idle_timeout;
+    let fail = |err: ProxyError| {
+        app.metrics.upstream_error(err.code());
+        tracing::warn!(id, path = %path, "{err}");
+        error_response(&err)
+    };
+    let response = tokio::select! {
+        r = tokio::time::timeout(idle, send) => r,
+        () = app.hard_stop.cancelled() => {
+            watch.armed = false;
+            return error_response(&ProxyError::new(ProxyErrorKind::ShuttingDown, "the proxy is shutting down"));
+        }
+    };
+    let response = match response {
+        Err(_) => {
+            watch.armed = false;
+            return fail(ProxyError::idle(ProxyErrorKind::Timeout, idle, "response headers"));
+        }
+        Ok(Err(e)) => {
+            watch.armed = false;
+            return fail(from_send_error(&e));
+        }
+        Ok(Ok(r)) => r,
+    };
+    let status = response.status();
+    app.metrics.upstream_status(status.as_u16());
+    if status.is_server_error() {
+        app.metrics.upstream_error("status_5xx");
+    }
+    let content_type =
+        response.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase();
+    let encoded = response
+        .headers()
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| !v.eq_ignore_ascii_case("identity"));
+    let is_sse = content_type.starts_with("text/event-stream");
+    let is_json = content_type.starts_with("application/json") || content_type.contains("+json");
+    let parse = status.is_success() && endpoint.is_model() && !encoded && (is_sse || is_json);
+    if status.is_success() && endpoint.is_model() && !is_sse && !is_json {
+        app.metrics.upstream_error("unexpected_content_type");
+        tracing::warn!(id, path = %path, "upstream answered {status} with content type {content_type:?}; passed through");
+    }
+    let mut response_headers = end_to_end(response.headers());
+    let mut upstream: UpstreamBody = response.bytes_stream().boxed();
+
+    // Wait for the first body byte, so that an upstream that fails before
+    // sending anything still gets a proper status.
+    let first = tokio::select! {
+        r = tokio::time::timeout(idle, upstream.next()) => r,
+        () = app.hard_stop.cancelled() => {
+            watch.armed = false;
+            return error_response(&ProxyError::new(ProxyErrorKind::ShuttingDown, "the proxy is shutting down"));
+        }
+    };
+    let first = match first {
+        Err(_) => {
+            watch.armed = false;
+            return fail(ProxyError::idle(ProxyErrorKind::Timeout, idle, "response body"));
+        }
+        Ok(Some(Err(e))) => {
+            watch.armed = false;
+            let mut err = from_body_error(&e);
+            if matches!(err.kind(), ProxyErrorKind::Stalled) {
+                err = ProxyError::new(ProxyErrorKind::Timeout, err.message().to_string());
+            }
+            return fail(err);
+        }
+        Ok(Some(Ok(b))) => Some(b),
+        Ok(None) => None,
+    };
+
+    let rewrite = app.config.rewrite && endpoint == Endpoint::Chat && parse;
+    let mut options = app.config.options.clone();
+    options.parser.rewrite = false;
+    let (mode, kind) = if parse && is_sse {
+        (Mode::Sse(Box::new(SseRelay::new(options, rewrite, endpoint.done_framing()))), "chat_stream")
+    } else if parse && rewrite {
+        // A whole response to rewrite: read it all first.
+        watch.armed = false;
+        app.metrics.request("chat");
+        let body = match read_whole(&app, &mut upstream, first).await {
+            Ok(b) => b,
+            Err(err) => return fail(err),
+        };
+        let (events, rewritten) = super::relay::whole_response(options, &body, true);
+        let body = match rewritten {
+            Some(b) => Bytes::from(b),
+            None => body,
+        };
+        response_headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+        let ctx =
+            pump_ctx(&app, id, &parts.method, &path, model, status.as_u16(), started, permit, request_gauge, None);
+        super::pump::account_whole(ctx, events, body.len());
+        let mut response = Response::new(Body::from(body));
+        *response.status_mut() = status;
+        *response.headers_mut() = response_headers;
+        return response;
+    } else if parse {
+        (Mode::Json { buf: Vec::new(), limit: app.config.max_response_body, overflowed: false }, "chat")
+    } else {
+        (Mode::Opaque, if endpoint.is_model() { "chat" } else { "other" })
+    };
+    app.metrics.request(kind);
+    let stream_gauge = if is_sse { Some(app.metrics.stream_started()) } else { None };
+    if is_sse {
+        response_headers.remove(header::CONTENT_LENGTH);
+        response_headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        response_headers.insert(HeaderName::from_static("x-accel-buffering"), HeaderValue::from_static("no"));
+    }
+    let mut ctx =
+        pump_ctx(&app, id, &parts.method, &path, model, status.as_u16(), started, permit, request_gauge, stream_gauge);
+    if !status.is_success() {
+        ctx.error_excerpt = Some(Vec::new());
+    }
+    let (tx, rx) = mpsc::channel::<ClientItem>(app.config.channel_capacity.max(1));
+    watch.armed = false;
+    tokio::spawn(pump(ctx, upstream, first, mode, tx));
+    respond(status, response_headers, rx)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn pump_ctx(
+    app: &Arc<App>,
+    id: u64,
+    method: &Method,
+    path: &str,
+    model: Option<String>,
+    status: u16,
+    started: Instant,
+    permit: tokio::sync::OwnedSemaphorePermit,
+    request: super::metrics::GaugeGuard,
+    stream: Option<super::metrics::GaugeGuard>,
+) -> PumpCtx {
+    PumpCtx {
+        app: app.clone(),
+        id,
+        method: method.to_string(),
+        path: path.to_string(),
+        model,
+        status,
+        started,
+        _permit: permit,
+        _request: request,
+        _stream: stream,
+        error_excerpt: None,
+    }
+}
+
+fn respond(status: StatusCode, headers: HeaderMap, rx: mpsc::Receiver<ClientItem>) -> Response {
+    let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    *response.headers_mut() = headers;
+    response
+}
+
+/// Reads a request body, refusing it past `limit` bytes.
+async fn read_request(body: Body, limit: usize) -> Result<Bytes, ProxyError> {
+    let mut stream = body.into_data_stream();
+    let mut buf = Vec::new();
+    while let Some(piece) = stream.next().await {
+        let piece = piece.map_err(|e| {
+            ProxyError::new(ProxyErrorKind::RequestBody, format!("reading the request body failed: {e}"))
+        })?;
+        if buf.len() + piece.len() > limit {
+            return Err(ProxyError::new(
+                ProxyErrorKind::RequestTooLarge { limit },
+                format!("the request body is larger than {limit} bytes"),
+            ));
+        }
+        buf.extend_from_slice(&piece);
+    }
+    Ok(Bytes::from(buf))
+}
+
+/// Reads a whole body (bounded by the response limit, each read bounded by
+/// the idle timeout).
+async fn read_whole(app: &App, upstream: &mut UpstreamBody, first: Option<Bytes>) -> Result<Bytes, ProxyError> {
+    let idle = app.config.idle_timeout;
+    let limit = app.config.max_response_body;
+    let mut buf = Vec::new();
+    if let Some(b) = first {
+        app.metrics.bytes_upstream(b.len());
+        buf.extend_from_slice(&b);
+    }
+    loop {
+        match tokio::time::timeout(idle, upstream.next()).await {
+            Err(_) => return Err(ProxyError::idle(ProxyErrorKind::Timeout, idle, "data")),
+            Ok(None) => return Ok(Bytes::from(buf)),
+            Ok(Some(Err(e))) => return Err(from_body_error(&e)),
+            Ok(Some(Ok(b))) => {
+                app.metrics.bytes_upstream(b.len());
+                if buf.len() + b.len() > limit {
+                    return Err(ProxyError::new(
+                        ProxyErrorKind::InvalidResponse,
+                        format!("the upstream response is larger than {limit} bytes, the most the proxy rewrites"),
+                    ));
+                }
+                buf.extend_from_slice(&b);
+            }
+        }
+    }
+}
+
+/// A proxy bound to its listen address, not yet serving.
+#[derive(Debug)]
+pub struct ProxyServer {
+    listener: TcpListener,
+    app: Arc<App>,
+}
+
+/// A proxy serving in the background (see [`ProxyServer::spawn`]).
+#[derive(Debug)]
+pub struct ProxyHandle {
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+    join: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl ProxyHandle {
+    /// The address the proxy listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The proxy's counters.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+
+    /// Starts a graceful shutdown and waits for it to end.
+    ///
+    /// # Errors
+    ///
+    /// The server's I/O error, if it failed.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the shutdown running in the background.
+    pub async fn shutdown(self) -> std::io::Result<()> {
+        self.shutdown.cancel();
+        self.join.await.unwrap_or_else(|e| Err(std::io::Error::other(e)))
+    }
+}
+
+impl ProxyServer {
+    /// Validates the configuration, starts the sinks and binds `addr`
+    /// (`127.0.0.1:0` picks a free port).
+    ///
+    /// # Errors
+    ///
+    /// A bad upstream URL, an address that cannot be bound, or a sink that
+    /// cannot start.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it completes binds nothing.
+    pub async fn bind(config: ProxyConfig, addr: &str) -> Result<ProxyServer, ProxyStartError> {
+        let bad = |why: &str| ProxyStartError::Upstream { url: config.upstream.clone(), why: why.to_string() };
+        let url = reqwest::Url::parse(&config.upstream).map_err(|e| bad(&e.to_string()))?;
+        if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+            return Err(bad("it must be an http:// or https:// URL with a host"));
+        }
+        if url.query().is_some() || url.fragment().is_some() {
+            return Err(bad("it must not have a query or fragment"));
+        }
+        let origin = url.origin().ascii_serialization();
+        let base_path = url.path().trim_end_matches('/').to_string();
+        let http = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .tcp_nodelay(true)
+            .pool_idle_timeout(Duration::from_secs(60))
+            .build()
+            .map_err(|e| ProxyStartError::Client(super::error::chain(&e)))?;
+        let metrics = Arc::new(Metrics::default());
+        let sinks = Sinks::start(&config.sinks, config.sink_queue, http.clone(), metrics.clone()).await?;
+        let listener =
+            TcpListener::bind(addr).await.map_err(|source| ProxyStartError::Bind { addr: addr.to_string(), source })?;
+        let app = Arc::new(App {
+            limit: Arc::new(Semaphore::new(config.max_streams.max(1))),
+            config,
+            origin,
+            base_path,
+            http,
+            metrics,
+            sinks,
+            next_id: AtomicU64::new(1),
+            stopping: CancellationToken::new(),
+            hard_stop: CancellationToken::new(),
+        });
+        Ok(ProxyServer { listener, app })
+    }
+
+    /// The address the proxy listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
+    }
+
+    /// The proxy's counters.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.app.metrics.clone()
+    }
+
+    /// Serves until `shutdown` completes, then shuts down gracefully: stops
+    /// accepting, refuses new requests on open connections with 503, lets
+    /// running responses finish for up to the grace period, then cuts the
+    /// streams still running (each gets an in-band `proxy_shutting_down`
+    /// error and `[DONE]`), and finally flushes the sinks.
+    ///
+    /// # Errors
+    ///
+    /// An I/O error of the server.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future stops serving at once, without the graceful
+    /// part; running pumps end when their clients or upstreams do.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+        let app = self.app;
+        let router = Router::new()
+            .route("/healthz", get(healthz))
+            .route("/metrics", get(metrics))
+            .fallback(forward)
+            .with_state(app.clone());
+        let listener = self.listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!("cannot set TCP_NODELAY: {e}");
+            }
+        });
+        let stopping = app.stopping.clone();
+        let serve = axum::serve(listener, router).with_graceful_shutdown(stopping.clone().cancelled_owned());
+        let mut server = tokio::spawn(serve.into_future());
+        let result = tokio::select! {
+            r = &mut server => Some(r),
+            () = shutdown => None,
+        };
+        let result = match result {
+            Some(r) => r.unwrap_or_else(|e| Err(std::io::Error::other(e))),
+            None => {
+                tracing::info!(grace = ?app.config.grace, "shutting down: no new requests; running streams may finish");
+                stopping.cancel();
+                match tokio::time::timeout(app.config.grace, &mut server).await {
+                    Ok(r) => r.unwrap_or_else(|e| Err(std::io::Error::other(e))),
+                    Err(_) => {
+                        tracing::warn!(
+                            streams = app.metrics.streams_active(),
+                            "grace period over; cutting the running streams"
+                        );
+                        app.hard_stop.cancel();
+                        match tokio::time::timeout(Duration::from_secs(5), &mut server).await {
+                            Ok(r) => r.unwrap_or_else(|e| Err(std::io::Error::other(e))),
+                            Err(_) => {
+                                server.abort();
+                                Ok(())
+                            }
+                        }
+                    }
+                }
+            }
+        };
+        app.hard_stop.cancel();
+        app.sinks.close(Duration::from_secs(5)).await;
+        tracing::info!("proxy stopped");
+        result
+    }
+
+    /// Serves in a background task; [`ProxyHandle::shutdown`] stops it.
+    pub fn spawn(self) -> ProxyHandle {
+        let addr = self.local_addr();
+        let metrics = self.metrics();
+        let shutdown = CancellationToken::new();
+        let signal = shutdown.clone().cancelled_owned();
+        let join = tokio::spawn(self.run(signal));
+        ProxyHandle { addr, metrics, shutdown, join }
+    }
+}

@@ -1,0 +1,453 @@
+//! The proxy in pass-through and rewrite mode against real local servers
+//! on 127.0.0.1:0: responses identical to direct access (streamed and
+//! not, every transcript of `corpora/`), requests forwarded unchanged,
+//! rewriting that keeps ids, sinks that get every element, `/metrics`,
+//! `/healthz`, and the mock upstream's own surface.
+
+mod proxy_support;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::IntoResponse;
+use proxy_support::*;
+use serde_json::{Value, json};
+use spindle::proxy::{SinkRecord, SinkSpec};
+use spindle::sources::{SourceEvent, StreamOptions, StreamTap};
+use spindle::{Parser, ParserOptions, Registry};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+/// Headers a client may depend on, compared between direct and proxied.
+const HEADERS: [&str; 5] = ["content-type", "content-length", "x-request-id", "x-mock-transcript", "cache-control"];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pass_through_is_identical_to_direct_access_for_every_transcript() {
+    let mock = mock(0).await;
+    let proxy = proxy(&mock.url(), |_| {}).await;
+    let models: Value = client().get(format!("{}/v1/models", mock.url())).send().await.unwrap().json().await.unwrap();
+    let names: Vec<String> =
+        models["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap().to_string()).collect();
+    assert!(names.len() >= 60, "{} transcripts", names.len());
+    let http = client();
+    let mut compared = 0;
+    for name in &names {
+        for stream in [true, false] {
+            let body = request(name, stream);
+            let direct = http.post(format!("{}/v1/chat/completions", mock.url())).json(&body).send().await.unwrap();
+            let proxied = http
+                .post(format!("{}/v1/chat/completions", url(&proxy)))
+                .header("authorization", "Bearer sk-test")
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(direct.status(), proxied.status(), "{name} stream={stream}");
+            for h in HEADERS {
+                if stream && h == "cache-control" {
+                    continue;
+                }
+                assert_eq!(direct.headers().get(h), proxied.headers().get(h), "{name} stream={stream} header {h}");
+            }
+            if stream && direct.status().is_success() {
+                assert_eq!(proxied.headers()["cache-control"], "no-cache");
+                assert_eq!(proxied.headers()["x-accel-buffering"], "no");
+                assert!(proxied.headers().get("content-encoding").is_none());
+            }
+            let (d, p) = (direct.bytes().await.unwrap(), proxied.bytes().await.unwrap());
+            let ended = datas(&d).iter().any(|x| x.trim() == "[DONE]");
+            if !stream || ended {
+                assert!(d == p, "{name} stream={stream}: proxied body differs from direct");
+            } else {
+                // A stream the upstream cut: the same bytes (but an
+                // unfinished last line), then the proxy's error event and
+                // [DONE].
+                let whole_lines = d.iter().rposition(|b| *b == b'\n' || *b == b'\r').map_or(0, |i| i + 1);
+                assert!(p.starts_with(&d[..whole_lines]), "{name}");
+                let tail = datas(&p[whole_lines..]);
+                let upstream_error = datas(&d).iter().any(|x| x.contains("\"error\""));
+                assert!(upstream_error || tail.iter().any(|t| t.contains("upstream_truncated")), "{name}: {tail:?}");
+                assert_eq!(tail.last().map(String::as_str), Some("[DONE]"), "{name}");
+            }
+            compared += 1;
+        }
+    }
+    assert_eq!(compared, names.len() * 2);
+    let text = metrics(&proxy).await;
+    assert!(sample(&text, "spindle_proxy_streams_total") >= names.len() as f64, "{text}");
+    assert_eq!(sample(&text, "spindle_proxy_streams_active"), 0.0);
+    proxy.shutdown().await.unwrap();
+}
+
+/// An upstream that answers with what it received.
+async fn echo(method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> impl IntoResponse {
+    let mut names: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (k, v) in &headers {
+        names.entry(k.to_string()).or_default().push(v.to_str().unwrap_or("?").to_string());
+    }
+    let reply = json!({
+        "method": method.as_str(),
+        "path": uri.path(),
+        "query": uri.query(),
+        "headers": names,
+        "body": String::from_utf8_lossy(&body),
+    });
+    (
+        StatusCode::IM_A_TEAPOT,
+        axum::response::AppendHeaders([
+            ("x-upstream", "yes"),
+            ("set-cookie", "a=1"),
+            ("set-cookie", "b=2"),
+            ("connection", "x-drop-me"),
+            ("x-drop-me", "1"),
+        ]),
+        axum::Json(reply),
+    )
+}
+
+async fn serve(router: Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    format!("http://{addr}")
+}
+
+#[tokio::test]
+async fn requests_and_responses_are_forwarded_unchanged() {
+    let upstream = serve(Router::new().fallback(echo)).await;
+    let proxy = proxy(&upstream, |_| {}).await;
+    let http = client();
+    for (method, path, body) in [
+        (Method::POST, "/v1/chat/completions?api-version=2024-10-21&x=%20y", r#"{"model":"m","messages":[]}"#),
+        (Method::GET, "/v1/models", ""),
+        (Method::DELETE, "/v1/files/file-abc", ""),
+        (Method::POST, "/v1/embeddings", r#"{"input":"héllo"}"#),
+    ] {
+        let response = http
+            .request(method.clone(), format!("{}{path}", url(&proxy)))
+            .header("authorization", "Bearer sk-secret")
+            .header("openai-organization", "org-1")
+            .header("x-custom", "one")
+            .header("connection", "x-hop")
+            .header("x-hop", "must not pass")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::IM_A_TEAPOT, "{path}");
+        assert_eq!(response.headers()["x-upstream"], "yes");
+        let cookies: Vec<_> = response.headers().get_all("set-cookie").iter().collect();
+        assert_eq!(cookies, ["a=1", "b=2"]);
+        assert!(response.headers().get("x-drop-me").is_none(), "a header named by Connection is hop-by-hop");
+        let seen: Value = response.json().await.unwrap();
+        assert_eq!(seen["method"], method.as_str());
+        let (p, q) = path.split_once('?').unwrap_or((path, ""));
+        assert_eq!(seen["path"], p);
+        assert_eq!(seen["query"], if q.is_empty() { Value::Null } else { json!(q) });
+        assert_eq!(seen["body"], body);
+        assert_eq!(seen["headers"]["authorization"], json!(["Bearer sk-secret"]));
+        assert_eq!(seen["headers"]["openai-organization"], json!(["org-1"]));
+        assert_eq!(seen["headers"]["x-custom"], json!(["one"]));
+        assert!(seen["headers"].get("x-hop").is_none(), "{seen}");
+    }
+    // An upstream URL ending in /v1 does not get a second /v1.
+    let with_v1 = proxy_support::proxy(&format!("{upstream}/v1/"), |_| {}).await;
+    let seen: Value = http.get(format!("{}/v1/models?a=1", url(&with_v1))).send().await.unwrap().json().await.unwrap();
+    assert_eq!((seen["path"].as_str(), seen["query"].as_str()), (Some("/v1/models"), Some("a=1")));
+    // Paths outside /v1 are not proxied.
+    let r = http.get(format!("{}/admin", url(&proxy))).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    let err: Value = r.json().await.unwrap();
+    assert_eq!((err["error"]["code"].as_str(), err["error"]["side"].as_str()), (Some("not_found"), Some("downstream")));
+}
+
+/// The corrected text of a whole content, by the parser itself.
+fn oracle_rewrite(text: &str) -> String {
+    let options = ParserOptions { rewrite: true, ..ParserOptions::default() };
+    let mut parser = Parser::with_options(Arc::new(Registry::filament()), options);
+    let _ = parser.feed(text.as_bytes());
+    let mut out = parser.take_rewrite();
+    let (_, rest) = parser.finish_with_rewrite();
+    out.extend(rest);
+    String::from_utf8(out).unwrap()
+}
+
+#[tokio::test]
+async fn rewrite_sends_corrected_text_and_keeps_ids_model_created_usage() {
+    let mock = mock(0).await;
+    let proxy = proxy(&mock.url(), |c| c.rewrite = true).await;
+    let http = client();
+    for name in
+        ["missing-content-tags-en", "split-content-no-space-zh", "truncated-mid-close-tag-en", "sse-filament-tags"]
+    {
+        let body = request(name, true);
+        let direct = http.post(format!("{}/v1/chat/completions", mock.url())).json(&body).send().await.unwrap();
+        let direct = direct.bytes().await.unwrap();
+        let proxied = http.post(format!("{}/v1/chat/completions", url(&proxy))).json(&body).send().await.unwrap();
+        assert_eq!(proxied.headers()["content-type"], "text/event-stream; charset=utf-8");
+        let proxied = proxied.bytes().await.unwrap();
+        let (d, p) = (chunks(&direct), chunks(&proxied));
+        assert_eq!(d.len(), p.len(), "{name}: one chunk out per chunk in");
+        for (a, b) in d.iter().zip(&p) {
+            for key in ["id", "model", "created", "object", "system_fingerprint", "usage"] {
+                assert_eq!(a.get(key), b.get(key), "{name}: {key}");
+            }
+            assert_eq!(a["choices"][0]["finish_reason"], b["choices"][0]["finish_reason"], "{name}");
+        }
+        assert_eq!(datas(&proxied).last().map(String::as_str), Some("[DONE]"));
+        let raw = content(&direct);
+        let corrected = content(&proxied);
+        assert_eq!(corrected, oracle_rewrite(&raw), "{name}");
+        // Non-streamed: message.content rewritten, the rest untouched.
+        let body = request(name, false);
+        let direct: Value = http
+            .post(format!("{}/v1/chat/completions", mock.url()))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let proxied = http.post(format!("{}/v1/chat/completions", url(&proxy))).json(&body).send().await.unwrap();
+        let length: usize = proxied.headers()["content-length"].to_str().unwrap().parse().unwrap();
+        let proxied = proxied.bytes().await.unwrap();
+        assert_eq!(length, proxied.len());
+        let proxied: Value = serde_json::from_slice(&proxied).unwrap();
+        for key in ["id", "model", "created", "usage", "object"] {
+            assert_eq!(direct[key], proxied[key], "{name}: {key}");
+        }
+        let raw = direct["choices"][0]["message"]["content"].as_str().unwrap();
+        assert_eq!(proxied["choices"][0]["message"]["content"], oracle_rewrite(raw), "{name}");
+    }
+    proxy.shutdown().await.unwrap();
+}
+
+/// The elements (choice, tag, text) of an SSE body, parsed directly.
+fn elements_of(body: &[u8]) -> Vec<(u32, String, String)> {
+    let mut tap = StreamTap::new(StreamOptions::with_registry(Registry::filament()));
+    let mut events = tap.feed(body);
+    events.extend(tap.finish());
+    events
+        .iter()
+        .filter_map(|e| {
+            let el = e.as_element()?;
+            Some((e.choice().unwrap_or(0), el.tag.to_string(), el.text.clone()))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sinks_receive_every_element() {
+    let mock = mock(0).await;
+    // A webhook receiver that keeps every POSTed batch.
+    let received: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let store = received.clone();
+    let hook = serve(Router::new().route(
+        "/hook",
+        axum::routing::post(move |body: axum::Json<Value>| {
+            let store = store.clone();
+            async move {
+                store.lock().unwrap().extend(body.0.as_array().cloned().unwrap_or_default());
+                StatusCode::NO_CONTENT
+            }
+        }),
+    ))
+    .await;
+    let file = std::env::temp_dir().join(format!("spindle-proxy-sink-{}.jsonl", std::process::id()));
+    let _ = std::fs::remove_file(&file);
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Arc<SinkRecord>>(100_000);
+    let sinks = vec![SinkSpec::Jsonl(file.clone()), SinkSpec::Webhook(format!("{hook}/hook")), SinkSpec::Channel(tx)];
+    let proxy = proxy(&mock.url(), |c| c.sinks = sinks).await;
+    let http = client();
+    let names = [
+        "clean-every-tag-zh-ruins",
+        "missing-content-tags-en",
+        "sse-filament-tags",
+        "sse-parallel-tool-calls",
+        "sse-n2-interleaved",
+        "sse-deepseek-reasoning",
+        "stray-closes-zh",
+    ];
+    let mut expected: BTreeMap<String, Vec<(u32, String, String)>> = BTreeMap::new();
+    for name in names {
+        let body = request(name, true);
+        let direct = http.post(format!("{}/v1/chat/completions", mock.url())).json(&body).send().await.unwrap();
+        expected.insert(name.to_string(), elements_of(&direct.bytes().await.unwrap()));
+        let proxied = http.post(format!("{}/v1/chat/completions", url(&proxy))).json(&body).send().await.unwrap();
+        let _ = proxied.bytes().await.unwrap();
+    }
+    // A non-streamed response is parsed too.
+    let whole = http
+        .post(format!("{}/v1/chat/completions", url(&proxy)))
+        .json(&request("clean-rp-zh-teahouse", false))
+        .send()
+        .await
+        .unwrap();
+    assert!(whole.status().is_success());
+    let _ = whole.bytes().await.unwrap();
+    proxy.shutdown().await.unwrap();
+
+    let mut from_channel: Vec<Value> = Vec::new();
+    while let Some(r) = rx.recv().await {
+        from_channel.push(serde_json::to_value(&*r).unwrap());
+    }
+    let from_file: Vec<Value> =
+        std::fs::read_to_string(&file).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let from_hook = received.lock().unwrap().clone();
+    let _ = std::fs::remove_file(&file);
+    for (label, records) in [("channel", &from_channel), ("jsonl", &from_file), ("webhook", &from_hook)] {
+        for name in names {
+            let got: Vec<(u32, String, String)> = records
+                .iter()
+                .filter(|r| r["model"] == name && r["type"] == "element")
+                .map(|r| {
+                    (
+                        r["choice"].as_u64().unwrap() as u32,
+                        r["tag"].as_str().unwrap().into(),
+                        r["text"].as_str().unwrap().into(),
+                    )
+                })
+                .collect();
+            assert_eq!(&got, &expected[name], "{label}: {name}");
+            assert!(records.iter().any(|r| r["model"] == name && r["type"] == "finish"), "{label}: {name}");
+        }
+        let teahouse: Vec<&Value> =
+            records.iter().filter(|r| r["model"] == "clean-rp-zh-teahouse" && r["type"] == "element").collect();
+        assert!(teahouse.len() >= 3, "{label}: whole response parsed: {}", teahouse.len());
+        assert!(records.iter().all(|r| r["path"] == "/v1/chat/completions" && r["ts_ms"].as_u64().is_some()));
+    }
+    assert_eq!(from_file, from_channel, "file and channel hold the same records in the same order");
+}
+
+#[tokio::test]
+async fn metrics_and_healthz() {
+    let mock = mock(0).await;
+    let proxy = proxy(&mock.url(), |_| {}).await;
+    let http = client();
+    let health: Value = http.get(format!("{}/healthz", url(&proxy))).send().await.unwrap().json().await.unwrap();
+    assert_eq!(health["status"], "ok");
+    assert_eq!(health["upstream"], mock.url());
+    for name in ["missing-content-tags-en", "stray-closes-zh"] {
+        let r =
+            http.post(format!("{}/v1/chat/completions", url(&proxy))).json(&request(name, true)).send().await.unwrap();
+        let _ = r.bytes().await.unwrap();
+    }
+    let r = http.post(format!("{}/v1/chat/completions", url(&proxy))).json(&request("plain-answer-no-tags-en", false));
+    let _ = r.send().await.unwrap().bytes().await.unwrap();
+    let _ = http.get(format!("{}/v1/models", url(&proxy))).send().await.unwrap().bytes().await.unwrap();
+    // The last pump may still be counting.
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let response = http.get(format!("{}/metrics", url(&proxy))).send().await.unwrap();
+    assert!(response.headers()["content-type"].to_str().unwrap().starts_with("text/plain; version=0.0.4"));
+    let text = response.text().await.unwrap();
+    for (series, at_least) in [
+        ("spindle_proxy_streams_total", 2.0),
+        ("spindle_proxy_requests_total{kind=\"chat_stream\"}", 2.0),
+        ("spindle_proxy_requests_total{kind=\"chat\"}", 1.0),
+        ("spindle_proxy_requests_total{kind=\"other\"}", 1.0),
+        ("spindle_proxy_repairs_total{kind=\"header_inserted\"}", 1.0),
+        ("spindle_proxy_repairs_total{kind=\"stray_close_dropped\"}", 1.0),
+        ("spindle_proxy_elements_total{tag=\"content\"}", 3.0),
+        ("spindle_proxy_upstream_responses_total{status=\"200\"}", 4.0),
+        ("spindle_proxy_bytes_total{direction=\"upstream_in\"}", 1000.0),
+        ("spindle_proxy_bytes_total{direction=\"client_out\"}", 1000.0),
+        ("spindle_proxy_bytes_total{direction=\"request\"}", 100.0),
+    ] {
+        assert!(sample(&text, series) >= at_least, "{series} in\n{text}");
+    }
+    assert_eq!(sample(&text, "spindle_proxy_streams_active"), 0.0);
+    assert_eq!(sample(&text, "spindle_proxy_requests_active"), 0.0);
+    assert!(text.contains("# TYPE spindle_proxy_sink_dropped_total counter"));
+    proxy.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn mock_lists_chooses_and_assembles() {
+    let mock = mock(0).await;
+    let http = client();
+    let models: Value = http.get(format!("{}/v1/models", mock.url())).send().await.unwrap().json().await.unwrap();
+    let ids: Vec<&str> = models["data"].as_array().unwrap().iter().filter_map(|m| m["id"].as_str()).collect();
+    assert!(ids.contains(&"sse-refusal") && ids.contains(&"missing-content-tags-en"), "{ids:?}");
+    assert!(!ids.iter().any(|i| i.ends_with(".expected") || i.starts_with("expected/")), "{ids:?}");
+    // Chosen by a message naming the file.
+    let body = json!({"model": "gpt-4o", "stream": false, "messages": [{"role": "user", "content": "replay sse-refusal.sse"}]});
+    let r = http.post(format!("{}/v1/chat/completions", mock.url())).json(&body).send().await.unwrap();
+    assert_eq!(r.headers()["x-mock-transcript"], "sse-refusal");
+    let whole: Value = r.json().await.unwrap();
+    assert_eq!(whole["object"], "chat.completion");
+    assert!(whole["choices"][0]["message"]["refusal"].as_str().is_some_and(|s| !s.is_empty()), "{whole}");
+    // A synthesised stream has OpenAI's shape and its content is the file.
+    let r = http
+        .post(format!("{}/v1/chat/completions", mock.url()))
+        .json(&request("plain-answer-no-tags-en", true))
+        .send()
+        .await
+        .unwrap();
+    let body = r.bytes().await.unwrap();
+    let text = std::fs::read_to_string(corpora().join("plain-answer-no-tags-en.txt")).unwrap();
+    assert_eq!(content(&body), text);
+    let cs = chunks(&body);
+    assert!(cs.len() > 10);
+    assert_eq!(cs[0]["choices"][0]["delta"]["role"], "assistant");
+    assert!(cs.iter().all(|c| c["object"] == "chat.completion.chunk" && c["id"] == cs[0]["id"]));
+    assert_eq!(cs.last().unwrap()["choices"], json!([]));
+    assert!(cs.last().unwrap()["usage"]["total_tokens"].as_u64().is_some());
+    // Unknown paths get an OpenAI-style 404.
+    let r = http.get(format!("{}/v1/nothing", mock.url())).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    let stats: Value = http.get(format!("{}/mock/stats", mock.url())).send().await.unwrap().json().await.unwrap();
+    assert_eq!(stats["requests"], 2);
+    let _ = SourceEvent::Done;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rewrite_of_every_transcript_is_a_well_formed_stream() {
+    let mock = mock(0).await;
+    let proxy = proxy(&mock.url(), |c| c.rewrite = true).await;
+    let models: Value = client().get(format!("{}/v1/models", mock.url())).send().await.unwrap().json().await.unwrap();
+    let http = client();
+    for m in models["data"].as_array().unwrap() {
+        let name = m["id"].as_str().unwrap();
+        let body = request(name, true);
+        let direct = http.post(format!("{}/v1/chat/completions", mock.url())).json(&body).send().await.unwrap();
+        let direct = direct.bytes().await.unwrap();
+        let proxied = http.post(format!("{}/v1/chat/completions", url(&proxy))).json(&body).send().await.unwrap();
+        assert!(proxied.status().is_success(), "{name}");
+        let proxied = proxied.bytes().await.unwrap();
+        let d = datas(&proxied);
+        assert_eq!(d.last().map(String::as_str), Some("[DONE]"), "{name}");
+        assert_eq!(d.iter().filter(|x| x.trim() == "[DONE]").count(), 1, "{name}");
+        // Every event but [DONE] and the upstream's own broken data is JSON.
+        let direct_bad = datas(&direct).iter().filter(|x| serde_json::from_str::<Value>(x).is_err()).count();
+        let bad = d.iter().filter(|x| serde_json::from_str::<Value>(x).is_err()).count();
+        assert!(bad <= direct_bad.max(1), "{name}: {bad} non-JSON events");
+        // The ids of every chunk are the upstream's.
+        let ids: std::collections::BTreeSet<String> =
+            chunks(&direct).iter().filter_map(|c| c["id"].as_str().map(str::to_string)).collect();
+        for c in chunks(&proxied) {
+            if let Some(id) = c["id"].as_str() {
+                assert!(ids.contains(id), "{name}: {id}");
+            }
+        }
+    }
+    proxy.shutdown().await.unwrap();
+}
+
+#[test]
+fn public_types_are_send_and_sync() {
+    fn both<T: Send + Sync>() {}
+    both::<spindle::proxy::ProxyConfig>();
+    both::<spindle::proxy::ProxyServer>();
+    both::<spindle::proxy::ProxyHandle>();
+    both::<spindle::proxy::ProxyError>();
+    both::<spindle::proxy::Metrics>();
+    both::<spindle::proxy::SinkSpec>();
+    both::<spindle::proxy::SinkRecord>();
+    both::<spindle::proxy::ProxyStartError>();
+    both::<spindle::mock::MockUpstream>();
+    both::<spindle::mock::MockServer>();
+    both::<spindle::mock::MockStats>();
+    both::<spindle::mock::Transcript>();
+    both::<spindle::mock::MockError>();
+}

@@ -1,0 +1,90 @@
+//! Helpers shared by the proxy tests: real servers on 127.0.0.1:0 (the
+//! mock upstream, the proxy, small purpose-built upstreams) and SSE
+//! reading.
+
+#![allow(dead_code)]
+
+use spindle::Registry;
+use spindle::mock::{MockServer, MockUpstream};
+use spindle::proxy::{ProxyConfig, ProxyHandle, ProxyServer};
+use spindle::sources::{SseDecoder, SseItem, StreamOptions};
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub fn corpora() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("corpora")
+}
+
+/// The mock serving `corpora/`.
+pub async fn mock(pace_ms: u64) -> MockServer {
+    let mock = MockUpstream::from_dir(&corpora()).expect("corpora load");
+    mock.with_pace(Duration::from_millis(pace_ms)).spawn("127.0.0.1:0").await.expect("mock binds")
+}
+
+/// A proxy in front of `upstream`, configured by `f`.
+pub async fn proxy(upstream: &str, f: impl FnOnce(&mut ProxyConfig)) -> ProxyHandle {
+    let mut config = ProxyConfig::new(upstream);
+    config.options = StreamOptions::with_registry(Registry::filament());
+    f(&mut config);
+    ProxyServer::bind(config, "127.0.0.1:0").await.expect("proxy binds").spawn()
+}
+
+pub fn url(handle: &ProxyHandle) -> String {
+    format!("http://{}", handle.local_addr())
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder().no_proxy().build().expect("client")
+}
+
+/// The data of every event of an SSE body, in order.
+pub fn datas(body: &[u8]) -> Vec<String> {
+    let mut decoder = SseDecoder::new();
+    let mut items = decoder.feed(body);
+    items.extend(decoder.finish());
+    items
+        .into_iter()
+        .filter_map(|i| match i {
+            SseItem::Event(e) | SseItem::Unterminated(e) => Some(e.data),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The JSON chunks of an SSE body (`[DONE]` and non-JSON data left out).
+pub fn chunks(body: &[u8]) -> Vec<serde_json::Value> {
+    datas(body).iter().filter_map(|d| serde_json::from_str(d).ok()).collect()
+}
+
+/// The concatenated `delta.content` of choice 0.
+pub fn content(body: &[u8]) -> String {
+    chunks(body)
+        .iter()
+        .flat_map(|c| c["choices"].as_array().cloned().unwrap_or_default())
+        .filter(|c| c["index"].as_u64().unwrap_or(0) == 0)
+        .filter_map(|c| c["delta"]["content"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// A chat-completion request for a transcript.
+pub fn request(model: &str, stream: bool) -> serde_json::Value {
+    serde_json::json!({
+        "model": model,
+        "stream": stream,
+        "stream_options": if stream { serde_json::json!({"include_usage": true}) } else { serde_json::Value::Null },
+        "messages": [{"role": "user", "content": "Continue."}],
+    })
+}
+
+/// Fetches a proxy's `/metrics` text.
+pub async fn metrics(handle: &ProxyHandle) -> String {
+    client().get(format!("{}/metrics", url(handle))).send().await.expect("metrics").text().await.expect("text")
+}
+
+/// The value of one sample line of a Prometheus text (0 when absent).
+pub fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
