@@ -118,18 +118,25 @@ enum State {
     /// between a merge (`<A>`), a continuation (bare text, A the default)
     /// and a real close (anything else).
     CloseHeld(OpenElement, HeldClose),
-    /// `<media ...>` of a void tag written without `/>`: it ends at its open
-    /// tag (HTML habit) unless its close follows after only whitespace.
+    /// `<media ...>` of a void tag written without `/>`. If its close
+    /// follows, what came between is its body (`<media>pics/a.png</media>`);
+    /// if anything else does (another marker, the end, or more than
+    /// [`VOID_BODY_LIMIT`] bytes of text), it ended at its open tag (HTML
+    /// habit) and the held text is read as ordinary text.
     VoidOpen(OpenElement, VoidHold),
 }
 
-/// A void element's open tag, waiting for the next non-space byte.
+/// How much text after an unclosed void tag is held while deciding whether
+/// it is the tag's body: a URL or an alt text, not a paragraph.
+const VOID_BODY_LIMIT: usize = 256;
+
+/// A void element's open tag and the text after it, waiting for a decision.
 #[derive(Debug)]
 struct VoidHold {
-    /// End of the open tag.
+    /// End of the open tag (where the held text starts).
     tag_end: usize,
-    /// Whitespace read since.
-    space: Vec<u8>,
+    /// Text read since.
+    held: Vec<u8>,
 }
 
 /// Whether the implicitly opened lead element has been confirmed.
@@ -591,7 +598,7 @@ impl Machine {
             self.complete(el, span.end, span.end, false);
             self.state = State::Between;
         } else if self.registry.tag(tag).body == BodyKind::Void {
-            self.state = State::VoidOpen(el, VoidHold { tag_end: span.end, space: Vec::new() });
+            self.state = State::VoidOpen(el, VoidHold { tag_end: span.end, held: Vec::new() });
         } else {
             self.state = State::Open(el);
         }
@@ -605,7 +612,7 @@ impl Machine {
         let state = match state {
             // `<media ...>` `</media>`: an ordinary element after all.
             State::VoidOpen(mut el, hold) if el.tag == tag => {
-                self.element_text(&mut el, &hold.space);
+                self.element_text(&mut el, &hold.held);
                 State::Open(el)
             }
             other => other,
@@ -675,18 +682,22 @@ impl Machine {
         }
     }
 
-    /// A void element with no close: it ends at its open tag; the whitespace
-    /// after it belongs to no element. Not a repair: void tags need no close.
+    /// A void element with no close: it ends at its open tag, and the text
+    /// held after it is read as ordinary text between elements. Not a
+    /// repair: void tags need no close.
     fn end_void(&mut self, el: OpenElement, hold: VoidHold) {
         self.complete(el, hold.tag_end, hold.tag_end, true);
-        self.gap(hold.tag_end, &hold.space);
         self.state = State::Between;
+        if !hold.held.is_empty() {
+            self.on_text(Span::new(hold.tag_end, hold.tag_end + hold.held.len()), &hold.held);
+        }
     }
 
     /// Ends a pending void element before a token that is not its close.
     fn settle_void(&mut self, token: &Token<'_>) {
         let State::VoidOpen(el, _) = &self.state else { return };
         let keep = match token {
+            // Text is held (see `on_text`); comments and CDATA end the wait.
             Token::Text { .. } => true,
             Token::Tag(t) => t.kind == TagKind::Close && self.registry.lookup(t.name) == Some(el.tag),
             _ => false,
@@ -738,14 +749,12 @@ impl Machine {
                 }
             }
             State::VoidOpen(el, mut hold) => {
-                let n = leading_space(bytes);
-                hold.space.extend_from_slice(&bytes[..n]);
-                if n == bytes.len() {
+                hold.held.extend_from_slice(bytes);
+                if hold.held.len() > VOID_BODY_LIMIT {
+                    self.end_void(el, hold);
+                } else {
                     self.state = State::VoidOpen(el, hold);
-                    return;
                 }
-                self.end_void(el, hold);
-                self.on_text(Span::new(span.start + n, span.end), &bytes[n..]);
             }
             State::CloseHeld(mut el, mut held) => {
                 let n = leading_space(bytes);
@@ -926,6 +935,13 @@ impl Machine {
 
     /// Ends the input at offset `end`.
     pub fn finish(&mut self, end: usize) {
+        // A pending void element ends first: the text it held may open an
+        // element that the end of input must then close.
+        if matches!(self.state, State::VoidOpen(..))
+            && let State::VoidOpen(el, hold) = std::mem::replace(&mut self.state, State::Between)
+        {
+            self.end_void(el, hold);
+        }
         let state = std::mem::replace(&mut self.state, State::Between);
         match state {
             State::VoidOpen(el, hold) => self.end_void(el, hold),
