@@ -47,16 +47,14 @@ fn parse_args() -> Result<Args, String> {
             "--profile" => args.profile = value("--profile")?,
             "--jsonl" => args.jsonl = true,
             "-h" | "--help" => {
-                return Err("usage: chat_client [--base-url URL] [--model NAME] [--profile NAME] [--jsonl] PROMPT...".into());
+                return Err(
+                    "usage: chat_client [--base-url URL] [--model NAME] [--profile NAME] [--jsonl] PROMPT...".into()
+                );
             }
             _ => words.push(arg),
         }
     }
-    args.prompt = if words.is_empty() {
-        "Say hello in three languages.".into()
-    } else {
-        words.join(" ")
-    };
+    args.prompt = if words.is_empty() { "Say hello in three languages.".into() } else { words.join(" ") };
     Ok(args)
 }
 
@@ -70,16 +68,10 @@ async fn main() -> ExitCode {
         }
     };
     let Some(registry) = Registry::profile(&args.profile) else {
-        eprintln!(
-            "unknown profile {:?} (known: {})",
-            args.profile,
-            Registry::profile_names().join(", ")
-        );
+        eprintln!("unknown profile {:?} (known: {})", args.profile, Registry::profile_names().join(", "));
         return ExitCode::from(2);
     };
-    let client = ChatClient::new(&args.base_url)
-        .with_env_key()
-        .with_options(StreamOptions::with_registry(registry));
+    let client = ChatClient::new(&args.base_url).with_env_key().with_options(StreamOptions::with_registry(registry));
     let request = json!({
         "model": args.model,
         "messages": [{"role": "user", "content": args.prompt}],
@@ -149,9 +141,5 @@ async fn main() -> ExitCode {
         }
         let _ = out.flush();
     }
-    if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    }
+    if ok { ExitCode::SUCCESS } else { ExitCode::from(1) }
 }

@@ -96,13 +96,13 @@ pub mod calls;
 pub mod check;
 pub mod event;
 pub mod machine;
+pub mod mock;
 mod parser;
 pub mod payload;
+pub mod proxy;
 pub mod registry;
 pub mod route;
 pub mod scan;
-pub mod mock;
-pub mod proxy;
 pub mod sources;
 pub mod state;
 

@@ -29,19 +29,10 @@ fn spec004_5_1_simple_call() {
     );
     assert!(warnings(&p[0]).is_empty());
     let t = tracked_payloads(&profile("action"), &events);
-    assert_eq!(
-        t[0]["response_text"],
-        "Okay, I need to check the current weather to answer the player's question."
-    );
+    assert_eq!(t[0]["response_text"], "Okay, I need to check the current weather to answer the player's question.");
     // The response text is streamed as content before the block completes.
-    let first_delta = events
-        .iter()
-        .position(|e| e["type"] == "delta" && e["tag"] == "content")
-        .unwrap();
-    let action_el = events
-        .iter()
-        .position(|e| e["type"] == "element" && e["tag"] == "action")
-        .unwrap();
+    let first_delta = events.iter().position(|e| e["type"] == "delta" && e["tag"] == "content").unwrap();
+    let action_el = events.iter().position(|e| e["type"] == "element" && e["tag"] == "action").unwrap();
     assert!(first_delta < action_el);
 }
 
@@ -50,10 +41,7 @@ fn spec004_5_2_repeated_names_become_arrays() {
     let (p, events) = action(&corpus("action-spec004-5-2-nested.txt"));
     assert_eq!(
         steps(&p[0]),
-        [(
-            "read_file".to_string(),
-            json!({"args": {"file": [{"path": "src/app.ts"}, {"path": "src/utils.ts"}]}})
-        )]
+        [("read_file".to_string(), json!({"args": {"file": [{"path": "src/app.ts"}, {"path": "src/utils.ts"}]}}))]
     );
     let t = tracked_payloads(&profile("action"), &events);
     assert_eq!(
@@ -66,19 +54,14 @@ fn spec004_5_2_repeated_names_become_arrays() {
 fn spec004_5_3_and_3_2_4_cdata_verbatim() {
     let (p, _) = action(&corpus("action-spec004-5-3-cdata.txt"));
     assert_eq!(p[0]["steps"][0]["tool_id"], "ApplyProjectDiff");
-    assert_eq!(
-        p[0]["steps"][0]["params"]["target_file"],
-        "config/settings.json"
-    );
+    assert_eq!(p[0]["steps"][0]["params"]["target_file"], "config/settings.json");
     assert_eq!(
         p[0]["steps"][0]["params"]["diff_patch"],
         "\n--- a/config/settings.json\n+++ b/config/settings.json\n@@ -1,5 +1,5 @@\n {\n-  \"feature_enabled\": false,\n+  \"feature_enabled\": true,\n   \"api_key\": \"old_key_value\"\n }\n            "
     );
     let (p, _) = action(&corpus("action-spec004-3-2-4-diff-cdata.txt"));
     let diff = p[0]["steps"][0]["params"]["diff_content"].as_str().unwrap();
-    assert!(
-        diff.contains("console.log(\"New version with <special & characters>\");\n>>>>>>> REPLACE")
-    );
+    assert!(diff.contains("console.log(\"New version with <special & characters>\");\n>>>>>>> REPLACE"));
     assert!(diff.starts_with("\n<<<<<<< SEARCH\n:start_line:10\n-------\n"));
 }
 
@@ -86,52 +69,20 @@ fn spec004_5_3_and_3_2_4_cdata_verbatim() {
 fn spec004_5_4_text_only_has_no_call() {
     let (p, events) = action(&corpus("action-spec004-5-4-text-only.txt"));
     assert!(p.is_empty());
-    let content: Vec<&Value> = events
-        .iter()
-        .filter(|e| e["type"] == "element")
-        .map(|e| &e["text"])
-        .collect();
-    assert_eq!(
-        content,
-        [&json!(
-            "The weather is currently sunny and pleasant. It's a great day for an adventure!\n"
-        )]
-    );
-    assert!(
-        !events
-            .iter()
-            .any(|e| e["type"] == "repair" || e["type"] == "diagnostic")
-    );
+    let content: Vec<&Value> = events.iter().filter(|e| e["type"] == "element").map(|e| &e["text"]).collect();
+    assert_eq!(content, [&json!("The weather is currently sunny and pleasant. It's a great day for an adventure!\n")]);
+    assert!(!events.iter().any(|e| e["type"] == "repair" || e["type"] == "diagnostic"));
 }
 
 #[test]
 fn spec004_5_5_both_turns() {
     let (p, events) = action(&corpus("action-spec004-5-5-turn1-wrong-param.txt"));
-    assert_eq!(
-        steps(&p[0]),
-        [(
-            "GetPlayerInfo".to_string(),
-            json!({"playerId": "player123"})
-        )]
-    );
-    assert_eq!(
-        tracked_payloads(&profile("action"), &events)[0]["response_text"],
-        "I'll try to get the player's name."
-    );
+    assert_eq!(steps(&p[0]), [("GetPlayerInfo".to_string(), json!({"playerId": "player123"}))]);
+    assert_eq!(tracked_payloads(&profile("action"), &events)[0]["response_text"], "I'll try to get the player's name.");
     // The comment inside the block is an event of its own, not a value.
-    assert!(
-        events
-            .iter()
-            .any(|e| e["type"] == "comment" && e["tag"] == "action")
-    );
+    assert!(events.iter().any(|e| e["type"] == "comment" && e["tag"] == "action"));
     let (p, _) = action(&corpus("action-spec004-5-5-turn2-corrected.txt"));
-    assert_eq!(
-        steps(&p[0]),
-        [(
-            "GetPlayerInfo".to_string(),
-            json!({"player_id": "player123"})
-        )]
-    );
+    assert_eq!(steps(&p[0]), [("GetPlayerInfo".to_string(), json!({"player_id": "player123"}))]);
 }
 
 #[test]
@@ -156,71 +107,23 @@ fn cdata_entities_and_items() {
 #[test]
 fn variants() {
     let cases: &[(&str, &str, Value)] = &[
-        (
-            "empty values",
-            "<T><a/><b></b><c>  </c></T>",
-            json!({"a": "", "b": "", "c": ""}),
-        ),
-        (
-            "single item list",
-            "<T><l><item>only</item></l></T>",
-            json!({"l": ["only"]}),
-        ),
+        ("empty values", "<T><a/><b></b><c>  </c></T>", json!({"a": "", "b": "", "c": ""})),
+        ("single item list", "<T><l><item>only</item></l></T>", json!({"l": ["only"]})),
         (
             "nested item objects",
             "<T><l><item><k>1</k></item><item><k>2</k></item></l></T>",
             json!({"l": [{"k": "1"}, {"k": "2"}]}),
         ),
-        (
-            "repeated parameter",
-            "<T><f>1</f><f>2</f><g>3</g></T>",
-            json!({"f": ["1", "2"], "g": "3"}),
-        ),
-        (
-            "cdata with ]] and ]>",
-            "<T><c><![CDATA[a]]b]>c]] >]]></c></T>",
-            json!({"c": "a]]b]>c]] >"}),
-        ),
-        (
-            "cdata then text",
-            "<T><c><![CDATA[<x>]]> &amp; more</c></T>",
-            json!({"c": "<x> & more"}),
-        ),
-        (
-            "two cdata sections",
-            "<T><c><![CDATA[a]]><![CDATA[b]]></c></T>",
-            json!({"c": "ab"}),
-        ),
-        (
-            "numeric entities",
-            "<T><c>&#65;&#x42;&lt;&gt;&quot;&apos;</c></T>",
-            json!({"c": "AB<>\"'"}),
-        ),
-        (
-            "unknown entity kept",
-            "<T><c>&copy; &bogus;</c></T>",
-            json!({"c": "&copy; &bogus;"}),
-        ),
-        (
-            "code fence around the tool",
-            "\n```xml\n<T><a>1</a></T>\n```\n",
-            json!({"a": "1"}),
-        ),
-        (
-            "multi-line text trimmed",
-            "<T><a>\n  line one\n  line two\n</a></T>",
-            json!({"a": "line one\n  line two"}),
-        ),
-        (
-            "special marker text",
-            "<T><a><|[REQUEST_TOOL]|></a></T>",
-            json!({"a": "<|[REQUEST_TOOL]|>"}),
-        ),
-        (
-            "padded tag is text",
-            "<T><a>x < y > z</a></T>",
-            json!({"a": "x < y > z"}),
-        ),
+        ("repeated parameter", "<T><f>1</f><f>2</f><g>3</g></T>", json!({"f": ["1", "2"], "g": "3"})),
+        ("cdata with ]] and ]>", "<T><c><![CDATA[a]]b]>c]] >]]></c></T>", json!({"c": "a]]b]>c]] >"})),
+        ("cdata then text", "<T><c><![CDATA[<x>]]> &amp; more</c></T>", json!({"c": "<x> & more"})),
+        ("two cdata sections", "<T><c><![CDATA[a]]><![CDATA[b]]></c></T>", json!({"c": "ab"})),
+        ("numeric entities", "<T><c>&#65;&#x42;&lt;&gt;&quot;&apos;</c></T>", json!({"c": "AB<>\"'"})),
+        ("unknown entity kept", "<T><c>&copy; &bogus;</c></T>", json!({"c": "&copy; &bogus;"})),
+        ("code fence around the tool", "\n```xml\n<T><a>1</a></T>\n```\n", json!({"a": "1"})),
+        ("multi-line text trimmed", "<T><a>\n  line one\n  line two\n</a></T>", json!({"a": "line one\n  line two"})),
+        ("special marker text", "<T><a><|[REQUEST_TOOL]|></a></T>", json!({"a": "<|[REQUEST_TOOL]|>"})),
+        ("padded tag is text", "<T><a>x < y > z</a></T>", json!({"a": "x < y > z"})),
     ];
     for (name, inner, want) in cases {
         let input = format!("Doing it.\n<ACTION>{inner}</ACTION>");
@@ -235,21 +138,12 @@ fn variants() {
 #[test]
 fn malformed_xml_gives_the_observation() {
     let cases = [
-        (
-            "mismatched close",
-            "<GetPlayerInfo><player_id>p</player></GetPlayerInfo>",
-        ),
-        (
-            "never closed",
-            "<GetPlayerInfo><player_id>p</GetPlayerInfo>",
-        ),
+        ("mismatched close", "<GetPlayerInfo><player_id>p</player></GetPlayerInfo>"),
+        ("never closed", "<GetPlayerInfo><player_id>p</GetPlayerInfo>"),
         ("stray close", "</GetPlayerInfo>"),
         ("empty block", "   "),
         ("text only", "GetPlayerInfo player_id=p"),
-        (
-            "close of an unopened element",
-            "<GetPlayerInfo></player_id></GetPlayerInfo>",
-        ),
+        ("close of an unopened element", "<GetPlayerInfo></player_id></GetPlayerInfo>"),
     ];
     for (name, inner) in cases {
         let (p, events) = action(&format!("Try.\n<ACTION>{inner}</ACTION>"));
@@ -257,14 +151,8 @@ fn malformed_xml_gives_the_observation() {
         let err = p[0]["error"].as_str().unwrap();
         assert!(err.starts_with(MALFORMED), "{name}: {err}");
         let obs = p[0]["observation"].as_str().unwrap();
-        assert!(
-            obs.starts_with("Observation: Error - Malformed XML in ACTION block"),
-            "{name}: {obs}"
-        );
-        assert!(
-            diagnostic_codes(&events).contains(&"malformed_xml".to_string()),
-            "{name}"
-        );
+        assert!(obs.starts_with("Observation: Error - Malformed XML in ACTION block"), "{name}: {obs}");
+        assert!(diagnostic_codes(&events).contains(&"malformed_xml".to_string()), "{name}");
     }
     let (p, _) = action(&corpus("action-malformed.txt"));
     assert!(p[0]["observation"].as_str().unwrap().contains("</player>"));
@@ -288,10 +176,7 @@ fn block_cut_mid_parameter_keeps_what_was_written() {
     let (p, events) = action(input);
     assert_eq!(
         steps(&p[0]),
-        [(
-            "read_file".to_string(),
-            json!({"args": {"file": [{"path": "src/app.ts"}, {"path": "src/ut"}]}})
-        )]
+        [("read_file".to_string(), json!({"args": {"file": [{"path": "src/app.ts"}, {"path": "src/ut"}]}}))]
     );
     assert!(warnings(&p[0]).contains(&"unclosed_elements".to_string()));
     assert!(p[0]["error"].is_null());
@@ -302,18 +187,8 @@ fn block_cut_mid_parameter_keeps_what_was_written() {
 #[test]
 fn truncated_block_keeps_what_is_complete() {
     let (p, events) = action(&corpus("action-truncated.txt"));
-    assert_eq!(
-        steps(&p[0]),
-        [(
-            "read_file".to_string(),
-            json!({"args": {"file": {"path": "src/app.ts"}}})
-        )]
-    );
-    assert!(
-        events
-            .iter()
-            .any(|e| e["type"] == "repair" && e["kind"] == "closed_at_eof")
-    );
+    assert_eq!(steps(&p[0]), [("read_file".to_string(), json!({"args": {"file": {"path": "src/app.ts"}}}))]);
+    assert!(events.iter().any(|e| e["type"] == "repair" && e["kind"] == "closed_at_eof"));
     let t = tracked_payloads(&profile("action"), &events);
     assert!(warnings(&t[0]).contains(&"unterminated_block".to_string()));
 }
@@ -323,11 +198,7 @@ fn library_reader_reports_stray_parts() {
     let (call, f) = parse_action("hello <T a=\"1\">text<p>v</p></T>");
     assert_eq!(call.steps[0].params["p"], "v");
     for code in ["stray_text", "attributes_ignored", "tool_text_ignored"] {
-        assert!(
-            f.warnings.iter().any(|w| w == code),
-            "{code} in {:?}",
-            f.warnings
-        );
+        assert!(f.warnings.iter().any(|w| w == code), "{code} in {:?}", f.warnings);
     }
     let (call, f) = parse_action("<T><P>v</p></T>");
     assert_eq!(call.steps[0].params["P"], "v");
@@ -343,9 +214,7 @@ fn xml_text(v: &str, cdata: bool) -> String {
     if cdata {
         format!("<![CDATA[{}]]>", v.replace("]]>", "]]]]><![CDATA[>"))
     } else {
-        v.replace('&', "&amp;")
-            .replace('<', "&lt;")
-            .replace('>', "&gt;")
+        v.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
     }
 }
 

@@ -32,17 +32,9 @@ fn spec001_success_template() {
     assert_eq!(a["violations"], json!([]));
     assert_eq!(a["calls"], json!(["tool_name"]));
     assert_eq!(p["steps"][0]["tool_id"], "python");
-    assert!(
-        p["steps"][0]["params"]["code"]
-            .as_str()
-            .unwrap()
-            .ends_with("__result__ = tool_name(arg1, arg2)\n")
-    );
+    assert!(p["steps"][0]["params"]["code"].as_str().unwrap().ends_with("__result__ = tool_name(arg1, arg2)\n"));
     assert!(p["error"].is_null());
-    assert!(
-        !events.iter().any(|e| e["type"] == "repair"),
-        "bare attp: no repairs"
-    );
+    assert!(!events.iter().any(|e| e["type"] == "repair"), "bare attp: no repairs");
 }
 
 #[test]
@@ -56,26 +48,15 @@ fn spec001_fail_template_and_examples() {
 
     let (p, _) = attp(&corpus("attp-spec001-success-example.txt"));
     assert_eq!(p["attp"]["target"], "搜索Python异步编程相关内容");
-    assert_eq!(
-        p["attp"]["code"],
-        "__result__ = search_web(\"Python异步编程\", max_results=3)\n"
-    );
+    assert_eq!(p["attp"]["code"], "__result__ = search_web(\"Python异步编程\", max_results=3)\n");
     assert_eq!(p["attp"]["calls"], json!(["search_web"]));
     assert!(
-        p["attp"]["thought"]
-            .as_str()
-            .unwrap()
-            .starts_with("用户需要搜索Python异步编程相关信息并获取前3个结果。\n")
+        p["attp"]["thought"].as_str().unwrap().starts_with("用户需要搜索Python异步编程相关信息并获取前3个结果。\n")
     );
 
     let (p, _) = attp(&corpus("attp-spec001-fail-example.txt"));
     assert_eq!(p["attp"]["status"], "fail");
-    assert!(
-        p["attp"]["message"]
-            .as_str()
-            .unwrap()
-            .starts_with("当前可用的工具列表中没有文件删除功能")
-    );
+    assert!(p["attp"]["message"].as_str().unwrap().starts_with("当前可用的工具列表中没有文件删除功能"));
 }
 
 #[test]
@@ -85,12 +66,7 @@ fn policy_violations_are_listed() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|v| {
-            (
-                v["rule"].as_str().unwrap().to_string(),
-                v["name"].as_str().map(str::to_string),
-            )
-        })
+        .map(|v| (v["rule"].as_str().unwrap().to_string(), v["name"].as_str().map(str::to_string)))
         .collect();
     let want = [
         ("import", Some("import")),
@@ -102,17 +78,10 @@ fn policy_violations_are_listed() {
         ("forbidden_call", Some("__import__")),
         ("no_result", None),
     ];
-    let want: Vec<(String, Option<String>)> = want
-        .iter()
-        .map(|(r, n)| (r.to_string(), n.map(str::to_string)))
-        .collect();
+    let want: Vec<(String, Option<String>)> =
+        want.iter().map(|(r, n)| (r.to_string(), n.map(str::to_string))).collect();
     assert_eq!(rules, want);
-    assert!(
-        p["observation"]
-            .as_str()
-            .unwrap()
-            .starts_with("Observation: Error - Code policy violation: ")
-    );
+    assert!(p["observation"].as_str().unwrap().starts_with("Observation: Error - Code policy violation: "));
     assert!(warnings(&p).contains(&"text_outside_toml".to_string()));
 }
 
@@ -129,25 +98,16 @@ fn code_policy_table() {
         ("import math\n__result__ = 1", &["import"]),
         ("from json import loads\n__result__ = 1", &["import"]),
         ("__result__ = exec('x')", &["forbidden_call"]),
-        (
-            "__result__ = compile('1', 'f', 'eval')",
-            &["forbidden_call"],
-        ),
+        ("__result__ = compile('1', 'f', 'eval')", &["forbidden_call"]),
         ("__result__ = subprocess.run(['ls'])", &["forbidden_module"]),
         ("__result__ = socket.socket()", &["forbidden_module"]),
         ("__result__ = requests.get(u)", &["forbidden_module"]),
         ("__result__ = http.client", &["forbidden_module"]),
-        (
-            "__result__ = ().__class__.__bases__[0].__subclasses__()",
-            &["sandbox_escape", "sandbox_escape"],
-        ),
+        ("__result__ = ().__class__.__bases__[0].__subclasses__()", &["sandbox_escape", "sandbox_escape"]),
         ("__result__ = f'{eval(\"1\")}'", &["forbidden_call"]),
         ("__result__ = f'{{eval}} open'", &[]),
         // Not code: strings and comments; attributes and keyword arguments.
-        (
-            "# import os\n__result__ = 'import os; eval(x); open(f)'",
-            &[],
-        ),
+        ("# import os\n__result__ = 'import os; eval(x); open(f)'", &[]),
         ("__result__ = \"\"\"\nimport os\n\"\"\"", &[]),
         ("__result__ = r'\\'open'", &[]),
         ("d = tool()\n__result__ = d.open(mode='r', eval=True)", &[]),
@@ -155,11 +115,7 @@ fn code_policy_table() {
         ("__result__ = math.sqrt(json.loads('4'))", &[]),
     ];
     for (code, want) in cases {
-        let got: Vec<String> = check_code(code)
-            .violations
-            .into_iter()
-            .map(|v| v.rule)
-            .collect();
+        let got: Vec<String> = check_code(code).violations.into_iter().map(|v| v.rule).collect();
         assert_eq!(got, *want, "{code:?}");
     }
     let r = check_code(
@@ -193,23 +149,16 @@ fn invalid_and_truncated_documents_still_show_the_thought() {
 #[test]
 fn library_reader_edge_cases() {
     let (call, f) = parse_attp("thought = 'x'\n[tool_call]\ncode = '__result__ = 1'\nextra = 2\n");
-    assert_eq!(
-        call.attp.as_ref().unwrap().status.as_deref(),
-        Some("success")
-    );
+    assert_eq!(call.attp.as_ref().unwrap().status.as_deref(), Some("success"));
     assert!(f.warnings.contains(&"missing_status".to_string()));
     assert!(f.warnings.contains(&"unknown_key".to_string()));
     assert!(f.warnings.contains(&"missing_target".to_string()));
     let (call, f) = parse_attp("thought = 'x'\n");
     assert!(call.error.unwrap().contains("[tool_call]"));
     assert!(f.warnings.contains(&"missing_tool_call".to_string()));
-    let (call, f) =
-        parse_attp("Thought = 'Mixed case.'\n[Tool_Call]\nstatus = 'FAIL'\nmessage = 'no'\n");
+    let (call, f) = parse_attp("Thought = 'Mixed case.'\n[Tool_Call]\nstatus = 'FAIL'\nmessage = 'no'\n");
     let a = call.attp.unwrap();
-    assert_eq!(
-        (a.thought.as_deref(), a.status.as_deref()),
-        (Some("Mixed case."), Some("fail"))
-    );
+    assert_eq!((a.thought.as_deref(), a.status.as_deref()), (Some("Mixed case."), Some("fail")));
     assert_eq!(f.warnings, ["key_case"]);
     let mut ts = ThoughtStream::new();
     assert_eq!(ts.feed("Thought = 'Mixed case.'"), "Mixed case.");
@@ -234,10 +183,7 @@ fn stream_split(doc: &str, cuts: &[usize]) -> String {
 }
 
 fn char_bounds(doc: &str) -> Vec<usize> {
-    doc.char_indices()
-        .map(|(i, _)| i)
-        .chain([doc.len()])
-        .collect()
+    doc.char_indices().map(|(i, _)| i).chain([doc.len()]).collect()
 }
 
 /// Every split into two and three pieces, and every chunk size, gives the
@@ -247,78 +193,34 @@ fn assert_split_invariant(doc: &str, want: &str) {
     for &a in &bounds {
         assert_eq!(stream_split(doc, &[a]), want, "split at {a} of {doc:?}");
         for &b in bounds.iter().filter(|&&b| b >= a).step_by(3) {
-            assert_eq!(
-                stream_split(doc, &[a, b]),
-                want,
-                "splits at {a},{b} of {doc:?}"
-            );
+            assert_eq!(stream_split(doc, &[a, b]), want, "splits at {a},{b} of {doc:?}");
         }
     }
     for size in 1..=8 {
-        let cuts: Vec<usize> = bounds
-            .iter()
-            .copied()
-            .skip(size)
-            .step_by(size)
-            .filter(|&c| c < doc.len())
-            .collect();
-        assert_eq!(
-            stream_split(doc, &cuts),
-            want,
-            "chunk size {size} of {doc:?}"
-        );
+        let cuts: Vec<usize> = bounds.iter().copied().skip(size).step_by(size).filter(|&c| c < doc.len()).collect();
+        assert_eq!(stream_split(doc, &cuts), want, "chunk size {size} of {doc:?}");
     }
 }
 
 #[test]
 fn thought_stream_at_every_split() {
     let cases: &[(&str, &str)] = &[
-        (
-            "thought = \"\"\"\nline 1\nline 2\n\"\"\"\n[tool_call]\n",
-            "line 1\nline 2\n",
-        ),
-        (
-            "thought = '''\r\nraw \\n ''not'' closed'''",
-            "raw \\n ''not'' closed",
-        ),
-        (
-            "thought = \"a \\\"b\\\" \\\\ \\t \\u00E9 \\U0001F600 \\x41\"",
-            "a \"b\" \\ \t é 😀 A",
-        ),
+        ("thought = \"\"\"\nline 1\nline 2\n\"\"\"\n[tool_call]\n", "line 1\nline 2\n"),
+        ("thought = '''\r\nraw \\n ''not'' closed'''", "raw \\n ''not'' closed"),
+        ("thought = \"a \\\"b\\\" \\\\ \\t \\u00E9 \\U0001F600 \\x41\"", "a \"b\" \\ \t é 😀 A"),
         ("thought = 'it''s'", "it"),
-        (
-            "thought = \"\"\"ends with quotes\"\"\"\"\"",
-            "ends with quotes\"\"",
-        ),
-        (
-            "thought = \"\"\"one \"\"quote\"\" run\"\"\"",
-            "one \"\"quote\"\" run",
-        ),
+        ("thought = \"\"\"ends with quotes\"\"\"\"\"", "ends with quotes\"\""),
+        ("thought = \"\"\"one \"\"quote\"\" run\"\"\"", "one \"\"quote\"\" run"),
         ("thought = \"\"\"\nfolded \\\n   line\"\"\"", "folded line"),
         ("thought = \"\"", ""),
-        (
-            "```toml\nthought = \"\"\"\n思考：用「工具」\n\"\"\"\n```",
-            "思考：用「工具」\n",
-        ),
-        (
-            "Sure, here it is:\n```toml\n  thought   =   \"x\"  # c\n```",
-            "x",
-        ),
+        ("```toml\nthought = \"\"\"\n思考：用「工具」\n\"\"\"\n```", "思考：用「工具」\n"),
+        ("Sure, here it is:\n```toml\n  thought   =   \"x\"  # c\n```", "x"),
         ("\"thought\" = 'quoted key'", "quoted key"),
         ("thoughts = 'no'\nthought.x = 'no'\nthought = 'yes'", "yes"),
-        (
-            "a = [1, \"thought = 'no'\", [2, '''x\n]''']]\nb = { thought = 'no' }\nthought = 'yes'",
-            "yes",
-        ),
+        ("a = [1, \"thought = 'no'\", [2, '''x\n]''']]\nb = { thought = 'no' }\nthought = 'yes'", "yes"),
         ("[tool_call]\nthought = 'not top level'", ""),
-        (
-            "thought = \"bad \\q escape \\u12G\"",
-            "bad \\q escape \\u12G",
-        ),
-        (
-            "thought = \"\"\"unterminated with \"\"",
-            "unterminated with \"\"",
-        ),
+        ("thought = \"bad \\q escape \\u12G\"", "bad \\q escape \\u12G"),
+        ("thought = \"\"\"unterminated with \"\"", "unterminated with \"\""),
         ("thought = \"cut in escape \\u00", "cut in escape \\u00"),
         // Six quotes: TOML allows two before the closing three; the sixth
         // is after the string.
@@ -365,18 +267,11 @@ fn thought_stream_matches_the_binary_element() {
                     .collect()
             };
             let (raw, thought) = (text_of("attp"), text_of("thought"));
-            assert!(
-                !raw.is_empty() || !thought.is_empty(),
-                "{name}: no deltas at all"
-            );
+            assert!(!raw.is_empty() || !thought.is_empty(), "{name}: no deltas at all");
             // Thought deltas (once the payload stage streams them) add up to
             // the thought.
             if !thought.is_empty() {
-                assert_eq!(
-                    Value::String(thought.concat()),
-                    p[0]["attp"]["thought"],
-                    "{name} at {size}"
-                );
+                assert_eq!(Value::String(thought.concat()), p[0]["attp"]["thought"], "{name} at {size}");
             }
             if raw.is_empty() {
                 continue;
@@ -387,11 +282,7 @@ fn thought_stream_matches_the_binary_element() {
                 seen.push_str(&ts.feed(t));
             }
             seen.push_str(&ts.finish());
-            assert_eq!(
-                Value::String(seen),
-                p[0]["attp"]["thought"],
-                "{name} at {size}"
-            );
+            assert_eq!(Value::String(seen), p[0]["attp"]["thought"], "{name} at {size}");
         }
     }
 }
@@ -408,9 +299,7 @@ fn toml_string(s: &str, form: u8) -> Option<String> {
                     '\\' => out.push_str("\\\\"),
                     '\n' => out.push_str("\\n"),
                     '\t' => out.push_str("\\t"),
-                    c if (c as u32) < 0x20 || c == '\u{7f}' => {
-                        out.push_str(&format!("\\u{:04X}", c as u32))
-                    }
+                    c if (c as u32) < 0x20 || c == '\u{7f}' => out.push_str(&format!("\\u{:04X}", c as u32)),
                     c => out.push(c),
                 }
             }
@@ -424,9 +313,7 @@ fn toml_string(s: &str, form: u8) -> Option<String> {
                     '"' => out.push_str("\\\""),
                     '\\' => out.push_str("\\\\"),
                     '\n' | '\t' => out.push(c),
-                    c if (c as u32) < 0x20 || c == '\u{7f}' => {
-                        out.push_str(&format!("\\u{:04X}", c as u32))
-                    }
+                    c if (c as u32) < 0x20 || c == '\u{7f}' => out.push_str(&format!("\\u{:04X}", c as u32)),
                     c => out.push(c),
                 }
             }
@@ -438,9 +325,7 @@ fn toml_string(s: &str, form: u8) -> Option<String> {
         _ => (!s.contains("'''")
             && !s.ends_with('\'')
             && !s.contains('\r')
-            && !s
-                .chars()
-                .any(|c| c.is_control() && !matches!(c, '\t' | '\n')))
+            && !s.chars().any(|c| c.is_control() && !matches!(c, '\t' | '\n')))
         .then(|| format!("'''\n{s}'''")),
     }
 }

@@ -7,9 +7,7 @@ mod calls_support;
 use calls_support::*;
 use serde_json::json;
 use spindle::calls::catalog::{LoadOptions, closest, observation_success};
-use spindle::calls::{
-    CallFormat, CallProblem, CatalogError, ParamProblem, Step, ToolCall, ToolCatalog, ToolDef,
-};
+use spindle::calls::{CallFormat, CallProblem, CatalogError, ParamProblem, Step, ToolCall, ToolCatalog, ToolDef};
 use std::path::{Path, PathBuf};
 
 const PLUGINS: &str = "tests/data/plugins";
@@ -29,41 +27,16 @@ fn call(format: CallFormat, tool: &str, params: serde_json::Value) -> ToolCall {
 #[test]
 fn loads_the_sample_plugins_dir() {
     let c = catalog();
-    let plugins: Vec<&str> = c
-        .plugins()
-        .iter()
-        .map(|p| p.manifest.name.as_str())
-        .collect();
-    assert_eq!(
-        plugins,
-        [
-            "bilibili-fetch",
-            "file-ops",
-            "game-tools",
-            "search",
-            "theme-only"
-        ]
-    );
+    let plugins: Vec<&str> = c.plugins().iter().map(|p| p.manifest.name.as_str()).collect();
+    assert_eq!(plugins, ["bilibili-fetch", "file-ops", "game-tools", "search", "theme-only"]);
     assert_eq!(c.len(), 17);
     let b = c.get("BilibiliFetch:getSubtitle").unwrap();
     assert_eq!(b.display_name.as_deref(), Some("获取 Bilibili 视频字幕"));
-    assert_eq!(
-        b.implementation.as_ref().unwrap()["command"],
-        "python scripts/BilibiliFetch.py"
-    );
+    assert_eq!(b.implementation.as_ref().unwrap()["command"], "python scripts/BilibiliFetch.py");
     assert_eq!(b.extra["configSchema"][0]["key"], "bilibiliCookie");
     assert_eq!(b.plugin.as_deref(), Some("bilibili-fetch"));
-    assert!(
-        b.source
-            .as_ref()
-            .unwrap()
-            .ends_with("bilibili-fetch/tools/bilibili.tool.json")
-    );
-    let theme = c
-        .plugins()
-        .iter()
-        .find(|p| p.manifest.name == "theme-only")
-        .unwrap();
+    assert!(b.source.as_ref().unwrap().ends_with("bilibili-fetch/tools/bilibili.tool.json"));
+    let theme = c.plugins().iter().find(|p| p.manifest.name == "theme-only").unwrap();
     assert!(theme.tools.is_empty());
     // A single plugin directory loads too.
     let one = ToolCatalog::load_plugins(&Path::new(PLUGINS).join("game-tools")).unwrap();
@@ -75,25 +48,14 @@ fn loads_the_sample_plugins_dir() {
 #[test]
 fn spec004_5_5_observation_text() {
     let c = catalog();
-    let obs = c.observations(&call(
-        CallFormat::Action,
-        "GetPlayerInfo",
-        json!({"playerId": "player123"}),
-    ));
+    let obs = c.observations(&call(CallFormat::Action, "GetPlayerInfo", json!({"playerId": "player123"})));
     assert_eq!(
         obs,
         [
             "Observation: Error - Invalid parameters for GetPlayerInfo: Unknown parameter 'playerId', did you mean 'player_id'?"
         ]
     );
-    assert!(
-        c.observations(&call(
-            CallFormat::Action,
-            "GetPlayerInfo",
-            json!({"player_id": "player123"})
-        ))
-        .is_empty()
-    );
+    assert!(c.observations(&call(CallFormat::Action, "GetPlayerInfo", json!({"player_id": "player123"}))).is_empty());
     assert_eq!(
         observation_success("ReadWorldStateTool", "sunny"),
         "Observation: Tool ReadWorldStateTool executed successfully. Result: sunny"
@@ -109,22 +71,13 @@ fn unknown_tools_name_the_closest() {
         ("ReadWorldState", Some("ReadWorldStateTool")),
         ("File.ApplyEdits", Some("File.ApplyEdit")),
         ("file_write", Some("File.Write")),
-        (
-            "BilibiliFetch:getSubtitles",
-            Some("BilibiliFetch:getSubtitle"),
-        ),
+        ("BilibiliFetch:getSubtitles", Some("BilibiliFetch:getSubtitle")),
         ("Zzz", None),
     ];
     for (id, want) in cases {
         let problems = c.check(&call(CallFormat::Tam, id, json!({})));
         match &problems[..] {
-            [
-                CallProblem::UnknownTool {
-                    id: got,
-                    suggestion,
-                    ..
-                },
-            ] => {
+            [CallProblem::UnknownTool { id: got, suggestion, .. }] => {
                 assert_eq!(got, id);
                 assert_eq!(suggestion.as_deref(), want, "{id}");
             }
@@ -132,10 +85,7 @@ fn unknown_tools_name_the_closest() {
         }
     }
     let obs = c.observations(&call(CallFormat::Tam, "GetPlayerInfos", json!({})));
-    assert_eq!(
-        obs,
-        ["Observation: Error - Unknown tool ID 'GetPlayerInfos', did you mean 'GetPlayerInfo'?"]
-    );
+    assert_eq!(obs, ["Observation: Error - Unknown tool ID 'GetPlayerInfos', did you mean 'GetPlayerInfo'?"]);
 }
 
 #[test]
@@ -147,105 +97,55 @@ fn parameter_problems() {
         other => panic!("{other:?}"),
     };
     assert_eq!(
-        check(
-            CallFormat::Action,
-            "ReadWorldStateTool",
-            json!({"pathh": "a"})
-        ),
-        [ParamProblem::Unknown {
-            name: "pathh".into(),
-            suggestion: Some("path".into())
-        }]
+        check(CallFormat::Action, "ReadWorldStateTool", json!({"pathh": "a"})),
+        [ParamProblem::Unknown { name: "pathh".into(), suggestion: Some("path".into()) }]
     );
     assert_eq!(
         check(CallFormat::Action, "ReadWorldStateTool", json!({})),
-        [ParamProblem::Missing {
-            name: "path".into()
-        }]
+        [ParamProblem::Missing { name: "path".into() }]
     );
     assert_eq!(
-        check(
-            CallFormat::Action,
-            "ReadWorldStateTool",
-            json!({"path": "a", "zzz": 1})
-        ),
-        [ParamProblem::Unknown {
-            name: "zzz".into(),
-            suggestion: None
-        }]
+        check(CallFormat::Action, "ReadWorldStateTool", json!({"path": "a", "zzz": 1})),
+        [ParamProblem::Unknown { name: "zzz".into(), suggestion: None }]
     );
     // Text values take the schema's types where the text allows it.
-    assert!(check(CallFormat::Action, "PublishEventTool", json!({"event_type": "e", "priority": " 3 ", "urgent": "TRUE", "tags": "one", "payload": "{\"a\": 1}"})).is_empty());
-    let p = check(
-        CallFormat::Action,
-        "PublishEventTool",
-        json!({"event_type": "e", "priority": "high"}),
-    );
     assert!(
-        matches!(&p[..], [ParamProblem::Invalid { path, .. }] if path == "priority"),
-        "{p:?}"
+        check(
+            CallFormat::Action,
+            "PublishEventTool",
+            json!({"event_type": "e", "priority": " 3 ", "urgent": "TRUE", "tags": "one", "payload": "{\"a\": 1}"})
+        )
+        .is_empty()
     );
-    let p = check(
-        CallFormat::Action,
-        "PublishEventTool",
-        json!({"event_type": "e", "priority": "12"}),
-    );
+    let p = check(CallFormat::Action, "PublishEventTool", json!({"event_type": "e", "priority": "high"}));
+    assert!(matches!(&p[..], [ParamProblem::Invalid { path, .. }] if path == "priority"), "{p:?}");
+    let p = check(CallFormat::Action, "PublishEventTool", json!({"event_type": "e", "priority": "12"}));
     assert!(
         matches!(&p[..], [ParamProblem::Invalid { path, message }] if path == "priority" && message.contains("9")),
         "{p:?}"
     );
     // Nested: a single <file> is a one-element array; missing nested fields are reported with their path.
     assert!(
-        check(
-            CallFormat::Action,
-            "read_file",
-            json!({"args": {"file": {"path": "a", "max_lines": "10"}}})
-        )
-        .is_empty()
+        check(CallFormat::Action, "read_file", json!({"args": {"file": {"path": "a", "max_lines": "10"}}})).is_empty()
     );
-    let p = check(
-        CallFormat::Action,
-        "read_file",
-        json!({"args": {"file": [{"path": "a"}, {"max_lines": "x"}]}}),
-    );
+    let p = check(CallFormat::Action, "read_file", json!({"args": {"file": [{"path": "a"}, {"max_lines": "x"}]}}));
     assert_eq!(p.len(), 2, "{p:?}");
     assert!(
-        p.iter().all(
-            |x| matches!(x, ParamProblem::Invalid { path, .. } if path.starts_with("args.file.1"))
-        ),
+        p.iter().all(|x| matches!(x, ParamProblem::Invalid { path, .. } if path.starts_with("args.file.1"))),
         "{p:?}"
     );
     // TAM keys are normalised: they match camelCase schema names.
-    assert!(
-        check(
-            CallFormat::Tam,
-            "FileOperator.WriteFile",
-            json!({"file_path": "/a", "content": "x"})
-        )
-        .is_empty()
-    );
+    assert!(check(CallFormat::Tam, "FileOperator.WriteFile", json!({"file_path": "/a", "content": "x"})).is_empty());
     // ACTION names are as written: file_path is not filePath.
-    let p = check(
-        CallFormat::Action,
-        "FileOperator.WriteFile",
-        json!({"file_path": "/a", "content": "x"}),
-    );
-    assert_eq!(
-        p,
-        [ParamProblem::Unknown {
-            name: "file_path".into(),
-            suggestion: Some("filePath".into())
-        }]
-    );
+    let p = check(CallFormat::Action, "FileOperator.WriteFile", json!({"file_path": "/a", "content": "x"}));
+    assert_eq!(p, [ParamProblem::Unknown { name: "file_path".into(), suggestion: Some("filePath".into()) }]);
 }
 
 #[test]
 fn uris_stand_for_their_parameter() {
     let c = catalog();
     let mut call = call(CallFormat::Tam, "File.Write", json!({"content": "x"}));
-    call.steps[0]
-        .uris
-        .insert("file_path".into(), "fam://a".into());
+    call.steps[0].uris.insert("file_path".into(), "fam://a".into());
     assert!(c.check(&call).is_empty(), "{:?}", c.check(&call));
     call.steps[0].uris.insert("nope".into(), "fam://b".into());
     assert_eq!(c.check(&call).len(), 1);
@@ -254,40 +154,19 @@ fn uris_stand_for_their_parameter() {
 #[test]
 fn check_step_returns_converted_params() {
     let c = catalog();
-    let step = &call(
-        CallFormat::Action,
-        "PublishEventTool",
-        json!({"event_type": "e", "priority": "3", "tags": "t"}),
-    )
-    .steps[0];
+    let step = &call(CallFormat::Action, "PublishEventTool", json!({"event_type": "e", "priority": "3", "tags": "t"}))
+        .steps[0];
     let params = c.check_step(CallFormat::Action, 0, step).unwrap();
-    assert_eq!(
-        serde_json::Value::Object(params),
-        json!({"event_type": "e", "priority": 3, "tags": ["t"]})
-    );
-    let step = &call(
-        CallFormat::Tam,
-        "FileOperator.WriteFile",
-        json!({"file_path": "/a", "content": "x"}),
-    )
-    .steps[0];
+    assert_eq!(serde_json::Value::Object(params), json!({"event_type": "e", "priority": 3, "tags": ["t"]}));
+    let step = &call(CallFormat::Tam, "FileOperator.WriteFile", json!({"file_path": "/a", "content": "x"})).steps[0];
     let params = c.check_step(CallFormat::Tam, 0, step).unwrap();
-    assert_eq!(
-        serde_json::Value::Object(params),
-        json!({"filePath": "/a", "content": "x"})
-    );
+    assert_eq!(serde_json::Value::Object(params), json!({"filePath": "/a", "content": "x"}));
 }
 
 #[test]
 fn closest_prefers_normalised_equality() {
-    assert_eq!(
-        closest("playerId", ["player", "player_id", "layer_id"]),
-        Some("player_id")
-    );
-    assert_eq!(
-        closest("FILE-PATH", ["file_name", "file_path"]),
-        Some("file_path")
-    );
+    assert_eq!(closest("playerId", ["player", "player_id", "layer_id"]), Some("player_id"));
+    assert_eq!(closest("FILE-PATH", ["file_name", "file_path"]), Some("file_path"));
     assert_eq!(closest("colour", ["color", "column"]), Some("color"));
     assert_eq!(closest("xyz", ["query", "max_results"]), None);
     assert_eq!(closest("x", std::iter::empty::<&str>()), None);
@@ -296,30 +175,24 @@ fn closest_prefers_normalised_equality() {
 #[test]
 fn attp_code_is_checked_against_tool_names() {
     let c = catalog();
-    let (call, _) = spindle::calls::attp::parse_attp(
-        &std::fs::read_to_string("corpora/attp-multi-tool-unfenced.txt").unwrap(),
-    );
+    let (call, _) =
+        spindle::calls::attp::parse_attp(&std::fs::read_to_string("corpora/attp-multi-tool-unfenced.txt").unwrap());
     assert_eq!(
         c.observations(&call),
-        [
-            "Observation: Error - Unknown tool 'serch_web' called in the code, did you mean 'search_web'?"
-        ]
+        ["Observation: Error - Unknown tool 'serch_web' called in the code, did you mean 'search_web'?"]
     );
     // An empty catalog checks only the policy.
     assert!(ToolCatalog::new().observations(&call).is_empty());
-    let (call, _) = spindle::calls::attp::parse_attp(
-        &std::fs::read_to_string("corpora/attp-policy-violations.txt").unwrap(),
-    );
+    let (call, _) =
+        spindle::calls::attp::parse_attp(&std::fs::read_to_string("corpora/attp-policy-violations.txt").unwrap());
     let obs = ToolCatalog::new().observations(&call);
     assert_eq!(obs.len(), 1);
     assert!(obs[0].starts_with("Observation: Error - Code policy violation: "));
     // Tools are callable by their id's last part.
     let mut c = ToolCatalog::new();
-    c.add(ToolDef::new("Web:search", json!({"type": "object"})))
-        .unwrap();
-    let (call, _) = spindle::calls::attp::parse_attp(
-        "[tool_call]\nstatus='success'\ntarget='t'\ncode='__result__ = search(1)'",
-    );
+    c.add(ToolDef::new("Web:search", json!({"type": "object"}))).unwrap();
+    let (call, _) =
+        spindle::calls::attp::parse_attp("[tool_call]\nstatus='success'\ntarget='t'\ncode='__result__ = search(1)'");
     assert!(c.observations(&call).is_empty());
 }
 
@@ -340,51 +213,29 @@ fn plugins_dir(files: &[(&str, &str)]) -> PathBuf {
 /// (relative path, text) of the files of a plugins dir.
 type Files<'a> = &'a [(&'a str, &'a str)];
 
-const GOOD_TOOL: &str =
-    r#"{"id": "t:one", "parameters": {"type": "object", "properties": {"a": {"type": "string"}}}}"#;
+const GOOD_TOOL: &str = r#"{"id": "t:one", "parameters": {"type": "object", "properties": {"a": {"type": "string"}}}}"#;
 
 #[test]
 fn loading_errors_name_the_file() {
     let cases: &[(&str, Files, &str)] = &[
-        (
-            "broken yaml",
-            &[("p/plugin.yaml", "name: [unclosed\n")],
-            "p/plugin.yaml",
-        ),
-        (
-            "manifest without name",
-            &[("p/plugin.yaml", "displayName: X\n")],
-            "p/plugin.yaml",
-        ),
-        (
-            "entry is not a directory",
-            &[("p/plugin.yaml", "name: p\ntools:\n  entry: ./missing\n")],
-            "missing",
-        ),
+        ("broken yaml", &[("p/plugin.yaml", "name: [unclosed\n")], "p/plugin.yaml"),
+        ("manifest without name", &[("p/plugin.yaml", "displayName: X\n")], "p/plugin.yaml"),
+        ("entry is not a directory", &[("p/plugin.yaml", "name: p\ntools:\n  entry: ./missing\n")], "missing"),
         (
             "broken tool json",
-            &[
-                ("p/plugin.yaml", "name: p\ntools:\n  entry: tools\n"),
-                ("p/tools/x.tool.json", "{\"id\": "),
-            ],
+            &[("p/plugin.yaml", "name: p\ntools:\n  entry: tools\n"), ("p/tools/x.tool.json", "{\"id\": ")],
             "x.tool.json",
         ),
         (
             "tool without id",
-            &[
-                ("p/plugin.yaml", "name: p\ntools:\n  entry: tools\n"),
-                ("p/tools/x.tool.json", "{\"parameters\": {}}"),
-            ],
+            &[("p/plugin.yaml", "name: p\ntools:\n  entry: tools\n"), ("p/tools/x.tool.json", "{\"parameters\": {}}")],
             "x.tool.json",
         ),
         (
             "invalid schema",
             &[
                 ("p/plugin.yaml", "name: p\ntools:\n  entry: tools\n"),
-                (
-                    "p/tools/bad.tool.json",
-                    r#"{"id": "bad", "parameters": {"type": 12}}"#,
-                ),
+                ("p/tools/bad.tool.json", r#"{"id": "bad", "parameters": {"type": 12}}"#),
             ],
             "bad.tool.json",
         ),
@@ -392,10 +243,7 @@ fn loading_errors_name_the_file() {
             "schema that is not an object",
             &[
                 ("p/plugin.yaml", "name: p\ntools:\n  entry: tools\n"),
-                (
-                    "p/tools/bad.tool.json",
-                    r#"{"id": "bad", "parameters": "string"}"#,
-                ),
+                ("p/tools/bad.tool.json", r#"{"id": "bad", "parameters": "string"}"#),
             ],
             "bad.tool.json",
         ),
@@ -409,11 +257,7 @@ fn loading_errors_name_the_file() {
             ],
             "b.tool.json",
         ),
-        (
-            "plugin dir without manifest",
-            &[("p/tools/a.tool.json", GOOD_TOOL)],
-            "has no plugin.yaml",
-        ),
+        ("plugin dir without manifest", &[("p/tools/a.tool.json", GOOD_TOOL)], "has no plugin.yaml"),
     ];
     for (name, files, needle) in cases {
         let dir = plugins_dir(files);
@@ -428,10 +272,8 @@ fn loading_errors_name_the_file() {
 
 #[test]
 fn oversized_files_are_refused() {
-    let dir = plugins_dir(&[
-        ("p/plugin.yaml", "name: p\ntools:\n  entry: tools\n"),
-        ("p/tools/a.tool.json", GOOD_TOOL),
-    ]);
+    let dir =
+        plugins_dir(&[("p/plugin.yaml", "name: p\ntools:\n  entry: tools\n"), ("p/tools/a.tool.json", GOOD_TOOL)]);
     let err = ToolCatalog::load_plugins_with(&dir, LoadOptions { max_file_len: 20 }).unwrap_err();
     assert!(matches!(err, CatalogError::TooLarge { .. }), "{err}");
     assert!(ToolCatalog::load_plugins_with(&dir, LoadOptions { max_file_len: 1000 }).is_ok());
@@ -442,52 +284,27 @@ fn oversized_files_are_refused() {
 
 #[test]
 fn parse_with_tools_prints_observations_to_stderr() {
-    let input =
-        std::fs::read_to_string("corpora/action-spec004-5-5-turn1-wrong-param.txt").unwrap();
+    let input = std::fs::read_to_string("corpora/action-spec004-5-5-turn1-wrong-param.txt").unwrap();
     for chunk in [None, Some(1), Some(7)] {
-        let r = run(
-            input.as_bytes(),
-            chunk,
-            &["--profile", "action", "--tools", PLUGINS],
-        );
+        let r = run(input.as_bytes(), chunk, &["--profile", "action", "--tools", PLUGINS]);
         assert_eq!(r.code, 0);
         assert_eq!(
             r.stderr.trim_end(),
             "Observation: Error - Invalid parameters for GetPlayerInfo: Unknown parameter 'playerId', did you mean 'player_id'?"
         );
         // stdout stays JSONL.
-        assert!(
-            r.events
-                .iter()
-                .any(|e| e["type"] == "element" && e["tag"] == "action")
-        );
+        assert!(r.events.iter().any(|e| e["type"] == "element" && e["tag"] == "action"));
     }
     let ok = std::fs::read_to_string("corpora/action-spec004-5-5-turn2-corrected.txt").unwrap();
-    let r = run(
-        ok.as_bytes(),
-        None,
-        &["--profile", "action", "--tools", PLUGINS],
-    );
+    let r = run(ok.as_bytes(), None, &["--profile", "action", "--tools", PLUGINS]);
     assert_eq!(r.stderr, "");
     for (file, profile, needle) in [
-        (
-            "action-malformed.txt",
-            "action",
-            "Observation: Error - Malformed XML in ACTION block",
-        ),
+        ("action-malformed.txt", "action", "Observation: Error - Malformed XML in ACTION block"),
         ("tam-two-blocks.txt", "tam", "Unknown tool ID 'File.Read'"),
-        (
-            "attp-multi-tool-unfenced.txt",
-            "attp",
-            "did you mean 'search_web'?",
-        ),
+        ("attp-multi-tool-unfenced.txt", "attp", "did you mean 'search_web'?"),
     ] {
         let text = std::fs::read_to_string(format!("corpora/{file}")).unwrap();
-        let r = run(
-            text.as_bytes(),
-            Some(7),
-            &["--profile", profile, "--tools", PLUGINS],
-        );
+        let r = run(text.as_bytes(), Some(7), &["--profile", profile, "--tools", PLUGINS]);
         assert!(r.stderr.contains(needle), "{file}: {}", r.stderr);
     }
     for file in [
@@ -498,29 +315,16 @@ fn parse_with_tools_prints_observations_to_stderr() {
     ] {
         let text = std::fs::read_to_string(format!("corpora/{file}")).unwrap();
         let profile = file.split('-').next().unwrap();
-        let r = run(
-            text.as_bytes(),
-            None,
-            &["--profile", profile, "--tools", PLUGINS],
-        );
-        assert_eq!(
-            r.stderr, "",
-            "{file} should be valid against the sample plugins"
-        );
+        let r = run(text.as_bytes(), None, &["--profile", profile, "--tools", PLUGINS]);
+        assert_eq!(r.stderr, "", "{file} should be valid against the sample plugins");
     }
 }
 
 #[test]
 fn parse_with_a_broken_tools_dir_fails_naming_the_file() {
-    let dir = plugins_dir(&[
-        ("p/plugin.yaml", "name: p\ntools:\n  entry: tools\n"),
-        ("p/tools/bad.tool.json", "{nope"),
-    ]);
-    let r = run(
-        b"hi",
-        None,
-        &["--profile", "tam", "--tools", dir.to_str().unwrap()],
-    );
+    let dir =
+        plugins_dir(&[("p/plugin.yaml", "name: p\ntools:\n  entry: tools\n"), ("p/tools/bad.tool.json", "{nope")]);
+    let r = run(b"hi", None, &["--profile", "tam", "--tools", dir.to_str().unwrap()]);
     assert_eq!(r.code, 2);
     assert!(r.stderr.contains("bad.tool.json"), "{}", r.stderr);
     let _ = std::fs::remove_dir_all(&dir);

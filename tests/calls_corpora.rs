@@ -35,11 +35,7 @@ fn corpora() -> Vec<(String, String)> {
 fn corpora_match_their_expected_payloads() {
     let bless = std::env::var_os("SPINDLE_BLESS").is_some();
     let list = corpora();
-    assert!(
-        list.len() >= 30,
-        "expected the tam/action/attp corpora, found {}",
-        list.len()
-    );
+    assert!(list.len() >= 30, "expected the tam/action/attp corpora, found {}", list.len());
     for (stem, profile_name) in list {
         let input = std::fs::read_to_string(format!("corpora/{stem}.txt")).unwrap();
         let events = parse_all_splits(&input, &["--profile", &profile_name]);
@@ -49,20 +45,14 @@ fn corpora_match_their_expected_payloads() {
         // The binary's payloads are the context-free form (until the payload
         // stage is wired to a CallTracker) or the tracked form.
         let mut i = 0;
-        for e in events
-            .iter()
-            .filter(|e| e["type"] == "element" && e["tag"] == profile_name.as_str())
-        {
+        for e in events.iter().filter(|e| e["type"] == "element" && e["tag"] == profile_name.as_str()) {
             let el: Element = serde_json::from_value(e.clone()).unwrap();
             let free = match profile_name.as_str() {
                 "tam" => spindle::calls::tam_payload(&el),
                 "action" => spindle::calls::action_payload(&el),
                 _ => spindle::calls::attp_payload(&el),
             };
-            assert!(
-                e["payload"] == free.value || e["payload"] == tracked[i],
-                "{stem}: element {i}"
-            );
+            assert!(e["payload"] == free.value || e["payload"] == tracked[i], "{stem}: element {i}");
             i += 1;
         }
         assert_eq!(i, tracked.len());
@@ -70,16 +60,11 @@ fn corpora_match_their_expected_payloads() {
         let expected_path = format!("corpora/expected/{stem}.expected.json");
         let got = Value::Array(tracked);
         if bless {
-            std::fs::write(
-                &expected_path,
-                serde_json::to_string_pretty(&got).unwrap() + "\n",
-            )
-            .unwrap();
+            std::fs::write(&expected_path, serde_json::to_string_pretty(&got).unwrap() + "\n").unwrap();
             continue;
         }
         let want: Value = serde_json::from_str(
-            &std::fs::read_to_string(&expected_path)
-                .unwrap_or_else(|_| panic!("missing {expected_path}")),
+            &std::fs::read_to_string(&expected_path).unwrap_or_else(|_| panic!("missing {expected_path}")),
         )
         .unwrap();
         assert_eq!(got, want, "{stem}: payloads differ from {expected_path}");
@@ -104,11 +89,7 @@ fn corpora_payloads_do_not_depend_on_chunk_size() {
                 events.extend(parser.feed(chunk));
             }
             events.extend(parser.finish());
-            let got: Vec<Value> = events
-                .iter()
-                .filter_map(|e| e.as_element())
-                .map(|e| e.payload.clone())
-                .collect();
+            let got: Vec<Value> = events.iter().filter_map(|e| e.as_element()).map(|e| e.payload.clone()).collect();
             assert_eq!(got, whole, "{stem} at chunk size {size}");
         }
     }
@@ -148,8 +129,7 @@ fn tracker_bounds_the_response_text() {
     let registry = profile("action");
     let text = format!("{}\n<ACTION><T><a>1</a></T></ACTION>", "word ".repeat(100));
     let events = spindle::parse(registry.clone(), text.as_bytes());
-    let mut tracker =
-        spindle::calls::CallTracker::with_text_limit(std::sync::Arc::new(registry), 40);
+    let mut tracker = spindle::calls::CallTracker::with_text_limit(std::sync::Arc::new(registry), 40);
     let mut got = Vec::new();
     for e in &events {
         tracker.observe(e);

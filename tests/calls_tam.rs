@@ -46,11 +46,7 @@ fn spec000_5_2_multi_step() {
     assert_eq!(p["comment"], "生成每日报告的完整流程");
     assert_eq!(
         p["comments"],
-        json!([
-            "步骤 1: 异步生成封面图，如果失败则跳过",
-            "步骤 2: 同步写日志",
-            "步骤 3: 构建最终报告"
-        ])
+        json!(["步骤 1: 异步生成封面图，如果失败则跳过", "步骤 2: 同步写日志", "步骤 3: 构建最终报告"])
     );
     let dir = "fam://project-x/reports/today";
     assert_eq!(
@@ -75,12 +71,7 @@ fn spec000_5_2_multi_step() {
             ),
         ]
     );
-    let idx: Vec<&Value> = p["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| &s["index"])
-        .collect();
+    let idx: Vec<&Value> = p["steps"].as_array().unwrap().iter().map(|s| &s["index"]).collect();
     assert_eq!(idx, [&json!(1), &json!(2), &json!(3)]);
     assert_eq!(p["steps"][0]["on_error"], "continue");
     assert_eq!(p["steps"][1]["on_error"], "stop");
@@ -95,10 +86,7 @@ fn spec000_5_3_lenient_result() {
     assert_eq!(p["steps"].as_array().unwrap().len(), 1);
     assert_eq!(p["steps"][0]["index"], 1);
     assert_eq!(p["steps"][0]["tool_id"], "File.Write");
-    assert_eq!(
-        p["steps"][0]["params"],
-        json!({"file_path": "/logs/today.log", "content": "start…\nanother line"})
-    );
+    assert_eq!(p["steps"][0]["params"], json!({"file_path": "/logs/today.log", "content": "start…\nanother line"}));
     assert_eq!(warnings(&p), ["mixed_delimiters_used"]);
     assert_eq!(p["comments"], json!(["我的计划"]));
 }
@@ -114,10 +102,7 @@ fn spec002_cjk_delimiters() {
     assert_eq!(
         steps(&p),
         [
-            (
-                "FileOperator.WriteFile".to_string(),
-                json!({"file_path": "/logs/today.log", "content": "任务开始..."})
-            ),
+            ("FileOperator.WriteFile".to_string(), json!({"file_path": "/logs/today.log", "content": "任务开始..."})),
             // Values are not unescaped: `\n` stays two characters.
             (
                 "FileOperator.AppendFile".to_string(),
@@ -125,10 +110,7 @@ fn spec002_cjk_delimiters() {
             ),
         ]
     );
-    assert_eq!(
-        p["comments"],
-        json!(["步骤 1: 创建文件", "步骤 2: 追加日志"])
-    );
+    assert_eq!(p["comments"], json!(["步骤 1: 创建文件", "步骤 2: 追加日志"]));
 }
 
 #[test]
@@ -141,35 +123,16 @@ fn key_normalisation_follows_spec000_2_3() {
         ("command1", "command_1", "command", Some(1)),
         ("Command_1", "command_1", "command", Some(1)),
         ("  request-ID  ", "request_id", "request_id", None),
-        (
-            "type_hint_payload_3",
-            "type_hint_payload_3",
-            "type_hint_payload",
-            Some(3),
-        ),
+        ("type_hint_payload_3", "type_hint_payload_3", "type_hint_payload", Some(3)),
         ("onError2", "on_error_2", "on_error", Some(2)),
-        (
-            "HTTPRequest__URL",
-            "http_request_url",
-            "http_request_url",
-            None,
-        ),
-        (
-            "uri.Source.File-12",
-            "uri_source_file_12",
-            "uri_source_file",
-            Some(12),
-        ),
+        ("HTTPRequest__URL", "http_request_url", "http_request_url", None),
+        ("uri.Source.File-12", "uri_source_file_12", "uri_source_file", Some(12)),
         ("__weird__key__", "weird_key", "weird_key", None),
         ("参数1", "参数_1", "参数", Some(1)),
     ];
     for (raw, name, base, step) in table {
         let k = normalize_key(raw);
-        assert_eq!(
-            (k.name.as_str(), k.base.as_str(), k.step),
-            (name, base, step),
-            "{raw:?}"
-        );
+        assert_eq!((k.name.as_str(), k.base.as_str(), k.step), (name, base, step), "{raw:?}");
     }
 }
 
@@ -179,10 +142,7 @@ fn odd_key_spellings_reach_the_same_steps() {
     let p = one(input);
     assert_eq!(
         steps(&p),
-        [
-            ("A.Run".to_string(), json!({"file_path": "/x"})),
-            ("B.Run".to_string(), json!({"file_path": "/y"}))
-        ]
+        [("A.Run".to_string(), json!({"file_path": "/x"})), ("B.Run".to_string(), json!({"file_path": "/y"}))]
     );
     assert_eq!(p["steps"][1]["on_error"], "continue");
     assert_eq!(p["steps"][1]["retry"], 2);
@@ -307,17 +267,11 @@ fn variants() {
     ];
     for (name, input, want, want_warnings) in cases {
         let p = one(input);
-        let got: Vec<Value> = steps(&p)
-            .into_iter()
-            .map(|(t, params)| json!([t, params]))
-            .collect();
+        let got: Vec<Value> = steps(&p).into_iter().map(|(t, params)| json!([t, params])).collect();
         assert_eq!(Value::Array(got), *want, "{name}");
         let w = warnings(&p);
         for code in *want_warnings {
-            assert!(
-                w.iter().any(|x| x == code),
-                "{name}: {code} missing from {w:?}"
-            );
+            assert!(w.iter().any(|x| x == code), "{name}: {code} missing from {w:?}");
         }
         if want_warnings.is_empty() {
             assert!(w.is_empty(), "{name}: unexpected warnings {w:?}");
@@ -334,24 +288,12 @@ fn type_hints_uris_and_common() {
     assert_eq!(s1["params"]["note"], "hello, 世界!");
     assert_eq!(s1["params"]["file_path"], "/data/shared.bin");
     assert_eq!(s1["params"]["mode"], "fast");
-    assert_eq!(
-        s1["uris"],
-        json!({"source": "fam://project-data/images/input.png"})
-    );
+    assert_eq!(s1["uris"], json!({"source": "fam://project-data/images/input.png"}));
     assert_eq!(s1["comment"], "upload first");
     let s2 = &p["steps"][1];
-    assert_eq!(
-        s2["params"]["config"],
-        json!({"retries": 3, "tags": ["a", "b"]})
-    );
-    assert_eq!(
-        s2["params"]["mode"], "slow",
-        "a step's own value overrides common_"
-    );
-    assert_eq!(
-        (s2["on_error"].as_str(), s2["retry"].as_u64()),
-        (Some("continue"), Some(3))
-    );
+    assert_eq!(s2["params"]["config"], json!({"retries": 3, "tags": ["a", "b"]}));
+    assert_eq!(s2["params"]["mode"], "slow", "a step's own value overrides common_");
+    assert_eq!((s2["on_error"].as_str(), s2["retry"].as_u64()), (Some("continue"), Some(3)));
     assert!(warnings(&p).contains(&"unnumbered_param_applied_to_all".to_string()));
 }
 
@@ -366,17 +308,8 @@ fn bad_modifiers_are_reported_not_fatal() {
     assert_eq!(s.params["a"], "{nope");
     assert_eq!(s.params["b"], "***");
     assert_eq!(s.params["c"], "x");
-    for code in [
-        "invalid_on_error",
-        "invalid_retry",
-        "type_hint_failed",
-        "unknown_type_hint",
-    ] {
-        assert!(
-            f.warnings.iter().any(|w| w == code),
-            "{code} in {:?}",
-            f.warnings
-        );
+    for code in ["invalid_on_error", "invalid_retry", "type_hint_failed", "unknown_type_hint"] {
+        assert!(f.warnings.iter().any(|w| w == code), "{code} in {:?}", f.warnings);
     }
     assert_eq!(f.diagnostics.len(), 5);
 }
@@ -386,12 +319,7 @@ fn a_block_without_command_is_an_error_payload() {
     let p = one("<|[REQUEST_TOOL]|>\npath:»»»a«««\n<|[END_TOOL]|>");
     assert_eq!(p["steps"], json!([]));
     assert!(p["error"].as_str().unwrap().contains("command"));
-    assert!(
-        p["observation"]
-            .as_str()
-            .unwrap()
-            .starts_with("Observation: Error - ")
-    );
+    assert!(p["observation"].as_str().unwrap().starts_with("Observation: Error - "));
     assert_eq!(p["unassigned"], json!({"path": "a"}));
 }
 
@@ -404,24 +332,15 @@ fn orphan_step_parameters_are_kept() {
 
 #[test]
 fn truncated_block_still_gives_its_steps() {
-    let events = parse_all_splits(
-        &std::fs::read_to_string("corpora/tam-truncated.txt").unwrap(),
-        &["--profile", "tam"],
-    );
+    let events =
+        parse_all_splits(&std::fs::read_to_string("corpora/tam-truncated.txt").unwrap(), &["--profile", "tam"]);
     let p = payloads(&events, "tam");
     assert_eq!(
         steps(&p[0]),
-        [(
-            "File.Write".to_string(),
-            json!({"file_path": "/tmp/out.txt", "content": "partial content that was cut"})
-        )]
+        [("File.Write".to_string(), json!({"file_path": "/tmp/out.txt", "content": "partial content that was cut"}))]
     );
     assert!(warnings(&p[0]).contains(&"missing_close_delimiter".to_string()));
-    assert!(
-        events
-            .iter()
-            .any(|e| e["type"] == "repair" && e["kind"] == "closed_at_eof" && e["tag"] == "tam")
-    );
+    assert!(events.iter().any(|e| e["type"] == "repair" && e["kind"] == "closed_at_eof" && e["tag"] == "tam"));
     // With context, the block itself is flagged as cut off.
     let tracked = tracked_payloads(&profile("tam"), &events);
     assert!(warnings(&tracked[0]).contains(&"unterminated_block".to_string()));
@@ -436,17 +355,10 @@ fn block_cut_at_every_byte_never_fails() {
     let mark = full.find("on_error_1").unwrap();
     for (cut, _) in full.char_indices() {
         let events = spindle::parse(profile("tam"), &full.as_bytes()[..cut]);
-        let p: Vec<&Value> = events
-            .iter()
-            .filter_map(|e| e.as_element())
-            .filter(|e| &*e.tag == "tam")
-            .map(|e| &e.payload)
-            .collect();
+        let p: Vec<&Value> =
+            events.iter().filter_map(|e| e.as_element()).filter(|e| &*e.tag == "tam").map(|e| &e.payload).collect();
         if cut >= mark {
-            assert_eq!(
-                p[0]["steps"][0]["tool_id"], "ImageTool.Generate",
-                "cut at {cut}"
-            );
+            assert_eq!(p[0]["steps"][0]["tool_id"], "ImageTool.Generate", "cut at {cut}");
         }
         for payload in p {
             for step in payload["steps"].as_array().unwrap() {
@@ -463,40 +375,24 @@ fn end_marker_cut_at_eof_is_dropped() {
     let events = parse_all_splits(input, &["--profile", "tam"]);
     let p = payloads(&events, "tam");
     assert_eq!(steps(&p[0]), [("X".to_string(), json!({}))]);
-    assert!(
-        events
-            .iter()
-            .any(|e| e["type"] == "repair" && e["kind"] == "truncated_marker")
-    );
+    assert!(events.iter().any(|e| e["type"] == "repair" && e["kind"] == "truncated_marker"));
 }
 
 #[test]
 fn free_text_around_blocks_is_content_without_repairs() {
-    let events = parse_all_splits(
-        &std::fs::read_to_string("corpora/tam-two-blocks.txt").unwrap(),
-        &["--profile", "tam"],
-    );
+    let events =
+        parse_all_splits(&std::fs::read_to_string("corpora/tam-two-blocks.txt").unwrap(), &["--profile", "tam"]);
     let content: Vec<&str> = events
         .iter()
         .filter(|e| e["type"] == "element" && e["tag"] == "content")
         .map(|e| e["text"].as_str().unwrap())
         .collect();
     assert_eq!(content, ["First I read, then I write.\n", "Then:\n"]);
-    assert!(
-        !events.iter().any(|e| e["type"] == "repair"),
-        "no repairs expected: {events:#?}"
-    );
+    assert!(!events.iter().any(|e| e["type"] == "repair"), "no repairs expected: {events:#?}");
     let p = payloads(&events, "tam");
-    assert_eq!(
-        p[1]["steps"][0]["params"]["content"],
-        "<content>not a tag</content> &amp; <|[not a marker]|>"
-    );
+    assert_eq!(p[1]["steps"][0]["params"]["content"], "<content>not a tag</content> &amp; <|[not a marker]|>");
     // Content is streamed as deltas while it arrives.
-    assert!(
-        events
-            .iter()
-            .any(|e| e["type"] == "delta" && e["tag"] == "content")
-    );
+    assert!(events.iter().any(|e| e["type"] == "delta" && e["tag"] == "content"));
     let tracked = tracked_payloads(&profile("tam"), &events);
     assert_eq!(tracked[0]["response_text"], "First I read, then I write.");
     assert_eq!(tracked[1]["response_text"], "Then:");
@@ -506,17 +402,8 @@ fn free_text_around_blocks_is_content_without_repairs() {
 fn fenced_blocks_are_recognised() {
     let p = tam(&std::fs::read_to_string("corpora/tam-fenced-block.txt").unwrap());
     assert_eq!(p.len(), 2);
-    assert_eq!(
-        p[0]["steps"][0]["params"]["content"],
-        "```python\nprint(\"a code fence inside a value stays\")\n```"
-    );
-    assert_eq!(
-        steps(&p[1]),
-        [(
-            "File.Append".to_string(),
-            json!({"file_path": "notes/log.md", "content": "line"})
-        )]
-    );
+    assert_eq!(p[0]["steps"][0]["params"]["content"], "```python\nprint(\"a code fence inside a value stays\")\n```");
+    assert_eq!(steps(&p[1]), [("File.Append".to_string(), json!({"file_path": "notes/log.md", "content": "line"}))]);
 }
 
 #[test]
@@ -526,18 +413,9 @@ fn filament_users_can_opt_in_to_tam() {
     let input = "<thought>I should write it down.</thought>\n<content>Writing now.</content>\n<|[REQUEST_TOOL]|>\ncommand:»»»File.Write«««\ncontent:»»»<b>hi</b></content>«««\n<|[END_TOOL]|>\n";
     let events = parse_all_splits(input, &["--registry", path]);
     let p = payloads(&events, "tam");
-    assert_eq!(
-        steps(&p[0]),
-        [(
-            "File.Write".to_string(),
-            json!({"content": "<b>hi</b></content>"})
-        )]
-    );
-    let tags: Vec<&str> = events
-        .iter()
-        .filter(|e| e["type"] == "element")
-        .map(|e| e["tag"].as_str().unwrap())
-        .collect();
+    assert_eq!(steps(&p[0]), [("File.Write".to_string(), json!({"content": "<b>hi</b></content>"}))]);
+    let tags: Vec<&str> =
+        events.iter().filter(|e| e["type"] == "element").map(|e| e["tag"].as_str().unwrap()).collect();
     assert_eq!(tags, ["thought", "content", "tam"]);
     assert!(!events.iter().any(|e| e["type"] == "repair"), "{events:#?}");
     let tracked = tracked_payloads(&registry, &events);
@@ -650,14 +528,7 @@ fn rewrite_closes_a_cut_block_with_its_marker() {
     let input = std::fs::read_to_string("corpora/tam-truncated.txt").unwrap();
     for chunk in [None, Some(1), Some(7)] {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_spindle"));
-        cmd.args([
-            "parse",
-            "corpora/tam-truncated.txt",
-            "--profile",
-            "tam",
-            "--format",
-            "rewrite",
-        ]);
+        cmd.args(["parse", "corpora/tam-truncated.txt", "--profile", "tam", "--format", "rewrite"]);
         if let Some(n) = chunk {
             cmd.args(["--chunk-size", &n.to_string()]);
         }
@@ -665,19 +536,12 @@ fn rewrite_closes_a_cut_block_with_its_marker() {
         assert_eq!(out, format!("{input}<|[END_TOOL]|>"), "chunk {chunk:?}");
     }
     // Complete blocks and the text around them are rewritten unchanged.
-    for file in [
-        "corpora/tam-two-blocks.txt",
-        "corpora/tam-fenced-block.txt",
-        "corpora/tam-spec000-5-2-multi-step.txt",
-    ] {
+    for file in ["corpora/tam-two-blocks.txt", "corpora/tam-fenced-block.txt", "corpora/tam-spec000-5-2-multi-step.txt"]
+    {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_spindle"))
             .args(["parse", file, "--profile", "tam", "--format", "rewrite"])
             .output()
             .unwrap();
-        assert_eq!(
-            String::from_utf8(out.stdout).unwrap(),
-            std::fs::read_to_string(file).unwrap(),
-            "{file}"
-        );
+        assert_eq!(String::from_utf8(out.stdout).unwrap(), std::fs::read_to_string(file).unwrap(), "{file}");
     }
 }

@@ -242,7 +242,8 @@ fn determined(pieces: &[Piece], faults: &[Fault]) -> bool {
         || (comment_first(1) && has(|f| matches!(f, Fault::BareContent)));
     // Bare content between a thought missing its close and the next tag is
     // thought text by construction; a bare content needs a thought before it.
-    let bare_content_swallowed = has(|f| matches!(f, Fault::BareContent)) && has(|f| matches!(f, Fault::NoThoughtClose));
+    let bare_content_swallowed =
+        has(|f| matches!(f, Fault::BareContent)) && has(|f| matches!(f, Fault::NoThoughtClose));
     let needs_thought = !thought_first && has(|f| matches!(f, Fault::BareContent | Fault::NoThoughtOpen));
     !(lost_open_before_comment || bare_content_swallowed || needs_thought)
 }

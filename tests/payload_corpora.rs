@@ -23,9 +23,7 @@ fn actual(input: &[u8], chunk: usize) -> Value {
             .iter()
             .filter_map(|e| match e {
                 Event::Diagnostic(d) if d.element == Some(el.id) => Some(d.code.clone()),
-                Event::Repair(r)
-                    if r.element == Some(el.id) && r.kind == RepairKind::FallbackToContent =>
-                {
+                Event::Repair(r) if r.element == Some(el.id) && r.kind == RepairKind::FallbackToContent => {
                     Some(format!("repair:{}", r.kind.as_str()))
                 }
                 _ => None,
@@ -42,24 +40,17 @@ fn corpora_match_their_expectations() {
     let mut checked = 0;
     for entry in std::fs::read_dir(&dir).expect("corpora dir") {
         let path = entry.expect("dir entry").path();
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         if !(name.starts_with("payload-") && name.ends_with(".txt")) {
             continue;
         }
-        let expected_path = path.with_file_name("expected").join(format!("{}.expected.json", name.trim_end_matches(".txt")));
-        let expected: Value =
-            serde_json::from_str(&std::fs::read_to_string(&expected_path).expect("expected file"))
-                .expect("expected JSON");
+        let expected_path =
+            path.with_file_name("expected").join(format!("{}.expected.json", name.trim_end_matches(".txt")));
+        let expected: Value = serde_json::from_str(&std::fs::read_to_string(&expected_path).expect("expected file"))
+            .expect("expected JSON");
         let input = std::fs::read(&path).expect("transcript");
         for chunk in [usize::MAX, 1, 7] {
-            assert_eq!(
-                actual(&input, chunk),
-                expected,
-                "{name} at chunk size {chunk}"
-            );
+            assert_eq!(actual(&input, chunk), expected, "{name} at chunk size {chunk}");
         }
         checked += 1;
     }

@@ -51,11 +51,7 @@ fn parse(input: &[u8], chunk: usize) -> Vec<Event> {
 }
 
 fn payloads(events: &[Event]) -> Vec<Value> {
-    events
-        .iter()
-        .filter_map(Event::as_element)
-        .map(|e| e.payload.clone())
-        .collect()
+    events.iter().filter_map(Event::as_element).map(|e| e.payload.clone()).collect()
 }
 
 proptest! {

@@ -31,32 +31,20 @@ const ORACLE_CASES: &[&str] = &[
 #[test]
 fn agrees_with_jsonrepair_rs() {
     for text in ORACLE_CASES {
-        let ours = parse(text)
-            .unwrap_or_else(|e| panic!("{text:?}: {e}"))
-            .value;
-        let repaired = jsonrepair_rs::jsonrepair(text)
-            .unwrap_or_else(|e| panic!("oracle failed on {text:?}: {e}"));
-        let oracle: Value = serde_json::from_str(&repaired)
-            .unwrap_or_else(|e| panic!("oracle output {repaired:?}: {e}"));
+        let ours = parse(text).unwrap_or_else(|e| panic!("{text:?}: {e}")).value;
+        let repaired = jsonrepair_rs::jsonrepair(text).unwrap_or_else(|e| panic!("oracle failed on {text:?}: {e}"));
+        let oracle: Value =
+            serde_json::from_str(&repaired).unwrap_or_else(|e| panic!("oracle output {repaired:?}: {e}"));
         assert_eq!(ours, oracle, "{text:?} (oracle repaired it to {repaired})");
     }
 }
 
 #[test]
 fn strict_json_is_read_strictly() {
-    for text in [
-        "{}",
-        "[]",
-        "{\"a\": [1, 2.5, -3, \"x\\n\\u00e9\", true, false, null]}",
-        "  \"str\"  ",
-        "42",
-    ] {
+    for text in ["{}", "[]", "{\"a\": [1, 2.5, -3, \"x\\n\\u00e9\", true, false, null]}", "  \"str\"  ", "42"] {
         let read = parse(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
         assert!(read.is_strict(), "{text:?}: {:?}", read.leniencies);
-        assert_eq!(
-            read.value,
-            serde_json::from_str::<Value>(text).unwrap_or_default()
-        );
+        assert_eq!(read.value, serde_json::from_str::<Value>(text).unwrap_or_default());
     }
 }
 
@@ -72,21 +60,13 @@ fn each_leniency_alone() {
         ("['a']", json!(["a"]), SingleQuotes),
         ("[\u{201c}a\u{201d}]", json!(["a"]), SmartQuotes),
         ("{a: 1}", json!({"a": 1}), UnquotedKey),
-        (
-            "{\"a\": widget.grid}",
-            json!({"a": "widget.grid"}),
-            UnquotedString,
-        ),
+        ("{\"a\": widget.grid}", json!({"a": "widget.grid"}), UnquotedString),
         ("[None]", json!([null]), PythonLiteral),
         ("[undefined]", json!([null]), JsLiteral),
         ("[+1]", json!([1]), NumberFormat),
         ("[\"a\tb\"]", json!(["a\tb"]), ControlCharacter),
         ("[\"\\x\"]", json!(["x"]), InvalidEscape),
-        (
-            "[\"say \"hi\" now\"]",
-            json!(["say \"hi\" now"]),
-            UnescapedQuote,
-        ),
+        ("[\"say \"hi\" now\"]", json!(["say \"hi\" now"]), UnescapedQuote),
         ("[1\u{ff0c}2]", json!([1, 2]), FullwidthPunctuation),
         ("[1}", json!([1]), MismatchedBracket),
         ("[1, [2", json!([1, [2]]), Truncated),
@@ -102,13 +82,7 @@ fn each_leniency_alone() {
 
 #[test]
 fn errors_say_where() {
-    for (text, at_most) in [
-        ("{\"a\" 1}", 5),
-        ("{:}", 1),
-        ("[1, (2)]", 4),
-        ("{\"a\": <b>}", 6),
-        ("", 0),
-    ] {
+    for (text, at_most) in [("{\"a\" 1}", 5), ("{:}", 1), ("[1, (2)]", 4), ("{\"a\": <b>}", 6), ("", 0)] {
         let e = parse(text).expect_err(text);
         assert!(e.at <= at_most, "{text:?}: {e}");
         assert!(!e.to_string().is_empty());
@@ -129,9 +103,7 @@ struct Sloppy {
 }
 
 fn is_ident(k: &str) -> bool {
-    k.chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+    k.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
@@ -216,13 +188,7 @@ fn value() -> impl Strategy<Value = Value> {
 }
 
 fn container() -> impl Strategy<Value = Value> {
-    value().prop_map(|v| {
-        if v.is_array() || v.is_object() {
-            v
-        } else {
-            json!([v])
-        }
-    })
+    value().prop_map(|v| if v.is_array() || v.is_object() { v } else { json!([v]) })
 }
 
 proptest! {

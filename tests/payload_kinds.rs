@@ -76,10 +76,7 @@ fn tool_call() {
             "<tool_call name=\"w\">Sure, calling it now:\n{\"location\": \"Paris\" // the city\n}</tool_call>",
             json!({"name": "w", "arguments": {"location": "Paris"}}),
         ),
-        (
-            "<tool_call name=\"noop\"></tool_call>",
-            json!({"name": "noop", "arguments": {}}),
-        ),
+        ("<tool_call name=\"noop\"></tool_call>", json!({"name": "noop", "arguments": {}})),
         (
             "<tool_call name=\"w\">\"{\\\"city\\\": \\\"Oslo\\\"}\"</tool_call>",
             json!({"name": "w", "arguments": {"city": "Oslo"}}),
@@ -117,10 +114,7 @@ fn ui_component() {
             "<ui_component>{\"view\": \"w.x\", \"props\": {\"a\": 1}}</ui_component>",
             json!({"view": "w.x", "props": {"a": 1}}),
         ),
-        (
-            "<ui_component view=\"w.empty\"/>",
-            json!({"view": "w.empty", "props": {}}),
-        ),
+        ("<ui_component view=\"w.empty\"/>", json!({"view": "w.empty", "props": {}})),
     ];
     for (input, want) in table {
         assert_eq!(&payload(input, "ui_component"), want, "{input}");
@@ -129,14 +123,8 @@ fn ui_component() {
 
 #[test]
 fn json_keys_keep_the_models_order() {
-    let p = payload(
-        "<tool_call name=\"x\">{\"z\": 1, \"a\": 2, \"m\": 3}</tool_call>",
-        "tool_call",
-    );
-    let keys: Vec<&String> = p["arguments"]
-        .as_object()
-        .map(|m| m.keys().collect())
-        .unwrap_or_default();
+    let p = payload("<tool_call name=\"x\">{\"z\": 1, \"a\": 2, \"m\": 3}</tool_call>", "tool_call");
+    let keys: Vec<&String> = p["arguments"].as_object().map(|m| m.keys().collect()).unwrap_or_default();
     assert_eq!(keys, ["z", "a", "m"]);
 }
 
@@ -144,10 +132,7 @@ fn json_keys_keep_the_models_order() {
 fn unparsable_json_falls_back_to_content() {
     let input = "<content>hi</content><tool_call name=\"x\">{\"a\": <b>1</b> ]]]</tool_call>";
     let (p, evs) = payload_in(&Registry::filament(), input, "tool_call");
-    assert!(
-        p["error"].as_str().is_some_and(|e| e.contains("not JSON")),
-        "{p}"
-    );
+    assert!(p["error"].as_str().is_some_and(|e| e.contains("not JSON")), "{p}");
     let repair = evs.iter().find_map(|e| match e {
         Event::Repair(r) if r.kind == RepairKind::FallbackToContent => Some(r.clone()),
         _ => None,
@@ -155,36 +140,23 @@ fn unparsable_json_falls_back_to_content() {
     let repair = repair.unwrap_or_else(|| panic!("no fallback repair in {evs:?}"));
     assert_eq!(repair.tag.as_deref(), Some("tool_call"));
     assert_eq!(repair.text.as_deref(), Some("{\"a\": <b>1</b> ]]]"));
-    assert!(evs.iter().any(|e| matches!(e, Event::Diagnostic(d) if d.code == "payload_unparsable" && d.level == Level::Error)));
-    // A prose body is not an argument object either.
-    let (p, _) = payload_in(
-        &Registry::filament(),
-        "<tool_call name=\"x\">I cannot do that.</tool_call>",
-        "tool_call",
+    assert!(
+        evs.iter()
+            .any(|e| matches!(e, Event::Diagnostic(d) if d.code == "payload_unparsable" && d.level == Level::Error))
     );
+    // A prose body is not an argument object either.
+    let (p, _) = payload_in(&Registry::filament(), "<tool_call name=\"x\">I cannot do that.</tool_call>", "tool_call");
     assert!(p.get("error").is_some(), "{p}");
 }
 
 #[test]
 fn leniencies_are_reported_on_the_element() {
-    let (_, evs) = payload_in(
-        &Registry::filament(),
-        "<tool_call name=\"x\">{a: 'b',}</tool_call>",
-        "tool_call",
-    );
+    let (_, evs) = payload_in(&Registry::filament(), "<tool_call name=\"x\">{a: 'b',}</tool_call>", "tool_call");
     let c = codes(&evs);
-    for want in [
-        "json_trailing_comma",
-        "json_single_quotes",
-        "json_unquoted_key",
-    ] {
+    for want in ["json_trailing_comma", "json_single_quotes", "json_unquoted_key"] {
         assert!(c.iter().any(|x| x == want), "{want} missing from {c:?}");
     }
-    let el_id = evs
-        .iter()
-        .filter_map(Event::as_element)
-        .find(|e| &*e.tag == "tool_call")
-        .map(|e| e.id);
+    let el_id = evs.iter().filter_map(Event::as_element).find(|e| &*e.tag == "tool_call").map(|e| e.id);
     for e in &evs {
         if let Event::Diagnostic(d) = e
             && d.code.starts_with("json_")
@@ -202,22 +174,10 @@ fn media() {
             "<media type=\"image\" src=\"assets/forest_night.jpg\" alt=\"黑暗森林的夜景\" />",
             json!({"type": "image", "src": "assets/forest_night.jpg", "alt": "黑暗森林的夜景"}),
         ),
-        (
-            "<media type=\"audio\" src=\"a.mp3\"></media>",
-            json!({"type": "audio", "src": "a.mp3", "alt": null}),
-        ),
-        (
-            "<media src=\"clip.mp4\"/>",
-            json!({"type": "video", "src": "clip.mp4", "alt": null}),
-        ),
-        (
-            "<media type=\"image\">pics/cat.png</media>",
-            json!({"type": "image", "src": "pics/cat.png", "alt": null}),
-        ),
-        (
-            "<media type=\"image\" src=\"javascript:alert(1)\"/>",
-            json!({"type": "image", "src": null, "alt": null}),
-        ),
+        ("<media type=\"audio\" src=\"a.mp3\"></media>", json!({"type": "audio", "src": "a.mp3", "alt": null})),
+        ("<media src=\"clip.mp4\"/>", json!({"type": "video", "src": "clip.mp4", "alt": null})),
+        ("<media type=\"image\">pics/cat.png</media>", json!({"type": "image", "src": "pics/cat.png", "alt": null})),
+        ("<media type=\"image\" src=\"javascript:alert(1)\"/>", json!({"type": "image", "src": null, "alt": null})),
     ];
     for (input, want) in table {
         assert_eq!(&payload(input, "media"), want, "{input}");
@@ -262,16 +222,10 @@ fn choice() {
 #[test]
 fn details() {
     assert_eq!(
-        payload(
-            "<details>\n  <summary>摘要</summary>\n  用户询问了森林的危险性。\n</details>",
-            "details"
-        ),
+        payload("<details>\n  <summary>摘要</summary>\n  用户询问了森林的危险性。\n</details>", "details"),
         json!({"summary": "摘要", "body": "用户询问了森林的危险性。"})
     );
-    assert_eq!(
-        payload("<details>only body</details>", "details"),
-        json!({"summary": null, "body": "only body"})
-    );
+    assert_eq!(payload("<details>only body</details>", "details"), json!({"summary": null, "body": "only body"}));
 }
 
 #[test]
@@ -280,14 +234,8 @@ fn status_bar() {
         "<status_bar>\n  <SFW>safe</SFW>\n  <mood>anxious</mood>\n  <location>Dark Forest</location>\n</status_bar>",
         "status_bar",
     );
-    assert_eq!(
-        p,
-        json!({"SFW": "safe", "mood": "anxious", "location": "Dark Forest"})
-    );
-    let keys: Vec<&String> = p
-        .as_object()
-        .map(|m| m.keys().collect())
-        .unwrap_or_default();
+    assert_eq!(p, json!({"SFW": "safe", "mood": "anxious", "location": "Dark Forest"}));
+    let keys: Vec<&String> = p.as_object().map(|m| m.keys().collect()).unwrap_or_default();
     assert_eq!(keys, ["SFW", "mood", "location"], "order kept");
 
     let nested = payload(
@@ -299,10 +247,7 @@ fn status_bar() {
         json!({"hero": {"hp": {"@max": "100", "#text": "80"}, "buffs": {"buff": ["haste", "shield"]}}, "note": "x & y"})
     );
     assert_eq!(
-        payload(
-            "<status_bar>\nHP: 50\n心情：平静\n</status_bar>",
-            "status_bar"
-        ),
+        payload("<status_bar>\nHP: 50\n心情：平静\n</status_bar>", "status_bar"),
         json!({"HP": "50", "心情": "平静"})
     );
 }
@@ -352,14 +297,8 @@ fn thought_has_no_payload_and_content_is_filtered() {
     );
     let els: Vec<_> = evs.iter().filter_map(Event::as_element).collect();
     assert_eq!(els[0].payload, Value::Null);
-    assert_eq!(
-        els[1].payload,
-        json!({"html": "Hi <i>there</i>", "comments": [" note "]})
-    );
-    assert_eq!(
-        els[1].text, "Hi <i>there</i><!-- note -->",
-        "text stays raw"
-    );
+    assert_eq!(els[1].payload, json!({"html": "Hi <i>there</i>", "comments": [" note "]}));
+    assert_eq!(els[1].text, "Hi <i>there</i><!-- note -->", "text stays raw");
 }
 
 #[test]
@@ -371,29 +310,20 @@ fn truncated_elements_get_an_error_payload() {
     let mut parser = Parser::with_options(std::sync::Arc::new(Registry::filament()), options);
     let mut evs = parser.feed(input.as_bytes());
     evs.extend(parser.finish());
-    let el = evs
-        .iter()
-        .filter_map(Event::as_element)
-        .find(|e| &*e.tag == "variable_update");
+    let el = evs.iter().filter_map(Event::as_element).find(|e| &*e.tag == "variable_update");
     let el = el.unwrap_or_else(|| panic!("no element"));
     assert!(el.truncated);
     assert_eq!(el.payload["truncated"], json!(true));
     assert!(el.payload["error"].is_string());
     assert!(codes(&evs).iter().any(|c| c == "payload_truncated"));
     // The text still reaches the UI through the fallback repair.
-    assert!(
-        evs.iter()
-            .any(|e| matches!(e, Event::Repair(r) if r.kind == RepairKind::FallbackToContent))
-    );
+    assert!(evs.iter().any(|e| matches!(e, Event::Repair(r) if r.kind == RepairKind::FallbackToContent)));
 }
 
 #[test]
 fn reasoning_profile_content_is_filtered() {
-    let (p, _) = payload_in(
-        &Registry::reasoning(),
-        "Hmm <script>x</script></think>Answer <b>42</b><img src=x>",
-        "content",
-    );
+    let (p, _) =
+        payload_in(&Registry::reasoning(), "Hmm <script>x</script></think>Answer <b>42</b><img src=x>", "content");
     assert_eq!(p, json!({"html": "Answer <b>42</b>", "comments": []}));
 }
 
@@ -411,10 +341,6 @@ fn parser_and_filter_can_move_between_threads() {
         evs
     });
     evs.extend(handle.join().unwrap_or_default());
-    let html = evs
-        .iter()
-        .filter_map(Event::as_element)
-        .map(|e| e.payload["html"].clone())
-        .next();
+    let html = evs.iter().filter_map(Event::as_element).map(|e| e.payload["html"].clone()).next();
     assert_eq!(html, Some(json!("Hi <b>there</b>")));
 }

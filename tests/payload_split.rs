@@ -151,13 +151,7 @@ fn summary(events: &[Event]) -> (Vec<(String, Value)>, Vec<String>) {
         .collect();
     let joined = content_ids
         .iter()
-        .map(|id| {
-            deltas
-                .iter()
-                .find(|(d, _)| d == id)
-                .map(|(_, t)| t.clone())
-                .unwrap_or_default()
-        })
+        .map(|id| deltas.iter().find(|(d, _)| d == id).map(|(_, t)| t.clone()).unwrap_or_default())
         .collect();
     (payloads, joined)
 }
@@ -170,15 +164,9 @@ fn assert_safe(html: &str) {
     }
     for (i, _) in lower.match_indices('<') {
         let rest = lower[i + 1..].trim_start_matches('/');
-        let name: String = rest
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric())
-            .collect();
+        let name: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric()).collect();
         assert!(
-            [
-                "b", "strong", "i", "em", "u", "s", "br", "span", "ruby", "rt", "rp"
-            ]
-            .contains(&name.as_str()),
+            ["b", "strong", "i", "em", "u", "s", "br", "span", "ruby", "rt", "rp"].contains(&name.as_str()),
             "markup <{name} in {html:?}"
         );
     }
@@ -187,10 +175,7 @@ fn assert_safe(html: &str) {
 fn check_response(input: &str, cuts: &[usize]) {
     let whole = summary(&parse_chunked(input.as_bytes(), &[]));
     for size in [1, 7] {
-        let got = summary(&parse_chunked(
-            input.as_bytes(),
-            &fixed_cuts(input.len(), size),
-        ));
+        let got = summary(&parse_chunked(input.as_bytes(), &fixed_cuts(input.len(), size)));
         assert_eq!(got, whole, "chunk size {size} of {input:?}");
     }
     let got = summary(&parse_chunked(input.as_bytes(), cuts));

@@ -133,10 +133,9 @@ const AFTER: &str = " After <span style=\"color: red\">red</span> and <b>bold</b
 
 /// Elements that must never exist in the filtered HTML.
 const FORBIDDEN: &[&str] = &[
-    "script", "iframe", "img", "svg", "object", "embed", "style", "link", "meta", "form", "base",
-    "frame", "frameset", "applet", "body", "input", "button", "video", "audio", "source", "math",
-    "template", "a", "div", "p", "table", "td", "bgsound", "isindex", "marquee", "xss", "title",
-    "noscript",
+    "script", "iframe", "img", "svg", "object", "embed", "style", "link", "meta", "form", "base", "frame", "frameset",
+    "applet", "body", "input", "button", "video", "audio", "source", "math", "template", "a", "div", "p", "table",
+    "td", "bgsound", "isindex", "marquee", "xss", "title", "noscript",
 ];
 
 /// The content element's `payload.html` and joined deltas, parsing
@@ -154,12 +153,7 @@ fn content(input: &str, chunk: usize) -> (String, String, Vec<Event>) {
         match e {
             Event::Delta(d) if &*d.tag == "content" => deltas.push_str(&d.text),
             Event::Element(el) if &*el.tag == "content" => {
-                html.push_str(
-                    el.payload
-                        .get("html")
-                        .and_then(|h| h.as_str())
-                        .unwrap_or_default(),
-                );
+                html.push_str(el.payload.get("html").and_then(|h| h.as_str()).unwrap_or_default());
             }
             _ => {}
         }
@@ -172,10 +166,7 @@ fn problems(html: &str) -> Vec<String> {
     let mut found = Vec::new();
     let lower = html.to_ascii_lowercase();
     let decoded = decode_entities(html.as_bytes()).to_ascii_lowercase();
-    let squeezed: String = decoded
-        .chars()
-        .filter(|c| !c.is_ascii_whitespace() && !c.is_ascii_control())
-        .collect();
+    let squeezed: String = decoded.chars().filter(|c| !c.is_ascii_whitespace() && !c.is_ascii_control()).collect();
     for view in [&lower, &decoded, &squeezed] {
         for bad in ["javascript:", "vbscript:", "expression(", "url("] {
             if view.contains(bad) {
@@ -187,15 +178,8 @@ fn problems(html: &str) -> Vec<String> {
     for (i, _) in lower.match_indices('<') {
         let rest = &lower[i + 1..];
         let rest = rest.strip_prefix('/').unwrap_or(rest);
-        let name: String = rest
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric())
-            .collect();
-        if ![
-            "b", "strong", "i", "em", "u", "s", "br", "span", "ruby", "rt", "rp",
-        ]
-        .contains(&name.as_str())
-        {
+        let name: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric()).collect();
+        if !["b", "strong", "i", "em", "u", "s", "br", "span", "ruby", "rt", "rp"].contains(&name.as_str()) {
             found.push(format!("markup <{name} at {i}"));
         }
         if FORBIDDEN.contains(&name.as_str()) {
@@ -231,45 +215,38 @@ fn vectors_are_neutralised_and_whitelisted_markup_survives() {
         let (whole, whole_deltas, events) = content(&input, usize::MAX);
         let bad = problems(&whole);
         if !bad.is_empty() {
-            failures.push(format!(
-                "#{n} {vector}\n  html: {whole}\n  {}",
-                bad.join("; ")
-            ));
+            failures.push(format!("#{n} {vector}\n  html: {whole}\n  {}", bad.join("; ")));
         }
         if !whole.starts_with(BEFORE) {
-            failures.push(format!("#{n} {vector}\n  html: {whole}\n  whitelisted markup before the vector did not survive"));
+            failures.push(format!(
+                "#{n} {vector}\n  html: {whole}\n  whitelisted markup before the vector did not survive"
+            ));
         }
         if !whole.contains("<span style=\"color: red\">red</span> and <b>bold</b>.") {
-            failures.push(format!("#{n} {vector}\n  html: {whole}\n  whitelisted markup after the vector did not survive"));
+            failures
+                .push(format!("#{n} {vector}\n  html: {whole}\n  whitelisted markup after the vector did not survive"));
         }
         if whole != whole_deltas {
-            failures.push(format!(
-                "#{n} {vector}\n  payload.html != joined deltas\n  {whole}\n  {whole_deltas}"
-            ));
+            failures.push(format!("#{n} {vector}\n  payload.html != joined deltas\n  {whole}\n  {whole_deltas}"));
         }
         for chunk in [1, 7] {
             let (html, deltas, _) = content(&input, chunk);
             if html != whole || deltas != whole {
-                failures.push(format!(
-                    "#{n} {vector}\n  chunk {chunk} differs:\n  {html}\n  {whole}"
-                ));
+                failures.push(format!("#{n} {vector}\n  chunk {chunk} differs:\n  {html}\n  {whole}"));
             }
         }
         // Something was reported for every vector that had markup.
         if vector.contains('<') && !vector.starts_with("&#") {
-            let reported = events.iter().any(|e| matches!(e, Event::Diagnostic(d) if d.code == "html_filtered" && d.level == Level::Warning))
+            let reported = events
+                .iter()
+                .any(|e| matches!(e, Event::Diagnostic(d) if d.code == "html_filtered" && d.level == Level::Warning))
                 || events.iter().any(|e| matches!(e, Event::Comment(_)));
             if !reported {
                 failures.push(format!("#{n} {vector}\n  no html_filtered diagnostic"));
             }
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} failures:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
 }
 
 #[test]
@@ -278,11 +255,7 @@ fn many_vectors_in_one_content_element() {
     for chunk in [usize::MAX, 1, 7] {
         let (html, deltas, _) = content(&input, chunk);
         assert_eq!(html, deltas, "chunk {chunk}");
-        assert!(
-            problems(&html).is_empty(),
-            "chunk {chunk}: {:?}\n{html}",
-            problems(&html)
-        );
+        assert!(problems(&html).is_empty(), "chunk {chunk}: {:?}\n{html}", problems(&html));
         assert!(html.starts_with(BEFORE), "{html}");
     }
 }
@@ -294,42 +267,26 @@ fn whitelisted_markup_is_kept_byte_for_byte() {
                 <ruby>漢<rp>(</rp><rt>kan</rt><rp>)</rp></ruby><B>upper</B>";
     let (html, _, events) = content(&format!("<content>{text}</content>"), 3);
     assert_eq!(html, text);
-    assert!(
-        !events
-            .iter()
-            .any(|e| matches!(e, Event::Diagnostic(d) if d.code == "html_filtered"))
-    );
+    assert!(!events.iter().any(|e| matches!(e, Event::Diagnostic(d) if d.code == "html_filtered")));
 }
 
 #[test]
 fn attributes_are_stripped_and_unsafe_style_reduced() {
     let cases: &[(&str, &str)] = &[
         ("<b onclick=\"x()\" class=\"c\">t</b>", "<b>t</b>"),
-        (
-            "<span style=\"color: red\" onclick=\"x\">r</span>",
-            "<span style=\"color: red\">r</span>",
-        ),
-        (
-            "<span style=\"color: red; position: fixed\">r</span>",
-            "<span style=\"color: red\">r</span>",
-        ),
+        ("<span style=\"color: red\" onclick=\"x\">r</span>", "<span style=\"color: red\">r</span>"),
+        ("<span style=\"color: red; position: fixed\">r</span>", "<span style=\"color: red\">r</span>"),
         ("<span style=\"position: fixed\">r</span>", "<span>r</span>"),
         ("<span id=x>r</span>", "<span>r</span>"),
         ("<p>para</p><div>div</div>", "paradiv"),
         ("<a href=\"https://x\">link</a>", "link"),
-        (
-            "Hi <user>, <char> waves.</char>",
-            "Hi &lt;user>, &lt;char> waves.&lt;/char>",
-        ),
+        ("Hi <user>, <char> waves.</char>", "Hi &lt;user>, &lt;char> waves.&lt;/char>"),
         ("a<script/>x<b>y</b>", "ax<b>y</b>"),
         ("a<svg/>x<b>y</b>", "ax<b>y</b>"),
         ("a<svg/>x<b>y</b></svg>z", "ax<b>y</b>z"),
         ("a</p>b</div> c", "a&#8203;b&#8203; c"),
         ("a<script>x</script>b<style>c</style>d", "abd"),
-        (
-            "<my-widget data=1>w</my-widget>",
-            "&lt;my-widget data=1>w&lt;/my-widget>",
-        ),
+        ("<my-widget data=1>w</my-widget>", "&lt;my-widget data=1>w&lt;/my-widget>"),
     ];
     for (input, want) in cases {
         let (html, _, _) = content(&format!("<content>{input}</content>"), 1);
@@ -342,10 +299,7 @@ fn spindle_parse_jsonl_shows_filtered_html() {
     let dir = std::env::temp_dir().join(format!("spindle-xss-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let file = dir.join("xss.txt");
-    let input = format!(
-        "<content>{BEFORE}{}{AFTER}</content>",
-        VECTORS[..20].join(" ")
-    );
+    let input = format!("<content>{BEFORE}{}{AFTER}</content>", VECTORS[..20].join(" "));
     std::fs::write(&file, &input).expect("write input");
     for chunk in ["1", "7"] {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_spindle"))
@@ -353,11 +307,7 @@ fn spindle_parse_jsonl_shows_filtered_html() {
             .arg(&file)
             .output()
             .expect("run spindle");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let stdout = String::from_utf8_lossy(&out.stdout);
         let html: Vec<String> = stdout
             .lines()
@@ -367,11 +317,7 @@ fn spindle_parse_jsonl_shows_filtered_html() {
             .collect();
         assert_eq!(html.len(), 1, "{stdout}");
         assert!(problems(&html[0]).is_empty(), "{:?}", problems(&html[0]));
-        assert!(
-            html[0].starts_with(BEFORE) && html[0].ends_with(AFTER),
-            "{}",
-            html[0]
-        );
+        assert!(html[0].starts_with(BEFORE) && html[0].ends_with(AFTER), "{}", html[0]);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -4,8 +4,7 @@
 use serde_json::{Value, json};
 use spindle::event::Event;
 use spindle::sources::{
-    Channel, ChatStream, ErrorOrigin, FinishReason, Framing, SourceEvent, StreamOptions, StreamTap,
-    Truncation,
+    Channel, ChatStream, ErrorOrigin, FinishReason, Framing, SourceEvent, StreamOptions, StreamTap, Truncation,
 };
 use spindle::{Parser, ParserOptions, Registry};
 use std::sync::Arc;
@@ -38,10 +37,9 @@ fn elements(events: &[SourceEvent]) -> Vec<(u32, Channel, String, String)> {
     events
         .iter()
         .filter_map(|e| match e {
-            SourceEvent::Choice(c) => c
-                .event
-                .as_element()
-                .map(|el| (c.choice, c.channel, el.tag.to_string(), el.text.clone())),
+            SourceEvent::Choice(c) => {
+                c.event.as_element().map(|el| (c.choice, c.channel, el.tag.to_string(), el.text.clone()))
+            }
             _ => None,
         })
         .collect()
@@ -114,10 +112,7 @@ fn plain_content_is_one_content_element() {
         "[DONE]".into(),
     ];
     let events = run(&strs(&data));
-    assert_eq!(
-        elements(&events),
-        [(0, Channel::Content, "content".into(), "Hello world".into())]
-    );
+    assert_eq!(elements(&events), [(0, Channel::Content, "content".into(), "Hello world".into())]);
     assert_eq!(finishes(&events), [(0, "stop".into())]);
     assert!(events.iter().any(|e| matches!(e, SourceEvent::Done)));
     assert!(truncations(&events).is_empty());
@@ -147,17 +142,10 @@ fn choices_interleave_and_index_one_may_come_first() {
             (2, Channel::Content, "content".into(), "C".into()),
         ]
     );
-    assert_eq!(
-        finishes(&events),
-        [(1, "stop".into()), (0, "length".into()), (2, "stop".into())]
-    );
+    assert_eq!(finishes(&events), [(1, "stop".into()), (0, "length".into()), (2, "stop".into())]);
     // Every choice event carries its choice; choice 1's element comes when
     // choice 1 finishes, before choice 0's.
-    let order: Vec<u32> = events
-        .iter()
-        .filter(|e| e.as_element().is_some())
-        .filter_map(SourceEvent::choice)
-        .collect();
+    let order: Vec<u32> = events.iter().filter(|e| e.as_element().is_some()).filter_map(SourceEvent::choice).collect();
     assert_eq!(order, [1, 0, 2]);
 }
 
@@ -174,20 +162,13 @@ fn reasoning_content_becomes_a_thought_element() {
     assert_eq!(
         elements(&events),
         [
-            (
-                0,
-                Channel::Reasoning,
-                "thought".into(),
-                "Let me think.".into()
-            ),
+            (0, Channel::Reasoning, "thought".into(), "Let me think.".into()),
             (0, Channel::Content, "content".into(), "42".into()),
         ]
     );
     // Thought deltas stream, and ids are unique within the choice.
-    let ids: Vec<(u32, String)> = events
-        .iter()
-        .filter_map(|e| e.as_element().map(|el| (el.id, el.raw_tag.clone())))
-        .collect();
+    let ids: Vec<(u32, String)> =
+        events.iter().filter_map(|e| e.as_element().map(|el| (el.id, el.raw_tag.clone()))).collect();
     assert_eq!(ids[0], (0, "reasoning_content".into()));
     assert_eq!(ids[1].0, 1);
     let thought_deltas: Vec<String> = events
@@ -206,10 +187,7 @@ fn reasoning_content_becomes_a_thought_element() {
 #[test]
 fn reasoning_field_and_duplicate_fields() {
     let data = [
-        chunk(
-            0,
-            json!({"reasoning": "a", "reasoning_details": [{"type": "reasoning.text", "text": "a"}]}),
-        ),
+        chunk(0, json!({"reasoning": "a", "reasoning_details": [{"type": "reasoning.text", "text": "a"}]})),
         // Some servers send both fields with the same text: read once.
         chunk(0, json!({"reasoning": "b", "reasoning_content": "b"})),
         chunk(0, json!({"content": "x"})),
@@ -217,10 +195,7 @@ fn reasoning_field_and_duplicate_fields() {
         "[DONE]".into(),
     ];
     let events = run(&strs(&data));
-    assert_eq!(
-        elements(&events)[0],
-        (0, Channel::Reasoning, "thought".into(), "ab".into())
-    );
+    assert_eq!(elements(&events)[0], (0, Channel::Reasoning, "thought".into(), "ab".into()));
 }
 
 #[test]
@@ -248,22 +223,13 @@ fn openai_parallel_tool_calls_complete_when_the_next_index_starts() {
             0,
             json!({"tool_calls": [{"index": 0, "id": "call_a", "type": "function", "function": {"name": "get_weather", "arguments": ""}}]}),
         ),
-        chunk(
-            0,
-            json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\":"}}]}),
-        ),
-        chunk(
-            0,
-            json!({"tool_calls": [{"index": 0, "function": {"arguments": "\"Paris\"}"}}]}),
-        ),
+        chunk(0, json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\":"}}]})),
+        chunk(0, json!({"tool_calls": [{"index": 0, "function": {"arguments": "\"Paris\"}"}}]})),
         chunk(
             0,
             json!({"tool_calls": [{"index": 1, "id": "call_b", "type": "function", "function": {"name": "get_time", "arguments": ""}}]}),
         ),
-        chunk(
-            0,
-            json!({"tool_calls": [{"index": 1, "function": {"arguments": "{}"}}]}),
-        ),
+        chunk(0, json!({"tool_calls": [{"index": 1, "function": {"arguments": "{}"}}]})),
         finish(0, "tool_calls"),
         "[DONE]".into(),
     ];
@@ -272,17 +238,12 @@ fn openai_parallel_tool_calls_complete_when_the_next_index_starts() {
     for d in &data[..3] {
         stream.push_data("message", d, 0, &mut before_second);
     }
-    assert!(
-        payloads(&before_second, "tool_call").is_empty(),
-        "call 0 may still grow"
-    );
+    assert!(payloads(&before_second, "tool_call").is_empty(), "call 0 may still grow");
     let mut at_second = Vec::new();
     stream.push_data("message", &data[3], 0, &mut at_second);
     assert_eq!(
         payloads(&at_second, "tool_call"),
-        [
-            json!({"id": "call_a", "name": "get_weather", "arguments": {"city": "Paris"}, "index": 0})
-        ],
+        [json!({"id": "call_a", "name": "get_weather", "arguments": {"city": "Paris"}, "index": 0})],
         "call 0 is complete the moment call 1 starts"
     );
     let mut rest = Vec::new();
@@ -294,15 +255,8 @@ fn openai_parallel_tool_calls_complete_when_the_next_index_starts() {
         payloads(&rest, "tool_call"),
         [json!({"id": "call_b", "name": "get_time", "arguments": {}, "index": 1})]
     );
-    let el = rest
-        .iter()
-        .find_map(SourceEvent::as_element)
-        .map(|e| e.text.clone());
-    assert_eq!(
-        el.as_deref(),
-        Some("{}"),
-        "raw argument text is the element text"
-    );
+    let el = rest.iter().find_map(SourceEvent::as_element).map(|e| e.text.clone());
+    assert_eq!(el.as_deref(), Some("{}"), "raw argument text is the element text");
 }
 
 #[test]
@@ -329,30 +283,14 @@ fn tool_call_id_repeated_on_every_fragment() {
 #[test]
 fn repeated_whole_call_and_growing_snapshots() {
     let whole = json!({"tool_calls": [{"index": 0, "id": "t1", "function": {"name": "f", "arguments": "{\"a\":1}"}}]});
-    let events = run(&strs(&[
-        chunk(0, whole.clone()),
-        chunk(0, whole),
-        finish(0, "tool_calls"),
-        "[DONE]".into(),
-    ]));
-    assert_eq!(
-        payloads(&events, "tool_call"),
-        [json!({"id": "t1", "name": "f", "arguments": {"a": 1}, "index": 0})]
-    );
+    let events = run(&strs(&[chunk(0, whole.clone()), chunk(0, whole), finish(0, "tool_calls"), "[DONE]".into()]));
+    assert_eq!(payloads(&events, "tool_call"), [json!({"id": "t1", "name": "f", "arguments": {"a": 1}, "index": 0})]);
     assert!(diagnostics(&events).contains(&"tool_call_repeated".to_string()));
 
     let snap = |args: &str| {
-        chunk(
-            0,
-            json!({"tool_calls": [{"index": 0, "id": "t1", "function": {"name": "f", "arguments": args}}]}),
-        )
+        chunk(0, json!({"tool_calls": [{"index": 0, "id": "t1", "function": {"name": "f", "arguments": args}}]}))
     };
-    let events = run(&strs(&[
-        snap("{\"a\""),
-        snap("{\"a\":1,"),
-        snap("{\"a\":1,\"b\":2}"),
-        "[DONE]".into(),
-    ]));
+    let events = run(&strs(&[snap("{\"a\""), snap("{\"a\":1,"), snap("{\"a\":1,\"b\":2}"), "[DONE]".into()]));
     assert_eq!(
         payloads(&events, "tool_call"),
         [json!({"id": "t1", "name": "f", "arguments": {"a": 1, "b": 2}, "index": 0})]
@@ -386,22 +324,10 @@ fn calls_without_index_and_distinct_ids_in_one_delta() {
 #[test]
 fn all_calls_at_index_zero_with_distinct_ids() {
     let call = |id: &str, name: &str| {
-        chunk(
-            0,
-            json!({"tool_calls": [{"index": 0, "id": id, "function": {"name": name, "arguments": "{}"}}]}),
-        )
+        chunk(0, json!({"tool_calls": [{"index": 0, "id": id, "function": {"name": name, "arguments": "{}"}}]}))
     };
-    let data = [
-        call("x1", "a"),
-        call("x2", "b"),
-        call("x3", "c"),
-        finish(0, "tool_calls"),
-        "[DONE]".into(),
-    ];
-    let names: Vec<Value> = payloads(&run(&strs(&data)), "tool_call")
-        .iter()
-        .map(|p| p["name"].clone())
-        .collect();
+    let data = [call("x1", "a"), call("x2", "b"), call("x3", "c"), finish(0, "tool_calls"), "[DONE]".into()];
+    let names: Vec<Value> = payloads(&run(&strs(&data)), "tool_call").iter().map(|p| p["name"].clone()).collect();
     assert_eq!(names, [json!("a"), json!("b"), json!("c")]);
 }
 
@@ -409,10 +335,7 @@ fn all_calls_at_index_zero_with_distinct_ids() {
 fn tool_call_arguments_null_object_invalid_and_cut() {
     // null arguments (muse-spark): {} with an info diagnostic.
     let events = run(&strs(&[
-        chunk(
-            0,
-            json!({"tool_calls": [{"index": 0, "id": "0", "function": {"name": "v", "arguments": null}}]}),
-        ),
+        chunk(0, json!({"tool_calls": [{"index": 0, "id": "0", "function": {"name": "v", "arguments": null}}]})),
         finish(0, "tool_calls"),
         "[DONE]".into(),
     ]));
@@ -421,16 +344,10 @@ fn tool_call_arguments_null_object_invalid_and_cut() {
 
     // Arguments as an object (some gateways).
     let events = run(&strs(&[
-        chunk(
-            0,
-            json!({"tool_calls": [{"id": "o", "function": {"name": "v", "arguments": {"k": [1, 2]}}}]}),
-        ),
+        chunk(0, json!({"tool_calls": [{"id": "o", "function": {"name": "v", "arguments": {"k": [1, 2]}}}]})),
         "[DONE]".into(),
     ]));
-    assert_eq!(
-        payloads(&events, "tool_call")[0]["arguments"],
-        json!({"k": [1, 2]})
-    );
+    assert_eq!(payloads(&events, "tool_call")[0]["arguments"], json!({"k": [1, 2]}));
 
     // Cut by finish_reason length: read leniently, and said so.
     let events = run(&strs(&[
@@ -441,122 +358,68 @@ fn tool_call_arguments_null_object_invalid_and_cut() {
         finish(0, "length"),
         "[DONE]".into(),
     ]));
-    assert_eq!(
-        payloads(&events, "tool_call")[0]["arguments"],
-        json!({"city": "Par"})
-    );
+    assert_eq!(payloads(&events, "tool_call")[0]["arguments"], json!({"city": "Par"}));
     assert!(diagnostics(&events).contains(&"arguments_repaired".to_string()));
-    let text = events
-        .iter()
-        .find_map(SourceEvent::as_element)
-        .map(|e| e.text.clone());
+    let text = events.iter().find_map(SourceEvent::as_element).map(|e| e.text.clone());
     assert_eq!(text.as_deref(), Some("{\"city\": \"Par"));
 }
 
 #[test]
 fn legacy_function_call_delta() {
     let data = [
-        chunk(
-            0,
-            json!({"function_call": {"name": "lookup", "arguments": ""}}),
-        ),
+        chunk(0, json!({"function_call": {"name": "lookup", "arguments": ""}})),
         chunk(0, json!({"function_call": {"arguments": "{\"q\":"}})),
         chunk(0, json!({"function_call": {"arguments": "\"x\"}"}})),
         finish(0, "function_call"),
         "[DONE]".into(),
     ];
     let events = run(&strs(&data));
-    assert_eq!(
-        payloads(&events, "tool_call"),
-        [json!({"id": null, "name": "lookup", "arguments": {"q": "x"}})]
-    );
+    assert_eq!(payloads(&events, "tool_call"), [json!({"id": null, "name": "lookup", "arguments": {"q": "x"}})]);
     assert_eq!(finishes(&events), [(0, "function_call".into())]);
 }
 
 #[test]
 fn late_fragment_after_its_call_completed_is_reported_not_lost() {
     let data = [
-        chunk(
-            0,
-            json!({"tool_calls": [{"index": 0, "id": "a", "function": {"name": "f", "arguments": "{\"x\":"}}]}),
-        ),
-        chunk(
-            0,
-            json!({"tool_calls": [{"index": 1, "id": "b", "function": {"name": "g", "arguments": "{}"}}]}),
-        ),
-        chunk(
-            0,
-            json!({"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]}),
-        ),
+        chunk(0, json!({"tool_calls": [{"index": 0, "id": "a", "function": {"name": "f", "arguments": "{\"x\":"}}]})),
+        chunk(0, json!({"tool_calls": [{"index": 1, "id": "b", "function": {"name": "g", "arguments": "{}"}}]})),
+        chunk(0, json!({"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]})),
         "[DONE]".into(),
     ];
     let events = run(&strs(&data));
     assert!(diagnostics(&events).contains(&"tool_call_fragment_after_complete".to_string()));
-    let texts: Vec<String> = events
-        .iter()
-        .filter_map(SourceEvent::as_element)
-        .map(|e| e.text.clone())
-        .collect();
+    let texts: Vec<String> = events.iter().filter_map(SourceEvent::as_element).map(|e| e.text.clone()).collect();
     assert_eq!(texts, ["{\"x\":", "{}", "1}"]);
 }
 
 #[test]
 fn refusal_deltas_become_a_refusal_element() {
     let data = [
-        chunk(
-            0,
-            json!({"role": "assistant", "content": null, "refusal": ""}),
-        ),
+        chunk(0, json!({"role": "assistant", "content": null, "refusal": ""})),
         chunk(0, json!({"refusal": "I'm sorry,"})),
         chunk(0, json!({"refusal": " I can't."})),
         finish(0, "stop"),
         "[DONE]".into(),
     ];
-    assert_eq!(
-        elements(&run(&strs(&data))),
-        [(
-            0,
-            Channel::Refusal,
-            "refusal".into(),
-            "I'm sorry, I can't.".into()
-        )]
-    );
+    assert_eq!(elements(&run(&strs(&data))), [(0, Channel::Refusal, "refusal".into(), "I'm sorry, I can't.".into())]);
 }
 
 #[test]
 fn unknown_finish_reasons_are_kept() {
-    let events = run(&strs(&[
-        chunk(0, json!({"content": "x"})),
-        finish(0, "eos"),
-        "[DONE]".into(),
-    ]));
-    let finish_event = events
-        .iter()
-        .find(|e| matches!(e, SourceEvent::Finish { .. }));
-    assert!(
-        matches!(finish_event, Some(SourceEvent::Finish { reason: FinishReason::Other(r), .. }) if r == "eos")
-    );
+    let events = run(&strs(&[chunk(0, json!({"content": "x"})), finish(0, "eos"), "[DONE]".into()]));
+    let finish_event = events.iter().find(|e| matches!(e, SourceEvent::Finish { .. }));
+    assert!(matches!(finish_event, Some(SourceEvent::Finish { reason: FinishReason::Other(r), .. }) if r == "eos"));
     let json = serde_json::to_value(finish_event).unwrap_or_default();
-    assert_eq!(
-        json,
-        json!({"type": "finish", "choice": 0, "reason": "eos"})
-    );
+    assert_eq!(json, json!({"type": "finish", "choice": 0, "reason": "eos"}));
 }
 
 #[test]
 fn usage_chunk_with_empty_null_or_absent_choices() {
     for choices in [json!([]), Value::Null] {
-        let usage = json!({"id": "c", "choices": choices, "usage": {"prompt_tokens": 3, "completion_tokens": 1}}).to_string();
-        let events = run(&strs(&[
-            chunk(0, json!({"content": "x"})),
-            finish(0, "stop"),
-            usage,
-            "[DONE]".into(),
-        ]));
-        let usages: Vec<&SourceEvent> = events
-            .iter()
-            .filter(|e| matches!(e, SourceEvent::Usage { .. }))
-            .collect();
+        let usage =
+            json!({"id": "c", "choices": choices, "usage": {"prompt_tokens": 3, "completion_tokens": 1}}).to_string();
+        let events = run(&strs(&[chunk(0, json!({"content": "x"})), finish(0, "stop"), usage, "[DONE]".into()]));
+        let usages: Vec<&SourceEvent> = events.iter().filter(|e| matches!(e, SourceEvent::Usage { .. })).collect();
         assert_eq!(usages.len(), 1, "{choices}");
     }
     let absent = json!({"id": "c", "usage": {"total_tokens": 4}}).to_string();
@@ -568,32 +431,19 @@ fn usage_chunk_with_empty_null_or_absent_choices() {
             _ => None,
         })
         .collect();
-    assert_eq!(
-        usages,
-        [json!({"total_tokens": 4})],
-        "an unchanged usage is reported once"
-    );
+    assert_eq!(usages, [json!({"total_tokens": 4})], "an unchanged usage is reported once");
     // usage: null on every chunk is not usage.
-    let events = run(&strs(&[
-        json!({"choices": [{"index": 0, "delta": {"content": "a"}}], "usage": null}).to_string(),
-    ]));
-    assert!(
-        !events
-            .iter()
-            .any(|e| matches!(e, SourceEvent::Usage { .. }))
-    );
+    let events =
+        run(&strs(&[json!({"choices": [{"index": 0, "delta": {"content": "a"}}], "usage": null}).to_string()]));
+    assert!(!events.iter().any(|e| matches!(e, SourceEvent::Usage { .. })));
 }
 
 #[test]
 fn azure_filter_results() {
     let quiet = json!({"choices": [], "prompt_filter_results": [{"prompt_index": 0, "content_filter_results": {"hate": {"filtered": false, "severity": "safe"}}}], "model": "", "object": "", "id": ""});
     let flagged = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "content_filter", "content_filter_results": {"violence": {"filtered": true, "severity": "medium"}}}]});
-    let events = run(&strs(&[
-        quiet.to_string(),
-        chunk(0, json!({"content": "Once"})),
-        flagged.to_string(),
-        "[DONE]".into(),
-    ]));
+    let events =
+        run(&strs(&[quiet.to_string(), chunk(0, json!({"content": "Once"})), flagged.to_string(), "[DONE]".into()]));
     let filters: Vec<Option<u32>> = events
         .iter()
         .filter_map(|e| match e {
@@ -603,30 +453,18 @@ fn azure_filter_results() {
         .collect();
     assert_eq!(filters, [Some(0)], "only flagged results are events");
     assert_eq!(finishes(&events), [(0, "content_filter".into())]);
-    assert!(
-        diagnostics(&events).is_empty(),
-        "{:?}",
-        diagnostics(&events)
-    );
+    assert!(diagnostics(&events).is_empty(), "{:?}", diagnostics(&events));
 
     let prompt_flagged = json!({"choices": [], "prompt_filter_results": [{"prompt_index": 0, "content_filter_results": {"jailbreak": {"filtered": true, "detected": true}}}]});
     let events = run(&strs(&[prompt_flagged.to_string(), "[DONE]".into()]));
-    assert!(
-        events
-            .iter()
-            .any(|e| matches!(e, SourceEvent::ContentFilter { choice: None, .. }))
-    );
+    assert!(events.iter().any(|e| matches!(e, SourceEvent::ContentFilter { choice: None, .. })));
 }
 
 #[test]
 fn in_band_errors() {
     // An error chunk (OpenRouter) after the finish.
     let err = json!({"id": "g", "choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": "error"}], "error": {"code": 400, "message": "Token limit reached"}});
-    let events = run(&strs(&[
-        chunk(0, json!({"content": "partial"})),
-        err.to_string(),
-        "[DONE]".into(),
-    ]));
+    let events = run(&strs(&[chunk(0, json!({"content": "partial"})), err.to_string(), "[DONE]".into()]));
     let errors: Vec<(ErrorOrigin, Value)> = events
         .iter()
         .filter_map(|e| match e {
@@ -634,13 +472,7 @@ fn in_band_errors() {
             _ => None,
         })
         .collect();
-    assert_eq!(
-        errors,
-        [(
-            ErrorOrigin::InBand,
-            json!({"code": 400, "message": "Token limit reached"})
-        )]
-    );
+    assert_eq!(errors, [(ErrorOrigin::InBand, json!({"code": 400, "message": "Token limit reached"}))]);
     assert_eq!(finishes(&events), [(0, "error".into())]);
 
     // `event: error` (Groq), the stream then ends without [DONE].
@@ -651,38 +483,24 @@ fn in_band_errors() {
 
     // A bare `{"error": ...}` data payload.
     let events = run(&[r#"{"error":{"message":"overloaded","type":"server_error"}}"#]);
-    assert!(events.iter().any(|e| matches!(
-        e,
-        SourceEvent::StreamError {
-            origin: ErrorOrigin::InBand,
-            ..
-        }
-    )));
+    assert!(events.iter().any(|e| matches!(e, SourceEvent::StreamError { origin: ErrorOrigin::InBand, .. })));
     // No choice was ever seen: the truncation names none.
     assert_eq!(truncations(&events), [(None, Truncation::NoDone)]);
 }
 
 #[test]
 fn done_missing_and_mid_json_truncation() {
-    let events = run(&strs(&[
-        chunk(0, json!({"content": "a"})),
-        chunk(1, json!({"content": "b"})),
-    ]));
-    assert_eq!(
-        truncations(&events),
-        [(Some(0), Truncation::NoDone), (Some(1), Truncation::NoDone)]
-    );
+    let events = run(&strs(&[chunk(0, json!({"content": "a"})), chunk(1, json!({"content": "b"}))]));
+    assert_eq!(truncations(&events), [(Some(0), Truncation::NoDone), (Some(1), Truncation::NoDone)]);
     // Open elements are still closed and reported.
     assert_eq!(elements(&events).len(), 2);
 
-    let body = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\ndata: {\"choices\":[{\"index\":0,\"del";
+    let body =
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\ndata: {\"choices\":[{\"index\":0,\"del";
     let events = sse(body);
     assert_eq!(truncations(&events), [(Some(0), Truncation::MidJson)]);
     assert!(diagnostics(&events).contains(&"truncated_chunk".to_string()));
-    assert_eq!(
-        elements(&events),
-        [(0, Channel::Content, "content".into(), "a".into())]
-    );
+    assert_eq!(elements(&events), [(0, Channel::Content, "content".into(), "a".into())]);
 }
 
 #[test]
@@ -698,10 +516,7 @@ fn done_without_trailing_blank_line_is_still_done() {
 fn json_chunk_split_over_two_events_is_rejoined() {
     let body = "data: {\"choices\":[{\"index\":0,\"delta\":{\"con\n\ndata: tent\":\"Hi\"}}]}\n\ndata: [DONE]\n\n";
     let events = sse(body);
-    assert_eq!(
-        elements(&events),
-        [(0, Channel::Content, "content".into(), "Hi".into())]
-    );
+    assert_eq!(elements(&events), [(0, Channel::Content, "content".into(), "Hi".into())]);
     assert!(diagnostics(&events).contains(&"chunk_rejoined".to_string()));
 }
 
@@ -718,28 +533,16 @@ fn invalid_json_chunk_is_reported_and_skipped() {
     let d = diagnostics(&events);
     assert!(d.contains(&"invalid_chunk_json".to_string()), "{d:?}");
     assert!(d.contains(&"unexpected_chunk_shape".to_string()), "{d:?}");
-    assert_eq!(
-        elements(&events),
-        [(0, Channel::Content, "content".into(), "ab".into())]
-    );
+    assert_eq!(elements(&events), [(0, Channel::Content, "content".into(), "ab".into())]);
 }
 
 #[test]
 fn chunk_lines_framing_judges_by_finish_reason() {
-    let options = StreamOptions {
-        framing: Framing::Chunks,
-        ..StreamOptions::default()
-    };
-    let events = run_with(
-        options.clone(),
-        &strs(&[chunk(0, json!({"content": "a"})), finish(0, "stop")]),
-    );
+    let options = StreamOptions { framing: Framing::Chunks, ..StreamOptions::default() };
+    let events = run_with(options.clone(), &strs(&[chunk(0, json!({"content": "a"})), finish(0, "stop")]));
     assert!(truncations(&events).is_empty());
     let events = run_with(options, &strs(&[chunk(0, json!({"content": "a"}))]));
-    assert_eq!(
-        truncations(&events),
-        [(Some(0), Truncation::NoFinishReason)]
-    );
+    assert_eq!(truncations(&events), [(Some(0), Truncation::NoFinishReason)]);
 }
 
 #[test]
@@ -762,10 +565,7 @@ fn mistral_content_as_a_list_of_parts() {
             0,
             json!({"content": [{"type": "thinking", "thinking": [{"type": "text", "text": "Okay, the"}], "closed": true}]}),
         ),
-        chunk(
-            0,
-            json!({"content": [{"type": "thinking", "thinking": [{"type": "text", "text": " user"}]}]}),
-        ),
+        chunk(0, json!({"content": [{"type": "thinking", "thinking": [{"type": "text", "text": " user"}]}]})),
         chunk(
             0,
             json!({"content": [{"type": "text", "text": "Answer"}, {"type": "image_url", "image_url": {"url": "x"}}]}),
@@ -778,12 +578,7 @@ fn mistral_content_as_a_list_of_parts() {
     assert_eq!(
         elements(&events),
         [
-            (
-                0,
-                Channel::Reasoning,
-                "thought".into(),
-                "Okay, the user".into()
-            ),
+            (0, Channel::Reasoning, "thought".into(), "Okay, the user".into()),
             (0, Channel::Content, "content".into(), "Answer here".into()),
         ]
     );
@@ -802,37 +597,20 @@ fn non_streamed_response() {
         }}],
         "usage": {"total_tokens": 9}
     });
-    let options = StreamOptions {
-        framing: Framing::Response,
-        ..StreamOptions::default()
-    };
+    let options = StreamOptions { framing: Framing::Response, ..StreamOptions::default() };
     let events = run_with(options, &[&response.to_string()]);
     assert_eq!(
         elements(&events),
         [
-            (
-                0,
-                Channel::Reasoning,
-                "thought".into(),
-                "Need the weather.".into()
-            ),
+            (0, Channel::Reasoning, "thought".into(), "Need the weather.".into()),
             (0, Channel::Content, "thought".into(), "also inline".into()),
             (0, Channel::Content, "content".into(), "Checking.".into()),
-            (
-                0,
-                Channel::ToolCalls,
-                "tool_call".into(),
-                "{\"city\":\"Rome\"}".into()
-            ),
+            (0, Channel::ToolCalls, "tool_call".into(), "{\"city\":\"Rome\"}".into()),
         ]
     );
     assert_eq!(finishes(&events), [(0, "tool_calls".into())]);
     assert!(truncations(&events).is_empty());
-    assert!(
-        events
-            .iter()
-            .any(|e| matches!(e, SourceEvent::Usage { .. }))
-    );
+    assert!(events.iter().any(|e| matches!(e, SourceEvent::Usage { .. })));
 }
 
 #[test]
@@ -857,33 +635,17 @@ fn anthropic_messages_stream() {
         elements(&events),
         [
             (0, Channel::Reasoning, "thought".into(), "Hmm.".into()),
-            (
-                0,
-                Channel::ToolCalls,
-                "tool_call".into(),
-                "{\"city\": \"Rome\"}".into()
-            ),
-            (
-                0,
-                Channel::Content,
-                "content".into(),
-                "Let me check.".into()
-            ),
+            (0, Channel::ToolCalls, "tool_call".into(), "{\"city\": \"Rome\"}".into()),
+            (0, Channel::Content, "content".into(), "Let me check.".into()),
         ]
     );
     assert_eq!(finishes(&events), [(0, "tool_use".into())]);
-    assert!(
-        truncations(&events).is_empty(),
-        "message_stop is a clean end"
-    );
+    assert!(truncations(&events).is_empty(), "message_stop is a clean end");
     let last_usage = events.iter().rev().find_map(|e| match e {
         SourceEvent::Usage { usage } => Some(usage.clone()),
         _ => None,
     });
-    assert_eq!(
-        last_usage,
-        Some(json!({"input_tokens": 5, "output_tokens": 9}))
-    );
+    assert_eq!(last_usage, Some(json!({"input_tokens": 5, "output_tokens": 9})));
 }
 
 #[test]
@@ -903,12 +665,7 @@ fn responses_api_stream() {
         elements(&events),
         [
             (0, Channel::Reasoning, "thought".into(), "Plan.".into()),
-            (
-                0,
-                Channel::ToolCalls,
-                "tool_call".into(),
-                "{\"a\":1}".into()
-            ),
+            (0, Channel::ToolCalls, "tool_call".into(), "{\"a\":1}".into()),
             (0, Channel::Content, "content".into(), "Done.".into()),
         ]
     );
@@ -924,10 +681,7 @@ fn unknown_chunk_shapes_are_reported() {
 
 #[test]
 fn choice_limit_is_enforced() {
-    let options = StreamOptions {
-        max_choices: 2,
-        ..StreamOptions::default()
-    };
+    let options = StreamOptions { max_choices: 2, ..StreamOptions::default() };
     let data = [
         chunk(0, json!({"content": "a"})),
         chunk(1, json!({"content": "b"})),
@@ -950,60 +704,40 @@ fn thought_element_size_limit() {
     ];
     let events = run_with(options, &strs(&data));
     let el = events.iter().find_map(SourceEvent::as_element).cloned();
-    assert!(
-        el.as_ref()
-            .is_some_and(|e| e.truncated && e.text == "0123456"),
-        "{el:?}"
-    );
+    assert!(el.as_ref().is_some_and(|e| e.truncated && e.text == "0123456"), "{el:?}");
     assert!(diagnostics(&events).contains(&"element_too_large".to_string()));
 }
 
 #[test]
 fn json_lines_shape() {
-    let events = run(&strs(&[
-        chunk(0, json!({"content": "Hi"})),
-        finish(0, "stop"),
-    ]));
-    let lines: Vec<Value> = events
-        .iter()
-        .map(|e| serde_json::to_value(e).unwrap_or_default())
-        .collect();
+    let events = run(&strs(&[chunk(0, json!({"content": "Hi"})), finish(0, "stop")]));
+    let lines: Vec<Value> = events.iter().map(|e| serde_json::to_value(e).unwrap_or_default()).collect();
     // The default `chat` profile: a plain answer is content, no repair.
     assert_eq!(
         lines[0],
         json!({"type": "open", "id": 0, "tag": "content", "raw_tag": "content", "attrs": {}, "synthetic": true, "at": 0, "choice": 0, "channel": "content"})
     );
-    assert!(lines.contains(&json!({"type": "delta", "id": 0, "tag": "content", "text": "Hi", "choice": 0, "channel": "content"})));
+    assert!(lines.contains(
+        &json!({"type": "delta", "id": 0, "tag": "content", "text": "Hi", "choice": 0, "channel": "content"})
+    ));
     assert!(lines.contains(&json!({"type": "finish", "choice": 0, "reason": "stop"})));
     assert!(lines.contains(&json!({"type": "truncated", "choice": 0, "why": "no [DONE]"})));
     assert!(!events.iter().any(|e| matches!(e, SourceEvent::Choice(c) if matches!(&c.event, Event::Repair(_)))));
-    assert_eq!(
-        elements(&events),
-        [(0, Channel::Content, "content".into(), "Hi".into())]
-    );
+    assert_eq!(elements(&events), [(0, Channel::Content, "content".into(), "Hi".into())]);
 }
 
 /// The corrected content a tap hands a rewriting proxy, joined, equals what
 /// the parser rewrites from the whole content at once.
 #[test]
 fn rewrites_match_the_parser_on_the_whole_content() {
-    let pieces = [
-        "Thinking",
-        " hard</th",
-        "ink>The <b>answer</b> is",
-        " 42<content>",
-        "done",
-    ];
+    let pieces = ["Thinking", " hard</th", "ink>The <b>answer</b> is", " 42<content>", "done"];
     let mut body = String::new();
     for p in pieces {
         body.push_str(&format!("data: {}\n\n", chunk(0, json!({"content": p}))));
     }
     body.push_str(&format!("data: {}\n\ndata: [DONE]\n\n", finish(0, "stop")));
     let options = StreamOptions {
-        parser: ParserOptions {
-            rewrite: true,
-            ..ParserOptions::default()
-        },
+        parser: ParserOptions { rewrite: true, ..ParserOptions::default() },
         ..StreamOptions::default()
     };
     let mut tap = StreamTap::new(options);
@@ -1023,21 +757,13 @@ fn rewrites_match_the_parser_on_the_whole_content() {
         joined.push_str(text);
     }
     let whole: String = pieces.concat();
-    let mut parser = Parser::with_options(
-        Arc::new(Registry::chat()),
-        ParserOptions {
-            rewrite: true,
-            ..ParserOptions::default()
-        },
-    );
+    let mut parser =
+        Parser::with_options(Arc::new(Registry::chat()), ParserOptions { rewrite: true, ..ParserOptions::default() });
     parser.feed(whole.as_bytes());
     let mut expected = parser.take_rewrite();
     expected.extend(parser.finish_with_rewrite().1);
     assert_eq!(joined, String::from_utf8_lossy(&expected));
-    assert!(
-        frames.iter().any(|f| f.chunk.is_some()),
-        "frames carry their parsed chunk"
-    );
+    assert!(frames.iter().any(|f| f.chunk.is_some()), "frames carry their parsed chunk");
 
     // Re-serialised chunks carry the corrected content and keep the rest.
     let mut from_chunks = String::new();
@@ -1048,18 +774,9 @@ fn rewrites_match_the_parser_on_the_whole_content() {
         assert_eq!(rewritten.id(), Some("c"));
         assert_eq!(rewritten.object(), Some("chat.completion.chunk"));
         let original = f.chunk.as_ref().map(|c| c.choice_list().len()).unwrap_or(0);
-        assert_eq!(
-            rewritten.choice_list().len(),
-            original,
-            "no choice added or lost"
-        );
+        assert_eq!(rewritten.choice_list().len(), original, "no choice added or lost");
         for choice in rewritten.choice_list() {
-            if let Some(text) = choice
-                .delta
-                .as_option()
-                .and_then(|d| d.content.as_option())
-                .and_then(|c| c.as_text())
-            {
+            if let Some(text) = choice.delta.as_option().and_then(|d| d.content.as_option()).and_then(|c| c.as_text()) {
                 from_chunks.push_str(text);
             }
         }
@@ -1075,10 +792,7 @@ fn rewrites_match_the_parser_on_the_whole_content() {
 fn tap_is_split_invariant() {
     let mut body = String::from(": keep-alive\r\n");
     for (i, p) in ["<think>a", "b</think>", "Hé", "llo"].iter().enumerate() {
-        body.push_str(&format!(
-            "data: {}\r\n\r\n",
-            chunk((i % 2) as u32, json!({"content": p}))
-        ));
+        body.push_str(&format!("data: {}\r\n\r\n", chunk((i % 2) as u32, json!({"content": p}))));
     }
     body.push_str(&format!(
         "data: {}\n\ndata: {}\n\ndata: [DONE]\n\n",
@@ -1103,10 +817,7 @@ fn fields_of_unexpected_types_are_coerced_and_reported() {
     assert!(diagnostics(&events).contains(&"chunk_fields_coerced".to_string()));
     assert_eq!(
         elements(&events),
-        [
-            (1, Channel::Content, "content".into(), "5".into()),
-            (1, Channel::ToolCalls, "tool_call".into(), "{}".into()),
-        ]
+        [(1, Channel::Content, "content".into(), "5".into()), (1, Channel::ToolCalls, "tool_call".into(), "{}".into()),]
     );
     assert_eq!(payloads(&events, "tool_call")[0]["id"], json!("7"));
 }
@@ -1115,19 +826,12 @@ fn fields_of_unexpected_types_are_coerced_and_reported() {
 fn whitespace_only_content_is_a_gap_not_a_missing_answer() {
     let data = [
         chunk(0, json!({"content": "  "})),
-        chunk(
-            0,
-            json!({"tool_calls": [{"index": 0, "id": "t", "function": {"name": "f", "arguments": "{}"}}]}),
-        ),
+        chunk(0, json!({"tool_calls": [{"index": 0, "id": "t", "function": {"name": "f", "arguments": "{}"}}]})),
         finish(0, "tool_calls"),
         "[DONE]".into(),
     ];
     let events = run(&strs(&data));
-    assert!(
-        diagnostics(&events).is_empty(),
-        "{:?}",
-        diagnostics(&events)
-    );
+    assert!(diagnostics(&events).is_empty(), "{:?}", diagnostics(&events));
     let gaps: Vec<String> = events
         .iter()
         .filter_map(|e| match e {
@@ -1139,22 +843,12 @@ fn whitespace_only_content_is_a_gap_not_a_missing_answer() {
         })
         .collect();
     assert_eq!(gaps, ["  "]);
-    assert_eq!(
-        elements(&events),
-        [(0, Channel::ToolCalls, "tool_call".into(), "{}".into())]
-    );
+    assert_eq!(elements(&events), [(0, Channel::ToolCalls, "tool_call".into(), "{}".into())]);
 
     // Followed by real content, the whitespace goes to the parser first.
-    let data = [
-        chunk(0, json!({"content": "\n\n"})),
-        chunk(0, json!({"content": "{\"a\": 1}"})),
-        finish(0, "stop"),
-    ];
+    let data = [chunk(0, json!({"content": "\n\n"})), chunk(0, json!({"content": "{\"a\": 1}"})), finish(0, "stop")];
     let events = run(&strs(&data));
-    assert_eq!(
-        elements(&events),
-        [(0, Channel::Content, "content".into(), "{\"a\": 1}".into())]
-    );
+    assert_eq!(elements(&events), [(0, Channel::Content, "content".into(), "{\"a\": 1}".into())]);
     let spans: Vec<(usize, usize)> = events
         .iter()
         .filter_map(|e| match e {

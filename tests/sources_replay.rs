@@ -20,18 +20,14 @@ fn recorded() -> Option<PathBuf> {
     if dir.is_dir() {
         Some(dir)
     } else {
-        eprintln!(
-            "skipping: {} is missing (the shared recordings are not on this machine)",
-            dir.display()
-        );
+        eprintln!("skipping: {} is missing (the shared recordings are not on this machine)", dir.display());
         None
     }
 }
 
 fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
-        .unwrap_or_default();
+    let mut entries: Vec<PathBuf> =
+        std::fs::read_dir(dir).map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect()).unwrap_or_default();
     entries.sort();
     for p in entries {
         if p.is_dir() {
@@ -42,10 +38,7 @@ fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-fn replay_path(
-    path: &Path,
-    options: &StreamOptions,
-) -> Option<(TranscriptKind, Vec<u8>, Vec<transcript::Replayed>)> {
+fn replay_path(path: &Path, options: &StreamOptions) -> Option<(TranscriptKind, Vec<u8>, Vec<transcript::Replayed>)> {
     let bytes = std::fs::read(path).ok()?;
     let Detection::Replay(kind) = transcript::detect(path, &bytes) else {
         return None;
@@ -71,10 +64,7 @@ const CORPORA: &[Expect] = &[
     Expect {
         file: "sse-think-in-content.sse",
         profile: "reasoning",
-        elements: &[
-            (0, "thought", "\nThe user asks for  2+2. Simple: 4.\n"),
-            (0, "content", "2 + 2 = **4**."),
-        ],
+        elements: &[(0, "thought", "\nThe user asks for  2+2. Simple: 4.\n"), (0, "content", "2 + 2 = **4**.")],
         truncated: None,
         diagnostics: &[],
         errors: 0,
@@ -108,12 +98,7 @@ const CORPORA: &[Expect] = &[
         profile: "reasoning",
         elements: &[(0, "content", "Hello there, friend!")],
         truncated: Some(Truncation::NoDone),
-        diagnostics: &[
-            "chunk_rejoined",
-            "invalid_chunk_json",
-            "sse_ignored_field",
-            "sse_unterminated_event",
-        ],
+        diagnostics: &["chunk_rejoined", "invalid_chunk_json", "sse_ignored_field", "sse_unterminated_event"],
         errors: 0,
     },
     Expect {
@@ -137,16 +122,8 @@ const CORPORA: &[Expect] = &[
         profile: "filament",
         elements: &[
             (0, "thought", "The player greets 纯田真奈."),
-            (
-                0,
-                "content",
-                "\n\"Good morning!\" she says, <i>smiling</i>.\n",
-            ),
-            (
-                0,
-                "variable_update",
-                "\n<Analysis>greeting</Analysis>\n_.set('纯田真奈.好感度', 10, 12);//friendly\n",
-            ),
+            (0, "content", "\n\"Good morning!\" she says, <i>smiling</i>.\n"),
+            (0, "variable_update", "\n<Analysis>greeting</Analysis>\n_.set('纯田真奈.好感度', 10, 12);//friendly\n"),
         ],
         truncated: None,
         diagnostics: &[],
@@ -179,10 +156,7 @@ const CORPORA: &[Expect] = &[
     Expect {
         file: "sse-deepseek-reasoning.chunks.txt",
         profile: "reasoning",
-        elements: &[
-            (0, "thought", "Compare 9.11 and 9.9: 9.9 is larger."),
-            (0, "content", "9.9 is larger than 9.11."),
-        ],
+        elements: &[(0, "thought", "Compare 9.11 and 9.9: 9.9 is larger."), (0, "content", "9.9 is larger than 9.11.")],
         truncated: None,
         diagnostics: &[],
         errors: 0,
@@ -203,18 +177,14 @@ fn corpora_replay_as_expected() {
         let elements: Vec<(u32, String, String)> = events
             .iter()
             .filter_map(|ev| match ev {
-                SourceEvent::Choice(c) => c
-                    .event
-                    .as_element()
-                    .map(|el| (c.choice, el.tag.to_string(), el.text.clone())),
+                SourceEvent::Choice(c) => {
+                    c.event.as_element().map(|el| (c.choice, el.tag.to_string(), el.text.clone()))
+                }
                 _ => None,
             })
             .collect();
-        let want: Vec<(u32, String, String)> = e
-            .elements
-            .iter()
-            .map(|(c, t, x)| (*c, t.to_string(), x.to_string()))
-            .collect();
+        let want: Vec<(u32, String, String)> =
+            e.elements.iter().map(|(c, t, x)| (*c, t.to_string(), x.to_string())).collect();
         assert_eq!(elements, want, "{}", e.file);
         let truncated = events.iter().find_map(|ev| match ev {
             SourceEvent::Truncated { why, .. } => Some(*why),
@@ -229,24 +199,12 @@ fn corpora_replay_as_expected() {
             })
             .collect();
         for code in e.diagnostics {
-            assert!(
-                codes.iter().any(|c| c == code),
-                "{}: no {code} in {codes:?}",
-                e.file
-            );
+            assert!(codes.iter().any(|c| c == code), "{}: no {code} in {codes:?}", e.file);
         }
-        let errors = events
-            .iter()
-            .filter(|ev| matches!(ev, SourceEvent::StreamError { .. }))
-            .count();
+        let errors = events.iter().filter(|ev| matches!(ev, SourceEvent::StreamError { .. })).count();
         assert_eq!(errors, e.errors, "{}", e.file);
         for check in transcript::check_content(kind, &bytes, &streams) {
-            assert!(
-                matches!(check.result, CheckResult::Equal | CheckResult::Tiled),
-                "{}: {:?}",
-                e.file,
-                check.result
-            );
+            assert!(matches!(check.result, CheckResult::Equal | CheckResult::Tiled), "{}: {:?}", e.file, check.result);
         }
     }
 }
@@ -276,27 +234,17 @@ fn recorded_tree_replays_and_keeps_every_content_byte() {
             });
             let text_only = matches!(kind, TranscriptKind::Text | TranscriptKind::JsonLines)
                 || (kind == TranscriptKind::Json && bytes.first() == Some(&b'['));
-            assert!(
-                ended || text_only,
-                "{} ended without a word",
-                path.display()
-            );
+            assert!(ended || text_only, "{} ended without a word", path.display());
         }
         for check in transcript::check_content(kind, &bytes, &streams) {
             match check.result {
                 CheckResult::Equal | CheckResult::Tiled => checked += 1,
                 CheckResult::Skipped(_) => {}
-                CheckResult::Mismatch(what) => {
-                    mismatches.push(format!("{} {:?}: {what}", path.display(), check.label))
-                }
+                CheckResult::Mismatch(what) => mismatches.push(format!("{} {:?}: {what}", path.display(), check.label)),
             }
         }
     }
-    assert!(
-        mismatches.is_empty(),
-        "content lost or invented:\n{}",
-        mismatches.join("\n")
-    );
+    assert!(mismatches.is_empty(), "content lost or invented:\n{}", mismatches.join("\n"));
     assert!(streams_total > 400, "only {streams_total} streams replayed");
     assert!(checked > 1000, "only {checked} choices checked");
 }
@@ -319,10 +267,7 @@ fn recorded_chunks_round_trip_losslessly() {
         let payloads: Vec<&str> = if name.ends_with(".chunks.txt") {
             text.lines().collect()
         } else if name.ends_with(".sse") || name.ends_with(".bin") {
-            text.lines()
-                .filter_map(|l| l.strip_prefix("data:"))
-                .map(str::trim_start)
-                .collect()
+            text.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim_start).collect()
         } else if name.ends_with(".json") {
             vec![&text]
         } else {
@@ -351,17 +296,9 @@ fn spindle() -> Command {
 #[test]
 fn replay_command_summary_check_and_jsonl() {
     let corpora = manifest().join("corpora");
-    let out = spindle()
-        .args(["replay", "--check"])
-        .arg(&corpora)
-        .output()
-        .expect("run spindle");
+    let out = spindle().args(["replay", "--check"]).arg(&corpora).output().expect("run spindle");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("content check passed"), "{stdout}");
     assert!(stdout.contains("MB/s"), "{stdout}");
     assert!(stdout.contains("elements by tag"), "{stdout}");
@@ -376,16 +313,8 @@ fn replay_command_summary_check_and_jsonl() {
         .lines()
         .map(|l| serde_json::from_str(l).expect("each line is JSON"))
         .collect();
-    assert!(lines.iter().all(|l| {
-        l["source"]
-            .as_str()
-            .is_some_and(|s| s.ends_with("sse-refusal.sse"))
-    }));
-    assert!(
-        lines
-            .iter()
-            .any(|l| l["type"] == "element" && l["tag"] == "refusal" && l["choice"] == 0)
-    );
+    assert!(lines.iter().all(|l| { l["source"].as_str().is_some_and(|s| s.ends_with("sse-refusal.sse")) }));
+    assert!(lines.iter().any(|l| l["type"] == "element" && l["tag"] == "refusal" && l["choice"] == 0));
     assert!(lines.iter().any(|l| l["type"] == "done"));
 }
 
@@ -397,23 +326,12 @@ fn one_bad_path_never_stops_the_run() {
     std::fs::write(dir.join("binary.dat"), [0u8, 159, 146, 150, 0, 1]).expect("write");
     std::fs::write(dir.join("answer.txt"), "<think>hm</think>42").expect("write");
     std::fs::write(dir.join("README.md"), "# notes").expect("write");
-    let out = spindle()
-        .args(["replay", "--check"])
-        .arg(&dir)
-        .arg(dir.join("missing.sse"))
-        .output()
-        .expect("run spindle");
+    let out =
+        spindle().args(["replay", "--check"]).arg(&dir).arg(dir.join("missing.sse")).output().expect("run spindle");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "a missing path fails the run: {stdout}"
-    );
+    assert_eq!(out.status.code(), Some(1), "a missing path fails the run: {stdout}");
     assert!(stdout.contains("missing.sse: cannot read"), "{stdout}");
-    assert!(
-        stdout.contains("replayed 1 files"),
-        "the text file still ran: {stdout}"
-    );
+    assert!(stdout.contains("replayed 1 files"), "the text file still ran: {stdout}");
     assert!(stdout.contains("not valid JSON"), "{stdout}");
     assert!(stdout.contains("binary file"), "{stdout}");
     assert!(stdout.contains("readme file"), "{stdout}");
@@ -492,9 +410,7 @@ mod property {
 fn the_content_check_catches_loss_and_invention() {
     let path = manifest().join("corpora/sse-think-in-content.sse");
     let options = StreamOptions::default();
-    let Some((kind, bytes, streams)) = replay_path(&path, &options) else {
-        panic!("replays")
-    };
+    let Some((kind, bytes, streams)) = replay_path(&path, &options) else { panic!("replays") };
     let tamper = |f: &dyn Fn(&mut String)| {
         let mut streams = streams.clone();
         for e in &mut streams[0].events {
@@ -508,26 +424,18 @@ fn the_content_check_catches_loss_and_invention() {
         transcript::check_content(kind, &bytes, &streams)
     };
     let clean = tamper(&|_| {});
-    assert!(
-        clean.iter().all(|c| matches!(c.result, CheckResult::Tiled)),
-        "{clean:?}"
-    );
+    assert!(clean.iter().all(|c| matches!(c.result, CheckResult::Tiled)), "{clean:?}");
     for check in [tamper(&|t| t.push('!')), tamper(&|t| t.truncate(3))] {
-        assert!(
-            check
-                .iter()
-                .any(|c| matches!(c.result, CheckResult::Mismatch(_))),
-            "{check:?}"
-        );
+        assert!(check.iter().any(|c| matches!(c.result, CheckResult::Mismatch(_))), "{check:?}");
     }
     // A dropped gap leaves bytes unaccounted for.
     let mut streams = streams.clone();
-    streams[0].events.retain(|e| !matches!(e, SourceEvent::Choice(c) if matches!(c.event, spindle::event::Event::Gap(_))));
+    streams[0]
+        .events
+        .retain(|e| !matches!(e, SourceEvent::Choice(c) if matches!(c.event, spindle::event::Event::Gap(_))));
     let check = transcript::check_content(kind, &bytes, &streams);
     assert!(
-        check
-            .iter()
-            .any(|c| matches!(&c.result, CheckResult::Mismatch(m) if m.contains("belong to no"))),
+        check.iter().any(|c| matches!(&c.result, CheckResult::Mismatch(m) if m.contains("belong to no"))),
         "{check:?}"
     );
 }
@@ -548,13 +456,10 @@ fn recorded_sse_bodies_are_read_size_invariant() {
         if transcript::detect(&path, &bytes) != Detection::Replay(TranscriptKind::Sse) {
             continue;
         }
-        let events =
-            |read| match transcript::replay_in_reads(TranscriptKind::Sse, &bytes, &options, read) {
-                ReplayOutcome::Streams(s) => {
-                    s.into_iter().flat_map(|s| s.events).collect::<Vec<_>>()
-                }
-                ReplayOutcome::Skip(why) => panic!("{why}"),
-            };
+        let events = |read| match transcript::replay_in_reads(TranscriptKind::Sse, &bytes, &options, read) {
+            ReplayOutcome::Streams(s) => s.into_iter().flat_map(|s| s.events).collect::<Vec<_>>(),
+            ReplayOutcome::Skip(why) => panic!("{why}"),
+        };
         let whole = events(usize::MAX);
         assert_eq!(events(1), whole, "{} byte by byte", path.display());
         assert_eq!(events(7), whole, "{} in 7-byte reads", path.display());

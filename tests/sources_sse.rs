@@ -26,30 +26,16 @@ fn assert_split_invariant(name: &str, input: &[u8], limits: SseLimits) {
     assert_eq!(decode_chunks(&bytes, limits), whole, "{name}: byte by byte");
     for i in 0..=input.len() {
         let (a, b) = input.split_at(i);
-        assert_eq!(
-            decode_chunks(&[a, b], limits),
-            whole,
-            "{name}: split at {i}"
-        );
+        assert_eq!(decode_chunks(&[a, b], limits), whole, "{name}: split at {i}");
         for j in i..=input.len() {
             let (b1, c) = input[i..].split_at(j - i);
-            assert_eq!(
-                decode_chunks(&[a, b1, c], limits),
-                whole,
-                "{name}: split at {i},{j}"
-            );
+            assert_eq!(decode_chunks(&[a, b1, c], limits), whole, "{name}: split at {i},{j}");
         }
     }
 }
 
 fn ev(event: &str, data: &str, id: &str, at: usize) -> SseItem {
-    SseItem::Event(SseEvent {
-        event: event.into(),
-        data: data.into(),
-        id: id.into(),
-        retry: None,
-        at,
-    })
+    SseItem::Event(SseEvent { event: event.into(), data: data.into(), id: id.into(), retry: None, at })
 }
 
 fn msg(data: &str, at: usize) -> SseItem {
@@ -65,86 +51,39 @@ fn cases() -> Vec<(&'static str, &'static [u8], Vec<SseItem>)> {
         item
     };
     vec![
-        (
-            "lf",
-            b"data: a\n\ndata: b\n\n",
-            vec![msg("a", 0), msg("b", 9)],
-        ),
-        (
-            "crlf",
-            b"data: a\r\n\r\ndata: b\r\n\r\n",
-            vec![msg("a", 0), msg("b", 11)],
-        ),
-        (
-            "lone_cr",
-            b"data: a\r\rdata: b\r\r",
-            vec![msg("a", 0), msg("b", 9)],
-        ),
-        (
-            "mixed_line_ends",
-            b"data: a\r\ndata: b\rdata: c\n\r\n",
-            vec![msg("a\nb\nc", 0)],
-        ),
+        ("lf", b"data: a\n\ndata: b\n\n", vec![msg("a", 0), msg("b", 9)]),
+        ("crlf", b"data: a\r\n\r\ndata: b\r\n\r\n", vec![msg("a", 0), msg("b", 11)]),
+        ("lone_cr", b"data: a\r\rdata: b\r\r", vec![msg("a", 0), msg("b", 9)]),
+        ("mixed_line_ends", b"data: a\r\ndata: b\rdata: c\n\r\n", vec![msg("a\nb\nc", 0)]),
         ("cr_then_lf_is_one_end", b"data: a\r\n\n", vec![msg("a", 0)]),
-        (
-            "bom_stripped",
-            b"\xEF\xBB\xBFdata: a\n\n",
-            vec![msg("a", 0)],
-        ),
+        ("bom_stripped", b"\xEF\xBB\xBFdata: a\n\n", vec![msg("a", 0)]),
         (
             "bom_only_once",
             b"\xEF\xBB\xBF\xEF\xBB\xBFdata: a\n\ndata: b\n\n",
             // The second BOM is part of the first line's field name.
-            vec![
-                SseItem::Fault(SseFault::IgnoredField {
-                    field: "\u{feff}data".into(),
-                    at: 0,
-                }),
-                msg("b", 12),
-            ],
+            vec![SseItem::Fault(SseFault::IgnoredField { field: "\u{feff}data".into(), at: 0 }), msg("b", 12)],
         ),
         (
             "bom_prefix_is_text",
             b"\xEF\xBBx\n",
-            vec![SseItem::Fault(SseFault::IgnoredField {
-                field: "\u{FFFD}x".into(),
-                at: 0,
-            })],
+            vec![SseItem::Fault(SseFault::IgnoredField { field: "\u{FFFD}x".into(), at: 0 })],
         ),
         (
             "comments_ignored",
             b": ping\n:OPENROUTER PROCESSING\ndata: a\n\n",
             vec![
-                SseItem::Comment {
-                    text: " ping".into(),
-                    at: 0,
-                },
-                SseItem::Comment {
-                    text: "OPENROUTER PROCESSING".into(),
-                    at: 7,
-                },
+                SseItem::Comment { text: " ping".into(), at: 0 },
+                SseItem::Comment { text: "OPENROUTER PROCESSING".into(), at: 7 },
                 msg("a", 30),
             ],
         ),
         ("no_space", b"data:x\n\n", vec![msg("x", 0)]),
         ("one_space_stripped", b"data:  x\n\n", vec![msg(" x", 0)]),
-        (
-            "multi_line_data",
-            b"data: a\ndata:\ndata: b\n\n",
-            vec![msg("a\n\nb", 0)],
-        ),
+        ("multi_line_data", b"data: a\ndata:\ndata: b\n\n", vec![msg("a\n\nb", 0)]),
         ("field_without_colon", b"data\ndata\n\n", vec![msg("\n", 0)]),
         ("empty_data_dispatched", b"data:\n\n", vec![msg("", 0)]),
-        (
-            "event_type",
-            b"event: error\ndata: x\n\n",
-            vec![ev("error", "x", "", 0)],
-        ),
-        (
-            "event_type_resets",
-            b"event: e\ndata: 1\n\ndata: 2\n\n",
-            vec![ev("e", "1", "", 0), msg("2", 18)],
-        ),
+        ("event_type", b"event: error\ndata: x\n\n", vec![ev("error", "x", "", 0)]),
+        ("event_type_resets", b"event: e\ndata: 1\n\ndata: 2\n\n", vec![ev("e", "1", "", 0), msg("2", 18)]),
         (
             "id_persists",
             b"id: 7\ndata: a\n\ndata: b\n\n",
@@ -155,34 +94,16 @@ fn cases() -> Vec<(&'static str, &'static [u8], Vec<SseItem>)> {
             b"id: 1\ndata: a\n\nid: x\0y\ndata: b\n\n",
             vec![ev("message", "a", "1", 0), ev("message", "b", "1", 15)],
         ),
-        (
-            "retry_digits",
-            b"retry: 1500\ndata: a\n\n",
-            vec![with_retry(msg("a", 0), 1500)],
-        ),
-        (
-            "retry_not_digits",
-            b"retry: 1s\ndata: a\n\n",
-            vec![msg("a", 0)],
-        ),
-        (
-            "no_data_not_dispatched",
-            b"event: x\nid: 3\n\ndata: a\n\n",
-            vec![ev("message", "a", "3", 16)],
-        ),
+        ("retry_digits", b"retry: 1500\ndata: a\n\n", vec![with_retry(msg("a", 0), 1500)]),
+        ("retry_not_digits", b"retry: 1s\ndata: a\n\n", vec![msg("a", 0)]),
+        ("no_data_not_dispatched", b"event: x\nid: 3\n\ndata: a\n\n", vec![ev("message", "a", "3", 16)]),
         ("blank_lines_alone", b"\n\n\r\n\r\r", vec![]),
         (
             "unknown_field",
             b" data: x\nfoo: 1\ndata: y\n\n",
             vec![
-                SseItem::Fault(SseFault::IgnoredField {
-                    field: " data".into(),
-                    at: 0,
-                }),
-                SseItem::Fault(SseFault::IgnoredField {
-                    field: "foo".into(),
-                    at: 9,
-                }),
+                SseItem::Fault(SseFault::IgnoredField { field: " data".into(), at: 0 }),
+                SseItem::Fault(SseFault::IgnoredField { field: "foo".into(), at: 9 }),
                 msg("y", 0),
             ],
         ),
@@ -211,29 +132,14 @@ fn cases() -> Vec<(&'static str, &'static [u8], Vec<SseItem>)> {
                 at: 0,
             })],
         ),
-        (
-            "eof_after_fields_without_data",
-            b"data: a\n\nevent: x\n",
-            vec![msg("a", 0)],
-        ),
-        (
-            "utf8_split_anywhere",
-            "data: 名前→é\n\n".as_bytes(),
-            vec![msg("名前→é", 0)],
-        ),
+        ("eof_after_fields_without_data", b"data: a\n\nevent: x\n", vec![msg("a", 0)]),
+        ("utf8_split_anywhere", "data: 名前→é\n\n".as_bytes(), vec![msg("名前→é", 0)]),
         (
             "invalid_utf8_replaced",
             b"data: a\xFFb\n\n",
-            vec![
-                SseItem::Fault(SseFault::InvalidUtf8 { at: 0 }),
-                msg("a\u{FFFD}b", 0),
-            ],
+            vec![SseItem::Fault(SseFault::InvalidUtf8 { at: 0 }), msg("a\u{FFFD}b", 0)],
         ),
-        (
-            "colon_in_value",
-            b"data: {\"a\":\"b:c\"}\n\n",
-            vec![msg("{\"a\":\"b:c\"}", 0)],
-        ),
+        ("colon_in_value", b"data: {\"a\":\"b:c\"}\n\n", vec![msg("{\"a\":\"b:c\"}", 0)]),
     ]
 }
 
@@ -260,22 +166,13 @@ fn reconnection_time_and_last_id_are_kept() {
     assert_eq!(d.last_event_id(), "abc");
 }
 
-const SMALL: SseLimits = SseLimits {
-    max_line_len: 16,
-    max_event_len: 24,
-};
+const SMALL: SseLimits = SseLimits { max_line_len: 16, max_event_len: 24 };
 
 #[test]
 fn line_too_long_drops_its_event_and_resyncs() {
     let input = b"data: 0123456789abcdefXYZ\ndata: tail\n\ndata: ok\n\n";
     let got = decode_chunks(&[input], SMALL);
-    assert_eq!(
-        got,
-        vec![
-            SseItem::Fault(SseFault::LineTooLong { at: 0, limit: 16 }),
-            msg("ok", 38),
-        ]
-    );
+    assert_eq!(got, vec![SseItem::Fault(SseFault::LineTooLong { at: 0, limit: 16 }), msg("ok", 38),]);
     assert_split_invariant("line_too_long", input, SMALL);
 }
 
@@ -283,13 +180,7 @@ fn line_too_long_drops_its_event_and_resyncs() {
 fn long_comment_line_does_not_drop_the_event() {
     let input = b"data: a\n: a very long keep-alive comment\ndata: b\n\n";
     let got = decode_chunks(&[input], SMALL);
-    assert_eq!(
-        got,
-        vec![
-            SseItem::Fault(SseFault::LineTooLong { at: 8, limit: 16 }),
-            msg("a\nb", 0)
-        ]
-    );
+    assert_eq!(got, vec![SseItem::Fault(SseFault::LineTooLong { at: 8, limit: 16 }), msg("a\nb", 0)]);
     assert_split_invariant("long_comment", input, SMALL);
 }
 
@@ -297,22 +188,13 @@ fn long_comment_line_does_not_drop_the_event() {
 fn event_too_large_is_dropped_and_the_next_one_read() {
     let input = b"data: 0123456789\ndata: 0123456789\ndata: xyz\n\ndata: ok\n\n";
     let got = decode_chunks(&[input], SMALL);
-    assert_eq!(
-        got,
-        vec![
-            SseItem::Fault(SseFault::EventTooLarge { at: 0, limit: 24 }),
-            msg("ok", 45)
-        ]
-    );
+    assert_eq!(got, vec![SseItem::Fault(SseFault::EventTooLarge { at: 0, limit: 24 }), msg("ok", 45)]);
     assert_split_invariant("event_too_large", input, SMALL);
 }
 
 #[test]
 fn ten_megabyte_line_keeps_memory_bounded() {
-    let limits = SseLimits {
-        max_line_len: 1024 * 1024,
-        max_event_len: 1024 * 1024,
-    };
+    let limits = SseLimits { max_line_len: 1024 * 1024, max_event_len: 1024 * 1024 };
     let mut d = SseDecoder::with_limits(limits);
     let mut out = Vec::new();
     d.feed_into(b"data: ", &mut out);
@@ -324,19 +206,10 @@ fn ten_megabyte_line_keeps_memory_bounded() {
     }
     d.feed_into(b"\n\ndata: after\n\n", &mut out);
     d.finish_into(&mut out);
-    assert!(
-        peak <= 2 * 1024 * 1024,
-        "held {peak} bytes for a 10 MB line"
-    );
+    assert!(peak <= 2 * 1024 * 1024, "held {peak} bytes for a 10 MB line");
     assert_eq!(
         out,
-        vec![
-            SseItem::Fault(SseFault::LineTooLong {
-                at: 0,
-                limit: 1024 * 1024
-            }),
-            msg("after", 10 * 1024 * 1024 + 8)
-        ]
+        vec![SseItem::Fault(SseFault::LineTooLong { at: 0, limit: 1024 * 1024 }), msg("after", 10 * 1024 * 1024 + 8)]
     );
 }
 
@@ -357,11 +230,7 @@ fn oracle(input: &[u8]) -> Vec<SseItem> {
             }
             b'\r' => {
                 lines.push((start, &input[start..i], true));
-                i += if input.get(i + 1) == Some(&b'\n') {
-                    2
-                } else {
-                    1
-                };
+                i += if input.get(i + 1) == Some(&b'\n') { 2 } else { 1 };
                 start = i;
             }
             _ => i += 1,
@@ -387,11 +256,7 @@ fn oracle(input: &[u8]) -> Vec<SseItem> {
             if !data.is_empty() {
                 data.pop();
                 out.push(SseItem::Event(SseEvent {
-                    event: if kind.is_empty() {
-                        "message".into()
-                    } else {
-                        kind.clone()
-                    },
+                    event: if kind.is_empty() { "message".into() } else { kind.clone() },
                     data: std::mem::take(&mut data),
                     id: last_id.clone(),
                     retry,
@@ -413,10 +278,7 @@ fn oracle(input: &[u8]) -> Vec<SseItem> {
         let (field, value): (&[u8], &[u8]) = match line.iter().position(|&b| b == b':') {
             Some(c) => {
                 let v = &line[c + 1..];
-                (
-                    &line[..c],
-                    if v.first() == Some(&b' ') { &v[1..] } else { v },
-                )
+                (&line[..c], if v.first() == Some(&b' ') { &v[1..] } else { v })
             }
             None => (line, b""),
         };
@@ -443,11 +305,7 @@ fn oracle(input: &[u8]) -> Vec<SseItem> {
     if !data.is_empty() {
         data.pop();
         out.push(SseItem::Unterminated(SseEvent {
-            event: if kind.is_empty() {
-                "message".into()
-            } else {
-                kind
-            },
+            event: if kind.is_empty() { "message".into() } else { kind },
             data,
             id: last_id,
             retry,

@@ -70,29 +70,15 @@ fn applies_updates_and_reports_each_op() {
     for chunk in ["1000000", "1", "7"] {
         let dir = TempDir::new(&format!("apply{chunk}"));
         let input = dir.file("response.txt", RESPONSE);
-        let state = dir.file(
-            "state.json",
-            r#"{"悠纪": {"好感度": 33}, "gold": 5, "mood": {"value": 3}}"#,
-        );
-        let out = spindle(
-            &["--format", "jsonl", "--chunk-size", chunk],
-            &input,
-            &state,
-        );
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let state = dir.file("state.json", r#"{"悠纪": {"好感度": 33}, "gold": 5, "mood": {"value": 3}}"#);
+        let out = spindle(&["--format", "jsonl", "--chunk-size", chunk], &input, &state);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         assert_eq!(
             read_json(&state),
             json!({"悠纪": {"好感度": 35}, "gold": 15, "mood": {"value": 4}, "纯田真奈": {"好感度": 2}, "items": ["sword"]})
         );
         let stderr = String::from_utf8_lossy(&out.stderr);
-        let lines: Vec<&str> = stderr
-            .lines()
-            .filter(|l| l.starts_with("spindle: state: element"))
-            .collect();
+        let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("spindle: state: element")).collect();
         assert_eq!(
             lines,
             [
@@ -110,12 +96,7 @@ fn applies_updates_and_reports_each_op() {
         assert!(stderr.contains("(5 op(s) applied, 3 failed)"), "{stderr}");
         // stdout is still one JSON event per line.
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            stdout
-                .lines()
-                .all(|l| serde_json::from_str::<Value>(l).is_ok()),
-            "{stdout}"
-        );
+        assert!(stdout.lines().all(|l| serde_json::from_str::<Value>(l).is_ok()), "{stdout}");
         // Nothing but the two files is left in the directory.
         let mut names: Vec<String> = std::fs::read_dir(&dir.0)
             .expect("list dir")
@@ -129,17 +110,11 @@ fn applies_updates_and_reports_each_op() {
 #[test]
 fn a_missing_state_file_is_created() {
     let dir = TempDir::new("missing");
-    let input = dir.file(
-        "r.txt",
-        "<content>x</content><variable_update>[[\"SET\", \"a.b\", [1, 2]]]</variable_update>",
-    );
+    let input =
+        dir.file("r.txt", "<content>x</content><variable_update>[[\"SET\", \"a.b\", [1, 2]]]</variable_update>");
     let state = dir.0.join("new.json");
     let out = spindle(&["--format", "summary"], &input, &state);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(read_json(&state), json!({"a": {"b": [1, 2]}}));
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist; starting from {}"));
 }
@@ -147,10 +122,7 @@ fn a_missing_state_file_is_created() {
 #[test]
 fn an_invalid_state_file_is_left_alone() {
     let dir = TempDir::new("invalid");
-    let input = dir.file(
-        "r.txt",
-        "<content>x</content><variable_update>[[\"SET\", \"a\", 1]]</variable_update>",
-    );
+    let input = dir.file("r.txt", "<content>x</content><variable_update>[[\"SET\", \"a\", 1]]</variable_update>");
     let state = dir.file("s.json", "{not json");
     let out = spindle(&[], &input, &state);
     assert_eq!(out.status.code(), Some(2));
@@ -159,26 +131,17 @@ fn an_invalid_state_file_is_left_alone() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(
-        std::fs::read_to_string(&state).unwrap_or_default(),
-        "{not json"
-    );
+    assert_eq!(std::fs::read_to_string(&state).unwrap_or_default(), "{not json");
 }
 
 #[test]
 fn nothing_applied_leaves_the_file_as_it_was() {
     let dir = TempDir::new("noop");
-    let input = dir.file(
-        "r.txt",
-        "<content>x</content><variable_update>[[\"POP\", \"nothing\"]]</variable_update>",
-    );
+    let input = dir.file("r.txt", "<content>x</content><variable_update>[[\"POP\", \"nothing\"]]</variable_update>");
     let original = "{\"keep\":   \"formatting\"}";
     let state = dir.file("s.json", original);
     let out = spindle(&["--format", "pretty"], &input, &state);
     assert!(out.status.success());
-    assert_eq!(
-        std::fs::read_to_string(&state).unwrap_or_default(),
-        original
-    );
+    assert_eq!(std::fs::read_to_string(&state).unwrap_or_default(), original);
     assert!(String::from_utf8_lossy(&out.stderr).contains("no op applied (1 failed)"));
 }

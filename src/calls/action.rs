@@ -35,9 +35,7 @@
 //! warning `unclosed_elements`, so a truncated block keeps what it wrote.
 
 use super::{CallFormat, Findings, Lines, Step, ToolCall};
-use crate::scan::{
-    ScanLimits, Scanner, TagKind, Token, TokenSink, UnfinishedKind, decode_entities,
-};
+use crate::scan::{ScanLimits, Scanner, TagKind, Token, TokenSink, UnfinishedKind, decode_entities};
 use serde_json::Value;
 
 /// The observation text for an ACTION block that does not parse (spec 004
@@ -50,22 +48,10 @@ pub const MAX_DEPTH: usize = 64;
 /// One piece of markup, owned.
 #[derive(Debug)]
 enum Piece {
-    Text {
-        text: String,
-    },
-    CData {
-        text: String,
-    },
-    Open {
-        name: String,
-        at: usize,
-        attrs: bool,
-        empty: bool,
-    },
-    Close {
-        name: String,
-        at: usize,
-    },
+    Text { text: String },
+    CData { text: String },
+    Open { name: String, at: usize, attrs: bool, empty: bool },
+    Close { name: String, at: usize },
 }
 
 #[derive(Debug, Default)]
@@ -103,16 +89,14 @@ impl TokenSink for Collect {
                 });
             }
             Token::Tag(tag) => self.text(tag.raw),
-            Token::CData { body, .. } => self.pieces.push(Piece::CData {
-                text: String::from_utf8_lossy(body).into_owned(),
-            }),
+            Token::CData { body, .. } => {
+                self.pieces.push(Piece::CData { text: String::from_utf8_lossy(body).into_owned() })
+            }
             Token::Comment { .. } | Token::Notice(_) => {}
             Token::Unfinished { raw, kind, .. } => match kind {
                 // A block cut off inside CDATA: the section so far.
                 UnfinishedKind::Comment if raw.starts_with(b"<![CDATA[") => {
-                    self.pieces.push(Piece::CData {
-                        text: String::from_utf8_lossy(&raw[9..]).into_owned(),
-                    });
+                    self.pieces.push(Piece::CData { text: String::from_utf8_lossy(&raw[9..]).into_owned() });
                 }
                 UnfinishedKind::OpenTag | UnfinishedKind::CloseTag | UnfinishedKind::Comment => {
                     self.cut = Some(String::from_utf8_lossy(raw).into_owned());
@@ -142,22 +126,12 @@ impl Node {
         }
         let stray: String = self.text_value();
         if !stray.is_empty() {
-            f.warn(
-                "mixed_content",
-                format!("{path} holds both text and elements; the text is kept under \"#text\""),
-            );
+            f.warn("mixed_content", format!("{path} holds both text and elements; the text is kept under \"#text\""));
         }
-        let all_items = self
-            .children
-            .iter()
-            .all(|c| c.name.eq_ignore_ascii_case("item"));
+        let all_items = self.children.iter().all(|c| c.name.eq_ignore_ascii_case("item"));
         if all_items {
             return Value::Array(
-                self.children
-                    .iter()
-                    .enumerate()
-                    .map(|(i, c)| c.value(f, &format!("{path}[{i}]")))
-                    .collect(),
+                self.children.iter().enumerate().map(|(i, c)| c.value(f, &format!("{path}[{i}]"))).collect(),
             );
         }
         let mut map = object_of(&self.children, f, path);
@@ -174,16 +148,8 @@ impl Node {
             let joined: String = self.text.iter().map(|(t, _)| t.as_str()).collect();
             return joined.trim().to_string();
         }
-        let first = self
-            .text
-            .iter()
-            .position(|(t, cdata)| *cdata || !t.trim().is_empty())
-            .unwrap_or(0);
-        let last = self
-            .text
-            .iter()
-            .rposition(|(t, cdata)| *cdata || !t.trim().is_empty())
-            .map_or(0, |i| i + 1);
+        let first = self.text.iter().position(|(t, cdata)| *cdata || !t.trim().is_empty()).unwrap_or(0);
+        let last = self.text.iter().rposition(|(t, cdata)| *cdata || !t.trim().is_empty()).map_or(0, |i| i + 1);
         let mut out = String::new();
         for (i, (t, cdata)) in self.text.iter().enumerate().take(last).skip(first) {
             if *cdata {
@@ -210,10 +176,7 @@ fn object_of(children: &[Node], f: &mut Findings, path: &str) -> serde_json::Map
     for c in children {
         let v = c.value(f, &format!("{path}.{}", c.name));
         if counts.get(c.name.as_str()).copied().unwrap_or(0) > 1 {
-            if let Value::Array(list) = map
-                .entry(c.name.clone())
-                .or_insert_with(|| Value::Array(Vec::new()))
-            {
+            if let Value::Array(list) = map.entry(c.name.clone()).or_insert_with(|| Value::Array(Vec::new())) {
                 list.push(v);
             }
         } else {
@@ -240,29 +203,20 @@ fn tree(text: &str, pieces: Vec<Piece>, f: &mut Findings) -> Result<Node, String
                     top.text.push((t, true));
                 }
             }
-            Piece::Open {
-                name,
-                at,
-                attrs,
-                empty,
-            } => {
+            Piece::Open { name, at, attrs, empty } => {
                 if attrs {
                     f.warn(
                         "attributes_ignored",
-                        format!("line {}: the attributes of <{name}> were ignored (parameters are child elements)", line_of(text, at)),
+                        format!(
+                            "line {}: the attributes of <{name}> were ignored (parameters are child elements)",
+                            line_of(text, at)
+                        ),
                     );
                 }
                 if stack.len() > MAX_DEPTH {
-                    return Err(format!(
-                        "elements nest deeper than {MAX_DEPTH} levels (line {})",
-                        line_of(text, at)
-                    ));
+                    return Err(format!("elements nest deeper than {MAX_DEPTH} levels (line {})", line_of(text, at)));
                 }
-                let node = Node {
-                    name,
-                    at,
-                    ..Node::default()
-                };
+                let node = Node { name, at, ..Node::default() };
                 if empty {
                     if let Some(top) = stack.last_mut() {
                         top.children.push(node);
@@ -274,9 +228,7 @@ fn tree(text: &str, pieces: Vec<Piece>, f: &mut Findings) -> Result<Node, String
             Piece::Close { name, at } => {
                 let line = line_of(text, at);
                 if stack.len() < 2 {
-                    return Err(format!(
-                        "closing tag </{name}> at line {line} has no opening tag"
-                    ));
+                    return Err(format!("closing tag </{name}> at line {line} has no opening tag"));
                 }
                 let open = stack.last().map(|n| n.name.clone()).unwrap_or_default();
                 if open != name {
@@ -286,9 +238,7 @@ fn tree(text: &str, pieces: Vec<Piece>, f: &mut Findings) -> Result<Node, String
                             format!("line {line}: </{name}> closes <{open}> (different case)"),
                         );
                     } else {
-                        return Err(format!(
-                            "closing tag </{name}> at line {line} does not match the open <{open}>"
-                        ));
+                        return Err(format!("closing tag </{name}> at line {line} does not match the open <{open}>"));
                     }
                 }
                 let Some(done) = stack.pop() else { break };
@@ -301,18 +251,9 @@ fn tree(text: &str, pieces: Vec<Piece>, f: &mut Findings) -> Result<Node, String
     if stack.len() > 1 {
         // The text ended inside elements (a block cut off mid-parameter):
         // close them there and keep what was written.
-        let open: Vec<String> = stack
-            .iter()
-            .skip(1)
-            .map(|n| format!("<{}> (line {})", n.name, line_of(text, n.at)))
-            .collect();
-        f.warn(
-            "unclosed_elements",
-            format!(
-                "{} never closed; closed at the end of the block",
-                open.join(", ")
-            ),
-        );
+        let open: Vec<String> =
+            stack.iter().skip(1).map(|n| format!("<{}> (line {})", n.name, line_of(text, n.at))).collect();
+        f.warn("unclosed_elements", format!("{} never closed; closed at the end of the block", open.join(", ")));
         while stack.len() > 1 {
             let Some(done) = stack.pop() else { break };
             if let Some(parent) = stack.last_mut() {
@@ -344,19 +285,13 @@ fn is_fence_or_space(text: &str) -> bool {
 pub fn parse_action(text: &str) -> (ToolCall, Findings) {
     let mut f = Findings::default();
     let mut call = ToolCall::new(CallFormat::Action);
-    let limits = ScanLimits {
-        max_comment_len: text.len().saturating_add(16),
-        ..ScanLimits::default()
-    };
+    let limits = ScanLimits { max_comment_len: text.len().saturating_add(16), ..ScanLimits::default() };
     let mut scanner = Scanner::new(limits);
     let mut sink = Collect::default();
     scanner.feed(text.as_bytes(), &mut sink);
     scanner.finish(&mut sink);
     if let Some(cut) = sink.cut.take() {
-        f.warn(
-            "truncated_markup",
-            format!("the block ends inside a tag or comment; {cut:?} was dropped"),
-        );
+        f.warn("truncated_markup", format!("the block ends inside a tag or comment; {cut:?} was dropped"));
     }
     let root = match tree(text, sink.pieces, &mut f) {
         Ok(root) => root,
@@ -367,13 +302,7 @@ pub fn parse_action(text: &str) -> (ToolCall, Findings) {
     };
     let stray: String = root.text.iter().map(|(t, _)| t.as_str()).collect();
     if !is_fence_or_space(&stray) {
-        f.warn(
-            "stray_text",
-            format!(
-                "text inside ACTION outside any tool element was ignored: {:?}",
-                stray.trim()
-            ),
-        );
+        f.warn("stray_text", format!("text inside ACTION outside any tool element was ignored: {:?}", stray.trim()));
     }
     if root.children.is_empty() {
         malformed(&mut call, &mut f, "the block holds no tool element");
@@ -394,10 +323,7 @@ pub fn parse_action(text: &str) -> (ToolCall, Findings) {
         if !text.is_empty() {
             f.warn(
                 "tool_text_ignored",
-                format!(
-                    "text directly inside <{}> (not in a parameter element) was ignored: {text:?}",
-                    tool.name
-                ),
+                format!("text directly inside <{}> (not in a parameter element) was ignored: {text:?}", tool.name),
             );
         }
         step.params = object_of(&tool.children, &mut f, &tool.name);
@@ -418,9 +344,8 @@ mod tests {
 
     #[test]
     fn cdata_is_verbatim_and_text_is_decoded() {
-        let (call, f) = parse_action(
-            "<T><a> x &amp; y &lt; z </a><b>\n  <![CDATA[ <raw> & ]] ]]>\n</b><c>a < b && c</c></T>",
-        );
+        let (call, f) =
+            parse_action("<T><a> x &amp; y &lt; z </a><b>\n  <![CDATA[ <raw> & ]] ]]>\n</b><c>a < b && c</c></T>");
         assert!(f.warnings.is_empty(), "{:?}", f.warnings);
         let p = &call.steps[0].params;
         assert_eq!(p["a"], "x & y < z");
@@ -439,10 +364,7 @@ mod tests {
         assert_eq!(call.steps[0].params["a"], "x < y");
         assert_eq!(f.warnings, ["unclosed_elements"]);
         let (call, f) = parse_action("<T><a>1</a><b");
-        assert_eq!(
-            serde_json::Value::Object(call.steps[0].params.clone()),
-            serde_json::json!({"a": "1"})
-        );
+        assert_eq!(serde_json::Value::Object(call.steps[0].params.clone()), serde_json::json!({"a": "1"}));
         assert_eq!(f.warnings, ["truncated_markup", "unclosed_elements"]);
     }
 

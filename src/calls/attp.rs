@@ -61,19 +61,11 @@ const FORBIDDEN_MODULES: &[&str] = &[
     "ctypes",
     "builtins",
 ];
-const ESCAPES: &[&str] = &[
-    "__builtins__",
-    "__subclasses__",
-    "__globals__",
-    "__code__",
-    "__bases__",
-    "__mro__",
-];
+const ESCAPES: &[&str] = &["__builtins__", "__subclasses__", "__globals__", "__code__", "__bases__", "__mro__"];
 const KEYWORDS: &[&str] = &[
-    "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue",
-    "def", "del", "elif", "else", "except", "finally", "for", "from", "global", "if", "import",
-    "in", "is", "lambda", "nonlocal", "not", "or", "pass", "raise", "return", "try", "while",
-    "with", "yield", "match", "case", "print",
+    "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue", "def", "del",
+    "elif", "else", "except", "finally", "for", "from", "global", "if", "import", "in", "is", "lambda", "nonlocal",
+    "not", "or", "pass", "raise", "return", "try", "while", "with", "yield", "match", "case", "print",
 ];
 /// Python builtins and the pre-injected libraries of spec 001: calls to
 /// these are not tool calls.
@@ -147,14 +139,8 @@ const BUILTINS: &[&str] = &[
 /// A Python token, as far as the policy needs.
 #[derive(Debug, Clone, PartialEq)]
 enum Tok {
-    Name {
-        text: String,
-        line: usize,
-        after_dot: bool,
-    },
-    Op {
-        text: String,
-    },
+    Name { text: String, line: usize, after_dot: bool },
+    Op { text: String },
 }
 
 /// Tokenizes Python enough for the policy: names and operators, with
@@ -188,10 +174,8 @@ fn lex(code: &str, first_line: usize, out: &mut Vec<Tok>, depth: usize) {
                 i += 1;
             }
             let text: String = chars[start..i].iter().collect();
-            let is_prefix = text.len() <= 2
-                && text
-                    .chars()
-                    .all(|c| matches!(c.to_ascii_lowercase(), 'r' | 'b' | 'u' | 'f'));
+            let is_prefix =
+                text.len() <= 2 && text.chars().all(|c| matches!(c.to_ascii_lowercase(), 'r' | 'b' | 'u' | 'f'));
             if is_prefix && i < chars.len() && matches!(chars[i], '"' | '\'') {
                 let fstring = text.to_ascii_lowercase().contains('f');
                 let raw = text.to_ascii_lowercase().contains('r');
@@ -206,11 +190,7 @@ fn lex(code: &str, first_line: usize, out: &mut Vec<Tok>, depth: usize) {
                 last_dot = false;
                 continue;
             }
-            out.push(Tok::Name {
-                text,
-                line,
-                after_dot: last_dot,
-            });
+            out.push(Tok::Name { text, line, after_dot: last_dot });
             last_dot = false;
             continue;
         }
@@ -222,9 +202,7 @@ fn lex(code: &str, first_line: usize, out: &mut Vec<Tok>, depth: usize) {
             continue;
         }
         if c.is_ascii_digit() {
-            while i < chars.len()
-                && (chars[i].is_alphanumeric() || chars[i] == '.' || chars[i] == '_')
-            {
+            while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '.' || chars[i] == '_') {
                 i += 1;
             }
             last_dot = false;
@@ -367,11 +345,7 @@ pub fn check_code(code: &str) -> CodeReport {
                 }
                 continue;
             }
-            Tok::Name {
-                text,
-                line,
-                after_dot,
-            } => (text.as_str(), *line, *after_dot),
+            Tok::Name { text, line, after_dot } => (text.as_str(), *line, *after_dot),
         };
         let next = toks.get(i + 1);
         let next_op = match next {
@@ -383,18 +357,10 @@ pub fn check_code(code: &str) -> CodeReport {
             _ => None,
         };
         let mut push = |rule: &str, message: String| {
-            report.violations.push(Violation {
-                rule: rule.into(),
-                name: Some(text.to_string()),
-                line,
-                message,
-            });
+            report.violations.push(Violation { rule: rule.into(), name: Some(text.to_string()), line, message });
         };
         if ESCAPES.contains(&text) {
-            push(
-                "sandbox_escape",
-                format!("line {line}: `{text}` reaches outside the sandbox"),
-            );
+            push("sandbox_escape", format!("line {line}: `{text}` reaches outside the sandbox"));
             continue;
         }
         if after_dot {
@@ -402,36 +368,22 @@ pub fn check_code(code: &str) -> CodeReport {
         }
         let kwarg = paren > 0 && next_op == Some("=");
         if text == "import" {
-            push(
-                "import",
-                format!(
-                    "line {line}: import statements are not allowed (the libraries are pre-injected)"
-                ),
-            );
+            push("import", format!("line {line}: import statements are not allowed (the libraries are pre-injected)"));
         } else if FORBIDDEN_CALLS.contains(&text) && !kwarg {
             push(
                 "forbidden_call",
-                format!(
-                    "line {line}: `{text}` is not allowed (file access / dynamic code execution)"
-                ),
+                format!("line {line}: `{text}` is not allowed (file access / dynamic code execution)"),
             );
         } else if FORBIDDEN_MODULES.contains(&text) && !kwarg && prev_name != Some("import") {
-            push(
-                "forbidden_module",
-                format!("line {line}: `{text}` is not allowed (system, file or network access)"),
-            );
+            push("forbidden_module", format!("line {line}: `{text}` is not allowed (system, file or network access)"));
         }
         if text == "__result__" {
-            let target = matches!(
-                next_op,
-                Some(
-                    "=" | ":=" | "+=" | "-=" | "*=" | "/=" | "%=" | "&=" | "|=" | "^=" | ":" | ","
-                )
-            ) || matches!(prev_name, Some("for" | "as"));
+            let target =
+                matches!(next_op, Some("=" | ":=" | "+=" | "-=" | "*=" | "/=" | "%=" | "&=" | "|=" | "^=" | ":" | ","))
+                    || matches!(prev_name, Some("for" | "as"));
             assigned |= target && !kwarg;
         }
-        let defines =
-            matches!(prev_name, Some("def" | "class")) || (next_op == Some("=") && paren == 0);
+        let defines = matches!(prev_name, Some("def" | "class")) || (next_op == Some("=") && paren == 0);
         if defines {
             defined.push(text.to_string());
         } else if next_op == Some("(")
@@ -461,13 +413,7 @@ fn unfence(text: &str) -> (String, String, bool) {
     let Some(open) = lines.iter().position(|l| l.trim_start().starts_with("```")) else {
         return (text.to_string(), String::new(), false);
     };
-    let close = lines
-        .iter()
-        .enumerate()
-        .skip(open + 1)
-        .rev()
-        .find(|(_, l)| l.trim() == "```")
-        .map(|(i, _)| i);
+    let close = lines.iter().enumerate().skip(open + 1).rev().find(|(_, l)| l.trim() == "```").map(|(i, _)| i);
     let end = close.unwrap_or(lines.len());
     let doc = lines[open + 1..end].join("\n");
     let mut outside: Vec<&str> = lines[..open].to_vec();
@@ -496,19 +442,10 @@ pub fn parse_attp(text: &str) -> (ToolCall, Findings) {
     let mut call = ToolCall::new(CallFormat::Attp);
     let (doc, outside, unclosed) = unfence(text);
     if unclosed {
-        f.warn(
-            "unclosed_fence",
-            "the ``` fence around the TOML is never closed".into(),
-        );
+        f.warn("unclosed_fence", "the ``` fence around the TOML is never closed".into());
     }
     if !outside.is_empty() {
-        f.warn(
-            "text_outside_toml",
-            format!(
-                "text outside the TOML fence was ignored: {:?}",
-                truncate(&outside, 200)
-            ),
-        );
+        f.warn("text_outside_toml", format!("text outside the TOML fence was ignored: {:?}", truncate(&outside, 200)));
     }
     let mut attp = AttpCall {
         thought: None,
@@ -524,12 +461,7 @@ pub fn parse_attp(text: &str) -> (ToolCall, Findings) {
         Err(e) => {
             let at = e
                 .span()
-                .map(|s| {
-                    format!(
-                        " at line {}",
-                        doc.get(..s.start).unwrap_or(&doc).matches('\n').count() + 1
-                    )
-                })
+                .map(|s| format!(" at line {}", doc.get(..s.start).unwrap_or(&doc).matches('\n').count() + 1))
                 .unwrap_or_default();
             let msg = format!("Invalid TOML{at}: {}", e.message());
             f.error("invalid_toml", msg.clone());
@@ -544,14 +476,8 @@ pub fn parse_attp(text: &str) -> (ToolCall, Findings) {
             return (call, f);
         }
     };
-    for key in table
-        .keys()
-        .filter(|k| !k.eq_ignore_ascii_case("thought") && !k.eq_ignore_ascii_case("tool_call"))
-    {
-        f.warn(
-            "unknown_key",
-            format!("top-level key {key:?} is not part of ATTP and was ignored"),
-        );
+    for key in table.keys().filter(|k| !k.eq_ignore_ascii_case("thought") && !k.eq_ignore_ascii_case("tool_call")) {
+        f.warn("unknown_key", format!("top-level key {key:?} is not part of ATTP and was ignored"));
     }
     match get_ci(&table, "thought", &mut f) {
         Some(toml::Value::String(s)) => attp.thought = Some(s.clone()),
@@ -571,14 +497,8 @@ pub fn parse_attp(text: &str) -> (ToolCall, Findings) {
         Some(other) => Some(other.to_string()),
         None => None,
     };
-    for key in tc
-        .keys()
-        .filter(|k| !matches!(k.as_str(), "status" | "target" | "code" | "message"))
-    {
-        f.warn(
-            "unknown_key",
-            format!("[tool_call] key {key:?} is not part of ATTP and was ignored"),
-        );
+    for key in tc.keys().filter(|k| !matches!(k.as_str(), "status" | "target" | "code" | "message")) {
+        f.warn("unknown_key", format!("[tool_call] key {key:?} is not part of ATTP and was ignored"));
     }
     attp.target = string("target");
     attp.code = string("code");
@@ -595,14 +515,7 @@ pub fn parse_attp(text: &str) -> (ToolCall, Findings) {
             };
             f.warn(
                 "missing_status",
-                format!(
-                    "{what}; read as {}",
-                    if inferred {
-                        "success (it has code)"
-                    } else {
-                        "fail"
-                    }
-                ),
+                format!("{what}; read as {}", if inferred { "success (it has code)" } else { "fail" }),
             );
             inferred
         }
@@ -610,10 +523,7 @@ pub fn parse_attp(text: &str) -> (ToolCall, Findings) {
     attp.status = Some(if success { "success" } else { "fail" }.to_string());
     if success {
         if attp.target.is_none() {
-            f.warn(
-                "missing_target",
-                "a successful [tool_call] has no `target`".into(),
-            );
+            f.warn("missing_target", "a successful [tool_call] has no `target`".into());
         }
         match &attp.code {
             Some(code) => {
@@ -622,11 +532,7 @@ pub fn parse_attp(text: &str) -> (ToolCall, Findings) {
                     f.warn("policy_violation", v.message.clone());
                 }
                 if !report.violations.is_empty() {
-                    let list: Vec<&str> = report
-                        .violations
-                        .iter()
-                        .map(|v| v.message.as_str())
-                        .collect();
+                    let list: Vec<&str> = report.violations.iter().map(|v| v.message.as_str()).collect();
                     let msg = format!("Code policy violation: {}", list.join("; "));
                     call.observation = Some(format!("Observation: Error - {msg}"));
                     call.error = Some(msg);
@@ -634,11 +540,9 @@ pub fn parse_attp(text: &str) -> (ToolCall, Findings) {
                 attp.violations = report.violations;
                 attp.calls = report.calls;
                 let mut step = Step::new(PYTHON_TOOL);
-                step.params
-                    .insert("code".into(), Value::String(code.clone()));
+                step.params.insert("code".into(), Value::String(code.clone()));
                 if let Some(t) = &attp.target {
-                    step.params
-                        .insert("target".into(), Value::String(t.clone()));
+                    step.params.insert("target".into(), Value::String(t.clone()));
                 }
                 call.steps.push(step);
             }
@@ -650,10 +554,7 @@ pub fn parse_attp(text: &str) -> (ToolCall, Findings) {
             }
         }
     } else if attp.message.is_none() {
-        f.warn(
-            "missing_message",
-            "a failed [tool_call] has no `message`".into(),
-        );
+        f.warn("missing_message", "a failed [tool_call] has no `message`".into());
     }
     call.attp = Some(attp);
     (call, f)
@@ -991,11 +892,7 @@ impl ThoughtStream {
                 if c == q {
                     Quote2(q)
                 } else {
-                    let kind = if q == '"' {
-                        StrKind::Basic
-                    } else {
-                        StrKind::Literal
-                    };
+                    let kind = if q == '"' { StrKind::Basic } else { StrKind::Literal };
                     self.state = Body(kind);
                     self.body(kind, c, out);
                     self.state
@@ -1003,19 +900,11 @@ impl ThoughtStream {
             }
             Quote2(q) => {
                 if c == q {
-                    MultiStart(if q == '"' {
-                        StrKind::MultiBasic
-                    } else {
-                        StrKind::MultiLiteral
-                    })
+                    MultiStart(if q == '"' { StrKind::MultiBasic } else { StrKind::MultiLiteral })
                 } else {
                     // `""`: an empty string, then `c` after it.
                     self.string_done();
-                    if self.state == Done {
-                        Done
-                    } else {
-                        self.after_value(c)
-                    }
+                    if self.state == Done { Done } else { self.after_value(c) }
                 }
             }
             MultiStart(kind) => match c {
@@ -1158,16 +1047,7 @@ impl ThoughtStream {
                     self.put(ch, out);
                     return TState::Body(kind);
                 }
-                let hex = |need| {
-                    TState::Escape(
-                        kind,
-                        Esc::Hex {
-                            need,
-                            got: 0,
-                            value: 0,
-                        },
-                    )
-                };
+                let hex = |need| TState::Escape(kind, Esc::Hex { need, got: 0, value: 0 });
                 match c {
                     'u' | 'U' | 'x' => {
                         self.esc_raw.push(c);
@@ -1195,14 +1075,7 @@ impl ThoughtStream {
                         TState::Body(kind)
                     } else {
                         self.esc_raw.push(c);
-                        TState::Escape(
-                            kind,
-                            Esc::Hex {
-                                need,
-                                got: got + 1,
-                                value,
-                            },
-                        )
+                        TState::Escape(kind, Esc::Hex { need, got: got + 1, value })
                     }
                 }
                 None => {

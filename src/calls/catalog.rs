@@ -76,9 +76,7 @@ pub struct LoadOptions {
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions {
-            max_file_len: MAX_FILE_LEN,
-        }
+        LoadOptions { max_file_len: MAX_FILE_LEN }
     }
 }
 
@@ -127,10 +125,7 @@ pub enum CatalogError {
         message: String,
     },
     /// A tool's `parameters` is not a usable JSON Schema.
-    #[error(
-        "tool {id:?}{}: `parameters` is not a valid JSON Schema: {message}",
-        in_file(path)
-    )]
+    #[error("tool {id:?}{}: `parameters` is not a valid JSON Schema: {message}", in_file(path))]
     Schema {
         /// The tool.
         id: String,
@@ -152,9 +147,7 @@ pub enum CatalogError {
 }
 
 fn in_file(path: &Option<PathBuf>) -> String {
-    path.as_ref()
-        .map(|p| format!(" in {}", p.display()))
-        .unwrap_or_default()
+    path.as_ref().map(|p| format!(" in {}", p.display())).unwrap_or_default()
 }
 
 /// One tool (a `*.tool.json`, spec 002 §6.3 / §10.2.2).
@@ -163,11 +156,7 @@ pub struct ToolDef {
     /// The tool's unique id (`BilibiliFetch:getSubtitle`).
     pub id: String,
     /// A name for people.
-    #[serde(
-        default,
-        rename = "displayName",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, rename = "displayName", skip_serializing_if = "Option::is_none")]
     pub display_name: Option<String>,
     /// What the tool does (for tool manuals in prompts).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -231,11 +220,7 @@ pub struct PluginManifest {
     /// The plugin's id (kebab-case).
     pub name: String,
     /// A name for people.
-    #[serde(
-        default,
-        rename = "displayName",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, rename = "displayName", skip_serializing_if = "Option::is_none")]
     pub display_name: Option<String>,
     /// Version, as written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -274,9 +259,7 @@ struct Entry {
 
 impl fmt::Debug for Entry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Entry")
-            .field("def", &self.def)
-            .finish_non_exhaustive()
+        f.debug_struct("Entry").field("def", &self.def).finish_non_exhaustive()
     }
 }
 
@@ -315,16 +298,10 @@ pub enum ParamProblem {
 impl fmt::Display for ParamProblem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ParamProblem::Unknown {
-                name,
-                suggestion: Some(s),
-            } => {
+            ParamProblem::Unknown { name, suggestion: Some(s) } => {
                 write!(f, "Unknown parameter '{name}', did you mean '{s}'?")
             }
-            ParamProblem::Unknown {
-                name,
-                suggestion: None,
-            } => write!(f, "Unknown parameter '{name}'"),
+            ParamProblem::Unknown { name, suggestion: None } => write!(f, "Unknown parameter '{name}'"),
             ParamProblem::Missing { name } => write!(f, "Missing required parameter '{name}'"),
             ParamProblem::Invalid { path, message } if path.is_empty() => write!(f, "{message}"),
             ParamProblem::Invalid { path, message } => write!(f, "Parameter '{path}': {message}"),
@@ -384,45 +361,20 @@ impl fmt::Display for CallProblem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CallProblem::Unreadable { observation } => {
-                write!(
-                    f,
-                    "{}",
-                    observation
-                        .strip_prefix("Observation: Error - ")
-                        .unwrap_or(observation)
-                )
+                write!(f, "{}", observation.strip_prefix("Observation: Error - ").unwrap_or(observation))
             }
-            CallProblem::UnknownTool {
-                id,
-                suggestion: Some(s),
-                ..
-            } => {
+            CallProblem::UnknownTool { id, suggestion: Some(s), .. } => {
                 write!(f, "Unknown tool ID '{id}', did you mean '{s}'?")
             }
-            CallProblem::UnknownTool {
-                id,
-                suggestion: None,
-                ..
-            } => write!(f, "Unknown tool ID '{id}'"),
-            CallProblem::InvalidParams {
-                tool_id, problems, ..
-            } => {
+            CallProblem::UnknownTool { id, suggestion: None, .. } => write!(f, "Unknown tool ID '{id}'"),
+            CallProblem::InvalidParams { tool_id, problems, .. } => {
                 let list: Vec<String> = problems.iter().map(ToString::to_string).collect();
                 write!(f, "Invalid parameters for {tool_id}: {}", list.join("; "))
             }
-            CallProblem::UnknownFunction {
-                name,
-                suggestion: Some(s),
-            } => {
-                write!(
-                    f,
-                    "Unknown tool '{name}' called in the code, did you mean '{s}'?"
-                )
+            CallProblem::UnknownFunction { name, suggestion: Some(s) } => {
+                write!(f, "Unknown tool '{name}' called in the code, did you mean '{s}'?")
             }
-            CallProblem::UnknownFunction {
-                name,
-                suggestion: None,
-            } => {
+            CallProblem::UnknownFunction { name, suggestion: None } => {
                 write!(f, "Unknown tool '{name}' called in the code")
             }
         }
@@ -448,8 +400,7 @@ pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) ->
             2.0
         } else {
             let cl = c.to_lowercase();
-            strsim::jaro_winkler(&lower, &cl)
-                .max(strsim::normalized_damerau_levenshtein(&lower, &cl))
+            strsim::jaro_winkler(&lower, &cl).max(strsim::normalized_damerau_levenshtein(&lower, &cl))
         };
         if score >= 0.75 && best.is_none_or(|(s, _)| score > s) {
             best = Some((score, c));
@@ -472,11 +423,7 @@ impl ToolCatalog {
     /// Schema; [`CatalogError::Duplicate`] when the id is taken.
     pub fn add(&mut self, def: ToolDef) -> Result<(), CatalogError> {
         if let Some(prev) = self.tools.iter().find(|e| e.def.id == def.id) {
-            return Err(CatalogError::Duplicate {
-                id: def.id.clone(),
-                first: prev.def.origin(),
-                second: def.origin(),
-            });
+            return Err(CatalogError::Duplicate { id: def.id.clone(), first: prev.def.origin(), second: def.origin() });
         }
         if !def.parameters.is_object() && !def.parameters.is_boolean() {
             return Err(CatalogError::Schema {
@@ -485,12 +432,11 @@ impl ToolCatalog {
                 message: "a schema must be an object".into(),
             });
         }
-        let validator =
-            jsonschema::validator_for(&def.parameters).map_err(|e| CatalogError::Schema {
-                id: def.id.clone(),
-                path: def.source.clone(),
-                message: e.to_string(),
-            })?;
+        let validator = jsonschema::validator_for(&def.parameters).map_err(|e| CatalogError::Schema {
+            id: def.id.clone(),
+            path: def.source.clone(),
+            message: e.to_string(),
+        })?;
         self.tools.push(Entry { def, validator });
         Ok(())
     }
@@ -503,15 +449,10 @@ impl ToolCatalog {
     /// `id`; otherwise as [`ToolCatalog::add`].
     pub fn add_tool_json(&mut self, text: &str, path: Option<&Path>) -> Result<(), CatalogError> {
         let shown = path.map_or_else(|| PathBuf::from("(tool json)"), Path::to_path_buf);
-        let mut def: ToolDef = serde_json::from_str(text).map_err(|e| CatalogError::ToolFile {
-            path: shown.clone(),
-            message: e.to_string(),
-        })?;
+        let mut def: ToolDef = serde_json::from_str(text)
+            .map_err(|e| CatalogError::ToolFile { path: shown.clone(), message: e.to_string() })?;
         if def.id.trim().is_empty() {
-            return Err(CatalogError::ToolFile {
-                path: shown,
-                message: "`id` is empty".into(),
-            });
+            return Err(CatalogError::ToolFile { path: shown, message: "`id` is empty".into() });
         }
         def.source = path.map(Path::to_path_buf);
         self.add(def)
@@ -532,10 +473,7 @@ impl ToolCatalog {
         let mut files = list_dir(dir)?
             .into_iter()
             .filter(|p| {
-                p.is_file()
-                    && p.file_name()
-                        .and_then(|n| n.to_str())
-                        .is_some_and(|n| n.ends_with(".tool.json"))
+                p.is_file() && p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(".tool.json"))
             })
             .collect::<Vec<_>>();
         files.sort();
@@ -572,10 +510,7 @@ impl ToolCatalog {
     /// # Errors
     ///
     /// As [`ToolCatalog::load_plugins`].
-    pub fn load_plugins_with(
-        dir: &Path,
-        options: LoadOptions,
-    ) -> Result<ToolCatalog, CatalogError> {
+    pub fn load_plugins_with(dir: &Path, options: LoadOptions) -> Result<ToolCatalog, CatalogError> {
         let mut catalog = ToolCatalog::new();
         if let Some(manifest) = manifest_in(dir) {
             catalog.load_plugin(dir, &manifest, options)?;
@@ -583,36 +518,20 @@ impl ToolCatalog {
         }
         let mut dirs: Vec<PathBuf> = list_dir(dir)?
             .into_iter()
-            .filter(|p| {
-                p.is_dir()
-                    && !p
-                        .file_name()
-                        .and_then(|n| n.to_str())
-                        .is_some_and(|n| n.starts_with('.'))
-            })
+            .filter(|p| p.is_dir() && !p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with('.')))
             .collect();
         dirs.sort();
         for sub in dirs {
-            let manifest = manifest_in(&sub)
-                .ok_or_else(|| CatalogError::MissingManifest { path: sub.clone() })?;
+            let manifest = manifest_in(&sub).ok_or_else(|| CatalogError::MissingManifest { path: sub.clone() })?;
             catalog.load_plugin(&sub, &manifest, options)?;
         }
         Ok(catalog)
     }
 
-    fn load_plugin(
-        &mut self,
-        dir: &Path,
-        manifest_path: &Path,
-        options: LoadOptions,
-    ) -> Result<(), CatalogError> {
+    fn load_plugin(&mut self, dir: &Path, manifest_path: &Path, options: LoadOptions) -> Result<(), CatalogError> {
         let text = read_limited(manifest_path, options)?;
-        let bad = |message: String| CatalogError::Manifest {
-            path: manifest_path.to_path_buf(),
-            message,
-        };
-        let manifest: PluginManifest =
-            serde_saphyr::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        let bad = |message: String| CatalogError::Manifest { path: manifest_path.to_path_buf(), message };
+        let manifest: PluginManifest = serde_saphyr::from_str(&text).map_err(|e| bad(e.to_string()))?;
         if manifest.name.trim().is_empty() {
             return Err(bad("`name` is empty".into()));
         }
@@ -620,19 +539,11 @@ impl ToolCatalog {
         if let Some(tools) = &manifest.tools {
             let entry = dir.join(&tools.entry);
             if !entry.is_dir() {
-                return Err(bad(format!(
-                    "tools.entry {:?} is not a directory ({})",
-                    tools.entry,
-                    entry.display()
-                )));
+                return Err(bad(format!("tools.entry {:?} is not a directory ({})", tools.entry, entry.display())));
             }
             ids = self.load_tools_dir(&entry, Some(&manifest.name), options)?;
         }
-        self.plugins.push(PluginInfo {
-            manifest,
-            dir: dir.to_path_buf(),
-            tools: ids,
-        });
+        self.plugins.push(PluginInfo { manifest, dir: dir.to_path_buf(), tools: ids });
         Ok(())
     }
 
@@ -693,21 +604,12 @@ impl ToolCatalog {
         let schema = &entry.def.parameters;
         let props = schema.get("properties").and_then(Value::as_object);
         let closed = props.is_some()
-            && !matches!(
-                schema.get("additionalProperties"),
-                Some(Value::Bool(true) | Value::Object(_))
-            );
+            && !matches!(schema.get("additionalProperties"), Some(Value::Bool(true) | Value::Object(_)));
         let mut params = serde_json::Map::new();
         let mut problems = Vec::new();
-        let declared: Vec<&str> = props
-            .map(|p| p.keys().map(String::as_str).collect())
-            .unwrap_or_default();
+        let declared: Vec<&str> = props.map(|p| p.keys().map(String::as_str).collect()).unwrap_or_default();
         let mut by_uri: Vec<String> = Vec::new();
-        let names = step
-            .params
-            .iter()
-            .map(|(k, v)| (k, Some(v)))
-            .chain(step.uris.keys().map(|k| (k, None)));
+        let names = step.params.iter().map(|(k, v)| (k, Some(v))).chain(step.uris.keys().map(|k| (k, None)));
         for (name, value) in names {
             let mut target = name.clone();
             if closed && !declared.contains(&name.as_str()) && format == CallFormat::Tam {
@@ -740,30 +642,16 @@ impl ToolCatalog {
         }
         let instance = Value::Object(params.clone());
         for err in entry.validator.iter_errors(&instance) {
-            let path: Vec<String> = err
-                .instance_path()
-                .as_str()
-                .split('/')
-                .skip(1)
-                .map(unescape_pointer)
-                .collect();
+            let path: Vec<String> = err.instance_path().as_str().split('/').skip(1).map(unescape_pointer).collect();
             match err.kind() {
-                jsonschema::error::ValidationErrorKind::AdditionalProperties { .. }
-                    if path.is_empty() => {}
-                jsonschema::error::ValidationErrorKind::Required { property }
-                    if path.is_empty() =>
-                {
-                    let name = property
-                        .as_str()
-                        .map_or_else(|| property.to_string(), str::to_string);
+                jsonschema::error::ValidationErrorKind::AdditionalProperties { .. } if path.is_empty() => {}
+                jsonschema::error::ValidationErrorKind::Required { property } if path.is_empty() => {
+                    let name = property.as_str().map_or_else(|| property.to_string(), str::to_string);
                     if !by_uri.contains(&name) {
                         problems.push(ParamProblem::Missing { name });
                     }
                 }
-                _ => problems.push(ParamProblem::Invalid {
-                    path: path.join("."),
-                    message: err.to_string(),
-                }),
+                _ => problems.push(ParamProblem::Invalid { path: path.join("."), message: err.to_string() }),
             }
         }
         // `playerId` with "did you mean 'player_id'?" already says that
@@ -771,23 +659,15 @@ impl ToolCatalog {
         let suggested: Vec<String> = problems
             .iter()
             .filter_map(|p| match p {
-                ParamProblem::Unknown {
-                    suggestion: Some(s),
-                    ..
-                } => Some(s.clone()),
+                ParamProblem::Unknown { suggestion: Some(s), .. } => Some(s.clone()),
                 _ => None,
             })
             .collect();
-        problems
-            .retain(|p| !matches!(p, ParamProblem::Missing { name } if suggested.contains(name)));
+        problems.retain(|p| !matches!(p, ParamProblem::Missing { name } if suggested.contains(name)));
         if problems.is_empty() {
             Ok(params)
         } else {
-            Err(CallProblem::InvalidParams {
-                step: index,
-                tool_id: step.tool_id.clone(),
-                problems,
-            })
+            Err(CallProblem::InvalidParams { step: index, tool_id: step.tool_id.clone(), problems })
         }
     }
 
@@ -797,9 +677,7 @@ impl ToolCatalog {
     pub fn check(&self, call: &ToolCall) -> Vec<CallProblem> {
         let mut out = Vec::new();
         if let Some(obs) = &call.observation {
-            out.push(CallProblem::Unreadable {
-                observation: obs.clone(),
-            });
+            out.push(CallProblem::Unreadable { observation: obs.clone() });
             if call.steps.is_empty() {
                 return out;
             }
@@ -813,11 +691,7 @@ impl ToolCatalog {
             }
         }
         if let (CallFormat::Attp, Some(attp), false) = (call.format, &call.attp, self.is_empty()) {
-            let names: Vec<&str> = self
-                .tools
-                .iter()
-                .flat_map(|e| e.def.python_names())
-                .collect();
+            let names: Vec<&str> = self.tools.iter().flat_map(|e| e.def.python_names()).collect();
             for f in &attp.calls {
                 if !names.contains(&f.as_str()) {
                     out.push(CallProblem::UnknownFunction {
@@ -832,10 +706,7 @@ impl ToolCatalog {
 
     /// The observation texts of [`ToolCatalog::check`], one per problem.
     pub fn observations(&self, call: &ToolCall) -> Vec<String> {
-        self.check(call)
-            .iter()
-            .map(CallProblem::observation)
-            .collect()
+        self.check(call).iter().map(CallProblem::observation).collect()
     }
 }
 
@@ -844,17 +715,11 @@ fn unescape_pointer(seg: &str) -> String {
 }
 
 fn manifest_in(dir: &Path) -> Option<PathBuf> {
-    ["plugin.yaml", "plugin.yml"]
-        .iter()
-        .map(|n| dir.join(n))
-        .find(|p| p.is_file())
+    ["plugin.yaml", "plugin.yml"].iter().map(|n| dir.join(n)).find(|p| p.is_file())
 }
 
 fn list_dir(dir: &Path) -> Result<Vec<PathBuf>, CatalogError> {
-    let io = |source| CatalogError::Io {
-        path: dir.to_path_buf(),
-        source,
-    };
+    let io = |source| CatalogError::Io { path: dir.to_path_buf(), source };
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(io)? {
         out.push(entry.map_err(io)?.path());
@@ -863,17 +728,10 @@ fn list_dir(dir: &Path) -> Result<Vec<PathBuf>, CatalogError> {
 }
 
 fn read_limited(path: &Path, options: LoadOptions) -> Result<String, CatalogError> {
-    let io = |source| CatalogError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
+    let io = |source| CatalogError::Io { path: path.to_path_buf(), source };
     let len = std::fs::metadata(path).map_err(io)?.len();
     if len > options.max_file_len as u64 {
-        return Err(CatalogError::TooLarge {
-            path: path.to_path_buf(),
-            len,
-            limit: options.max_file_len,
-        });
+        return Err(CatalogError::TooLarge { path: path.to_path_buf(), len, limit: options.max_file_len });
     }
     std::fs::read_to_string(path).map_err(io)
 }
@@ -899,11 +757,7 @@ fn coerce(value: &mut Value, schema: &Value) {
     {
         *value = v;
     }
-    if types.contains(&"array")
-        && !types.contains(&"object")
-        && !value.is_array()
-        && !value.is_null()
-    {
+    if types.contains(&"array") && !types.contains(&"object") && !value.is_array() && !value.is_null() {
         let single = std::mem::take(value);
         *value = Value::Array(vec![single]);
     }
@@ -933,24 +787,19 @@ fn from_text(s: &str, types: &[&str]) -> Option<Value> {
     for ty in types {
         let v = match *ty {
             "integer" => t.parse::<i64>().ok().map(Value::from),
-            "number" => t.parse::<i64>().ok().map(Value::from).or_else(|| {
-                t.parse::<f64>()
-                    .ok()
-                    .filter(|f| f.is_finite())
-                    .map(Value::from)
-            }),
+            "number" => t
+                .parse::<i64>()
+                .ok()
+                .map(Value::from)
+                .or_else(|| t.parse::<f64>().ok().filter(|f| f.is_finite()).map(Value::from)),
             "boolean" => match t.to_ascii_lowercase().as_str() {
                 "true" => Some(Value::Bool(true)),
                 "false" => Some(Value::Bool(false)),
                 _ => None,
             },
             "null" if t.is_empty() || t == "null" => Some(Value::Null),
-            "object" => serde_json::from_str::<Value>(t)
-                .ok()
-                .filter(Value::is_object),
-            "array" => serde_json::from_str::<Value>(t)
-                .ok()
-                .filter(Value::is_array),
+            "object" => serde_json::from_str::<Value>(t).ok().filter(Value::is_object),
+            "array" => serde_json::from_str::<Value>(t).ok().filter(Value::is_array),
             _ => None,
         };
         if v.is_some() {

@@ -293,11 +293,7 @@ impl Findings {
             }
         }
         let failed = call.error.is_some();
-        Payload {
-            value: call.to_value(),
-            diagnostics: self.diagnostics,
-            failed,
-        }
+        Payload { value: call.to_value(), diagnostics: self.diagnostics, failed }
     }
 }
 
@@ -369,12 +365,7 @@ pub fn attp_payload_in(el: &Element, ctx: &CallContext) -> Payload {
 }
 
 /// Applies what the context knows to a call.
-fn finish_call(
-    mut call: ToolCall,
-    findings: &mut Findings,
-    ctx: &CallContext,
-    what: &str,
-) -> ToolCall {
+fn finish_call(mut call: ToolCall, findings: &mut Findings, ctx: &CallContext, what: &str) -> ToolCall {
     if call.format != CallFormat::Attp {
         call.response_text = ctx.response_text.clone();
     }
@@ -394,9 +385,7 @@ fn finish_call(
         let n = ctx.previous_blocks + 1;
         findings.warn(
             "second_action_block",
-            format!(
-                "this is ACTION block number {n} in one output; spec 004 §3.2.1 allows at most one"
-            ),
+            format!("this is ACTION block number {n} in one output; spec 004 §3.2.1 allows at most one"),
         );
     }
     call
@@ -411,14 +400,8 @@ fn strip_fences(text: &str) -> String {
         l.is_empty() || (l.starts_with("```") && !l[3..].contains('`') && !l[3..].contains(' '))
     };
     let lines: Vec<&str> = text.split('\n').collect();
-    let start = lines
-        .iter()
-        .position(|l| !is_fence(l))
-        .unwrap_or(lines.len());
-    let end = lines
-        .iter()
-        .rposition(|l| !is_fence(l))
-        .map_or(start, |i| i + 1);
+    let start = lines.iter().position(|l| !is_fence(l)).unwrap_or(lines.len());
+    let end = lines.iter().rposition(|l| !is_fence(l)).map_or(start, |i| i + 1);
     lines[start..end.max(start)].join("\n").trim().to_string()
 }
 
@@ -535,9 +518,7 @@ impl CallTracker {
             Event::Close(c) if c.synthetic => {
                 // A bare call element (ATTP: the whole output) always ends
                 // with the input; only a block with its own close is cut off.
-                let cut = self
-                    .body_of(&c.tag)
-                    .is_some_and(|(id, b)| Self::is_call(b) && !self.registry.tag(id).bare);
+                let cut = self.body_of(&c.tag).is_some_and(|(id, b)| Self::is_call(b) && !self.registry.tag(id).bare);
                 if cut {
                     self.cut_off.push(c.id);
                 }
@@ -568,13 +549,8 @@ impl CallTracker {
         if !Self::is_call(body) {
             return None;
         }
-        let before: Vec<&str> = self
-            .text
-            .iter()
-            .filter(|(id, _)| *id < el.id)
-            .map(|(_, t)| t.trim())
-            .filter(|t| !t.is_empty())
-            .collect();
+        let before: Vec<&str> =
+            self.text.iter().filter(|(id, _)| *id < el.id).map(|(_, t)| t.trim()).filter(|t| !t.is_empty()).collect();
         let response_text = strip_fences(&before.join("\n"));
         let seen = self.blocks.entry(tag).or_insert(0);
         let previous_blocks = *seen;

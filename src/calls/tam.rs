@@ -174,28 +174,13 @@ pub fn normalize_key(raw: &str) -> NormalKey {
     match (number, pre.chars().last()) {
         (Some(n), Some('_')) => {
             let base = pre.trim_end_matches('_').to_string();
-            NormalKey {
-                name,
-                base,
-                step: Some(n),
-                implicit: false,
-            }
+            NormalKey { name, base, step: Some(n), implicit: false }
         }
         (Some(n), Some(c)) if c.is_alphabetic() => {
             let base = pre.to_string();
-            NormalKey {
-                name: format!("{base}_{n}"),
-                base,
-                step: Some(n),
-                implicit: true,
-            }
+            NormalKey { name: format!("{base}_{n}"), base, step: Some(n), implicit: true }
         }
-        _ => NormalKey {
-            base: name.clone(),
-            name,
-            step: None,
-            implicit: false,
-        },
+        _ => NormalKey { base: name.clone(), name, step: None, implicit: false },
     }
 }
 
@@ -231,10 +216,8 @@ fn key_line(s: &str, start: usize) -> Option<KeyLine<'_>> {
     let line = &s[start..line_end];
     let lead = line.len() - line.trim_start_matches(is_hspace).len();
     let body = &line[lead..];
-    let (colon, colon_len) = body
-        .char_indices()
-        .find(|&(_, c)| c == ':' || c == '：')
-        .map(|(i, c)| (i, c.len_utf8()))?;
+    let (colon, colon_len) =
+        body.char_indices().find(|&(_, c)| c == ':' || c == '：').map(|(i, c)| (i, c.len_utf8()))?;
     let key = body[..colon].trim_matches(is_hspace);
     if key.is_empty()
         || key.chars().count() > MAX_KEY_CHARS
@@ -243,22 +226,7 @@ fn key_line(s: &str, start: usize) -> Option<KeyLine<'_>> {
         || key.chars().any(|c| {
             matches!(
                 c,
-                '»' | '«'
-                    | '<'
-                    | '>'
-                    | '「'
-                    | '」'
-                    | '"'
-                    | '\''
-                    | '{'
-                    | '}'
-                    | '['
-                    | ']'
-                    | '('
-                    | ')'
-                    | '='
-                    | ','
-                    | ';'
+                '»' | '«' | '<' | '>' | '「' | '」' | '"' | '\'' | '{' | '}' | '[' | ']' | '(' | ')' | '=' | ',' | ';'
             )
         })
     {
@@ -268,12 +236,8 @@ fn key_line(s: &str, start: usize) -> Option<KeyLine<'_>> {
     let rest = &s[rest_at..line_end];
     let spaces = rest.len() - rest.trim_start_matches(is_hspace).len();
     let after_colon = rest_at + spaces;
-    let open_at = |at: usize| {
-        Delimiter::ALL
-            .iter()
-            .find(|d| s[at..].starts_with(d.open()))
-            .map(|d| (*d, at + d.open().len()))
-    };
+    let open_at =
+        |at: usize| Delimiter::ALL.iter().find(|d| s[at..].starts_with(d.open())).map(|d| (*d, at + d.open().len()));
     let mut open = open_at(after_colon);
     if open.is_none() && s[after_colon..line_end].trim().is_empty() && line_end < s.len() {
         // `key:` with the opening delimiter on the next line.
@@ -281,11 +245,7 @@ fn key_line(s: &str, start: usize) -> Option<KeyLine<'_>> {
         let pad = next.len() - next.trim_start_matches(is_hspace).len();
         open = open_at(line_end + 1 + pad);
     }
-    Some(KeyLine {
-        key,
-        open,
-        after_colon,
-    })
+    Some(KeyLine { key, open, after_colon })
 }
 
 /// Whether a key with no delimiters looks like a parameter name (at most
@@ -294,9 +254,7 @@ fn key_line(s: &str, start: usize) -> Option<KeyLine<'_>> {
 fn plain_key(key: &str) -> bool {
     key.chars().count() <= 64
         && key.split_whitespace().count() <= 3
-        && key
-            .chars()
-            .all(|c| c.is_alphanumeric() || matches!(c, ' ' | '_' | '-' | '.'))
+        && key.chars().all(|c| c.is_alphanumeric() || matches!(c, ' ' | '_' | '-' | '.'))
 }
 
 fn line_end(s: &str, at: usize) -> usize {
@@ -326,11 +284,7 @@ const LOOKAHEAD: usize = 16 * 1024;
 fn next_key_line(s: &str, at: usize, style: Delimiter) -> Option<usize> {
     let mut pos = next_line(s, at);
     while pos < s.len() {
-        if let Some(KeyLine {
-            open: Some((other, vstart)),
-            ..
-        }) = key_line(s, pos)
-        {
+        if let Some(KeyLine { open: Some((other, vstart)), .. }) = key_line(s, pos) {
             // Same style, or the value was already closed in another
             // style at the end of an earlier line: a real key line.
             if other == style || foreign_close(s, at, pos, style).is_some() {
@@ -366,11 +320,7 @@ fn dedent(text: &str) -> String {
         common = Some(match common {
             None => indent,
             Some(c) => {
-                let n = c
-                    .char_indices()
-                    .zip(indent.chars())
-                    .take_while(|((_, a), b)| a == b)
-                    .count();
+                let n = c.char_indices().zip(indent.chars()).take_while(|((_, a), b)| a == b).count();
                 let end = c.char_indices().nth(n).map_or(c.len(), |(i, _)| i);
                 &c[..end]
             }
@@ -384,15 +334,8 @@ fn dedent(text: &str) -> String {
     for (i, line) in text.split('\n').enumerate() {
         if i > 0 {
             out.push('\n');
-            let shared = line
-                .char_indices()
-                .zip(common.chars())
-                .take_while(|((_, a), b)| a == b)
-                .count();
-            let cut = line
-                .char_indices()
-                .nth(shared)
-                .map_or(line.len(), |(j, _)| j);
+            let shared = line.char_indices().zip(common.chars()).take_while(|((_, a), b)| a == b).count();
+            let cut = line.char_indices().nth(shared).map_or(line.len(), |(j, _)| j);
             out.push_str(&line[cut..]);
         } else {
             out.push_str(line);
@@ -467,10 +410,7 @@ fn scan(s: &str, f: &mut Findings) -> Scan {
         let Some(kl) = key_line(s, pos) else {
             f.warn(
                 "stray_text",
-                format!(
-                    "line {} is not a `key:»»»value«««` line and was ignored: {trimmed:?}",
-                    line_of(s, pos)
-                ),
+                format!("line {} is not a `key:»»»value«««` line and was ignored: {trimmed:?}", line_of(s, pos)),
             );
             pos = next_line(s, pos);
             continue;
@@ -489,7 +429,13 @@ fn scan(s: &str, f: &mut Findings) -> Scan {
                         value = "";
                     }
                 }
-                f.warn("missing_delimiters", format!("line {line_no}: key {:?} has no »»» ««« delimiters; its value was read to the end of the line", kl.key));
+                f.warn(
+                    "missing_delimiters",
+                    format!(
+                        "line {line_no}: key {:?} has no »»» ««« delimiters; its value was read to the end of the line",
+                        kl.key
+                    ),
+                );
                 out.entries.push(Entry {
                     raw_key: kl.key.to_string(),
                     key: normalize_key(kl.key),
@@ -497,7 +443,10 @@ fn scan(s: &str, f: &mut Findings) -> Scan {
                     line: line_no,
                 });
             } else {
-                f.warn("stray_text", format!("line {line_no} is not a `key:»»»value«««` line and was ignored: {trimmed:?}"));
+                f.warn(
+                    "stray_text",
+                    format!("line {line_no} is not a `key:»»»value«««` line and was ignored: {trimmed:?}"),
+                );
             }
             pos = next_line(s, pos);
             continue;
@@ -505,10 +454,7 @@ fn scan(s: &str, f: &mut Findings) -> Scan {
         out.style(style);
         let next_key = next_key_line(s, vstart, style);
         let limit = next_key.unwrap_or(s.len());
-        let own_close = s[vstart..limit]
-            .find(style.close())
-            .map(|i| vstart + i)
-            .filter(|&c| c < limit);
+        let own_close = s[vstart..limit].find(style.close()).map(|i| vstart + i).filter(|&c| c < limit);
         let (value, resume) = match own_close {
             Some(c) => (&s[vstart..c], c + style.close().len()),
             None => {
@@ -516,21 +462,26 @@ fn scan(s: &str, f: &mut Findings) -> Scan {
                     Some((c, d)) => {
                         out.style(d);
                         f.warn(
-                        "mixed_delimiters_used",
-                        format!("line {line_no}: the value of {:?} opens with {} and closes with {}", kl.key, style.open(), d.close()),
-                    );
+                            "mixed_delimiters_used",
+                            format!(
+                                "line {line_no}: the value of {:?} opens with {} and closes with {}",
+                                kl.key,
+                                style.open(),
+                                d.close()
+                            ),
+                        );
                         (&s[vstart..c], c + d.close().len())
                     }
                     None => {
-                        let what = if next_key.is_some() {
-                            "the next key line"
-                        } else {
-                            "the end of the block"
-                        };
+                        let what = if next_key.is_some() { "the next key line" } else { "the end of the block" };
                         f.warn(
-                        "missing_close_delimiter",
-                        format!("line {line_no}: the value of {:?} has no closing {}; it was read up to {what}", kl.key, style.close()),
-                    );
+                            "missing_close_delimiter",
+                            format!(
+                                "line {line_no}: the value of {:?} has no closing {}; it was read up to {what}",
+                                kl.key,
+                                style.close()
+                            ),
+                        );
                         let (mut value, comments) = trim_open_value(&s[vstart..limit]);
                         out.comments.extend(comments);
                         if next_key.is_none() {
@@ -565,13 +516,7 @@ fn scan(s: &str, f: &mut Findings) -> Scan {
             } else if key_line(s, pos).is_some_and(|k| k.open.is_some()) {
                 // `a:»»»x«««b:»»»y«««`: go on reading at `b`.
             } else {
-                f.warn(
-                    "stray_text",
-                    format!(
-                        "line {}: text after a value was ignored: {rest:?}",
-                        line_of(s, pos)
-                    ),
-                );
+                f.warn("stray_text", format!("line {}: text after a value was ignored: {rest:?}", line_of(s, pos)));
                 pos = next_line(s, pos);
             }
         }
@@ -581,12 +526,7 @@ fn scan(s: &str, f: &mut Findings) -> Scan {
 
 /// A closing delimiter of another style at the end of a line (only
 /// whitespace after it), between `from` and `limit`.
-fn foreign_close(
-    s: &str,
-    from: usize,
-    limit: usize,
-    style: Delimiter,
-) -> Option<(usize, Delimiter)> {
+fn foreign_close(s: &str, from: usize, limit: usize, style: Delimiter) -> Option<(usize, Delimiter)> {
     let mut pos = from;
     while pos < limit {
         let end = line_end(s, pos).min(limit);
@@ -639,16 +579,10 @@ pub fn parse_tam(text: &str) -> (ToolCall, Findings) {
     if scanned.styles.len() > 1 {
         if !f.warnings.iter().any(|w| w == "mixed_delimiters_used") {
             let names: Vec<&str> = scanned.styles.iter().map(|d| d.name()).collect();
-            f.warn(
-                "mixed_delimiters_used",
-                format!("the block mixes delimiter styles: {}", names.join(", ")),
-            );
+            f.warn("mixed_delimiters_used", format!("the block mixes delimiter styles: {}", names.join(", ")));
         }
     } else if scanned.styles == [Delimiter::Angle] {
-        f.warn(
-            "alternate_delimiters_used",
-            "the block uses >>> <<< instead of the standard »»» «««".to_string(),
-        );
+        f.warn("alternate_delimiters_used", "the block uses >>> <<< instead of the standard »»» «««".to_string());
     }
     let mut call = ToolCall::new(CallFormat::Tam);
     call.comments = scanned.comments;
@@ -701,29 +635,29 @@ fn assemble(entries: Vec<Entry>, call: &mut ToolCall, f: &mut Findings) {
         let (base, target) = match e.key.step {
             Some(n) if steps.contains_key(&Some(n)) => (e.key.base.clone(), Target::Step(Some(n))),
             Some(_) if e.key.base == "command" => (e.key.base.clone(), Target::Step(e.key.step)),
-            Some(_) if e.key.implicit => {
-                (e.key.joined(), unnumbered_target(has_unnumbered, &numbered))
-            }
+            Some(_) if e.key.implicit => (e.key.joined(), unnumbered_target(has_unnumbered, &numbered)),
             Some(n) if has_unnumbered && numbered.is_empty() => {
                 f.warn(
                     "step_number_mismatch",
-                    format!("line {}: key {:?} names step {n} but the block has one unnumbered command; given to it", e.line, e.raw_key),
+                    format!(
+                        "line {}: key {:?} names step {n} but the block has one unnumbered command; given to it",
+                        e.line, e.raw_key
+                    ),
                 );
                 (e.key.base.clone(), Target::Step(None))
             }
             Some(n) => {
                 f.warn(
                     "params_without_command",
-                    format!("line {}: key {:?} belongs to step {n}, which has no command_{n}; kept in `unassigned`", e.line, e.raw_key),
+                    format!(
+                        "line {}: key {:?} belongs to step {n}, which has no command_{n}; kept in `unassigned`",
+                        e.line, e.raw_key
+                    ),
                 );
-                call.unassigned
-                    .insert(e.key.name.clone(), Value::String(e.value));
+                call.unassigned.insert(e.key.name.clone(), Value::String(e.value));
                 continue;
             }
-            None => (
-                e.key.base.clone(),
-                unnumbered_target(has_unnumbered, &numbered),
-            ),
+            None => (e.key.base.clone(), unnumbered_target(has_unnumbered, &numbered)),
         };
         match base.as_str() {
             "request_id" if e.key.step.is_none() => call.request_id = Some(e.value),
@@ -735,7 +669,10 @@ fn assemble(entries: Vec<Entry>, call: &mut ToolCall, f: &mut Findings) {
                 if target == Target::All && !is_modifier(&base) {
                     f.warn(
                         "unnumbered_param_applied_to_all",
-                        format!("line {}: {:?} has no step number in a block of numbered steps; given to every step", e.line, e.raw_key),
+                        format!(
+                            "line {}: {:?} has no step number in a block of numbered steps; given to every step",
+                            e.line, e.raw_key
+                        ),
                     );
                 }
                 let parts = match target {
@@ -767,9 +704,7 @@ fn unnumbered_target(has_unnumbered: bool, numbered: &[u64]) -> Target {
 }
 
 fn is_modifier(base: &str) -> bool {
-    matches!(base, "on_error" | "retry")
-        || base.starts_with("type_hint_")
-        || base.starts_with("uri_")
+    matches!(base, "on_error" | "retry") || base.starts_with("type_hint_") || base.starts_with("uri_")
 }
 
 fn put(parts: &mut StepParts, base: &str, value: String) {
@@ -814,7 +749,10 @@ fn build_step(
             "stop" => OnError::Stop,
             "continue" => OnError::Continue,
             other => {
-                f.warn("invalid_on_error", format!("{label}: on_error {other:?} is neither `stop` nor `continue`; `stop` is used"));
+                f.warn(
+                    "invalid_on_error",
+                    format!("{label}: on_error {other:?} is neither `stop` nor `continue`; `stop` is used"),
+                );
                 OnError::Stop
             }
         };
@@ -822,10 +760,7 @@ fn build_step(
     if let Some(v) = parts.retry.or_else(|| all.retry.clone()) {
         match v.trim().parse::<u32>() {
             Ok(n) => step.retry = n,
-            Err(_) => f.warn(
-                "invalid_retry",
-                format!("{label}: retry {v:?} is not a whole number; 0 is used"),
-            ),
+            Err(_) => f.warn("invalid_retry", format!("{label}: retry {v:?} is not a whole number; 0 is used")),
         }
     }
     for (param, hint) in &step.type_hints {
@@ -849,9 +784,7 @@ fn apply_hint(hint: &str, text: &str, label: &str, param: &str, f: &mut Findings
             Err(e) => {
                 f.warn(
                     "type_hint_failed",
-                    format!(
-                        "{label}: {param} is hinted json but does not parse ({e}); kept as text"
-                    ),
+                    format!("{label}: {param} is hinted json but does not parse ({e}); kept as text"),
                 );
                 None
             }
@@ -860,50 +793,53 @@ fn apply_hint(hint: &str, text: &str, label: &str, param: &str, f: &mut Findings
             let compact: String = text.chars().filter(|c| !c.is_whitespace()).collect();
             let bytes = base64::engine::general_purpose::STANDARD_PAD_INDIFFERENT
                 .decode(&compact)
-                .or_else(|_| {
-                    base64::engine::general_purpose::URL_SAFE_PAD_INDIFFERENT.decode(&compact)
-                });
+                .or_else(|_| base64::engine::general_purpose::URL_SAFE_PAD_INDIFFERENT.decode(&compact));
             match bytes.map(String::from_utf8) {
                 Ok(Ok(s)) => Some(Value::String(s)),
                 Ok(Err(_)) => {
-                    f.warn("type_hint_failed", format!("{label}: {param} decodes from base64 to bytes that are not UTF-8 text; kept as base64"));
-                    None
-                }
-                Err(e) => {
-                    f.warn("type_hint_failed", format!("{label}: {param} is hinted base64 but does not decode ({e}); kept as text"));
-                    None
-                }
-            }
-        }
-        "number" | "float" | "int" | "integer" => {
-            match serde_json::from_str::<Value>(text.trim()) {
-                Ok(v @ Value::Number(_)) => Some(v),
-                _ => {
                     f.warn(
                         "type_hint_failed",
                         format!(
-                            "{label}: {param} is hinted {hint} but is not a number; kept as text"
+                            "{label}: {param} decodes from base64 to bytes that are not UTF-8 text; kept as base64"
                         ),
+                    );
+                    None
+                }
+                Err(e) => {
+                    f.warn(
+                        "type_hint_failed",
+                        format!("{label}: {param} is hinted base64 but does not decode ({e}); kept as text"),
                     );
                     None
                 }
             }
         }
+        "number" | "float" | "int" | "integer" => match serde_json::from_str::<Value>(text.trim()) {
+            Ok(v @ Value::Number(_)) => Some(v),
+            _ => {
+                f.warn(
+                    "type_hint_failed",
+                    format!("{label}: {param} is hinted {hint} but is not a number; kept as text"),
+                );
+                None
+            }
+        },
         "bool" | "boolean" => match text.trim().to_lowercase().as_str() {
             "true" => Some(Value::Bool(true)),
             "false" => Some(Value::Bool(false)),
             _ => {
                 f.warn(
                     "type_hint_failed",
-                    format!(
-                        "{label}: {param} is hinted boolean but is not true/false; kept as text"
-                    ),
+                    format!("{label}: {param} is hinted boolean but is not true/false; kept as text"),
                 );
                 None
             }
         },
         other => {
-            f.warn("unknown_type_hint", format!("{label}: type hint {other:?} for {param} is not known (json, base64, text); kept as text"));
+            f.warn(
+                "unknown_type_hint",
+                format!("{label}: type hint {other:?} for {param} is not known (json, base64, text); kept as text"),
+            );
             None
         }
     }

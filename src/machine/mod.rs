@@ -334,15 +334,7 @@ impl Machine {
         from: Option<String>,
     ) {
         let tag = tag.map(|t| self.name(t));
-        self.emit(Event::Repair(Repair {
-            kind,
-            tag,
-            at,
-            element,
-            span,
-            from,
-            text: None,
-        }));
+        self.emit(Event::Repair(Repair { kind, tag, at, element, span, from, text: None }));
     }
 
     fn diagnostic(&mut self, level: Level, code: &str, tag: Option<TagId>, message: &str) {

@@ -313,16 +313,36 @@ fn self_closing_registry_tag() {
 
 #[test]
 fn void_tag_without_self_close_ends_at_its_open_tag() {
-    check(&f(), "<content>x</content><media src=\"a.png\">\nMore text", &[("content", "x"), ("media", ""), ("content", "More text")], &[HeaderInserted, ClosedAtEof]);
+    check(
+        &f(),
+        "<content>x</content><media src=\"a.png\">\nMore text",
+        &[("content", "x"), ("media", ""), ("content", "More text")],
+        &[HeaderInserted, ClosedAtEof],
+    );
     check(&f(), "<content>x</content><media src=\"a.png\"> </media>", &[("content", "x"), ("media", " ")], &[]);
-    check(&f(), "<content>x</content><media src=\"a.png\"><content>y</content>", &[("content", "x"), ("media", ""), ("content", "y")], &[]);
+    check(
+        &f(),
+        "<content>x</content><media src=\"a.png\"><content>y</content>",
+        &[("content", "x"), ("media", ""), ("content", "y")],
+        &[],
+    );
     check(&f(), "<content>x</content><media src=\"a.png\">", &[("content", "x"), ("media", "")], &[]);
     // A short body followed by its close is the body.
-    check(&f(), "<content>x</content><media type=\"image\">pics/a.png</media>", &[("content", "x"), ("media", "pics/a.png")], &[]);
+    check(
+        &f(),
+        "<content>x</content><media type=\"image\">pics/a.png</media>",
+        &[("content", "x"), ("media", "pics/a.png")],
+        &[],
+    );
     // More than a body's worth of text: the tag ended at its open tag.
     let prose = "word ".repeat(60);
     let input = format!("<content>x</content><media src=\"a.png\">{prose}");
-    check(&f(), &input, &[("content", "x"), ("media", ""), ("content", prose.as_str())], &[HeaderInserted, ClosedAtEof]);
+    check(
+        &f(),
+        &input,
+        &[("content", "x"), ("media", ""), ("content", prose.as_str())],
+        &[HeaderInserted, ClosedAtEof],
+    );
 }
 
 // ----- end of stream ----------------------------------------------------

@@ -52,9 +52,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Elements kept (with their attributes filtered).
-const KEPT: &[&str] = &[
-    "b", "strong", "i", "em", "u", "s", "br", "span", "ruby", "rt", "rp",
-];
+const KEPT: &[&str] = &["b", "strong", "i", "em", "u", "s", "br", "span", "ruby", "rt", "rp"];
 
 /// Elements removed together with their content.
 const DROPPED: &[&str] = &[
@@ -93,10 +91,7 @@ pub struct FilterLimits {
 
 impl Default for FilterLimits {
     fn default() -> Self {
-        FilterLimits {
-            max_held: 256 * 1024,
-            max_tokenizer: 1024 * 1024,
-        }
+        FilterLimits { max_held: 256 * 1024, max_tokenizer: 1024 * 1024 }
     }
 }
 
@@ -140,47 +135,23 @@ impl FilterReport {
     /// One sentence saying what was done, for a diagnostic.
     pub fn summary(&self) -> String {
         let list = |m: &BTreeMap<String, usize>| {
-            m.iter()
-                .map(|(k, n)| {
-                    if *n > 1 {
-                        format!("{k} ×{n}")
-                    } else {
-                        k.clone()
-                    }
-                })
-                .collect::<Vec<_>>()
-                .join(", ")
+            m.iter().map(|(k, n)| if *n > 1 { format!("{k} ×{n}") } else { k.clone() }).collect::<Vec<_>>().join(", ")
         };
         let mut parts = Vec::new();
         if !self.removed_elements.is_empty() {
-            parts.push(format!(
-                "removed elements: {}",
-                list(&self.removed_elements)
-            ));
+            parts.push(format!("removed elements: {}", list(&self.removed_elements)));
         }
         if !self.removed_attributes.is_empty() {
-            parts.push(format!(
-                "removed attributes: {}",
-                list(&self.removed_attributes)
-            ));
+            parts.push(format!("removed attributes: {}", list(&self.removed_attributes)));
         }
         if self.comments > 0 {
-            parts.push(format!(
-                "{} comment(s) or doctype(s) removed",
-                self.comments
-            ));
+            parts.push(format!("{} comment(s) or doctype(s) removed", self.comments));
         }
         if !self.text_tags.is_empty() {
-            parts.push(format!(
-                "non-HTML tags shown as text: {}",
-                list(&self.text_tags)
-            ));
+            parts.push(format!("non-HTML tags shown as text: {}", list(&self.text_tags)));
         }
         if self.broken_tags > 0 {
-            parts.push(format!(
-                "{} tag(s) interrupted by '<' ended there",
-                self.broken_tags
-            ));
+            parts.push(format!("{} tag(s) interrupted by '<' ended there", self.broken_tags));
         }
         if self.stray_end_tags > 0 {
             parts.push(format!("{} stray end tag(s) dropped", self.stray_end_tags));
@@ -195,10 +166,7 @@ impl FilterReport {
             ));
         }
         if !self.unclosed.is_empty() {
-            parts.push(format!(
-                "unclosed {} removed and the text after it filtered again",
-                self.unclosed.join(", ")
-            ));
+            parts.push(format!("unclosed {} removed and the text after it filtered again", self.unclosed.join(", ")));
         }
         if self.dropped_bytes > 0 {
             parts.push(format!(
@@ -207,9 +175,7 @@ impl FilterReport {
             ));
         }
         if let Some(why) = &self.degraded {
-            parts.push(format!(
-                "the HTML tokenizer gave up ({why}); markup after that point was escaped"
-            ));
+            parts.push(format!("the HTML tokenizer gave up ({why}); markup after that point was escaped"));
         }
         parts.join("; ")
     }
@@ -255,9 +221,7 @@ struct Shared {
 
 fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
     // A handler never panics while holding the lock; recover anyway.
-    shared
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    shared.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Where the rewriter writes: into [`Shared::out`].
@@ -266,18 +230,8 @@ type Sink = Box<dyn FnMut(&[u8]) + Send>;
 type Rewriter = HtmlRewriter<'static, Sink>;
 
 /// Elements whose content the HTML tokenizer reads as raw text.
-const RAW_TEXT: &[&str] = &[
-    "script",
-    "style",
-    "textarea",
-    "title",
-    "xmp",
-    "iframe",
-    "noembed",
-    "noframes",
-    "noscript",
-    "plaintext",
-];
+const RAW_TEXT: &[&str] =
+    &["script", "style", "textarea", "title", "xmp", "iframe", "noembed", "noframes", "noscript", "plaintext"];
 
 /// Where the [`TagCloser`] is, following the HTML tokenizer's states for
 /// tags, comments and raw text.
@@ -357,10 +311,7 @@ impl TagCloser {
     fn transform(&mut self, bytes: &[u8], out: &mut Vec<u8>) {
         out.reserve(bytes.len());
         for &b in bytes {
-            let name_ends = matches!(
-                b,
-                b' ' | b'\t' | b'\n' | b'\r' | b'\x0c' | b'/' | b'>' | b'<'
-            );
+            let name_ends = matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b'\x0c' | b'/' | b'>' | b'<');
             if self.state == Pre::TagName && name_ends {
                 self.decide(out);
             }
@@ -427,9 +378,7 @@ impl TagCloser {
     fn tag_end(&mut self) {
         self.state = Pre::Text;
         if !self.end_tag
-            && let Some(raw) = RAW_TEXT
-                .iter()
-                .find(|r| r.as_bytes() == self.name.as_slice())
+            && let Some(raw) = RAW_TEXT.iter().find(|r| r.as_bytes() == self.name.as_slice())
         {
             self.raw = Some(raw);
             self.state = Pre::Raw;
@@ -605,11 +554,7 @@ impl TagCloser {
                     self.raw = None;
                     self.name = name.to_vec();
                     self.end_tag = true;
-                    if b == b'>' {
-                        Pre::Text
-                    } else {
-                        Pre::BeforeAttr
-                    }
+                    if b == b'>' { Pre::Text } else { Pre::BeforeAttr }
                 } else if b == b'<' {
                     Pre::RawLt
                 } else {
@@ -636,10 +581,7 @@ struct Pass {
 
 impl std::fmt::Debug for Pass {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pass")
-            .field("fed", &self.fed)
-            .field("held", &self.held.len())
-            .finish_non_exhaustive()
+        f.debug_struct("Pass").field("fed", &self.fed).field("held", &self.held.len()).finish_non_exhaustive()
     }
 }
 
@@ -769,48 +711,39 @@ fn build_rewriter(shared: &Arc<Mutex<Shared>>, limits: FilterLimits) -> Rewriter
         .with_graceful_bail_out_on_content_handler_error(true)
         .append_element_content_handler((
             Cow::Owned(all),
-            ElementContentHandlers::default().element(
-                move |el: &mut lol_html::send::Element<'_, '_>| {
-                    let state = el_state.clone();
-                    let mut st = lock(&el_state);
-                    if st.dropping.is_some() {
-                        // Inside a removed element: its content goes with it.
-                        return Ok(());
+            ElementContentHandlers::default().element(move |el: &mut lol_html::send::Element<'_, '_>| {
+                let state = el_state.clone();
+                let mut st = lock(&el_state);
+                if st.dropping.is_some() {
+                    // Inside a removed element: its content goes with it.
+                    return Ok(());
+                }
+                let name = el.tag_name();
+                if KEPT.contains(&name.as_str()) {
+                    filter_attributes(el, &name, &mut st.report);
+                } else if DROPPED.contains(&name.as_str()) {
+                    *st.report.removed_elements.entry(name.clone()).or_default() += 1;
+                    el.remove();
+                    if el.can_have_content() {
+                        st.generation += 1;
+                        st.dropping =
+                            Some(Dropping { name, from: el.source_location().bytes().end, generation: st.generation });
+                        let generation = st.generation;
+                        drop(st);
+                        el.on_end_tag(Box::new(move |_end| {
+                            let mut st = lock(&state);
+                            if st.dropping.as_ref().is_some_and(|d| d.generation == generation) {
+                                st.dropping = None;
+                            }
+                            Ok(())
+                        }))?;
                     }
-                    let name = el.tag_name();
-                    if KEPT.contains(&name.as_str()) {
-                        filter_attributes(el, &name, &mut st.report);
-                    } else if DROPPED.contains(&name.as_str()) {
-                        *st.report.removed_elements.entry(name.clone()).or_default() += 1;
-                        el.remove();
-                        if el.can_have_content() {
-                            st.generation += 1;
-                            st.dropping = Some(Dropping {
-                                name,
-                                from: el.source_location().bytes().end,
-                                generation: st.generation,
-                            });
-                            let generation = st.generation;
-                            drop(st);
-                            el.on_end_tag(Box::new(move |_end| {
-                                let mut st = lock(&state);
-                                if st
-                                    .dropping
-                                    .as_ref()
-                                    .is_some_and(|d| d.generation == generation)
-                                {
-                                    st.dropping = None;
-                                }
-                                Ok(())
-                            }))?;
-                        }
-                    } else {
-                        *st.report.removed_elements.entry(name).or_default() += 1;
-                        el.remove_and_keep_content();
-                    }
-                    Ok(())
-                },
-            ),
+                } else {
+                    *st.report.removed_elements.entry(name).or_default() += 1;
+                    el.remove_and_keep_content();
+                }
+                Ok(())
+            }),
         ))
         .append_document_content_handler(
             DocumentContentHandlers::default()
@@ -842,16 +775,8 @@ fn build_rewriter(shared: &Arc<Mutex<Shared>>, limits: FilterLimits) -> Rewriter
 
 /// Removes every attribute of a kept element, except a safe `style` on a
 /// `span` (rewritten to its safe declarations when needed).
-fn filter_attributes(
-    el: &mut lol_html::send::Element<'_, '_>,
-    name: &str,
-    report: &mut FilterReport,
-) {
-    let attrs: Vec<(String, String)> = el
-        .attributes()
-        .iter()
-        .map(|a| (a.name(), a.value()))
-        .collect();
+fn filter_attributes(el: &mut lol_html::send::Element<'_, '_>, name: &str, report: &mut FilterReport) {
+    let attrs: Vec<(String, String)> = el.attributes().iter().map(|a| (a.name(), a.value())).collect();
     let mut style_seen = false;
     for (attr, value) in attrs {
         if name == "span" && attr == "style" && !style_seen {
@@ -859,10 +784,7 @@ fn filter_attributes(
             match filter_style(&value) {
                 StyleVerdict::Keep => {}
                 StyleVerdict::Rewrite(safe) => {
-                    *report
-                        .removed_attributes
-                        .entry("style (unsafe part)".into())
-                        .or_default() += 1;
+                    *report.removed_attributes.entry("style (unsafe part)".into()).or_default() += 1;
                     if el.set_attribute("style", &safe).is_err() {
                         el.remove_attribute("style");
                     }
@@ -901,10 +823,7 @@ pub struct HtmlFilter {
 
 impl std::fmt::Debug for HtmlFilter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HtmlFilter")
-            .field("pass", &self.pass)
-            .field("held", &self.net.held())
-            .finish_non_exhaustive()
+        f.debug_struct("HtmlFilter").field("pass", &self.pass).field("held", &self.net.held()).finish_non_exhaustive()
     }
 }
 
@@ -1020,10 +939,7 @@ pub fn sanitize(text: &str) -> Sanitized {
     let mut filter = HtmlFilter::new();
     let mut html = filter.push(text);
     html.push_str(&filter.finish());
-    Sanitized {
-        html,
-        report: filter.report,
-    }
+    Sanitized { html, report: filter.report }
 }
 
 /// The result of [`sanitize`].
@@ -1061,19 +977,13 @@ mod tests {
             ("<iframe src=x <b>", "<iframe src=x ><b>"),
             ("<img src=\"a<b\">", "<img src=\"a<b\">"),
             ("<img alt='<b>' <i>", "<img alt='<b>' ><i>"),
-            (
-                "<script>if (a<b) x</script><b>",
-                "<script>if (a<b) x</script><b>",
-            ),
+            ("<script>if (a<b) x</script><b>", "<script>if (a<b) x</script><b>"),
             ("<!-- <b x <i -->", "<!-- <b x <i -->"),
             ("<user> and </user>", "&lt;user> and &lt;/user>"),
             ("<User-Name x=1>", "&lt;User-Name x=1>"),
             ("a < b << c <3", "a < b << c <3"),
             ("<b", "<b"),
-            (
-                "<averyveryverylongtagnamethatisnothtmlatall>",
-                "&lt;averyveryverylongtagnamethatisnothtmlatall>",
-            ),
+            ("<averyveryverylongtagnamethatisnothtmlatall>", "&lt;averyveryverylongtagnamethatisnothtmlatall>"),
         ];
         for (input, want) in table {
             for chunk in [usize::MAX, 1, 3] {
@@ -1090,35 +1000,19 @@ mod tests {
 
     #[test]
     fn a_tag_past_the_tokenizer_limit_degrades_to_escaping() {
-        let limits = FilterLimits {
-            max_held: 1024,
-            max_tokenizer: 4096,
-        };
-        let text = format!(
-            "ok <b>b</b> <span title=\"{}\">x</span> <i>i</i>",
-            "y".repeat(20_000)
-        );
+        let limits = FilterLimits { max_held: 1024, max_tokenizer: 4096 };
+        let text = format!("ok <b>b</b> <span title=\"{}\">x</span> <i>i</i>", "y".repeat(20_000));
         let (out, report) = filter_with(limits, &text, 512);
         assert!(report.degraded.is_some(), "{report:?}");
-        assert!(
-            out.starts_with("ok <b>b</b> "),
-            "{}",
-            &out[..40.min(out.len())]
-        );
-        assert!(
-            out.contains("&lt;span title="),
-            "the broken tag is shown as text"
-        );
+        assert!(out.starts_with("ok <b>b</b> "), "{}", &out[..40.min(out.len())]);
+        assert!(out.contains("&lt;span title="), "the broken tag is shown as text");
         assert!(out.ends_with("x</span> <i>i</i>"));
         assert!(!report.summary().is_empty());
     }
 
     #[test]
     fn unclosed_removed_elements_past_the_hold_limit_are_dropped_and_reported() {
-        let limits = FilterLimits {
-            max_held: 100,
-            max_tokenizer: 1 << 20,
-        };
+        let limits = FilterLimits { max_held: 100, max_tokenizer: 1 << 20 };
         let (out, report) = filter_with(limits, &format!("a <svg>{}", "z".repeat(500)), 7);
         assert_eq!(out, "a ");
         assert!(report.dropped_bytes >= 400, "{report:?}");
@@ -1137,10 +1031,7 @@ mod tests {
         let (out, report) = filter_with(FilterLimits::default(), &text, 64);
         assert_eq!(out, "");
         assert_eq!(report.unclosed.len(), MAX_REFILTER + 1);
-        assert_eq!(
-            report.dropped_bytes,
-            (5000 - MAX_REFILTER - 1) * 5 + "<b>end</b>".len()
-        );
+        assert_eq!(report.dropped_bytes, (5000 - MAX_REFILTER - 1) * 5 + "<b>end</b>".len());
         // A few nested ones are all peeled.
         let (out, _) = filter_with(FilterLimits::default(), "<svg><svg><svg><b>end</b>", 3);
         assert_eq!(out, "<b>end</b>");

@@ -147,9 +147,7 @@ impl Leniency {
             Leniency::SmartQuotes => "typographic quotes were read as quotes",
             Leniency::UnquotedKey => "unquoted object keys were accepted",
             Leniency::UnquotedString => "an unquoted string value was accepted",
-            Leniency::PythonLiteral => {
-                "Python-style literals (True/False/None) were read as JSON literals"
-            }
+            Leniency::PythonLiteral => "Python-style literals (True/False/None) were read as JSON literals",
             Leniency::JsLiteral => "undefined/NaN/Infinity were read as null",
             Leniency::NumberFormat => "a number in a non-JSON format was accepted",
             Leniency::ControlCharacter => "a raw control character inside a string was kept",
@@ -209,10 +207,7 @@ pub struct JsonError {
 /// broken beyond the leniencies listed in the module docs.
 pub fn parse(text: &str) -> Result<Lenient, JsonError> {
     if let Ok(value) = serde_json::from_str::<Value>(text) {
-        return Ok(Lenient {
-            value,
-            leniencies: Vec::new(),
-        });
+        return Ok(Lenient { value, leniencies: Vec::new() });
     }
     let (mut values, leniencies) = parse_values(text)?;
     let mut reader_notes = leniencies;
@@ -222,14 +217,8 @@ pub fn parse(text: &str) -> Result<Lenient, JsonError> {
         values.truncate(1);
     }
     match values.pop() {
-        Some(value) => Ok(Lenient {
-            value,
-            leniencies: reader_notes,
-        }),
-        None => Err(JsonError {
-            message: "no JSON value found".into(),
-            at: 0,
-        }),
+        Some(value) => Ok(Lenient { value, leniencies: reader_notes }),
+        None => Err(JsonError { message: "no JSON value found".into(), at: 0 }),
     }
 }
 
@@ -271,10 +260,7 @@ pub fn parse_values(text: &str) -> Result<(Vec<Value>, Vec<Used>), JsonError> {
         }
     }
     if values.is_empty() {
-        return Err(JsonError {
-            message: "no JSON value found".into(),
-            at: start,
-        });
+        return Err(JsonError { message: "no JSON value found".into(), at: start });
     }
     Ok((values, reader.finish_notes()))
 }
@@ -327,13 +313,7 @@ struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     fn new(text: &'a str) -> Reader<'a> {
-        Reader {
-            text,
-            bytes: text.as_bytes(),
-            pos: 0,
-            end: text.len(),
-            notes: Vec::new(),
-        }
+        Reader { text, bytes: text.as_bytes(), pos: 0, end: text.len(), notes: Vec::new() }
     }
 
     fn finish_notes(self) -> Vec<Used> {
@@ -349,10 +329,7 @@ impl<'a> Reader<'a> {
     }
 
     fn error(&self, message: impl Into<String>) -> JsonError {
-        JsonError {
-            message: message.into(),
-            at: self.pos,
-        }
+        JsonError { message: message.into(), at: self.pos }
     }
 
     fn byte(&self) -> u8 {
@@ -360,9 +337,7 @@ impl<'a> Reader<'a> {
     }
 
     fn starts_with(&self, s: &[u8]) -> bool {
-        self.bytes
-            .get(self.pos..self.end)
-            .is_some_and(|b| b.starts_with(s))
+        self.bytes.get(self.pos..self.end).is_some_and(|b| b.starts_with(s))
     }
 
     fn eof(&self) -> bool {
@@ -389,10 +364,7 @@ impl<'a> Reader<'a> {
         let before = self.text[..open].trim();
         let after_close = self.text[rest..].trim();
         if !before.is_empty() || !after_close.is_empty() {
-            self.note_at(
-                Leniency::SurroundingProse,
-                if before.is_empty() { rest } else { 0 },
-            );
+            self.note_at(Leniency::SurroundingProse, if before.is_empty() { rest } else { 0 });
         }
         (body, close)
     }
@@ -414,9 +386,7 @@ impl<'a> Reader<'a> {
                     Some(i) => self.pos += 2 + i + 2,
                     None => self.pos = self.end,
                 }
-            } else if self.starts_with("\u{feff}".as_bytes())
-                || self.starts_with("\u{3000}".as_bytes())
-            {
+            } else if self.starts_with("\u{feff}".as_bytes()) || self.starts_with("\u{3000}".as_bytes()) {
                 // A byte-order mark or an ideographic space.
                 self.pos += 3;
             } else {
@@ -452,10 +422,7 @@ impl<'a> Reader<'a> {
         let start = self.pos;
         // Without a container the value reader gets the text as it is (an
         // unquoted string, or an error).
-        if let Some(i) = self.bytes[self.pos..self.end]
-            .iter()
-            .position(|&b| b == b'{' || b == b'[')
-        {
+        if let Some(i) = self.bytes[self.pos..self.end].iter().position(|&b| b == b'{' || b == b'[') {
             self.pos += i;
             self.note_at(Leniency::SurroundingProse, start);
         }
@@ -463,10 +430,7 @@ impl<'a> Reader<'a> {
 
     /// The run of ASCII letters at `at`.
     fn word_at(&self, at: usize) -> &'a str {
-        let len = self.bytes[at.min(self.end)..self.end]
-            .iter()
-            .take_while(|b| b.is_ascii_alphabetic())
-            .count();
+        let len = self.bytes[at.min(self.end)..self.end].iter().take_while(|b| b.is_ascii_alphabetic()).count();
         &self.text[at..at + len]
     }
 
@@ -497,9 +461,7 @@ impl<'a> Reader<'a> {
                 self.string().map(Value::String)
             }
             b'-' | b'+' | b'.' | b'0'..=b'9' => self.number(),
-            b'}' | b']' | b',' | b':' => {
-                Err(self.error(format!("expected a value, found {:?}", self.byte() as char)))
-            }
+            b'}' | b']' | b',' | b':' => Err(self.error(format!("expected a value, found {:?}", self.byte() as char))),
             _ => self.word(),
         }
     }
@@ -622,8 +584,7 @@ impl<'a> Reader<'a> {
             self.pos += 1;
         }
         let key = &self.text[start..self.pos];
-        let word_like =
-            |c: char| c.is_alphanumeric() || matches!(c, '_' | '$' | '-' | '.' | '@' | '#' | '/');
+        let word_like = |c: char| c.is_alphanumeric() || matches!(c, '_' | '$' | '-' | '.' | '@' | '#' | '/');
         if key.is_empty() || !key.chars().all(word_like) {
             self.pos = start;
             let found = self.text[start..self.end].chars().next().unwrap_or(' ');
@@ -673,9 +634,7 @@ impl<'a> Reader<'a> {
             let close_len = match quote {
                 Quote::Double if b == b'"' => 1,
                 Quote::Single if b == b'\'' => 1,
-                Quote::SmartDouble if self.starts_with(RDQUO) || self.starts_with(LDQUO) => {
-                    RDQUO.len()
-                }
+                Quote::SmartDouble if self.starts_with(RDQUO) || self.starts_with(LDQUO) => RDQUO.len(),
                 Quote::SmartDouble if b == b'"' => 1,
                 Quote::SmartSingle if self.starts_with(RSQUO) => RSQUO.len(),
                 Quote::SmartSingle if b == b'\'' => 1,
@@ -730,9 +689,7 @@ impl<'a> Reader<'a> {
     /// is a separator, a closing bracket, a colon, or the end.
     fn ends_string_at(&self, after: usize) -> bool {
         let mut i = after;
-        while i < self.end
-            && (self.bytes[i] == b' ' || self.bytes[i] == b'\t' || self.bytes[i] == b'\r')
-        {
+        while i < self.end && (self.bytes[i] == b' ' || self.bytes[i] == b'\t' || self.bytes[i] == b'\r') {
             i += 1;
         }
         if i >= self.end {
@@ -799,10 +756,7 @@ impl<'a> Reader<'a> {
     }
 
     fn hex4(&mut self) -> Option<u32> {
-        let digits = self
-            .bytes
-            .get(self.pos..self.pos + 4)
-            .filter(|_| self.pos + 4 <= self.end)?;
+        let digits = self.bytes.get(self.pos..self.pos + 4).filter(|_| self.pos + 4 <= self.end)?;
         let s = std::str::from_utf8(digits).ok()?;
         let v = u32::from_str_radix(s, 16).ok()?;
         self.pos += 4;
@@ -892,10 +846,7 @@ impl<'a> Reader<'a> {
                 self.note_at(Leniency::Truncated, start);
                 return Ok(Value::Null);
             }
-            return Err(JsonError {
-                message: "a number has no digits".into(),
-                at: start,
-            });
+            return Err(JsonError { message: "a number has no digits".into(), at: start });
         }
         if lenient {
             self.note_at(Leniency::NumberFormat, start);
@@ -904,10 +855,7 @@ impl<'a> Reader<'a> {
             Ok(n) => Ok(Value::Number(n)),
             Err(_) => match norm.parse::<f64>().ok().and_then(Number::from_f64) {
                 Some(n) => Ok(Value::Number(n)),
-                None => Err(JsonError {
-                    message: format!("number {norm:?} is out of range"),
-                    at: start,
-                }),
+                None => Err(JsonError { message: format!("number {norm:?} is out of range"), at: start }),
             },
         }
     }
@@ -918,8 +866,7 @@ impl<'a> Reader<'a> {
         let start = self.pos;
         let word = self.word_at(self.pos);
         let after = start + word.len();
-        let word_ends = after >= self.end
-            || !(self.bytes[after].is_ascii_alphanumeric() || self.bytes[after] == b'_');
+        let word_ends = after >= self.end || !(self.bytes[after].is_ascii_alphanumeric() || self.bytes[after] == b'_');
         if word_ends && !word.is_empty() {
             if let Some((value, leniency)) = literal(word) {
                 self.pos = after;
@@ -930,11 +877,8 @@ impl<'a> Reader<'a> {
             }
             if after >= self.end {
                 // `tr` at the very end: a literal cut off.
-                for (full, value) in [
-                    ("true", Value::Bool(true)),
-                    ("false", Value::Bool(false)),
-                    ("null", Value::Null),
-                ] {
+                for (full, value) in [("true", Value::Bool(true)), ("false", Value::Bool(false)), ("null", Value::Null)]
+                {
                     if full.starts_with(word) {
                         self.pos = after;
                         self.note_at(Leniency::Truncated, start);
@@ -957,26 +901,10 @@ impl<'a> Reader<'a> {
             }
             let word_like = c.is_ascii_alphanumeric()
                 || c >= 0x80
-                || matches!(
-                    c,
-                    b'_' | b'-'
-                        | b'.'
-                        | b'/'
-                        | b':'
-                        | b'@'
-                        | b'#'
-                        | b'$'
-                        | b'%'
-                        | b'+'
-                        | b' '
-                        | b'\t'
-                );
+                || matches!(c, b'_' | b'-' | b'.' | b'/' | b':' | b'@' | b'#' | b'$' | b'%' | b'+' | b' ' | b'\t');
             if !first_ok || !word_like {
                 return Err(JsonError {
-                    message: format!(
-                        "unexpected {:?} in a value",
-                        self.text[self.pos..].chars().next().unwrap_or(' ')
-                    ),
+                    message: format!("unexpected {:?} in a value", self.text[self.pos..].chars().next().unwrap_or(' ')),
                     at: self.pos,
                 });
             }
@@ -985,10 +913,7 @@ impl<'a> Reader<'a> {
         let s = self.text[start..self.pos].trim_end();
         if s.is_empty() {
             return Err(JsonError {
-                message: format!(
-                    "expected a value, found {:?}",
-                    self.text[start..].chars().next().unwrap_or(' ')
-                ),
+                message: format!("expected a value, found {:?}", self.text[start..].chars().next().unwrap_or(' ')),
                 at: start,
             });
         }
@@ -1041,10 +966,7 @@ mod tests {
     #[test]
     fn keys_keep_their_order() {
         let (v, _) = kinds("{z: 1, a: 2, m: 3,}");
-        let keys: Vec<&String> = v
-            .as_object()
-            .map(|m| m.keys().collect())
-            .unwrap_or_default();
+        let keys: Vec<&String> = v.as_object().map(|m| m.keys().collect()).unwrap_or_default();
         assert_eq!(keys, ["z", "a", "m"]);
     }
 
@@ -1054,86 +976,34 @@ mod tests {
         let table: &[(&str, Value, &[Leniency])] = &[
             ("```json\n[1, 2]\n```", json!([1, 2]), &[CodeFence]),
             ("```\n[1]\n```", json!([1]), &[CodeFence]),
-            (
-                "Here you go:\n```json\n{\"a\": 1}\n```\nDone.",
-                json!({"a": 1}),
-                &[CodeFence, SurroundingProse],
-            ),
+            ("Here you go:\n```json\n{\"a\": 1}\n```\nDone.", json!({"a": 1}), &[CodeFence, SurroundingProse]),
             ("```json\n{\"a\": 1}", json!({"a": 1}), &[CodeFence]),
-            (
-                "Sure! Here is the JSON:\n{\"a\": 1}",
-                json!({"a": 1}),
-                &[SurroundingProse],
-            ),
-            (
-                "{\"a\": 1} hope this helps",
-                json!({"a": 1}),
-                &[SurroundingProse],
-            ),
+            ("Sure! Here is the JSON:\n{\"a\": 1}", json!({"a": 1}), &[SurroundingProse]),
+            ("{\"a\": 1} hope this helps", json!({"a": 1}), &[SurroundingProse]),
             ("[1, 2,]", json!([1, 2]), &[TrailingComma]),
             ("{\"a\": 1,}", json!({"a": 1}), &[TrailingComma]),
             ("[1,,2]", json!([1, 2]), &[TrailingComma]),
             ("[1 2]", json!([1, 2]), &[MissingComma]),
-            (
-                "{\"a\": 1\n \"b\": 2}",
-                json!({"a": 1, "b": 2}),
-                &[MissingComma],
-            ),
+            ("{\"a\": 1\n \"b\": 2}", json!({"a": 1, "b": 2}), &[MissingComma]),
             ("{\"a\": 1 // one\n}", json!({"a": 1}), &[Comment]),
             ("{/* c */ \"a\": 1}", json!({"a": 1}), &[Comment]),
             ("{\"a\": 1 # py\n}", json!({"a": 1}), &[Comment]),
             ("{'a': 'b'}", json!({"a": "b"}), &[SingleQuotes]),
             ("{'a': 'it\\'s'}", json!({"a": "it's"}), &[SingleQuotes]),
-            (
-                "{\u{201c}a\u{201d}: \u{201c}b\u{201d}}",
-                json!({"a": "b"}),
-                &[SmartQuotes],
-            ),
+            ("{\u{201c}a\u{201d}: \u{201c}b\u{201d}}", json!({"a": "b"}), &[SmartQuotes]),
             ("{\u{2018}a\u{2019}: 1}", json!({"a": 1}), &[SmartQuotes]),
-            (
-                "{a: 1, b_c: 2, $d: 3}",
-                json!({"a": 1, "b_c": 2, "$d": 3}),
-                &[UnquotedKey],
-            ),
+            ("{a: 1, b_c: 2, $d: 3}", json!({"a": 1, "b_c": 2, "$d": 3}), &[UnquotedKey]),
             ("{好感度: 1}", json!({"好感度": 1}), &[UnquotedKey]),
-            (
-                "{\"view\": widget.grid}",
-                json!({"view": "widget.grid"}),
-                &[UnquotedString],
-            ),
-            (
-                "[True, False, None]",
-                json!([true, false, null]),
-                &[PythonLiteral],
-            ),
+            ("{\"view\": widget.grid}", json!({"view": "widget.grid"}), &[UnquotedString]),
+            ("[True, False, None]", json!([true, false, null]), &[PythonLiteral]),
             ("[undefined, NaN]", json!([null, null]), &[JsLiteral]),
             ("[+1, .5, 5., 007]", json!([1, 0.5, 5, 7]), &[NumberFormat]),
-            (
-                "{\"a\": \"line\nbreak\"}",
-                json!({"a": "line\nbreak"}),
-                &[ControlCharacter],
-            ),
+            ("{\"a\": \"line\nbreak\"}", json!({"a": "line\nbreak"}), &[ControlCharacter]),
             ("{\"a\": \"\\q\"}", json!({"a": "q"}), &[InvalidEscape]),
-            (
-                "{\"a\": \"he said \"hi\" there\"}",
-                json!({"a": "he said \"hi\" there"}),
-                &[UnescapedQuote],
-            ),
-            (
-                "{\"a\"\u{ff1a}1\u{ff0c}\"b\": 2}",
-                json!({"a": 1, "b": 2}),
-                &[FullwidthPunctuation],
-            ),
-            (
-                "{\"a\": [1, 2}",
-                json!({"a": [1, 2]}),
-                &[MismatchedBracket, Truncated],
-            ),
-            (
-                "[[\"SET\", \"a\", 1], [\"ADD\", \"b\"",
-                json!([["SET", "a", 1], ["ADD", "b"]]),
-                &[Truncated],
-            ),
+            ("{\"a\": \"he said \"hi\" there\"}", json!({"a": "he said \"hi\" there"}), &[UnescapedQuote]),
+            ("{\"a\"\u{ff1a}1\u{ff0c}\"b\": 2}", json!({"a": 1, "b": 2}), &[FullwidthPunctuation]),
+            ("{\"a\": [1, 2}", json!({"a": [1, 2]}), &[MismatchedBracket, Truncated]),
+            ("[[\"SET\", \"a\", 1], [\"ADD\", \"b\"", json!([["SET", "a", 1], ["ADD", "b"]]), &[Truncated]),
             ("{\"a\": \"cut", json!({"a": "cut"}), &[Truncated]),
             ("{\"a\": 1, \"b\":", json!({"a": 1}), &[Truncated]),
             ("{\"a\": 1, \"b\"", json!({"a": 1}), &[Truncated]),
@@ -1171,8 +1041,7 @@ mod tests {
 
     #[test]
     fn several_documents() {
-        let (values, used) =
-            parse_values("[\"SET\", \"a\", 1]\n[\"ADD\", \"b\", 2];\n").unwrap_or_default();
+        let (values, used) = parse_values("[\"SET\", \"a\", 1]\n[\"ADD\", \"b\", 2];\n").unwrap_or_default();
         assert_eq!(values, [json!(["SET", "a", 1]), json!(["ADD", "b", 2])]);
         assert!(used.is_empty(), "{used:?}");
     }

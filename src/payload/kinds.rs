@@ -13,12 +13,7 @@ use serde_json::{Map, Value, json};
 
 /// An attribute of the element, by any of `names` (case-insensitive).
 fn attr<'a>(el: &'a Element, names: &[&str]) -> Option<&'a str> {
-    names.iter().find_map(|n| {
-        el.attrs
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(n))
-            .map(|(_, v)| v.as_str())
-    })
+    names.iter().find_map(|n| el.attrs.iter().find(|(k, _)| k.eq_ignore_ascii_case(n)).map(|(_, v)| v.as_str()))
 }
 
 /// Takes the first key of `names` present in `map` out of it.
@@ -98,22 +93,14 @@ fn named_json(el: &Element, how: NamedJson) -> Payload {
         };
         // A body that is one JSON string holding the object (double-encoded).
         let value = match value {
-            Value::String(s) if s.trim_start().starts_with('{') => {
-                unwrap_args(Value::String(s), &mut out)
-            }
+            Value::String(s) if s.trim_start().starts_with('{') => unwrap_args(Value::String(s), &mut out),
             v => v,
         };
         match value {
             Value::Object(mut map) => {
-                let body_name = how
-                    .body_names
-                    .iter()
-                    .find_map(|k| map.get(*k).and_then(Value::as_str).map(str::to_string));
-                let wrapped_args = how
-                    .body_args
-                    .iter()
-                    .find(|k| map.contains_key(**k))
-                    .copied();
+                let body_name =
+                    how.body_names.iter().find_map(|k| map.get(*k).and_then(Value::as_str).map(str::to_string));
+                let wrapped_args = how.body_args.iter().find(|k| map.contains_key(**k)).copied();
                 match (&name, body_name) {
                     // `{"name": "x", "arguments": {..}}` with no attribute,
                     // or the same name as the attribute.
@@ -121,15 +108,11 @@ fn named_json(el: &Element, how: NamedJson) -> Payload {
                         name = Some(Value::String(n));
                         take(&mut map, how.body_names);
                         match wrapped_args {
-                            Some(k) => {
-                                unwrap_args(map.shift_remove(k).unwrap_or(Value::Null), &mut out)
-                            }
+                            Some(k) => unwrap_args(map.shift_remove(k).unwrap_or(Value::Null), &mut out),
                             None => Value::Object(map),
                         }
                     }
-                    (Some(Value::String(a)), Some(n))
-                        if *a == n && wrapped_args.is_some() && map.len() == 2 =>
-                    {
+                    (Some(Value::String(a)), Some(n)) if *a == n && wrapped_args.is_some() && map.len() == 2 => {
                         take(&mut map, how.body_names);
                         let k = wrapped_args.unwrap_or_default();
                         unwrap_args(map.shift_remove(k).unwrap_or(Value::Null), &mut out)
@@ -145,11 +128,7 @@ fn named_json(el: &Element, how: NamedJson) -> Payload {
             Value::String(s) if !el.text.trim_start().starts_with(['"', '\'', '\u{201c}']) => {
                 return Payload::failed(
                     out.diagnostics,
-                    &format!(
-                        "the <{}> body is text, not a JSON object: {:?}",
-                        how.tag,
-                        cut(&s, 60)
-                    ),
+                    &format!("the <{}> body is text, not a JSON object: {:?}", how.tag, cut(&s, 60)),
                     json!({}),
                 );
             }
@@ -187,19 +166,13 @@ fn named_json(el: &Element, how: NamedJson) -> Payload {
 /// Arguments given as a JSON string (the OpenAI wire form) are parsed.
 fn unwrap_args(args: Value, out: &mut Payload) -> Value {
     match args {
-        Value::String(s) if s.trim_start().starts_with(['{', '[']) => {
-            match read_json(&s, 0, &mut out.diagnostics) {
-                Ok(v) => {
-                    out.diagnostics.push(diag(
-                        Level::Info,
-                        "arguments_string",
-                        "the arguments were a JSON string; parsed",
-                    ));
-                    v
-                }
-                Err(_) => Value::String(s),
+        Value::String(s) if s.trim_start().starts_with(['{', '[']) => match read_json(&s, 0, &mut out.diagnostics) {
+            Ok(v) => {
+                out.diagnostics.push(diag(Level::Info, "arguments_string", "the arguments were a JSON string; parsed"));
+                v
             }
-        }
+            Err(_) => Value::String(s),
+        },
         other => other,
     }
 }
@@ -219,11 +192,8 @@ pub(crate) fn media(el: &Element) -> Payload {
     let body = el.text.trim();
     if body.starts_with('{') {
         if let Ok(Value::Object(map)) = read_json(body, 0, &mut out.diagnostics) {
-            let field = |names: &[&str]| {
-                names
-                    .iter()
-                    .find_map(|n| map.get(*n).and_then(Value::as_str).map(str::to_string))
-            };
+            let field =
+                |names: &[&str]| names.iter().find_map(|n| map.get(*n).and_then(Value::as_str).map(str::to_string));
             kind = kind.or_else(|| field(&["type", "kind"]));
             src = src.or_else(|| field(&["src", "url", "href"]));
             alt = alt.or_else(|| field(&["alt", "title", "caption"]));
@@ -241,10 +211,7 @@ pub(crate) fn media(el: &Element) -> Payload {
         out.diagnostics.push(diag(
             Level::Warning,
             "media_src_refused",
-            &format!(
-                "media source {:?} uses a scheme that can run script; src set to null",
-                cut(s, 80)
-            ),
+            &format!("media source {:?} uses a scheme that can run script; src set to null", cut(s, 80)),
         ));
         src = None;
     }
@@ -259,11 +226,7 @@ pub(crate) fn media(el: &Element) -> Payload {
         kind = Some(k.to_string());
     }
     if src.is_none() {
-        out.diagnostics.push(diag(
-            Level::Warning,
-            "media_without_src",
-            "the <media> element has no usable src",
-        ));
+        out.diagnostics.push(diag(Level::Warning, "media_without_src", "the <media> element has no usable src"));
     }
     out.value = json!({"type": kind, "src": src, "alt": alt});
     out
@@ -273,11 +236,8 @@ pub(crate) fn media(el: &Element) -> Payload {
 /// URL (after removing the whitespace and control characters browsers
 /// ignore in schemes).
 fn safe_src(src: &str) -> bool {
-    let squeezed: String = src
-        .chars()
-        .filter(|c| !c.is_whitespace() && !c.is_control())
-        .collect::<String>()
-        .to_ascii_lowercase();
+    let squeezed: String =
+        src.chars().filter(|c| !c.is_whitespace() && !c.is_control()).collect::<String>().to_ascii_lowercase();
     let Some(colon) = squeezed.find(':') else {
         return true;
     };
@@ -288,9 +248,7 @@ fn safe_src(src: &str) -> bool {
     match scheme {
         "http" | "https" => true,
         "data" => {
-            ["data:image/", "data:audio/", "data:video/"]
-                .iter()
-                .any(|p| squeezed.starts_with(p))
+            ["data:image/", "data:audio/", "data:video/"].iter().any(|p| squeezed.starts_with(p))
                 && !squeezed.starts_with("data:image/svg")
         }
         _ => false,
@@ -301,8 +259,7 @@ fn infer_type(src: &str) -> Option<&'static str> {
     let path = src.split(['?', '#']).next().unwrap_or(src);
     let ext = path.rsplit_once('.')?.1.to_ascii_lowercase();
     Some(match ext.as_str() {
-        "png" | "jpg" | "jpeg" | "gif" | "webp" | "bmp" | "avif" | "svg" | "ico" | "tif"
-        | "tiff" => "image",
+        "png" | "jpg" | "jpeg" | "gif" | "webp" | "bmp" | "avif" | "svg" | "ico" | "tif" | "tiff" => "image",
         "mp3" | "wav" | "ogg" | "oga" | "flac" | "m4a" | "aac" | "opus" => "audio",
         "mp4" | "webm" | "mov" | "mkv" | "avi" | "m4v" | "ogv" => "video",
         _ => return None,
@@ -315,8 +272,8 @@ fn infer_type(src: &str) -> Option<&'static str> {
 pub(crate) fn choice(el: &Element) -> Payload {
     let mut out = Payload::none();
     let nodes = tree::parse(&el.text);
-    let mut prompt = find_element(&nodes, &["prompt", "question", "title"])
-        .map(|e| e.text_content().trim().to_string());
+    let mut prompt =
+        find_element(&nodes, &["prompt", "question", "title"]).map(|e| e.text_content().trim().to_string());
     let mut options = Vec::new();
     collect_options(&nodes, &mut options);
     if options.is_empty() {
@@ -337,16 +294,9 @@ pub(crate) fn choice(el: &Element) -> Payload {
         options = lines;
     }
     if options.is_empty() {
-        out.diagnostics.push(diag(
-            Level::Warning,
-            "choice_without_options",
-            "the <choice> element has no options",
-        ));
+        out.diagnostics.push(diag(Level::Warning, "choice_without_options", "the <choice> element has no options"));
     }
-    let options: Vec<Value> = options
-        .into_iter()
-        .map(|(id, label)| json!({"id": id, "label": label}))
-        .collect();
+    let options: Vec<Value> = options.into_iter().map(|(id, label)| json!({"id": id, "label": label})).collect();
     out.value = json!({"prompt": prompt.filter(|p| !p.is_empty()), "options": options});
     out
 }
@@ -362,10 +312,7 @@ fn find_element<'a>(nodes: &'a [Node], names: &[&str]) -> Option<&'a ElementNode
 fn collect_options(nodes: &[Node], out: &mut Vec<(String, String)>) {
     for n in nodes {
         if let Node::Element(e) = n {
-            if ["option", "opt", "item", "choice"]
-                .iter()
-                .any(|x| e.name.eq_ignore_ascii_case(x))
-            {
+            if ["option", "opt", "item", "choice"].iter().any(|x| e.name.eq_ignore_ascii_case(x)) {
                 let label = e.text_content().trim().to_string();
                 let id = e
                     .attr("id")
@@ -374,10 +321,7 @@ fn collect_options(nodes: &[Node], out: &mut Vec<(String, String)>) {
                     .map(str::to_string)
                     .unwrap_or_else(|| (out.len() + 1).to_string());
                 out.push((id, label));
-            } else if !["prompt", "question", "title"]
-                .iter()
-                .any(|x| e.name.eq_ignore_ascii_case(x))
-            {
+            } else if !["prompt", "question", "title"].iter().any(|x| e.name.eq_ignore_ascii_case(x)) {
                 collect_options(&e.children, out);
             }
         }
@@ -389,11 +333,7 @@ fn plain_text(nodes: &[Node], out: &mut String) {
     for n in nodes {
         match n {
             Node::Text(t) => out.push_str(t),
-            Node::Element(e)
-                if ["prompt", "question", "title"]
-                    .iter()
-                    .any(|x| e.name.eq_ignore_ascii_case(x)) =>
-            {
+            Node::Element(e) if ["prompt", "question", "title"].iter().any(|x| e.name.eq_ignore_ascii_case(x)) => {
                 out.push('\n')
             }
             Node::Element(e) => {
@@ -409,19 +349,10 @@ fn plain_text(nodes: &[Node], out: &mut String) {
 /// after one continue the previous option; without markers, every line is
 /// an option.
 fn option_lines(text: &str) -> (String, Vec<(String, String)>) {
-    let lines: Vec<&str> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect();
-    let marked: Vec<Option<(Option<String>, &str)>> =
-        lines.iter().map(|l| list_marker(l)).collect();
+    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let marked: Vec<Option<(Option<String>, &str)>> = lines.iter().map(|l| list_marker(l)).collect();
     if marked.iter().all(Option::is_none) {
-        let opts = lines
-            .iter()
-            .enumerate()
-            .map(|(i, l)| ((i + 1).to_string(), l.to_string()))
-            .collect();
+        let opts = lines.iter().enumerate().map(|(i, l)| ((i + 1).to_string(), l.to_string())).collect();
         return (String::new(), opts);
     }
     let mut lead = Vec::new();
@@ -461,19 +392,13 @@ fn list_marker(line: &str) -> Option<(Option<String>, &str)> {
         return rest_after(first.len_utf8()).map(|r| (Some((n + 1).to_string()), r));
     }
     // `(1)`, `[1]`, `【1】`
-    for (open, close) in [
-        ("(", ")"),
-        ("[", "]"),
-        ("\u{3010}", "\u{3011}"),
-        ("\u{ff08}", "\u{ff09}"),
-    ] {
+    for (open, close) in [("(", ")"), ("[", "]"), ("\u{3010}", "\u{3011}"), ("\u{ff08}", "\u{ff09}")] {
         if let Some(inner) = line.strip_prefix(open)
             && let Some(end) = inner.find(close)
         {
             let id = &inner[..end];
             if !id.is_empty() && id.len() <= 3 && id.chars().all(|c| c.is_ascii_alphanumeric()) {
-                return rest_after(open.len() + end + close.len())
-                    .map(|r| (Some(id.to_string()), r));
+                return rest_after(open.len() + end + close.len()).map(|r| (Some(id.to_string()), r));
             }
         }
     }
@@ -486,11 +411,8 @@ fn list_marker(line: &str) -> Option<(Option<String>, &str)> {
         return None;
     };
     let after = &line[id_len..];
-    let sep = [
-        '.', ')', '\u{3001}', ':', '\u{ff0e}', '\u{ff09}', '\u{ff1a}',
-    ]
-    .into_iter()
-    .find(|s| after.starts_with(*s))?;
+    let sep =
+        ['.', ')', '\u{3001}', ':', '\u{ff0e}', '\u{ff09}', '\u{ff1a}'].into_iter().find(|s| after.starts_with(*s))?;
     let rest = &after[sep.len_utf8()..];
     // `A.` needs a space after it (so that `e.g.` is not an option);
     // `1.` and `1、` do not.
@@ -545,11 +467,7 @@ pub(crate) fn status_bar(el: &Element) -> Payload {
         let line = line.trim_start_matches(['-', '*', '\u{2022}']).trim_start();
         match line.split_once([':', '\u{ff1a}']) {
             Some((k, v)) if !k.trim().is_empty() && k.chars().count() <= 40 => {
-                insert_repeat(
-                    &mut map,
-                    k.trim().to_string(),
-                    Value::String(v.trim().to_string()),
-                );
+                insert_repeat(&mut map, k.trim().to_string(), Value::String(v.trim().to_string()));
             }
             _ => loose.push(line),
         }
@@ -617,11 +535,7 @@ fn element_value(e: &ElementNode) -> Value {
 /// body gives `{attrs, value}`, a raw body `{attrs, text}`).
 pub(crate) fn custom(el: &Element, body: BodyKind) -> Payload {
     let mut out = Payload::none();
-    let attrs: Map<String, Value> = el
-        .attrs
-        .iter()
-        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-        .collect();
+    let attrs: Map<String, Value> = el.attrs.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
     out.value = match body {
         BodyKind::Json => {
             let value = if el.text.trim().is_empty() {
@@ -646,15 +560,10 @@ fn nodes_json(nodes: &[Node]) -> Vec<Value> {
     nodes
         .iter()
         .filter_map(|n| match n {
-            Node::Text(t) => Some(t.trim())
-                .filter(|t| !t.is_empty())
-                .map(|t| Value::String(t.to_string())),
+            Node::Text(t) => Some(t.trim()).filter(|t| !t.is_empty()).map(|t| Value::String(t.to_string())),
             Node::Element(e) => {
-                let attrs: Map<String, Value> = e
-                    .attrs
-                    .iter()
-                    .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-                    .collect();
+                let attrs: Map<String, Value> =
+                    e.attrs.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
                 Some(json!({"tag": e.name, "attrs": attrs, "children": nodes_json(&e.children)}))
             }
         })
@@ -694,13 +603,7 @@ mod tests {
 
     #[test]
     fn safe_sources() {
-        for ok in [
-            "assets/a.png",
-            "https://x.y/a.jpg",
-            "/a/b.mp3",
-            "data:image/png;base64,AAA",
-            "dir/a:b.png",
-        ] {
+        for ok in ["assets/a.png", "https://x.y/a.jpg", "/a/b.mp3", "data:image/png;base64,AAA", "dir/a:b.png"] {
             assert!(safe_src(ok), "{ok}");
         }
         for bad in [

@@ -109,33 +109,18 @@ impl Payload {
         };
         value.shift_insert(0, "error".into(), Value::String(message.into()));
         diagnostics.push(diag(Level::Error, "payload_unparsable", message));
-        Payload {
-            value: Value::Object(value),
-            diagnostics,
-            failed: true,
-        }
+        Payload { value: Value::Object(value), diagnostics, failed: true }
     }
 }
 
 /// A diagnostic without a place; the stage fills in the element and tag.
 pub(crate) fn diag(level: Level, code: &str, message: &str) -> Diagnostic {
-    Diagnostic {
-        level,
-        code: code.into(),
-        tag: None,
-        element: None,
-        at: None,
-        message: message.into(),
-    }
+    Diagnostic { level, code: code.into(), tag: None, element: None, at: None, message: message.into() }
 }
 
 /// Reads a JSON body leniently, reporting each leniency used. `base` is the
 /// offset of `text` in the element's text, for messages.
-pub(crate) fn read_json(
-    text: &str,
-    base: usize,
-    diagnostics: &mut Vec<Diagnostic>,
-) -> Result<Value, json::JsonError> {
+pub(crate) fn read_json(text: &str, base: usize, diagnostics: &mut Vec<Diagnostic>) -> Result<Value, json::JsonError> {
     match json::parse(text) {
         Ok(read) => {
             diagnostics.extend(leniency_diagnostics(&read.leniencies, base));
@@ -152,11 +137,7 @@ pub(crate) fn read_json(
 pub(crate) fn leniency_diagnostics(used: &[json::Used], base: usize) -> Vec<Diagnostic> {
     used.iter()
         .map(|u| {
-            let times = if u.count > 1 {
-                format!(", {} times", u.count)
-            } else {
-                String::new()
-            };
+            let times = if u.count > 1 { format!(", {} times", u.count) } else { String::new() };
             diag(
                 Level::Warning,
                 &format!("json_{}", u.kind.as_str()),
@@ -189,15 +170,8 @@ pub(crate) struct Child<'a> {
 /// document or an MVU call begins on a new line, or at the end.
 pub(crate) fn extract_child<'a>(text: &'a str, name: &str) -> Option<Child<'a>> {
     let (open_start, open_end) = find_tag(text, 0, name, false)?;
-    let self_closing = text[open_start..open_end]
-        .trim_end_matches('>')
-        .trim_end()
-        .ends_with('/');
-    let found_close = if self_closing {
-        Some((open_end, open_end))
-    } else {
-        find_tag(text, open_end, name, true)
-    };
+    let self_closing = text[open_start..open_end].trim_end_matches('>').trim_end().ends_with('/');
+    let found_close = if self_closing { Some((open_end, open_end)) } else { find_tag(text, open_end, name, true) };
     let (inner_end, rest_from, closed) = match found_close {
         Some((close_start, close_end)) => (close_start, close_end, true),
         None => {
@@ -205,9 +179,7 @@ pub(crate) fn extract_child<'a>(text: &'a str, name: &str) -> Option<Child<'a>> 
             let mut end = text.len();
             for line in text[open_end..].split_inclusive('\n') {
                 let t = line.trim_start();
-                if at > open_end
-                    && (t.starts_with(['[', '{']) || t.starts_with("```") || t.starts_with("_."))
-                {
+                if at > open_end && (t.starts_with(['[', '{']) || t.starts_with("```") || t.starts_with("_.")) {
                     end = at;
                     break;
                 }
@@ -219,22 +191,9 @@ pub(crate) fn extract_child<'a>(text: &'a str, name: &str) -> Option<Child<'a>> 
     let inner = &text[open_end..inner_end];
     let before = &text[..open_start];
     let after = &text[rest_from..];
-    let rest_base = if before.trim().is_empty() {
-        rest_from
-    } else {
-        0
-    };
-    let rest = if before.trim().is_empty() {
-        after.to_string()
-    } else {
-        format!("{before}{after}")
-    };
-    Some(Child {
-        inner,
-        rest,
-        rest_base,
-        closed,
-    })
+    let rest_base = if before.trim().is_empty() { rest_from } else { 0 };
+    let rest = if before.trim().is_empty() { after.to_string() } else { format!("{before}{after}") };
+    Some(Child { inner, rest, rest_base, closed })
 }
 
 /// Finds `<name ...>` (or `</name>` when `close`) at or after `from`:
@@ -256,14 +215,9 @@ fn find_tag(text: &str, from: usize, name: &str, close: bool) -> Option<(usize, 
             j += 1;
             skip(&mut j);
         }
-        let name_ok = text
-            .get(j..j + name.len())
-            .is_some_and(|n| n.eq_ignore_ascii_case(name));
+        let name_ok = text.get(j..j + name.len()).is_some_and(|n| n.eq_ignore_ascii_case(name));
         let after = bytes.get(j + name.len()).copied();
-        if is_close == close
-            && name_ok
-            && matches!(after, Some(b'>' | b'/' | b' ' | b'\t' | b'\n' | b'\r'))
-        {
+        if is_close == close && name_ok && matches!(after, Some(b'>' | b'/' | b' ' | b'\t' | b'\n' | b'\r')) {
             let end = text[j..].find('>').map(|g| j + g + 1)?;
             return Some((start, end));
         }
@@ -352,7 +306,10 @@ impl Stage {
             self.calls.observe(&event);
             match event {
                 Event::Open(o) => {
-                    let attp = self.registry.lookup(o.tag.as_bytes()).is_some_and(|id| self.registry.tag(id).body == BodyKind::Attp);
+                    let attp = self
+                        .registry
+                        .lookup(o.tag.as_bytes())
+                        .is_some_and(|id| self.registry.tag(id).body == BodyKind::Attp);
                     let body = if attp {
                         BodyState::Attp(Box::default())
                     } else if self.is_content(&o.tag) {
@@ -365,13 +322,7 @@ impl Stage {
                     } else {
                         BodyState::Plain
                     };
-                    self.open.insert(
-                        o.id,
-                        OpenState {
-                            body,
-                            comments: Vec::new(),
-                        },
-                    );
+                    self.open.insert(o.id, OpenState { body, comments: Vec::new() });
                     out.push(Event::Open(o));
                 }
                 Event::Delta(d) => match self.open.get_mut(&d.id).map(|s| &mut s.body) {
@@ -404,19 +355,15 @@ impl Stage {
                 }
                 Event::Diagnostic(d) => {
                     if d.code == "element_too_large"
-                        && let Some(BodyState::Content(c)) = d
-                            .element
-                            .and_then(|id| self.open.get_mut(&id))
-                            .map(|s| &mut s.body)
+                        && let Some(BodyState::Content(c)) =
+                            d.element.and_then(|id| self.open.get_mut(&id)).map(|s| &mut s.body)
                     {
                         c.truncated = true;
                     }
                     out.push(Event::Diagnostic(d));
                 }
                 Event::Close(c) => {
-                    if let Some(BodyState::Content(state)) =
-                        self.open.get_mut(&c.id).map(|s| &mut s.body)
-                    {
+                    if let Some(BodyState::Content(state)) = self.open.get_mut(&c.id).map(|s| &mut s.body) {
                         finish_content(state, c.id, &c.tag, out);
                     }
                     out.push(Event::Close(c));
@@ -455,12 +402,7 @@ impl Stage {
         let id = el.id;
         let tag = el.tag.clone();
         let fallback = payload.failed
-            && self
-                .registry
-                .tags()
-                .iter()
-                .find(|t| *t.name == *el.tag)
-                .is_some_and(|spec| spec.fallback_to_content);
+            && self.registry.tags().iter().find(|t| *t.name == *el.tag).is_some_and(|spec| spec.fallback_to_content);
         let repair = fallback.then(|| Repair {
             kind: RepairKind::FallbackToContent,
             tag: Some(tag.clone()),
@@ -487,12 +429,7 @@ const THOUGHT: &str = "thought";
 
 /// Finishes a content element's filter: the last filtered text goes out as
 /// a delta.
-fn finish_content(
-    state: &mut ContentState,
-    id: u32,
-    tag: &crate::event::TagName,
-    out: &mut Vec<Event>,
-) {
+fn finish_content(state: &mut ContentState, id: u32, tag: &crate::event::TagName, out: &mut Vec<Event>) {
     if state.finished {
         return;
     }
@@ -502,22 +439,13 @@ fn finish_content(
         if !state.truncated {
             state.html.push_str(&text);
         }
-        out.push(Event::Delta(Delta {
-            id,
-            tag: tag.clone(),
-            text,
-        }));
+        out.push(Event::Delta(Delta { id, tag: tag.clone(), text }));
     }
 }
 
 /// `{html, comments}` for a content element (plus `truncated: true` when it
 /// passed the size limit: `html` then covers the part that was kept).
-fn content_payload(
-    el: &Element,
-    body: BodyState,
-    comments: Vec<String>,
-    out: &mut Vec<Event>,
-) -> Payload {
+fn content_payload(el: &Element, body: BodyState, comments: Vec<String>, out: &mut Vec<Event>) -> Payload {
     let mut payload = Payload::none();
     let (html, report) = match body {
         BodyState::Content(mut state) => {
@@ -532,10 +460,7 @@ fn content_payload(
             (s.html, s.report)
         }
     };
-    let notable = html::FilterReport {
-        comments: 0,
-        ..report.clone()
-    };
+    let notable = html::FilterReport { comments: 0, ..report.clone() };
     if !notable.is_clean() {
         payload.diagnostics.push(diag(
             Level::Warning,
@@ -601,25 +526,16 @@ mod tests {
 
     #[test]
     fn extract_child_cases() {
-        let c = extract_child("<analysis>why</analysis>\n[1]", "analysis")
-            .unwrap_or_else(|| panic!("no child"));
+        let c = extract_child("<analysis>why</analysis>\n[1]", "analysis").unwrap_or_else(|| panic!("no child"));
         assert_eq!((c.inner, c.rest.as_str(), c.closed), ("why", "\n[1]", true));
         assert_eq!(c.rest_base, 24);
-        let c = extract_child("< Analysis >why</ analysis >[1]", "analysis")
-            .unwrap_or_else(|| panic!("no child"));
+        let c = extract_child("< Analysis >why</ analysis >[1]", "analysis").unwrap_or_else(|| panic!("no child"));
         assert_eq!((c.inner, c.rest.as_str()), ("why", "[1]"));
         let c = extract_child("<analysis>\n- a\n- b\n[[\"SET\", \"x\", 1]]", "analysis")
             .unwrap_or_else(|| panic!("no child"));
-        assert_eq!(
-            (c.inner, c.rest.as_str(), c.closed),
-            ("\n- a\n- b\n", "[[\"SET\", \"x\", 1]]", false)
-        );
-        let c = extract_child("pre <summary>S</summary> post", "summary")
-            .unwrap_or_else(|| panic!("no child"));
-        assert_eq!(
-            (c.inner, c.rest.as_str(), c.rest_base),
-            ("S", "pre  post", 0)
-        );
+        assert_eq!((c.inner, c.rest.as_str(), c.closed), ("\n- a\n- b\n", "[[\"SET\", \"x\", 1]]", false));
+        let c = extract_child("pre <summary>S</summary> post", "summary").unwrap_or_else(|| panic!("no child"));
+        assert_eq!((c.inner, c.rest.as_str(), c.rest_base), ("S", "pre  post", 0));
         assert!(extract_child("<analysisx>no</analysisx>", "analysis").is_none());
         let c = extract_child("<analysis/>[1]", "analysis").unwrap_or_else(|| panic!("no child"));
         assert_eq!(c.inner, "");

@@ -29,9 +29,7 @@ pub(crate) const MAX_TAG: usize = 512;
 const BREAK: &[u8] = b"&#8203;";
 
 /// Tags that pass (the spec 003 §3.1.3 allowlist; `rt`/`rp` for `ruby`).
-const ALLOWED: &[&str] = &[
-    "b", "strong", "i", "em", "u", "s", "br", "span", "ruby", "rt", "rp",
-];
+const ALLOWED: &[&str] = &["b", "strong", "i", "em", "u", "s", "br", "span", "ruby", "rt", "rp"];
 
 /// HTML element names (current and obsolete), sorted: tags with these
 /// names are markup; any other name is text.
@@ -248,11 +246,7 @@ impl Net {
                 i += 1;
                 continue;
             }
-            let decision = if b == b'<' {
-                check_tag(&buf[i..], last)
-            } else {
-                match_pattern(&buf, i, last)
-            };
+            let decision = if b == b'<' { check_tag(&buf[i..], last) } else { match_pattern(&buf, i, last) };
             match decision {
                 Decision::NeedMore => break,
                 Decision::Pass => i += 1,
@@ -266,11 +260,7 @@ impl Net {
                 }
                 Decision::Stray(len) => {
                     out.extend_from_slice(&buf[copied..i]);
-                    let before = if i > 0 {
-                        buf.get(i - 1).copied()
-                    } else {
-                        self.last
-                    };
+                    let before = if i > 0 { buf.get(i - 1).copied() } else { self.last };
                     // Dropping the tag must not join the text around it into
                     // a pattern (`java</p>script:`): unless whitespace or a
                     // tag comes before it, a zero-width space stays.
@@ -299,10 +289,7 @@ impl Net {
 }
 
 fn is_candidate(b: u8) -> bool {
-    matches!(
-        b.to_ascii_lowercase(),
-        b'<' | b'&' | b'j' | b'v' | b'l' | b'e' | b'u' | b'o'
-    )
+    matches!(b.to_ascii_lowercase(), b'<' | b'&' | b'j' | b'v' | b'l' | b'e' | b'u' | b'o')
 }
 
 /// Whether `buf` (starting with `<`) starts a whitelisted tag as the
@@ -310,11 +297,7 @@ fn is_candidate(b: u8) -> bool {
 fn check_tag(buf: &[u8], last: bool) -> Decision {
     let window = &buf[..buf.len().min(MAX_TAG)];
     let Some(gt) = window.iter().position(|&b| b == b'>') else {
-        return if last || buf.len() >= MAX_TAG {
-            Decision::Escape
-        } else {
-            Decision::NeedMore
-        };
+        return if last || buf.len() >= MAX_TAG { Decision::Escape } else { Decision::NeedMore };
     };
     let tag = &buf[..=gt];
     if whitelisted_tag(tag) {
@@ -331,10 +314,7 @@ fn stray_end_tag(tag: &[u8]) -> bool {
     let Some(rest) = tag.strip_prefix(b"</") else {
         return false;
     };
-    let name_len = rest
-        .iter()
-        .take_while(|b| b.is_ascii_alphanumeric())
-        .count();
+    let name_len = rest.iter().take_while(|b| b.is_ascii_alphanumeric()).count();
     let name = String::from_utf8_lossy(&rest[..name_len]).to_ascii_lowercase();
     let after = rest.get(name_len).copied();
     name_len > 0
@@ -364,10 +344,7 @@ fn whitelisted_tag(tag: &[u8]) -> bool {
         return rest.trim_start_matches(is_space).is_empty();
     }
     let rest = rest.trim_end_matches(is_space);
-    let rest = rest
-        .strip_suffix('/')
-        .unwrap_or(rest)
-        .trim_end_matches(is_space);
+    let rest = rest.strip_suffix('/').unwrap_or(rest).trim_end_matches(is_space);
     if rest.is_empty() {
         return true;
     }
@@ -408,8 +385,7 @@ fn is_space(c: char) -> bool {
 
 fn strip_prefix_ci<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
     let head = s.get(..prefix.len())?;
-    head.eq_ignore_ascii_case(prefix)
-        .then(|| &s[prefix.len()..])
+    head.eq_ignore_ascii_case(prefix).then(|| &s[prefix.len()..])
 }
 
 /// One decoded character of text.
@@ -430,14 +406,7 @@ fn unit(buf: &[u8], pos: usize, last: bool) -> Unit {
         return if last { Unit::End } else { Unit::NeedMore };
     };
     if b != b'&' {
-        return Unit::Char(
-            if b.is_ascii() {
-                b.to_ascii_lowercase()
-            } else {
-                0x80
-            },
-            1,
-        );
+        return Unit::Char(if b.is_ascii() { b.to_ascii_lowercase() } else { 0x80 }, 1);
     }
     match entity(&buf[pos..], last) {
         Some(Some((c, len))) => Unit::Char(c, len),
@@ -452,11 +421,7 @@ fn unit(buf: &[u8], pos: usize, last: bool) -> Unit {
 fn entity(buf: &[u8], last: bool) -> Option<Option<(u8, usize)>> {
     const MAX: usize = 12;
     let more = |n: usize| {
-        if !last && buf.len() <= n && n < MAX {
-            None
-        } else {
-            Some(None)
-        }
+        if !last && buf.len() <= n && n < MAX { None } else { Some(None) }
     };
     let Some(&second) = buf.get(1) else {
         return more(1);
@@ -471,17 +436,9 @@ fn entity(buf: &[u8], last: bool) -> Option<Option<(u8, usize)>> {
         let mut value: u32 = 0;
         while i < buf.len() && i < MAX {
             let d = buf[i];
-            let digit = if hex {
-                (d as char).to_digit(16)
-            } else {
-                (d as char).to_digit(10)
-            };
+            let digit = if hex { (d as char).to_digit(16) } else { (d as char).to_digit(10) };
             match digit {
-                Some(v) => {
-                    value = value
-                        .saturating_mul(if hex { 16 } else { 10 })
-                        .saturating_add(v)
-                }
+                Some(v) => value = value.saturating_mul(if hex { 16 } else { 10 }).saturating_add(v),
                 None => break,
             }
             i += 1;
@@ -493,20 +450,11 @@ fn entity(buf: &[u8], last: bool) -> Option<Option<(u8, usize)>> {
             return Some(None);
         }
         let len = if buf.get(i) == Some(&b';') { i + 1 } else { i };
-        let c = char::from_u32(value).map_or(0x80, |c| {
-            if c.is_ascii() {
-                (c as u8).to_ascii_lowercase()
-            } else {
-                0x80
-            }
-        });
+        let c =
+            char::from_u32(value).map_or(0x80, |c| if c.is_ascii() { (c as u8).to_ascii_lowercase() } else { 0x80 });
         return Some(Some((c, len)));
     }
-    let name_len = buf[1..]
-        .iter()
-        .take(MAX)
-        .take_while(|b| b.is_ascii_alphanumeric())
-        .count();
+    let name_len = buf[1..].iter().take(MAX).take_while(|b| b.is_ascii_alphanumeric()).count();
     if 1 + name_len == buf.len() && !last && name_len < MAX {
         return None;
     }
@@ -539,13 +487,7 @@ fn ignorable(c: u8) -> bool {
 }
 
 /// Literal patterns, lower case; the last byte is where the break goes.
-const PATTERNS: &[&[u8]] = &[
-    b"javascript:",
-    b"vbscript:",
-    b"livescript:",
-    b"expression(",
-    b"url(",
-];
+const PATTERNS: &[&[u8]] = &[b"javascript:", b"vbscript:", b"livescript:", b"expression(", b"url("];
 
 /// Most ignorable characters a pattern may hold.
 const MAX_IGNORED: usize = 16;
@@ -574,11 +516,7 @@ fn match_pattern(buf: &[u8], pos: usize, last: bool) -> Decision {
             _ => {}
         }
     }
-    if need_more {
-        Decision::NeedMore
-    } else {
-        Decision::Pass
-    }
+    if need_more { Decision::NeedMore } else { Decision::Pass }
 }
 
 fn match_literal(buf: &[u8], pos: usize, pattern: &[u8], last: bool) -> Decision {
@@ -601,10 +539,7 @@ fn match_literal(buf: &[u8], pos: usize, pattern: &[u8], last: bool) -> Decision
                         return Decision::Pass;
                     }
                     if k + 1 == pattern.len() {
-                        return Decision::Break {
-                            at: q,
-                            end: q + len,
-                        };
+                        return Decision::Break { at: q, end: q + len };
                     }
                     q += len;
                     break;
@@ -648,10 +583,7 @@ fn match_on_handler(buf: &[u8], pos: usize, last: bool) -> Decision {
         match unit(buf, q, last) {
             Unit::NeedMore => return Decision::NeedMore,
             Unit::Char(b'=', len) => {
-                return Decision::Break {
-                    at: q,
-                    end: q + len,
-                };
+                return Decision::Break { at: q, end: q + len };
             }
             Unit::Char(c, len) if ignorable(c) => {
                 ignored += 1;
@@ -683,30 +615,12 @@ mod tests {
     fn cases() {
         let table: &[(&str, &str)] = &[
             ("plain text", "plain text"),
-            (
-                "<b>bold</b> <STRONG>x</STRONG><br/><br /><br>",
-                "<b>bold</b> <STRONG>x</STRONG><br/><br /><br>",
-            ),
-            (
-                "<span style=\"color: red\">r</span>",
-                "<span style=\"color: red\">r</span>",
-            ),
-            (
-                "<span style='color:red'>r</span>",
-                "<span style='color:red'>r</span>",
-            ),
-            (
-                "<span style=\"background:url(x)\">r</span>",
-                "&lt;span style=\"background:url&#8203;(x)\">r</span>",
-            ),
-            (
-                "<span onclick=\"x\">r</span>",
-                "&lt;span onclick&#8203;=\"x\">r</span>",
-            ),
-            (
-                "<img src=x onerror=alert(1)>",
-                "&lt;img src=x onerror&#8203;=alert(1)>",
-            ),
+            ("<b>bold</b> <STRONG>x</STRONG><br/><br /><br>", "<b>bold</b> <STRONG>x</STRONG><br/><br /><br>"),
+            ("<span style=\"color: red\">r</span>", "<span style=\"color: red\">r</span>"),
+            ("<span style='color:red'>r</span>", "<span style='color:red'>r</span>"),
+            ("<span style=\"background:url(x)\">r</span>", "&lt;span style=\"background:url&#8203;(x)\">r</span>"),
+            ("<span onclick=\"x\">r</span>", "&lt;span onclick&#8203;=\"x\">r</span>"),
+            ("<img src=x onerror=alert(1)>", "&lt;img src=x onerror&#8203;=alert(1)>"),
             ("</script>", ""),
             ("a</div>b", "a&#8203;b"),
             ("a </p>b", "a b"),
@@ -720,21 +634,12 @@ mod tests {
             ("&#106;avascript&#58;x", "&#106;avascript&#8203;&#58;x"),
             ("&#x6A;avascript&colon;x", "&#x6A;avascript&#8203;&colon;x"),
             ("&#0000106avascript:x", "&#0000106avascript&#8203;:x"),
-            (
-                "vbscript:x livescript:y",
-                "vbscript&#8203;:x livescript&#8203;:y",
-            ),
-            (
-                "width:expression(alert(1))",
-                "width:expression&#8203;(alert(1))",
-            ),
+            ("vbscript:x livescript:y", "vbscript&#8203;:x livescript&#8203;:y"),
+            ("width:expression(alert(1))", "width:expression&#8203;(alert(1))"),
             ("url(x) URL (y)", "url&#8203;(x) URL &#8203;(y)"),
             ("onload=x ONCLICK = y", "onload&#8203;=x ONCLICK &#8203;= y"),
             ("json=1 on= one two", "json=1 on= one two"),
-            (
-                "expressions everywhere, urls too",
-                "expressions everywhere, urls too",
-            ),
+            ("expressions everywhere, urls too", "expressions everywhere, urls too"),
             ("&amp; &lt; &", "&amp; &lt; &"),
             ("中文 javascript: 好", "中文 javascript&#8203;: 好"),
         ];

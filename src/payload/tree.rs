@@ -44,10 +44,7 @@ impl ElementNode {
 
     /// The value of an attribute (name matched case-insensitively).
     pub(crate) fn attr(&self, name: &str) -> Option<&str> {
-        self.attrs
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        self.attrs.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
 }
 
@@ -62,10 +59,8 @@ pub(crate) fn collect_text(nodes: &[Node], out: &mut String) {
 }
 
 /// HTML elements that never have content.
-const VOID: &[&str] = &[
-    "br", "hr", "img", "input", "meta", "link", "wbr", "area", "base", "col", "embed", "source",
-    "track",
-];
+const VOID: &[&str] =
+    &["br", "hr", "img", "input", "meta", "link", "wbr", "area", "base", "col", "embed", "source", "track"];
 
 /// Parses the children of a structured body.
 pub(crate) fn parse(text: &str) -> Vec<Node> {
@@ -77,11 +72,7 @@ pub(crate) fn parse(text: &str) -> Vec<Node> {
     while builder.stack.len() > 1 {
         builder.pop();
     }
-    builder
-        .stack
-        .pop()
-        .map(|root| root.children)
-        .unwrap_or_default()
+    builder.stack.pop().map(|root| root.children).unwrap_or_default()
 }
 
 #[derive(Debug)]
@@ -97,11 +88,7 @@ struct Builder {
 impl Default for Builder {
     fn default() -> Self {
         Builder {
-            stack: vec![ElementNode {
-                name: String::new(),
-                attrs: Vec::new(),
-                children: Vec::new(),
-            }],
+            stack: vec![ElementNode { name: String::new(), attrs: Vec::new(), children: Vec::new() }],
             text: Vec::new(),
             verbatim: false,
         }
@@ -124,11 +111,7 @@ impl Builder {
             return;
         }
         let text = std::mem::take(&mut self.text);
-        let s = if self.verbatim {
-            String::from_utf8_lossy(&text).into_owned()
-        } else {
-            decode_entities(&text)
-        };
+        let s = if self.verbatim { String::from_utf8_lossy(&text).into_owned() } else { decode_entities(&text) };
         self.verbatim = false;
         self.push_node(Node::Text(s));
     }
@@ -145,9 +128,7 @@ impl Builder {
 impl TokenSink for Builder {
     fn token(&mut self, token: Token<'_>) {
         match token {
-            Token::Text { bytes, .. }
-            | Token::Special { raw: bytes, .. }
-            | Token::Unfinished { raw: bytes, .. } => {
+            Token::Text { bytes, .. } | Token::Special { raw: bytes, .. } | Token::Unfinished { raw: bytes, .. } => {
                 if self.verbatim {
                     self.flush_text();
                 }
@@ -167,18 +148,9 @@ impl TokenSink for Builder {
                     TagKind::Open | TagKind::SelfClosing => {
                         let attrs = tag
                             .attrs()
-                            .map(|a| {
-                                (
-                                    String::from_utf8_lossy(a.name).into_owned(),
-                                    decode_entities(a.value),
-                                )
-                            })
+                            .map(|a| (String::from_utf8_lossy(a.name).into_owned(), decode_entities(a.value)))
                             .collect();
-                        let node = ElementNode {
-                            name,
-                            attrs,
-                            children: Vec::new(),
-                        };
+                        let node = ElementNode { name, attrs, children: Vec::new() };
                         let void = VOID.iter().any(|v| v.eq_ignore_ascii_case(&node.name));
                         if tag.kind == TagKind::SelfClosing || void {
                             self.push_node(Node::Element(node));
@@ -190,11 +162,8 @@ impl TokenSink for Builder {
                         // Close the nearest open element of that name (and
                         // everything inside it); a close with no open
                         // element of its name is dropped.
-                        if let Some(i) = self
-                            .stack
-                            .iter()
-                            .rposition(|e| e.name.eq_ignore_ascii_case(&name))
-                            .filter(|&i| i > 0)
+                        if let Some(i) =
+                            self.stack.iter().rposition(|e| e.name.eq_ignore_ascii_case(&name)).filter(|&i| i > 0)
                         {
                             while self.stack.len() > i {
                                 self.pop();
@@ -212,11 +181,7 @@ mod tests {
     use super::*;
 
     fn el(name: &str, children: Vec<Node>) -> Node {
-        Node::Element(ElementNode {
-            name: name.into(),
-            attrs: Vec::new(),
-            children,
-        })
+        Node::Element(ElementNode { name: name.into(), attrs: Vec::new(), children })
     }
 
     fn t(s: &str) -> Node {
@@ -226,29 +191,14 @@ mod tests {
     #[test]
     fn builds_a_forgiving_tree() {
         let table: Vec<(&str, Vec<Node>)> = vec![
-            (
-                "<a>1</a><b>2</b>",
-                vec![el("a", vec![t("1")]), el("b", vec![t("2")])],
-            ),
-            (
-                "<a><b>x</b></a>",
-                vec![el("a", vec![el("b", vec![t("x")])])],
-            ),
-            (
-                "<a>1<b>2</a>3",
-                vec![el("a", vec![t("1"), el("b", vec![t("2")])]), t("3")],
-            ),
+            ("<a>1</a><b>2</b>", vec![el("a", vec![t("1")]), el("b", vec![t("2")])]),
+            ("<a><b>x</b></a>", vec![el("a", vec![el("b", vec![t("x")])])]),
+            ("<a>1<b>2</a>3", vec![el("a", vec![t("1"), el("b", vec![t("2")])]), t("3")]),
             ("<a>open", vec![el("a", vec![t("open")])]),
             ("x</z>y", vec![t("xy")]),
-            (
-                "<a>&lt;5 &amp; &#x4e2d;</a>",
-                vec![el("a", vec![t("<5 & \u{4e2d}")])],
-            ),
+            ("<a>&lt;5 &amp; &#x4e2d;</a>", vec![el("a", vec![t("<5 & \u{4e2d}")])]),
             ("<a><!-- hidden -->v</a>", vec![el("a", vec![t("v")])]),
-            (
-                "<a><![CDATA[<raw> &amp;]]></a>",
-                vec![el("a", vec![t("<raw> &amp;")])],
-            ),
+            ("<a><![CDATA[<raw> &amp;]]></a>", vec![el("a", vec![t("<raw> &amp;")])]),
             ("<a/><br>b", vec![el("a", vec![]), el("br", vec![]), t("b")]),
             ("a < b", vec![t("a < b")]),
         ];
@@ -263,14 +213,7 @@ mod tests {
         let Some(Node::Element(hp)) = nodes.first() else {
             panic!("no element in {nodes:?}");
         };
-        assert_eq!(
-            hp.attrs,
-            [
-                ("max".into(), "10".into()),
-                ("cur".into(), "5".into()),
-                ("note".into(), "a&b".into())
-            ]
-        );
+        assert_eq!(hp.attrs, [("max".into(), "10".into()), ("cur".into(), "5".into()), ("note".into(), "a&b".into())]);
         assert_eq!(hp.attr("MAX"), Some("10"));
         assert_eq!(hp.text_content(), "5");
     }

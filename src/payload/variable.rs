@@ -42,11 +42,7 @@ pub(crate) fn variable_update(el: &Element) -> Payload {
     let mut candidates: Vec<Value> = Vec::new();
     let mut invalid: Vec<Value> = Vec::new();
     if trimmed.is_empty() {
-        out.diagnostics.push(diag(
-            Level::Warning,
-            "no_ops",
-            "the variable update holds no ops",
-        ));
+        out.diagnostics.push(diag(Level::Warning, "no_ops", "the variable update holds no ops"));
     } else if is_mvu(trimmed) {
         out.diagnostics.push(diag(
             Level::Info,
@@ -57,11 +53,7 @@ pub(crate) fn variable_update(el: &Element) -> Payload {
         for bad in &invalid {
             let call = bad.get("op").and_then(Value::as_str).unwrap_or_default();
             let error = bad.get("error").and_then(Value::as_str).unwrap_or_default();
-            out.diagnostics.push(diag(
-                Level::Warning,
-                "invalid_op",
-                &format!("{call}: {error}"),
-            ));
+            out.diagnostics.push(diag(Level::Warning, "invalid_op", &format!("{call}: {error}")));
         }
     } else {
         let mut attempt = json_ops(&ops_text, ops_base, &mut analysis);
@@ -111,20 +103,12 @@ pub(crate) fn variable_update(el: &Element) -> Payload {
         }
         let (candidate, alias) = normalise_alias(candidate);
         if let Some((from, to)) = alias {
-            out.diagnostics.push(diag(
-                Level::Warning,
-                "op_alias",
-                &format!("op {from:?} read as {to}"),
-            ));
+            out.diagnostics.push(diag(Level::Warning, "op_alias", &format!("op {from:?} read as {to}")));
         }
         match Op::from_json(&candidate) {
             Ok(op) => ops.push(op.to_json()),
             Err(e) => {
-                out.diagnostics.push(diag(
-                    Level::Warning,
-                    "invalid_op",
-                    &format!("op {index} {candidate}: {e}"),
-                ));
+                out.diagnostics.push(diag(Level::Warning, "invalid_op", &format!("op {index} {candidate}: {e}")));
                 invalid.push(json!({"index": index, "op": candidate, "error": e.to_string()}));
             }
         }
@@ -137,10 +121,7 @@ pub(crate) fn variable_update(el: &Element) -> Payload {
 /// Separates the `<analysis>` child from the ops. Returns the analysis, the
 /// text around it, and the offset of that text in the element (for
 /// diagnostics, exact when the analysis comes first, as the spec writes it).
-fn split_analysis(
-    text: &str,
-    diagnostics: &mut Vec<Diagnostic>,
-) -> (Option<String>, String, usize) {
+fn split_analysis(text: &str, diagnostics: &mut Vec<Diagnostic>) -> (Option<String>, String, usize) {
     match extract_child(text, "analysis") {
         Some(found) => {
             if !found.closed {
@@ -168,12 +149,8 @@ fn dedent(text: &str) -> String {
         return String::new();
     };
     let lines = &lines[first..=last];
-    let indent = lines
-        .iter()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| l.len() - l.trim_start().len())
-        .min()
-        .unwrap_or(0);
+    let indent =
+        lines.iter().filter(|l| !l.trim().is_empty()).map(|l| l.len() - l.trim_start().len()).min().unwrap_or(0);
     lines
         .iter()
         .map(|l| match l.get(..indent) {
@@ -188,11 +165,7 @@ fn dedent(text: &str) -> String {
 /// Reads JSON ops from `text` (at offset `base` of the element text): the
 /// op candidates and the diagnostics of reading them, or why they could not
 /// be read.
-fn json_ops(
-    text: &str,
-    base: usize,
-    analysis: &mut Option<String>,
-) -> Result<(Vec<Value>, Vec<Diagnostic>), String> {
+fn json_ops(text: &str, base: usize, analysis: &mut Option<String>) -> Result<(Vec<Value>, Vec<Diagnostic>), String> {
     let mut diags = Vec::new();
     let values = match serde_json::from_str::<Value>(text.trim()) {
         Ok(v) => vec![v],
@@ -224,20 +197,14 @@ fn json_ops(
 /// How many candidates of an attempt are valid ops.
 fn valid_count(attempt: &Result<(Vec<Value>, Vec<Diagnostic>), String>) -> usize {
     match attempt {
-        Ok((list, _)) => list
-            .iter()
-            .filter(|c| Op::from_json(&normalise_alias((*c).clone()).0).is_ok())
-            .count(),
+        Ok((list, _)) => list.iter().filter(|c| Op::from_json(&normalise_alias((*c).clone()).0).is_ok()).count(),
         Err(_) => 0,
     }
 }
 
 /// Turns the JSON documents into the list of op candidates. The flag says
 /// whether they were not wrapped in one array.
-fn op_list(
-    values: Vec<Value>,
-    analysis: &mut Option<String>,
-) -> Result<(Vec<Value>, bool), String> {
+fn op_list(values: Vec<Value>, analysis: &mut Option<String>) -> Result<(Vec<Value>, bool), String> {
     let single = values.len() == 1;
     let mut list = Vec::new();
     let mut unwrapped = !single;
@@ -257,25 +224,20 @@ fn op_list(
                 {
                     *analysis = Some(a.trim().to_string());
                 }
-                let nested = ["ops", "operations", "updates", "changes", "opcodes"]
-                    .iter()
-                    .find_map(|k| match map.shift_remove(*k) {
+                let nested = ["ops", "operations", "updates", "changes", "opcodes"].iter().find_map(|k| {
+                    match map.shift_remove(*k) {
                         Some(Value::Array(items)) => Some(items),
                         _ => None,
-                    });
+                    }
+                });
                 match nested {
                     Some(items) => list.extend(items),
-                    None if map.contains_key("op") || map.contains_key("operation") => {
-                        list.push(Value::Object(map))
-                    }
+                    None if map.contains_key("op") || map.contains_key("operation") => list.push(Value::Object(map)),
                     None => return Err("the ops are a JSON object without an \"ops\" array".into()),
                 }
             }
             other => {
-                return Err(format!(
-                    "the ops must be a JSON array, found {}",
-                    crate::state::type_name(&other)
-                ));
+                return Err(format!("the ops must be a JSON array, found {}", crate::state::type_name(&other)));
             }
         }
     }
@@ -309,10 +271,7 @@ fn normalise_alias(candidate: Value) -> (Value, Option<(String, OpCode)>) {
     };
     let alias = items.first().and_then(Value::as_str).and_then(|name| {
         let name = name.trim();
-        ALIASES
-            .iter()
-            .find(|(a, _)| a.eq_ignore_ascii_case(name))
-            .map(|(_, code)| (name.to_string(), *code))
+        ALIASES.iter().find(|(a, _)| a.eq_ignore_ascii_case(name)).map(|(_, code)| (name.to_string(), *code))
     });
     if let (Some((_, code)), Some(first)) = (&alias, items.first_mut()) {
         *first = Value::String(code.as_str().into());
@@ -323,9 +282,7 @@ fn normalise_alias(candidate: Value) -> (Value, Option<(String, OpCode)>) {
 // ----- the MVU legacy form ---------------------------------------------
 
 /// The MVU commands.
-const MVU_CALLS: &[&str] = &[
-    "set", "add", "assign", "insert", "remove", "unset", "delete",
-];
+const MVU_CALLS: &[&str] = &["set", "add", "assign", "insert", "remove", "unset", "delete"];
 
 /// Whether the ops text is in the MVU `_.set(...)` form rather than JSON.
 fn is_mvu(text: &str) -> bool {
@@ -355,8 +312,7 @@ fn next_call(text: &str, from: usize) -> Option<(usize, String, usize)> {
         while j < bytes.len() && bytes[j] == b' ' {
             j += 1;
         }
-        let prev_ok =
-            start == 0 || !(bytes[start - 1].is_ascii_alphanumeric() || bytes[start - 1] == b'_');
+        let prev_ok = start == 0 || !(bytes[start - 1].is_ascii_alphanumeric() || bytes[start - 1] == b'_');
         if prev_ok && bytes.get(j) == Some(&b'(') && MVU_CALLS.contains(&name.as_str()) {
             return Some((start, name, j + 1));
         }
@@ -404,9 +360,7 @@ fn mvu_ops(text: &str, candidates: &mut Vec<Value>, invalid: &mut Vec<Value>) {
         let index = candidates.len();
         let Some(end) = call_end(text, args_at) else {
             let call = text[start..].lines().next().unwrap_or_default().to_string();
-            invalid.push(
-                json!({"index": index, "op": call, "error": "the call is not closed with ')'"}),
-            );
+            invalid.push(json!({"index": index, "op": call, "error": "the call is not closed with ')'"}));
             candidates.push(Value::Null);
             break;
         };
@@ -438,12 +392,8 @@ const MVU_OK: &[Leniency] = &[
 /// Translates one call into an op candidate.
 fn mvu_op(name: &str, args: &str) -> Result<Value, String> {
     let wrapped = format!("[{args}]");
-    let not_literal = || {
-        format!(
-            "the arguments ({}) are not literal values; expressions are not evaluated",
-            args.trim()
-        )
-    };
+    let not_literal =
+        || format!("the arguments ({}) are not literal values; expressions are not evaluated", args.trim());
     let read = json::parse(&wrapped).map_err(|_| not_literal())?;
     if read.leniencies.iter().any(|u| !MVU_OK.contains(&u.kind)) {
         return Err(not_literal());
@@ -454,10 +404,7 @@ fn mvu_op(name: &str, args: &str) -> Result<Value, String> {
     let path = match args.first() {
         Some(Value::String(p)) => p.clone(),
         Some(other) => {
-            return Err(format!(
-                "the path must be a string, found {}",
-                crate::state::type_name(other)
-            ));
+            return Err(format!("the path must be a string, found {}", crate::state::type_name(other)));
         }
         None => return Err("the call has no arguments".into()),
     };
@@ -483,9 +430,7 @@ fn mvu_op(name: &str, args: &str) -> Result<Value, String> {
 /// `path` extended by one step, written so that [`Path::parse`] reads it
 /// back (keys with dots are quoted).
 fn child_path(path: &str, seg: Segment) -> String {
-    let base = Path::parse(path)
-        .map(|p| p.segments().to_vec())
-        .unwrap_or_default();
+    let base = Path::parse(path).map(|p| p.segments().to_vec()).unwrap_or_default();
     if base.is_empty() && !path.is_empty() {
         // Unparsable base: append textually, the op check will report it.
         return match seg {
@@ -496,10 +441,7 @@ fn child_path(path: &str, seg: Segment) -> String {
     let mut text = Path::parse(path).map(|p| p.to_string()).unwrap_or_default();
     match seg {
         Segment::Key(k) if k.contains(['.', '[', ']']) || k.is_empty() => {
-            text.push_str(&format!(
-                "[\"{}\"]",
-                k.replace('\\', "\\\\").replace('"', "\\\"")
-            ));
+            text.push_str(&format!("[\"{}\"]", k.replace('\\', "\\\\").replace('"', "\\\"")));
         }
         Segment::Key(k) if text.is_empty() => text.push_str(&k),
         Segment::Key(k) => {
@@ -518,27 +460,12 @@ mod tests {
     #[test]
     fn mvu_calls_translate() {
         let table: &[(&str, Value)] = &[
-            (
-                "_.set('悠纪.好感度', 33,35);//开心",
-                json!(["SET", "悠纪.好感度", 35]),
-            ),
-            (
-                "_.set('当前日期', '2000-01-01');",
-                json!(["SET", "当前日期", "2000-01-01"]),
-            ),
-            (
-                "_.set(\"a\", \"空\", \"地点：x\");",
-                json!(["SET", "a", "地点：x"]),
-            ),
+            ("_.set('悠纪.好感度', 33,35);//开心", json!(["SET", "悠纪.好感度", 35])),
+            ("_.set('当前日期', '2000-01-01');", json!(["SET", "当前日期", "2000-01-01"])),
+            ("_.set(\"a\", \"空\", \"地点：x\");", json!(["SET", "a", "地点：x"])),
             ("_.add('gold', -5);", json!(["ADD", "gold", -5])),
-            (
-                "_.assign('inventory', '钥匙');",
-                json!(["PUSH", "inventory", "钥匙"]),
-            ),
-            (
-                "_.assign('ach', 'FIRST', {\"a\": 1});",
-                json!(["SET", "ach.FIRST", {"a": 1}]),
-            ),
+            ("_.assign('inventory', '钥匙');", json!(["PUSH", "inventory", "钥匙"])),
+            ("_.assign('ach', 'FIRST', {\"a\": 1});", json!(["SET", "ach.FIRST", {"a": 1}])),
             ("_.assign('', '新角色', {});", json!(["SET", "新角色", {}])),
             ("_.assign('a', 'x.y', 1);", json!(["SET", "a[\"x.y\"]", 1])),
             ("_.remove('temp');", json!(["DELETE", "temp"])),

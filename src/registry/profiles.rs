@@ -105,11 +105,7 @@ pub(super) fn reasoning() -> RegistryFile {
 /// text and closed silently by the next block (the tool-call profiles'
 /// content).
 fn bare_content() -> TagFile {
-    TagFile {
-        mergeable: true,
-        bare: true,
-        ..tag("content", BodyKind::Stream)
-    }
+    TagFile { mergeable: true, bare: true, ..tag("content", BodyKind::Stream) }
 }
 
 /// The TAM tag (spec 000, spec 002 §5): canonical name `tam`, opened and
@@ -119,10 +115,7 @@ fn bare_content() -> TagFile {
 /// blocks.
 fn tam_tag() -> TagFile {
     TagFile {
-        markers: Some(Markers {
-            open: "REQUEST_TOOL".into(),
-            close: "END_TOOL".into(),
-        }),
+        markers: Some(Markers { open: "REQUEST_TOOL".into(), close: "END_TOOL".into() }),
         ..tag("tam", BodyKind::Tam)
     }
 }
@@ -142,10 +135,7 @@ pub(super) fn tam() -> RegistryFile {
 /// Free text with an `<ACTION>` block (spec 004): the text before it is the
 /// response text, the block one `action` element.
 pub(super) fn action() -> RegistryFile {
-    let action = TagFile {
-        spelling: Some("ACTION".into()),
-        ..tag("action", BodyKind::Action)
-    };
+    let action = TagFile { spelling: Some("ACTION".into()), ..tag("action", BodyKind::Action) };
     RegistryFile {
         name: Some("action".into()),
         extends: None,
@@ -158,10 +148,7 @@ pub(super) fn action() -> RegistryFile {
 /// Whole-output ATTP TOML (spec 001): the entire response is one `attp`
 /// element, opened by the first non-space byte, closed at the end.
 pub(super) fn attp() -> RegistryFile {
-    let attp = TagFile {
-        bare: true,
-        ..tag("attp", BodyKind::Attp)
-    };
+    let attp = TagFile { bare: true, ..tag("attp", BodyKind::Attp) };
     RegistryFile {
         name: Some("attp".into()),
         extends: None,

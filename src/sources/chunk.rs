@@ -354,10 +354,7 @@ fn coerce_choice(c: &mut Map<String, Value>, i: usize, notes: &mut Vec<String>) 
         && !v.is_null()
         && !v.is_string()
     {
-        notes.push(format!(
-            "{path}.finish_reason was a {}; read as its JSON text",
-            kind(v)
-        ));
+        notes.push(format!("{path}.finish_reason was a {}; read as its JSON text", kind(v)));
         let text = v.to_string();
         c.insert("finish_reason".into(), Value::String(text));
     }
@@ -393,13 +390,10 @@ fn coerce_delta(d: &mut Map<String, Value>, path: &str, notes: &mut Vec<String>)
                 }
             }
             Value::Object(_) => {
-                notes.push(format!(
-                    "{path}.tool_calls was an object; read as a list of one"
-                ));
+                notes.push(format!("{path}.tool_calls was an object; read as a list of one"));
                 let one = calls.take();
                 *calls = Value::Array(vec![one]);
-                if let Some(Value::Object(call)) = calls.as_array_mut().and_then(|a| a.first_mut())
-                {
+                if let Some(Value::Object(call)) = calls.as_array_mut().and_then(|a| a.first_mut()) {
                     coerce_call(call, &format!("{path}.tool_calls[0]"), notes);
                 }
             }
@@ -413,10 +407,7 @@ fn coerce_delta(d: &mut Map<String, Value>, path: &str, notes: &mut Vec<String>)
         None | Some(Value::Null) => {}
         Some(Value::Object(f)) => coerce_function(f, &format!("{path}.function_call"), notes),
         Some(other) => {
-            notes.push(format!(
-                "dropped {path}.function_call of type {}",
-                kind(other)
-            ));
+            notes.push(format!("dropped {path}.function_call of type {}", kind(other)));
             d.remove("function_call");
         }
     }

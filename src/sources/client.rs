@@ -73,9 +73,7 @@ pub enum ClientError {
     },
     /// The server answered 2xx with something that is neither an event
     /// stream nor JSON (an HTML login page, a proxy error).
-    #[error(
-        "{url} answered with content type {content_type:?}, not an event stream or JSON: {excerpt}"
-    )]
+    #[error("{url} answered with content type {content_type:?}, not an event stream or JSON: {excerpt}")]
     NotEventStream {
         /// The endpoint.
         url: String,
@@ -92,10 +90,7 @@ impl ClientError {
         match self {
             ClientError::InvalidRequest(_) => ErrorSide::Local,
             ClientError::Connect { source, .. } if source.is_builder() => ErrorSide::Local,
-            ClientError::Status {
-                status: 400 | 401 | 403 | 404 | 422,
-                ..
-            } => ErrorSide::Local,
+            ClientError::Status { status: 400 | 401 | 403 | 404 | 422, .. } => ErrorSide::Local,
             _ => ErrorSide::Upstream,
         }
     }
@@ -144,10 +139,7 @@ impl ChatClient {
     /// `https://api.openai.com/v1` or `http://127.0.0.1:8080/v1`), without
     /// an API key.
     pub fn new(base_url: impl Into<String>) -> ChatClient {
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .build()
-            .unwrap_or_default();
+        let http = reqwest::Client::builder().connect_timeout(Duration::from_secs(10)).build().unwrap_or_default();
         ChatClient {
             http,
             base_url: base_url.into().trim_end_matches('/').to_string(),
@@ -239,18 +231,11 @@ impl ChatClient {
         };
         body.insert("stream".into(), Value::Bool(true));
         let url = self.endpoint();
-        let mut req = self
-            .http
-            .post(&url)
-            .header(reqwest::header::ACCEPT, "text/event-stream")
-            .json(&body);
+        let mut req = self.http.post(&url).header(reqwest::header::ACCEPT, "text/event-stream").json(&body);
         if let Some(key) = &self.api_key {
             req = req.bearer_auth(key);
         }
-        let mut response = req.send().await.map_err(|source| ClientError::Connect {
-            url: url.clone(),
-            source,
-        })?;
+        let mut response = req.send().await.map_err(|source| ClientError::Connect { url: url.clone(), source })?;
         let status = response.status();
         let content_type = response
             .headers()
@@ -267,15 +252,9 @@ impl ChatClient {
                 .and_then(|e| e.get("message").and_then(Value::as_str).or(e.as_str()))
                 .map(str::to_string)
                 .unwrap_or_else(|| super::model::excerpt(text.trim(), 300));
-            return Err(ClientError::Status {
-                url,
-                status: status.as_u16(),
-                message,
-                body,
-            });
+            return Err(ClientError::Status { url, status: status.as_u16(), message, body });
         }
-        let is_json =
-            content_type.starts_with("application/json") || content_type.contains("+json");
+        let is_json = content_type.starts_with("application/json") || content_type.contains("+json");
         if !content_type.starts_with("text/event-stream") && !is_json {
             let text = read_limited(&mut response).await;
             return Err(ClientError::NotEventStream {

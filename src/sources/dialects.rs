@@ -45,9 +45,7 @@ fn str_of<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
 }
 
 fn index_of(v: &Value, key: &str) -> Option<u32> {
-    v.get(key)
-        .and_then(Value::as_u64)
-        .and_then(|i| u32::try_from(i).ok())
+    v.get(key).and_then(Value::as_u64).and_then(|i| u32::try_from(i).ok())
 }
 
 /// Reads a chunk of another dialect. Returns false when it is none of them.
@@ -76,9 +74,10 @@ pub(super) fn push(stream: &mut ChatStream, chunk: &ChatChunk, out: &mut Vec<Sou
             stream.push_error(None, ErrorOrigin::InBand, error, out);
         }
         k if k.starts_with("response.") => responses(stream, k, &v, out),
-        "text-delta" | "reasoning-delta" | "finish" | "text-start" | "text-end"
-        | "reasoning-start" | "reasoning-end" | "stream-start" | "response-metadata" | "start"
-        | "start-step" | "finish-step" => vercel(stream, kind, &v, out),
+        "text-delta" | "reasoning-delta" | "finish" | "text-start" | "text-end" | "reasoning-start"
+        | "reasoning-end" | "stream-start" | "response-metadata" | "start" | "start-step" | "finish-step" => {
+            vercel(stream, kind, &v, out)
+        }
         _ => return false,
     }
     true
@@ -116,16 +115,8 @@ fn anthropic(stream: &mut ChatStream, kind: &str, v: &Value, out: &mut Vec<Sourc
                     "a redacted thinking block carries no readable text".to_string(),
                 ),
                 t if t.ends_with("tool_use") => {
-                    let input = block
-                        .get("input")
-                        .filter(|i| i.as_object().is_some_and(|o| !o.is_empty()));
-                    c.tool_call(
-                        index,
-                        str_of(block, "id"),
-                        str_of(block, "name"),
-                        input,
-                        "tool_use",
-                    );
+                    let input = block.get("input").filter(|i| i.as_object().is_some_and(|o| !o.is_empty()));
+                    c.tool_call(index, str_of(block, "id"), str_of(block, "name"), input, "tool_use");
                 }
                 _ => {}
             });
@@ -135,9 +126,7 @@ fn anthropic(stream: &mut ChatStream, kind: &str, v: &Value, out: &mut Vec<Sourc
             let Some(delta) = v.get("delta") else { return };
             stream.with_choice(0, out, |c| match str_of(delta, "type").unwrap_or("") {
                 "text_delta" => c.content(str_of(delta, "text").unwrap_or("")),
-                "thinking_delta" => {
-                    c.reasoning(str_of(delta, "thinking").unwrap_or(""), "thinking")
-                }
+                "thinking_delta" => c.reasoning(str_of(delta, "thinking").unwrap_or(""), "thinking"),
                 "input_json_delta" => {
                     if let Some(json) = delta.get("partial_json") {
                         c.tool_call(index, None, None, Some(json), "tool_use");
@@ -159,11 +148,8 @@ fn anthropic(stream: &mut ChatStream, kind: &str, v: &Value, out: &mut Vec<Sourc
         "message_stop" => {
             let reason = stream.dialect_mut().stop_reason.take();
             stream.dialect_mut().ended = true;
-            stream.with_choice(0, out, |c| {
-                c.finish(Some(FinishReason::parse(
-                    reason.as_deref().unwrap_or("end_turn"),
-                )))
-            });
+            stream
+                .with_choice(0, out, |c| c.finish(Some(FinishReason::parse(reason.as_deref().unwrap_or("end_turn")))));
         }
         _ => {}
     }
@@ -174,9 +160,7 @@ fn responses(stream: &mut ChatStream, kind: &str, v: &Value, out: &mut Vec<Sourc
     match kind {
         "response.output_text.delta" => stream.with_choice(0, out, |c| c.content(text)),
         "response.refusal.delta" => stream.with_choice(0, out, |c| c.refusal(text)),
-        "response.reasoning_text.delta" => {
-            stream.with_choice(0, out, |c| c.reasoning(text, "reasoning_text"))
-        }
+        "response.reasoning_text.delta" => stream.with_choice(0, out, |c| c.reasoning(text, "reasoning_text")),
         "response.reasoning_summary_text.delta" => {
             stream.with_choice(0, out, |c| c.reasoning(text, "reasoning_summary"))
         }
@@ -189,34 +173,21 @@ fn responses(stream: &mut ChatStream, kind: &str, v: &Value, out: &mut Vec<Sourc
                 let index = index_of(v, "output_index");
                 let args = item.get("arguments").filter(|a| a.as_str() != Some(""));
                 stream.with_choice(0, out, |c| {
-                    c.tool_call(
-                        index,
-                        str_of(item, "call_id"),
-                        str_of(item, "name"),
-                        args,
-                        "function_call",
-                    )
+                    c.tool_call(index, str_of(item, "call_id"), str_of(item, "name"), args, "function_call")
                 });
             }
         }
         "response.function_call_arguments.delta" => {
             let index = index_of(v, "output_index");
             if let Some(delta) = v.get("delta") {
-                stream.with_choice(0, out, |c| {
-                    c.tool_call(index, None, None, Some(delta), "function_call")
-                });
+                stream.with_choice(0, out, |c| c.tool_call(index, None, None, Some(delta), "function_call"));
             }
         }
-        "response.function_call_arguments.done" => {
-            stream.with_choice(0, out, |c| c.end_tool_call())
-        }
+        "response.function_call_arguments.done" => stream.with_choice(0, out, |c| c.end_tool_call()),
         "response.completed" | "response.incomplete" | "response.failed" => {
             let response = v.get("response");
             merge_usage(stream, response.and_then(|r| r.get("usage")), out);
-            if let Some(error) = response
-                .and_then(|r| r.get("error"))
-                .filter(|e| !e.is_null())
-            {
+            if let Some(error) = response.and_then(|r| r.get("error")).filter(|e| !e.is_null()) {
                 stream.push_error(Some(0), ErrorOrigin::InBand, error.clone(), out);
             }
             let reason = response
@@ -238,9 +209,7 @@ fn responses(stream: &mut ChatStream, kind: &str, v: &Value, out: &mut Vec<Sourc
 fn vercel(stream: &mut ChatStream, kind: &str, v: &Value, out: &mut Vec<SourceEvent>) {
     match kind {
         "text-delta" => {
-            let text = str_of(v, "delta")
-                .or_else(|| str_of(v, "textDelta"))
-                .unwrap_or("");
+            let text = str_of(v, "delta").or_else(|| str_of(v, "textDelta")).unwrap_or("");
             stream.with_choice(0, out, |c| c.content(text));
         }
         "reasoning-delta" => {
@@ -266,11 +235,7 @@ fn vercel(stream: &mut ChatStream, kind: &str, v: &Value, out: &mut Vec<SourceEv
 
 /// A whole (non-streamed) Anthropic Messages response.
 fn anthropic_message(stream: &mut ChatStream, v: &Value, out: &mut Vec<SourceEvent>) {
-    let blocks = v
-        .get("content")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or(&[]);
+    let blocks = v.get("content").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
     stream.with_choice(0, out, |c| {
         for (i, block) in blocks.iter().enumerate() {
             let index = u32::try_from(i).ok();
@@ -281,13 +246,7 @@ fn anthropic_message(stream: &mut ChatStream, v: &Value, out: &mut Vec<SourceEve
                     c.end_reasoning();
                 }
                 t if t.ends_with("tool_use") => {
-                    c.tool_call(
-                        index,
-                        str_of(block, "id"),
-                        str_of(block, "name"),
-                        block.get("input"),
-                        "tool_use",
-                    );
+                    c.tool_call(index, str_of(block, "id"), str_of(block, "name"), block.get("input"), "tool_use");
                     c.end_tool_call();
                 }
                 _ => {}
@@ -304,22 +263,13 @@ fn anthropic_message(stream: &mut ChatStream, v: &Value, out: &mut Vec<SourceEve
 
 /// A whole (non-streamed) Responses API object.
 fn responses_object(stream: &mut ChatStream, v: &Value, out: &mut Vec<SourceEvent>) {
-    let items = v
-        .get("output")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or(&[]);
+    let items = v.get("output").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
     stream.with_choice(0, out, |c| {
         for (i, item) in items.iter().enumerate() {
             let index = u32::try_from(i).ok();
             match str_of(item, "type").unwrap_or("") {
                 "message" => {
-                    for part in item
-                        .get("content")
-                        .and_then(Value::as_array)
-                        .map(Vec::as_slice)
-                        .unwrap_or(&[])
-                    {
+                    for part in item.get("content").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]) {
                         match str_of(part, "type").unwrap_or("") {
                             "output_text" => c.content(str_of(part, "text").unwrap_or("")),
                             "refusal" => c.refusal(str_of(part, "refusal").unwrap_or("")),
@@ -329,12 +279,7 @@ fn responses_object(stream: &mut ChatStream, v: &Value, out: &mut Vec<SourceEven
                 }
                 "reasoning" => {
                     for key in ["content", "summary"] {
-                        for part in item
-                            .get(key)
-                            .and_then(Value::as_array)
-                            .map(Vec::as_slice)
-                            .unwrap_or(&[])
-                        {
+                        for part in item.get(key).and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]) {
                             c.reasoning(str_of(part, "text").unwrap_or(""), "reasoning");
                         }
                     }

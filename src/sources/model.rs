@@ -109,23 +109,12 @@ struct Out<'a> {
 
 impl Out<'_> {
     fn push(&mut self, channel: Channel, event: Event) {
-        self.events.push(SourceEvent::Choice(ChoiceEvent {
-            event,
-            choice: self.choice,
-            channel,
-        }));
+        self.events.push(SourceEvent::Choice(ChoiceEvent { event, choice: self.choice, channel }));
     }
 }
 
 fn diagnostic(level: Level, code: &str, message: String, at: Option<usize>) -> Diagnostic {
-    Diagnostic {
-        level,
-        code: code.to_string(),
-        tag: None,
-        element: None,
-        at,
-        message,
-    }
+    Diagnostic { level, code: code.to_string(), tag: None, element: None, at, message }
 }
 
 /// At most `max` bytes of `text` for a message, cut at a char boundary.
@@ -169,22 +158,10 @@ struct OpenRun {
 
 impl TextRun {
     fn new(channel: Channel) -> TextRun {
-        TextRun {
-            channel,
-            offset: 0,
-            open: None,
-        }
+        TextRun { channel, offset: 0, open: None }
     }
 
-    fn push(
-        &mut self,
-        tag: &TagName,
-        raw_tag: &str,
-        text: &str,
-        next_id: &mut u32,
-        limit: usize,
-        out: &mut Out<'_>,
-    ) {
+    fn push(&mut self, tag: &TagName, raw_tag: &str, text: &str, next_id: &mut u32, limit: usize, out: &mut Out<'_>) {
         if text.is_empty() {
             return;
         }
@@ -216,11 +193,7 @@ impl TextRun {
         };
         out.push(
             self.channel,
-            Event::Delta(crate::event::Delta {
-                id: run.id,
-                tag: tag.clone(),
-                text: text.to_string(),
-            }),
+            Event::Delta(crate::event::Delta { id: run.id, tag: tag.clone(), text: text.to_string() }),
         );
         if !run.truncated {
             if run.text.len() + text.len() <= limit {
@@ -245,15 +218,7 @@ impl TextRun {
 
     fn close(&mut self, tag: &TagName, out: &mut Out<'_>) {
         let Some(run) = self.open.take() else { return };
-        out.push(
-            self.channel,
-            Event::Close(Close {
-                id: run.id,
-                tag: tag.clone(),
-                synthetic: false,
-                at: self.offset,
-            }),
-        );
+        out.push(self.channel, Event::Close(Close { id: run.id, tag: tag.clone(), synthetic: false, at: self.offset }));
         out.push(
             self.channel,
             Event::Element(Element {
@@ -292,17 +257,9 @@ impl<'a> Fragment<'a> {
         let function = d.function.as_option();
         Fragment {
             index: d.index.as_option().copied(),
-            id: d
-                .id
-                .as_option()
-                .map(String::as_str)
-                .filter(|s| !s.is_empty()),
-            name: function
-                .and_then(|f| f.name.as_option())
-                .map(String::as_str),
-            args: function
-                .and_then(|f| f.arguments.as_option())
-                .and_then(args_of),
+            id: d.id.as_option().map(String::as_str).filter(|s| !s.is_empty()),
+            name: function.and_then(|f| f.name.as_option()).map(String::as_str),
+            args: function.and_then(|f| f.arguments.as_option()).and_then(args_of),
             raw_tag: "tool_calls",
         }
     }
@@ -449,11 +406,7 @@ impl ToolCalls {
             return;
         }
         let complete_json = |s: &str| serde_json::from_str::<serde::de::IgnoredAny>(s).is_ok();
-        let repeat_note = if repeated_id
-            && !call.args.is_empty()
-            && *text == *call.args
-            && complete_json(&call.args)
-        {
+        let repeat_note = if repeated_id && !call.args.is_empty() && *text == *call.args && complete_json(&call.args) {
             // The whole call again: already have it.
             Some("repeated the whole tool call; the repeat was dropped")
         } else if repeated_id
@@ -478,9 +431,7 @@ impl ToolCalls {
                 let mut d = diagnostic(
                     Level::Warning,
                     "element_too_large",
-                    format!(
-                        "tool_call arguments are larger than {limit} bytes; the rest was not kept"
-                    ),
+                    format!("tool_call arguments are larger than {limit} bytes; the rest was not kept"),
                     Some(self.offset),
                 );
                 d.tag = Some(shared.tags.tool_call.clone());
@@ -493,12 +444,7 @@ impl ToolCalls {
             && !call.noted_repeat
         {
             call.noted_repeat = true;
-            let mut d = diagnostic(
-                Level::Info,
-                "tool_call_repeated",
-                format!("the server {note}"),
-                Some(self.offset),
-            );
+            let mut d = diagnostic(Level::Info, "tool_call_repeated", format!("the server {note}"), Some(self.offset));
             d.tag = Some(shared.tags.tool_call.clone());
             d.element = Some(call.element);
             out.push(Channel::ToolCalls, Event::Diagnostic(d));
@@ -513,10 +459,7 @@ impl ToolCalls {
         let tag = shared.tags.tool_call.clone();
         let (arguments, diagnostics) = parse_arguments(&call.args, call.truncated);
         let mut payload = serde_json::Map::new();
-        payload.insert(
-            "id".into(),
-            call.call_id.clone().map_or(Value::Null, Value::String),
-        );
+        payload.insert("id".into(), call.call_id.clone().map_or(Value::Null, Value::String));
         payload.insert("name".into(), Value::String(call.name.clone()));
         payload.insert("arguments".into(), arguments);
         if let Some(index) = call.index {
@@ -531,12 +474,7 @@ impl ToolCalls {
         }
         out.push(
             Channel::ToolCalls,
-            Event::Close(Close {
-                id: call.element,
-                tag: tag.clone(),
-                synthetic: false,
-                at: self.offset,
-            }),
+            Event::Close(Close { id: call.element, tag: tag.clone(), synthetic: false, at: self.offset }),
         );
         out.push(
             Channel::ToolCalls,
@@ -692,9 +630,7 @@ impl ChoiceState {
             ids: Vec::new(),
             scratch: Vec::new(),
         });
-        channel
-            .parser
-            .feed_into(text.as_bytes(), &mut channel.scratch);
+        channel.parser.feed_into(text.as_bytes(), &mut channel.scratch);
         if shared.options.parser.rewrite {
             self.rewrite.extend(channel.parser.take_rewrite());
         }
@@ -713,14 +649,7 @@ impl ChoiceState {
         self.wake(out);
         self.refusal.close(&shared.tags.refusal, out);
         let limit = shared.element_limit();
-        self.reasoning.push(
-            &shared.tags.thought,
-            raw_tag,
-            text,
-            &mut self.next_id,
-            limit,
-            out,
-        );
+        self.reasoning.push(&shared.tags.thought, raw_tag, text, &mut self.next_id, limit, out);
     }
 
     fn refusal(&mut self, shared: &Shared, text: &str, out: &mut Out<'_>) {
@@ -730,14 +659,7 @@ impl ChoiceState {
         self.wake(out);
         self.reasoning.close(&shared.tags.thought, out);
         let limit = shared.element_limit();
-        self.refusal.push(
-            &shared.tags.refusal,
-            "refusal",
-            text,
-            &mut self.next_id,
-            limit,
-            out,
-        );
+        self.refusal.push(&shared.tags.refusal, "refusal", text, &mut self.next_id, limit, out);
     }
 
     fn tool_fragment(&mut self, shared: &Shared, f: Fragment<'_>, out: &mut Out<'_>) {
@@ -776,9 +698,7 @@ impl ChoiceState {
                         let d = diagnostic(
                             Level::Info,
                             "unsupported_content_part",
-                            format!(
-                                "a content part of type {other:?} carries no text; it was not parsed"
-                            ),
+                            format!("a content part of type {other:?} carries no text; it was not parsed"),
                             None,
                         );
                         out.push(Channel::Content, Event::Diagnostic(d));
@@ -790,16 +710,8 @@ impl ChoiceState {
     }
 
     fn delta(&mut self, shared: &Shared, delta: &Delta, out: &mut Out<'_>) {
-        let rc = delta
-            .reasoning_content
-            .as_option()
-            .map(String::as_str)
-            .unwrap_or("");
-        let r = delta
-            .reasoning
-            .as_option()
-            .map(String::as_str)
-            .unwrap_or("");
+        let rc = delta.reasoning_content.as_option().map(String::as_str).unwrap_or("");
+        let r = delta.reasoning.as_option().map(String::as_str).unwrap_or("");
         self.reasoning(shared, rc, "reasoning_content", out);
         if r != rc {
             self.reasoning(shared, r, "reasoning", out);
@@ -832,10 +744,7 @@ impl ChoiceState {
                 self.rewrite.extend(held.as_bytes());
             }
             let span = Span::new(0, held.len());
-            out.push(
-                Channel::Content,
-                Event::Gap(crate::event::Gap { text: held, span }),
-            );
+            out.push(Channel::Content, Event::Gap(crate::event::Gap { text: held, span }));
         }
         if let Some(mut channel) = self.content.take() {
             let (events, rest) = channel.parser.finish_with_rewrite();
@@ -851,10 +760,7 @@ impl ChoiceState {
         self.finished = true;
         if let Some(reason) = reason {
             self.has_finish_reason = true;
-            out.events.push(SourceEvent::Finish {
-                choice: self.index,
-                reason,
-            });
+            out.events.push(SourceEvent::Finish { choice: self.index, reason });
         }
     }
 
@@ -1002,11 +908,7 @@ impl ChatStream {
         ChatStream {
             shared: Shared {
                 options,
-                tags: Tags {
-                    thought: "thought".into(),
-                    refusal: "refusal".into(),
-                    tool_call: "tool_call".into(),
-                },
+                tags: Tags { thought: "thought".into(), refusal: "refusal".into(), tool_call: "tool_call".into() },
             },
             choices: Vec::new(),
             stats: StreamStats::default(),
@@ -1051,11 +953,7 @@ impl ChatStream {
                 Err(_) => json!({ "message": data }),
             };
             self.stats.errors += 1;
-            out.push(SourceEvent::StreamError {
-                choice: None,
-                origin: ErrorOrigin::ErrorEvent,
-                error,
-            });
+            out.push(SourceEvent::StreamError { choice: None, origin: ErrorOrigin::ErrorEvent, error });
             return None;
         }
         let trimmed = data.trim();
@@ -1075,8 +973,7 @@ impl ChatStream {
                     out.push(SourceEvent::Diagnostic(diagnostic(
                         Level::Warning,
                         "chunk_rejoined",
-                        "a JSON chunk was split over several SSE events; they were joined"
-                            .to_string(),
+                        "a JSON chunk was split over several SSE events; they were joined".to_string(),
                         Some(self.pending_at),
                     )));
                     self.push_chunk(&chunk, out);
@@ -1110,10 +1007,7 @@ impl ChatStream {
                     out.push(SourceEvent::Diagnostic(diagnostic(
                         Level::Warning,
                         "chunk_fields_coerced",
-                        format!(
-                            "a chunk has fields of unexpected types ({e}): {}",
-                            notes.join("; ")
-                        ),
+                        format!("a chunk has fields of unexpected types ({e}): {}", notes.join("; ")),
                         Some(at),
                     )));
                     self.push_chunk(&chunk, out);
@@ -1121,19 +1015,13 @@ impl ChatStream {
                 }
                 self.stats.bad_chunks += 1;
                 let (code, what) = match serde_json::from_str::<serde::de::IgnoredAny>(data) {
-                    Ok(_) => (
-                        "unexpected_chunk_shape",
-                        "is JSON but not a chat-completion chunk",
-                    ),
+                    Ok(_) => ("unexpected_chunk_shape", "is JSON but not a chat-completion chunk"),
                     Err(_) => ("invalid_chunk_json", "is not valid JSON"),
                 };
                 out.push(SourceEvent::Diagnostic(diagnostic(
                     Level::Error,
                     code,
-                    format!(
-                        "an SSE data payload {what} ({e}); skipped it: {}",
-                        excerpt(data, 200)
-                    ),
+                    format!("an SSE data payload {what} ({e}); skipped it: {}", excerpt(data, 200)),
                     Some(at),
                 )));
                 None
@@ -1206,15 +1094,12 @@ impl ChatStream {
     /// Pushes one parsed chunk (streamed) or whole response
     /// ([`Framing::Response`]).
     pub fn push_chunk(&mut self, chunk: &ChatChunk, out: &mut Vec<SourceEvent>) {
-        let other_dialect = chunk.choices.is_absent()
-            && (chunk.type_field().is_some() || chunk.object() == Some("response"));
+        let other_dialect =
+            chunk.choices.is_absent() && (chunk.type_field().is_some() || chunk.object() == Some("response"));
         let chat = !chunk.choices.is_absent()
             || chunk.usage.as_option().is_some_and(|u| !u.is_null())
             || chunk.error.as_option().is_some_and(|e| !e.is_null())
-            || chunk
-                .prompt_filter_results
-                .as_option()
-                .is_some_and(|p| !p.is_null());
+            || chunk.prompt_filter_results.as_option().is_some_and(|p| !p.is_null());
         if other_dialect || !chat {
             if !super::dialects::push(self, chunk, out) {
                 self.unknown_chunk(chunk, out);
@@ -1224,21 +1109,14 @@ impl ChatStream {
         if let Some(results) = chunk.prompt_filter_results.as_option()
             && filter_flagged(results, 0)
         {
-            out.push(SourceEvent::ContentFilter {
-                choice: None,
-                results: results.clone(),
-            });
+            out.push(SourceEvent::ContentFilter { choice: None, results: results.clone() });
         }
         for choice in chunk.choice_list() {
             self.push_choice(choice, out);
         }
         if let Some(error) = chunk.error.as_option().filter(|e| !e.is_null()) {
             self.stats.errors += 1;
-            out.push(SourceEvent::StreamError {
-                choice: None,
-                origin: ErrorOrigin::InBand,
-                error: error.clone(),
-            });
+            out.push(SourceEvent::StreamError { choice: None, origin: ErrorOrigin::InBand, error: error.clone() });
         }
         if let Some(usage) = chunk.usage.as_option() {
             self.push_usage(usage, out);
@@ -1257,11 +1135,7 @@ impl ChatStream {
         out: &mut Vec<SourceEvent>,
     ) {
         self.stats.errors += 1;
-        out.push(SourceEvent::StreamError {
-            choice,
-            origin,
-            error,
-        });
+        out.push(SourceEvent::StreamError { choice, origin, error });
     }
 
     pub(super) fn push_usage(&mut self, usage: &Value, out: &mut Vec<SourceEvent>) {
@@ -1269,9 +1143,7 @@ impl ChatStream {
             return;
         }
         self.last_usage = Some(usage.clone());
-        out.push(SourceEvent::Usage {
-            usage: usage.clone(),
-        });
+        out.push(SourceEvent::Usage { usage: usage.clone() });
     }
 
     fn unknown_chunk(&mut self, chunk: &ChatChunk, out: &mut Vec<SourceEvent>) {
@@ -1284,7 +1156,10 @@ impl ChatStream {
             out.push(SourceEvent::Diagnostic(diagnostic(
                 Level::Warning,
                 "unrecognized_chunk",
-                format!("a chunk has no choices, usage or error and is of no known dialect; skipped it: {}", excerpt(&text, 200)),
+                format!(
+                    "a chunk has no choices, usage or error and is of no known dialect; skipped it: {}",
+                    excerpt(&text, 200)
+                ),
                 None,
             )));
         }
@@ -1297,10 +1172,7 @@ impl ChatStream {
             return;
         };
         let (shared, state) = (&self.shared, &mut self.choices[pos]);
-        let mut o = Out {
-            choice: index,
-            events: out,
-        };
+        let mut o = Out { choice: index, events: out };
         if let Some(delta) = choice.delta.as_option() {
             state.delta(shared, delta, &mut o);
         }
@@ -1315,10 +1187,7 @@ impl ChatStream {
         if let Some(results) = choice.content_filter_results.as_option()
             && filter_flagged(results, 0)
         {
-            o.events.push(SourceEvent::ContentFilter {
-                choice: Some(index),
-                results: results.clone(),
-            });
+            o.events.push(SourceEvent::ContentFilter { choice: Some(index), results: results.clone() });
         }
         if let Some(reason) = choice.finish_reason.as_option().filter(|r| !r.is_empty()) {
             state.finish(shared, Some(FinishReason::parse(reason)), &mut o);
@@ -1360,14 +1229,7 @@ impl ChatStream {
             return;
         };
         let (shared, state) = (&self.shared, &mut self.choices[pos]);
-        let mut ops = ChoiceOps {
-            shared,
-            state,
-            out: Out {
-                choice: index,
-                events: out,
-            },
-        };
+        let mut ops = ChoiceOps { shared, state, out: Out { choice: index, events: out } };
         f(&mut ops);
     }
 
@@ -1410,10 +1272,7 @@ impl ChatStream {
             out.push(SourceEvent::Diagnostic(diagnostic(
                 Level::Error,
                 "truncated_chunk",
-                format!(
-                    "the stream ended inside a JSON chunk; its text was not read: {}",
-                    excerpt(&pending, 200)
-                ),
+                format!("the stream ended inside a JSON chunk; its text was not read: {}", excerpt(&pending, 200)),
                 Some(self.pending_at),
             )));
         }
@@ -1429,26 +1288,15 @@ impl ChatStream {
         };
         self.choices.sort_by_key(|c| c.index);
         match why {
-            Some(why) if self.choices.is_empty() => {
-                out.push(SourceEvent::Truncated { choice: None, why })
-            }
+            Some(why) if self.choices.is_empty() => out.push(SourceEvent::Truncated { choice: None, why }),
             // A chunk transcript that never showed a choice nor its
             // dialect's end event ended before anything was finished.
-            None if self.choices.is_empty()
-                && framing == Framing::Chunks
-                && !self.dialect.ended_cleanly() =>
-            {
-                out.push(SourceEvent::Truncated {
-                    choice: None,
-                    why: Truncation::NoFinishReason,
-                })
+            None if self.choices.is_empty() && framing == Framing::Chunks && !self.dialect.ended_cleanly() => {
+                out.push(SourceEvent::Truncated { choice: None, why: Truncation::NoFinishReason })
             }
             Some(why) => {
                 for c in &self.choices {
-                    out.push(SourceEvent::Truncated {
-                        choice: Some(c.index),
-                        why,
-                    });
+                    out.push(SourceEvent::Truncated { choice: Some(c.index), why });
                 }
             }
             None => {
@@ -1457,10 +1305,7 @@ impl ChatStream {
                         continue;
                     }
                     if framing == Framing::Chunks {
-                        out.push(SourceEvent::Truncated {
-                            choice: Some(c.index),
-                            why: Truncation::NoFinishReason,
-                        });
+                        out.push(SourceEvent::Truncated { choice: Some(c.index), why: Truncation::NoFinishReason });
                     } else {
                         out.push(SourceEvent::Diagnostic(diagnostic(
                             Level::Warning,
@@ -1479,10 +1324,7 @@ impl ChatStream {
         self.choices.sort_by_key(|c| c.index);
         let shared = &self.shared;
         for state in self.choices.iter_mut().filter(|c| !c.finished) {
-            let mut o = Out {
-                choice: state.index,
-                events: out,
-            };
+            let mut o = Out { choice: state.index, events: out };
             state.finish(shared, None, &mut o);
         }
     }
@@ -1503,8 +1345,7 @@ impl ChoiceOps<'_, '_> {
 
     /// Reasoning text; `raw_tag` names the field it came from.
     pub(super) fn reasoning(&mut self, text: &str, raw_tag: &str) {
-        self.state
-            .reasoning(self.shared, text, raw_tag, &mut self.out);
+        self.state.reasoning(self.shared, text, raw_tag, &mut self.out);
     }
 
     /// Refusal text.
@@ -1521,13 +1362,7 @@ impl ChoiceOps<'_, '_> {
         args: Option<&Value>,
         raw_tag: &'static str,
     ) {
-        let f = Fragment {
-            index,
-            id: id.filter(|s| !s.is_empty()),
-            name,
-            args: args.and_then(args_of),
-            raw_tag,
-        };
+        let f = Fragment { index, id: id.filter(|s| !s.is_empty()), name, args: args.and_then(args_of), raw_tag };
         self.state.tool_fragment(self.shared, f, &mut self.out);
     }
 
@@ -1538,9 +1373,7 @@ impl ChoiceOps<'_, '_> {
 
     /// Closes the reasoning run, if one is open.
     pub(super) fn end_reasoning(&mut self) {
-        self.state
-            .reasoning
-            .close(&self.shared.tags.thought, &mut self.out);
+        self.state.reasoning.close(&self.shared.tags.thought, &mut self.out);
     }
 
     /// Ends the choice.

@@ -87,10 +87,7 @@ pub struct SseLimits {
 
 impl Default for SseLimits {
     fn default() -> Self {
-        SseLimits {
-            max_line_len: 4 * 1024 * 1024,
-            max_event_len: 4 * 1024 * 1024,
-        }
+        SseLimits { max_line_len: 4 * 1024 * 1024, max_event_len: 4 * 1024 * 1024 }
     }
 }
 
@@ -232,10 +229,7 @@ impl SseDecoder {
     pub fn with_limits(limits: SseLimits) -> SseDecoder {
         SseDecoder {
             limits,
-            bom: Bom::Pending {
-                held: [0; 3],
-                len: 0,
-            },
+            bom: Bom::Pending { held: [0; 3], len: 0 },
             offset: 0,
             line: Vec::new(),
             line_start: 0,
@@ -430,10 +424,7 @@ impl SseDecoder {
     }
 
     fn line_too_long(&mut self, first: Option<u8>, out: &mut Vec<SseItem>) {
-        out.push(SseItem::Fault(SseFault::LineTooLong {
-            at: self.line_start,
-            limit: self.limits.max_line_len,
-        }));
+        out.push(SseItem::Fault(SseFault::LineTooLong { at: self.line_start, limit: self.limits.max_line_len }));
         // Give the memory back: the next line starts small.
         self.line = Vec::new();
         self.line_state = LineState::Discarding;
@@ -541,19 +532,10 @@ impl SseDecoder {
         if data.ends_with('\n') {
             data.pop();
         }
-        let event = if self.event_type.is_empty() {
-            "message".to_string()
-        } else {
-            std::mem::take(&mut self.event_type)
-        };
+        let event =
+            if self.event_type.is_empty() { "message".to_string() } else { std::mem::take(&mut self.event_type) };
         let at = self.event_start.unwrap_or(self.line_start);
-        let out = SseEvent {
-            event,
-            data,
-            id: self.last_id.clone(),
-            retry: self.retry.take(),
-            at,
-        };
+        let out = SseEvent { event, data, id: self.last_id.clone(), retry: self.retry.take(), at };
         self.reset_event();
         out
     }

@@ -54,12 +54,7 @@ enum Body {
     /// `text/event-stream`.
     Sse(Box<StreamTap>),
     /// One JSON document (a non-streamed response), buffered up to a limit.
-    Json {
-        buf: Vec<u8>,
-        limit: usize,
-        overflowed: bool,
-        options: Box<StreamOptions>,
-    },
+    Json { buf: Vec<u8>, limit: usize, overflowed: bool, options: Box<StreamOptions> },
     /// Finished.
     Done,
 }
@@ -125,12 +120,7 @@ impl EventStream {
         let limit = options.sse.max_event_len;
         EventStream::with_reader(
             boxed(body),
-            Body::Json {
-                buf: Vec::new(),
-                limit,
-                overflowed: false,
-                options: Box::new(options),
-            },
+            Body::Json { buf: Vec::new(), limit, overflowed: false, options: Box::new(options) },
         )
     }
 
@@ -163,14 +153,7 @@ impl EventStream {
     }
 
     fn with_reader(body: ByteStream, reader: Body) -> EventStream {
-        EventStream {
-            body: Some(body),
-            reader,
-            queue: VecDeque::new(),
-            idle: None,
-            timer: None,
-            bytes: 0,
-        }
+        EventStream { body: Some(body), reader, queue: VecDeque::new(), idle: None, timer: None, bytes: 0 }
     }
 
     fn feed(&mut self, bytes: &[u8]) {
@@ -181,12 +164,7 @@ impl EventStream {
                 tap.feed_into(bytes, &mut out);
                 self.queue.extend(out);
             }
-            Body::Json {
-                buf,
-                limit,
-                overflowed,
-                ..
-            } => {
+            Body::Json { buf, limit, overflowed, .. } => {
                 if *overflowed {
                     return;
                 }
@@ -199,9 +177,7 @@ impl EventStream {
                         tag: None,
                         element: None,
                         at: None,
-                        message: format!(
-                            "the JSON response is larger than {limit} bytes; it was not parsed"
-                        ),
+                        message: format!("the JSON response is larger than {limit} bytes; it was not parsed"),
                     }));
                 } else {
                     buf.extend_from_slice(bytes);
@@ -222,12 +198,7 @@ impl EventStream {
                 }
                 tap.finish_into(&mut out);
             }
-            Body::Json {
-                buf,
-                overflowed,
-                options,
-                ..
-            } => {
+            Body::Json { buf, overflowed, options, .. } => {
                 let mut stream = ChatStream::new(*options);
                 if let Some(message) = transport_error {
                     stream.push_transport_error(&message, &mut out);
@@ -295,9 +266,7 @@ impl Stream for EventStream {
                     let Some(idle) = this.idle else {
                         return Poll::Pending;
                     };
-                    let timer = this
-                        .timer
-                        .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
+                    let timer = this.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
                     match timer.as_mut().poll(cx) {
                         Poll::Ready(()) => {
                             this.finish(Some(format!("no data from the server for {idle:?}")));

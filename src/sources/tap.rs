@@ -58,13 +58,8 @@ impl TapFrame {
     /// `None` when the frame has no chunk.
     pub fn rewritten_chunk(&self) -> Option<ChatChunk> {
         let mut chunk = self.chunk.clone()?;
-        let text_of = |index: u32| {
-            self.rewrites
-                .iter()
-                .filter(|(c, _)| *c == index)
-                .map(|(_, t)| t.as_str())
-                .collect::<String>()
-        };
+        let text_of =
+            |index: u32| self.rewrites.iter().filter(|(c, _)| *c == index).map(|(_, t)| t.as_str()).collect::<String>();
         let mut placed = Vec::new();
         if let Some(choices) = chunk.choices.as_mut_option() {
             for choice in choices.iter_mut() {
@@ -82,10 +77,7 @@ impl TapFrame {
                     Nullable::Value(Content::Parts(parts)) => {
                         // Keep the parts that are not answer text (thinking).
                         parts.retain(|p| {
-                            !matches!(
-                                p.get("type").and_then(|t| t.as_str()),
-                                Some("text" | "output_text")
-                            )
+                            !matches!(p.get("type").and_then(|t| t.as_str()), Some("text" | "output_text"))
                         });
                         if !text.is_empty() {
                             parts.push(serde_json::json!({"type": "text", "text": text}));
@@ -172,12 +164,7 @@ impl StreamTap {
             let mut events = Vec::new();
             let chunk = self.item(&item, &mut events);
             let rewrites = self.stream.take_rewrites();
-            frames.push(TapFrame {
-                item,
-                chunk,
-                events,
-                rewrites,
-            });
+            frames.push(TapFrame { item, chunk, events, rewrites });
         }
         self.items = items;
     }

@@ -78,10 +78,7 @@ pub enum Detection {
 }
 
 fn first_line(bytes: &[u8]) -> &[u8] {
-    let start = bytes
-        .iter()
-        .position(|b| !b.is_ascii_whitespace())
-        .unwrap_or(bytes.len());
+    let start = bytes.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(bytes.len());
     let rest = &bytes[start..];
     let end = memchr::memchr2(b'\n', b'\r', rest).unwrap_or(rest.len());
     &rest[..end]
@@ -90,37 +87,23 @@ fn first_line(bytes: &[u8]) -> &[u8] {
 fn looks_like_sse(bytes: &[u8]) -> bool {
     let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
     let line = first_line(bytes);
-    [&b"data:"[..], b"event:", b"id:", b"retry:", b":"]
-        .iter()
-        .any(|p| line.starts_with(p))
+    [&b"data:"[..], b"event:", b"id:", b"retry:", b":"].iter().any(|p| line.starts_with(p))
 }
 
 fn looks_like_chunk_line(bytes: &[u8]) -> bool {
     let line = first_line(bytes);
     line.starts_with(b"{")
-        && serde_json::from_slice::<Value>(line).is_ok_and(|v| {
-            v.get("choices").is_some() || v.get("object").is_some() || v.get("type").is_some()
-        })
+        && serde_json::from_slice::<Value>(line)
+            .is_ok_and(|v| v.get("choices").is_some() || v.get("object").is_some() || v.get("type").is_some())
 }
 
 /// Decides what kind of transcript `bytes` (the file at `path`) is.
 pub fn detect(path: &Path, bytes: &[u8]) -> Detection {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().to_ascii_lowercase())
-        .unwrap_or_default();
+    let name = path.file_name().map(|n| n.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
     if name == "requests.jsonl" {
         return Detection::Skip("request log (requests.jsonl)".into());
     }
-    for prefix in [
-        "provenance",
-        "inventory",
-        "readme",
-        "license",
-        "licence",
-        "notice",
-        "copying",
-    ] {
+    for prefix in ["provenance", "inventory", "readme", "license", "licence", "notice", "copying"] {
         if name.starts_with(prefix) {
             return Detection::Skip(format!("{prefix} file"));
         }
@@ -133,11 +116,7 @@ pub fn detect(path: &Path, bytes: &[u8]) -> Detection {
         return Detection::Replay(TranscriptKind::Sse);
     }
     if name.ends_with(".chunks.txt") || name.ends_with(".chunks") {
-        return Detection::Replay(if looks_like_sse(bytes) {
-            TranscriptKind::Sse
-        } else {
-            TranscriptKind::ChunkLines
-        });
+        return Detection::Replay(if looks_like_sse(bytes) { TranscriptKind::Sse } else { TranscriptKind::ChunkLines });
     }
     if name.ends_with(".jsonl") || name.ends_with(".ndjson") {
         return Detection::Replay(TranscriptKind::JsonLines);
@@ -210,18 +189,8 @@ pub fn replay(kind: TranscriptKind, bytes: &[u8], options: &StreamOptions) -> Re
 
 /// Like [`replay`], feeding an SSE body `read_size` bytes at a time (as a
 /// socket might deliver it); the events do not depend on it.
-pub fn replay_in_reads(
-    kind: TranscriptKind,
-    bytes: &[u8],
-    options: &StreamOptions,
-    read_size: usize,
-) -> ReplayOutcome {
-    let one = |events| {
-        ReplayOutcome::Streams(vec![Replayed {
-            label: None,
-            events,
-        }])
-    };
+pub fn replay_in_reads(kind: TranscriptKind, bytes: &[u8], options: &StreamOptions, read_size: usize) -> ReplayOutcome {
+    let one = |events| ReplayOutcome::Streams(vec![Replayed { label: None, events }]);
     match kind {
         TranscriptKind::Sse => {
             let mut tap = StreamTap::new(with_framing(options, Framing::Sse));
@@ -254,9 +223,7 @@ pub fn replay_in_reads(
                     let pieces: Vec<&str> = items.iter().filter_map(Value::as_str).collect();
                     one(text_stream(options, &pieces))
                 }
-                Value::Array(_) => {
-                    ReplayOutcome::Skip("a JSON array that is not a list of string tokens".into())
-                }
+                Value::Array(_) => ReplayOutcome::Skip("a JSON array that is not a list of string tokens".into()),
                 Value::Object(map) if is_response(map) => {
                     let mut stream = ChatStream::new(with_framing(options, Framing::Response));
                     let mut events = Vec::new();
@@ -266,10 +233,7 @@ pub fn replay_in_reads(
                 }
                 Value::Object(map) => {
                     let keys: Vec<&str> = map.keys().take(6).map(String::as_str).collect();
-                    ReplayOutcome::Skip(format!(
-                        "JSON of an unknown shape (keys: {})",
-                        keys.join(", ")
-                    ))
+                    ReplayOutcome::Skip(format!("JSON of an unknown shape (keys: {})", keys.join(", ")))
                 }
                 _ => ReplayOutcome::Skip("a JSON scalar".into()),
             }
@@ -285,10 +249,8 @@ pub fn replay_in_reads(
                     continue;
                 };
                 if let Some(Value::String(body)) = record.get("text") {
-                    streams.push(Replayed {
-                        label: Some(format!("L{}", n + 1)),
-                        events: text_stream(options, &[body]),
-                    });
+                    streams
+                        .push(Replayed { label: Some(format!("L{}", n + 1)), events: text_stream(options, &[body]) });
                 }
             }
             if streams.is_empty() {
@@ -328,11 +290,7 @@ fn push_text(map: &mut BTreeMap<u32, String>, choice: u32, text: &str) {
 fn payload_content(v: &Value, map: &mut BTreeMap<u32, String>) {
     if let Some(choices) = v.get("choices").and_then(Value::as_array) {
         for c in choices {
-            let index = c
-                .get("index")
-                .and_then(Value::as_u64)
-                .and_then(|i| u32::try_from(i).ok())
-                .unwrap_or(0);
+            let index = c.get("index").and_then(Value::as_u64).and_then(|i| u32::try_from(i).ok()).unwrap_or(0);
             map.entry(index).or_default();
             let delta = c.get("delta").filter(|d| d.is_object());
             let message = c.get("message").filter(|_| delta.is_none());
@@ -343,11 +301,7 @@ fn payload_content(v: &Value, map: &mut BTreeMap<u32, String>) {
                         for p in parts {
                             let t = p.get("type").and_then(Value::as_str);
                             if matches!(t, Some("text" | "output_text")) {
-                                push_text(
-                                    map,
-                                    index,
-                                    p.get("text").and_then(Value::as_str).unwrap_or(""),
-                                );
+                                push_text(map, index, p.get("text").and_then(Value::as_str).unwrap_or(""));
                             }
                         }
                     }
@@ -363,18 +317,12 @@ fn payload_content(v: &Value, map: &mut BTreeMap<u32, String>) {
     let kind = v.get("type").and_then(Value::as_str).unwrap_or("");
     match kind {
         "content_block_start" => {
-            if let Some(b) = v
-                .get("content_block")
-                .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
-            {
+            if let Some(b) = v.get("content_block").filter(|b| b.get("type").and_then(Value::as_str) == Some("text")) {
                 push_text(map, 0, b.get("text").and_then(Value::as_str).unwrap_or(""));
             }
         }
         "content_block_delta" => {
-            if let Some(d) = v
-                .get("delta")
-                .filter(|d| d.get("type").and_then(Value::as_str) == Some("text_delta"))
-            {
+            if let Some(d) = v.get("delta").filter(|d| d.get("type").and_then(Value::as_str) == Some("text_delta")) {
                 push_text(map, 0, d.get("text").and_then(Value::as_str).unwrap_or(""));
             }
         }
@@ -382,12 +330,7 @@ fn payload_content(v: &Value, map: &mut BTreeMap<u32, String>) {
             push_text(map, 0, v.get("delta").and_then(Value::as_str).unwrap_or(""));
         }
         "message" => {
-            for b in v
-                .get("content")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
+            for b in v.get("content").and_then(Value::as_array).into_iter().flatten() {
                 if b.get("type").and_then(Value::as_str) == Some("text") {
                     push_text(map, 0, b.get("text").and_then(Value::as_str).unwrap_or(""));
                 }
@@ -396,24 +339,10 @@ fn payload_content(v: &Value, map: &mut BTreeMap<u32, String>) {
         _ => {}
     }
     if v.get("object").and_then(Value::as_str) == Some("response") {
-        for item in v
-            .get("output")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            for part in item
-                .get("content")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
+        for item in v.get("output").and_then(Value::as_array).into_iter().flatten() {
+            for part in item.get("content").and_then(Value::as_array).into_iter().flatten() {
                 if part.get("type").and_then(Value::as_str) == Some("output_text") {
-                    push_text(
-                        map,
-                        0,
-                        part.get("text").and_then(Value::as_str).unwrap_or(""),
-                    );
+                    push_text(map, 0, part.get("text").and_then(Value::as_str).unwrap_or(""));
                 }
             }
         }
@@ -480,12 +409,9 @@ fn expected(kind: TranscriptKind, bytes: &[u8]) -> Result<Expected, String> {
     };
     match kind {
         TranscriptKind::Sse => from_payloads(naive_sse_payloads(&text)),
-        TranscriptKind::ChunkLines => from_payloads(
-            text.lines()
-                .filter(|l| !l.trim().is_empty())
-                .map(str::to_string)
-                .collect(),
-        ),
+        TranscriptKind::ChunkLines => {
+            from_payloads(text.lines().filter(|l| !l.trim().is_empty()).map(str::to_string).collect())
+        }
         TranscriptKind::Json => match serde_json::from_slice::<Value>(bytes) {
             Ok(Value::Array(items)) => {
                 let joined: String = items.iter().filter_map(Value::as_str).collect();
@@ -508,10 +434,7 @@ fn expected(kind: TranscriptKind, bytes: &[u8]) -> Result<Expected, String> {
                 if let Ok(Value::Object(r)) = serde_json::from_str::<Value>(line)
                     && let Some(Value::String(body)) = r.get("text")
                 {
-                    out.push((
-                        Some(format!("L{}", n + 1)),
-                        BTreeMap::from([(0, body.clone())]),
-                    ));
+                    out.push((Some(format!("L{}", n + 1)), BTreeMap::from([(0, body.clone())])));
                 }
             }
             Ok(out)
@@ -610,11 +533,7 @@ fn check_choice(events: &[&Event], expected: &str) -> CheckResult {
             Event::Repair(r) => {
                 if let Some(span) = r.span.filter(|s| !s.is_empty()) {
                     dropped.push((span.start, span.end));
-                    pieces.push(Piece {
-                        start: span.start,
-                        end: span.end,
-                        element: None,
-                    });
+                    pieces.push(Piece { start: span.start, end: span.end, element: None });
                 }
             }
             Event::Diagnostic(d) if d.code == "data_after_finish" => late = true,
@@ -623,8 +542,7 @@ fn check_choice(events: &[&Event], expected: &str) -> CheckResult {
                     return CheckResult::Skipped("an element was cut at the size limit".into());
                 }
                 elements.push(el);
-                let (inner_end, close_synthetic) =
-                    closes.get(&el.id).copied().unwrap_or((el.span.end, true));
+                let (inner_end, close_synthetic) = closes.get(&el.id).copied().unwrap_or((el.span.end, true));
                 pieces.push(Piece {
                     start: el.span.start,
                     end: el.span.end,
@@ -636,16 +554,10 @@ fn check_choice(events: &[&Event], expected: &str) -> CheckResult {
                     }),
                 });
             }
-            Event::Comment(c) if c.element.is_none() => pieces.push(Piece {
-                start: c.span.start,
-                end: c.span.end,
-                element: None,
-            }),
-            Event::Gap(g) => pieces.push(Piece {
-                start: g.span.start,
-                end: g.span.end,
-                element: None,
-            }),
+            Event::Comment(c) if c.element.is_none() => {
+                pieces.push(Piece { start: c.span.start, end: c.span.end, element: None })
+            }
+            Event::Gap(g) => pieces.push(Piece { start: g.span.start, end: g.span.end, element: None }),
             _ => {}
         }
     }
@@ -658,10 +570,9 @@ fn check_choice(events: &[&Event], expected: &str) -> CheckResult {
     }
     match tiling(pieces, &dropped, expected) {
         Ok(()) => CheckResult::Tiled,
-        Err(why) => CheckResult::Mismatch(format!(
-            "{why}; element texts vs content: {}",
-            first_difference(expected, &joined)
-        )),
+        Err(why) => {
+            CheckResult::Mismatch(format!("{why}; element texts vs content: {}", first_difference(expected, &joined)))
+        }
     }
 }
 
@@ -676,11 +587,8 @@ fn check_element(
 ) -> Result<(), String> {
     let mut kept = String::new();
     let mut at = start;
-    let mut inner: Vec<(usize, usize)> = dropped
-        .iter()
-        .copied()
-        .filter(|&(s, e)| s >= start && e <= el.inner_end)
-        .collect();
+    let mut inner: Vec<(usize, usize)> =
+        dropped.iter().copied().filter(|&(s, e)| s >= start && e <= el.inner_end).collect();
     inner.sort_unstable();
     for (s, e) in inner.into_iter().chain([(el.inner_end, el.inner_end)]) {
         if s > at {
@@ -713,11 +621,7 @@ fn check_element(
 }
 
 /// Whether the pieces cover `expected` exactly (see [`CheckResult::Tiled`]).
-fn tiling(
-    mut pieces: Vec<Piece<'_>>,
-    dropped: &[(usize, usize)],
-    expected: &str,
-) -> Result<(), String> {
+fn tiling(mut pieces: Vec<Piece<'_>>, dropped: &[(usize, usize)], expected: &str) -> Result<(), String> {
     pieces.sort_by_key(|p| (p.start, std::cmp::Reverse(p.end)));
     let mut at = 0;
     for piece in pieces {
@@ -734,10 +638,7 @@ fn tiling(
             ));
         }
         if expected.get(start..end).is_none() {
-            return Err(format!(
-                "span {start}..{end} is outside the content ({} bytes)",
-                expected.len()
-            ));
+            return Err(format!("span {start}..{end} is outside the content ({} bytes)", expected.len()));
         }
         if let Some(el) = &piece.element {
             check_element(el, start, end, dropped, expected)?;
@@ -745,10 +646,7 @@ fn tiling(
         at = end;
     }
     if at != expected.len() {
-        return Err(format!(
-            "bytes {at}..{} belong to no element",
-            expected.len()
-        ));
+        return Err(format!("bytes {at}..{} belong to no element", expected.len()));
     }
     Ok(())
 }
@@ -761,11 +659,7 @@ pub fn check_content(kind: TranscriptKind, bytes: &[u8], streams: &[Replayed]) -
         Err(why) => {
             return streams
                 .iter()
-                .map(|s| ChoiceCheck {
-                    label: s.label.clone(),
-                    choice: 0,
-                    result: CheckResult::Skipped(why.clone()),
-                })
+                .map(|s| ChoiceCheck { label: s.label.clone(), choice: 0, result: CheckResult::Skipped(why.clone()) })
                 .collect();
         }
     };
@@ -788,16 +682,11 @@ pub fn check_content(kind: TranscriptKind, bytes: &[u8], streams: &[Replayed]) -
                 }
             }
         }
-        let all: std::collections::BTreeSet<u32> =
-            choices.keys().chain(seen.keys()).copied().collect();
+        let all: std::collections::BTreeSet<u32> = choices.keys().chain(seen.keys()).copied().collect();
         for choice in all {
             let want = choices.get(&choice).map(String::as_str).unwrap_or("");
             let events = seen.get(&choice).map(Vec::as_slice).unwrap_or(&[]);
-            out.push(ChoiceCheck {
-                label: stream.label.clone(),
-                choice,
-                result: check_choice(events, want),
-            });
+            out.push(ChoiceCheck { label: stream.label.clone(), choice, result: check_choice(events, want) });
         }
     }
     out

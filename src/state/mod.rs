@@ -74,23 +74,13 @@ pub enum OpCode {
 
 impl OpCode {
     /// All opcodes.
-    pub const ALL: [OpCode; 8] = [
-        OpCode::Set,
-        OpCode::Add,
-        OpCode::Sub,
-        OpCode::Mul,
-        OpCode::Div,
-        OpCode::Push,
-        OpCode::Pop,
-        OpCode::Delete,
-    ];
+    pub const ALL: [OpCode; 8] =
+        [OpCode::Set, OpCode::Add, OpCode::Sub, OpCode::Mul, OpCode::Div, OpCode::Push, OpCode::Pop, OpCode::Delete];
 
     /// The opcode a name means, ignoring case (`set`, `Set`, `SET`).
     pub fn parse(name: &str) -> Option<OpCode> {
         let name = name.trim();
-        OpCode::ALL
-            .into_iter()
-            .find(|c| c.as_str().eq_ignore_ascii_case(name))
+        OpCode::ALL.into_iter().find(|c| c.as_str().eq_ignore_ascii_case(name))
     }
 
     /// The upper-case name.
@@ -197,11 +187,7 @@ pub fn type_name(v: &Value) -> &'static str {
 impl Op {
     /// An op; not checked (see [`Op::check`]).
     pub fn new(code: OpCode, path: &str, value: Option<Value>) -> Op {
-        Op {
-            code,
-            path: path.to_string(),
-            value,
-        }
+        Op { code, path: path.to_string(), value }
     }
 
     /// Reads `[OP, path, value?]` (OP in any case), or the object form
@@ -219,8 +205,7 @@ impl Op {
                 let get = |names: &[&str]| names.iter().find_map(|n| map.get(*n));
                 let code = get(&["op", "OP", "operation", "opcode", "action"])
                     .ok_or(OpError::NotAnOp("an object without \"op\""))?;
-                let path = get(&["path", "key", "target"])
-                    .ok_or(OpError::NotAnOp("an object without \"path\""))?;
+                let path = get(&["path", "key", "target"]).ok_or(OpError::NotAnOp("an object without \"path\""))?;
                 let mut parts = vec![code, path];
                 if let Some(v) = get(&["value", "val", "amount"]) {
                     parts.push(v);
@@ -236,34 +221,18 @@ impl Op {
             Value::String(s) => OpCode::parse(s).ok_or_else(|| OpError::UnknownOp(s.clone()))?,
             other => return Err(OpError::UnknownOp(other.to_string())),
         };
-        let (expected, shape) = if code.takes_value() {
-            (3, "OP, path, value")
-        } else {
-            (2, "OP, path")
-        };
+        let (expected, shape) = if code.takes_value() { (3, "OP, path, value") } else { (2, "OP, path") };
         if parts.len() != expected {
-            return Err(OpError::Arity {
-                op: code,
-                expected,
-                found: parts.len(),
-                shape,
-            });
+            return Err(OpError::Arity { op: code, expected, found: parts.len(), shape });
         }
         let path = match parts.get(1) {
             Some(Value::String(s)) => s.clone(),
             Some(other) => {
-                return Err(OpError::PathNotString {
-                    op: code,
-                    found: type_name(other),
-                });
+                return Err(OpError::PathNotString { op: code, found: type_name(other) });
             }
             None => return Err(OpError::NotAnOp("an array without a path")),
         };
-        let op = Op {
-            code,
-            path,
-            value: parts.get(2).map(|v| (*v).clone()),
-        };
+        let op = Op { code, path, value: parts.get(2).map(|v| (*v).clone()) };
         op.check()?;
         Ok(op)
     }
@@ -279,23 +248,10 @@ impl Op {
         }
         Path::parse(&self.path)?;
         match (&self.value, self.code.takes_value()) {
-            (None, true) => Err(OpError::Arity {
-                op: self.code,
-                expected: 3,
-                found: 2,
-                shape: "OP, path, value",
-            }),
-            (Some(_), false) => Err(OpError::Arity {
-                op: self.code,
-                expected: 2,
-                found: 3,
-                shape: "OP, path",
-            }),
+            (None, true) => Err(OpError::Arity { op: self.code, expected: 3, found: 2, shape: "OP, path, value" }),
+            (Some(_), false) => Err(OpError::Arity { op: self.code, expected: 2, found: 3, shape: "OP, path" }),
             (Some(v), true) if self.code.is_arithmetic() && !v.is_number() => {
-                Err(OpError::NotANumber {
-                    op: self.code,
-                    found: type_name(v),
-                })
+                Err(OpError::NotANumber { op: self.code, found: type_name(v) })
             }
             _ => Ok(()),
         }
@@ -303,10 +259,7 @@ impl Op {
 
     /// The `[OP, path, value?]` form.
     pub fn to_json(&self) -> Value {
-        let mut items = vec![
-            Value::String(self.code.as_str().into()),
-            Value::String(self.path.clone()),
-        ];
+        let mut items = vec![Value::String(self.code.as_str().into()), Value::String(self.path.clone())];
         if let Some(v) = &self.value {
             items.push(v.clone());
         }
@@ -490,11 +443,7 @@ fn short(v: &Value) -> String {
 pub fn apply(state: &mut Value, ops: &[Op]) -> Vec<OpOutcome> {
     ops.iter()
         .enumerate()
-        .map(|(index, op)| OpOutcome {
-            index,
-            op: op.clone(),
-            result: apply_one(state, op),
-        })
+        .map(|(index, op)| OpOutcome { index, op: op.clone(), result: apply_one(state, op) })
         .collect()
 }
 
@@ -518,35 +467,21 @@ pub fn apply_one(state: &mut Value, op: &Op) -> Result<Change, ApplyError> {
         OpCode::Set => {
             let value = op.value.clone().unwrap_or(Value::Null);
             let old = put(parent, last, value.clone(), &path)?;
-            Ok(Change {
-                old,
-                new: Some(value),
-            })
+            Ok(Change { old, new: Some(value) })
         }
         OpCode::Add | OpCode::Sub | OpCode::Mul | OpCode::Div => {
-            let operand = op
-                .value
-                .as_ref()
-                .and_then(Value::as_number)
-                .cloned()
-                .ok_or(OpError::NotANumber {
+            let operand =
+                op.value.as_ref().and_then(Value::as_number).cloned().ok_or(OpError::NotANumber {
                     op: op.code,
                     found: op.value.as_ref().map_or("nothing", type_name),
                 })?;
-            let slot =
-                get_mut(parent, last, &path)?.ok_or_else(|| ApplyError::Missing(at.clone()))?;
+            let slot = get_mut(parent, last, &path)?.ok_or_else(|| ApplyError::Missing(at.clone()))?;
             let Value::Number(old) = slot else {
-                return Err(ApplyError::NotANumber {
-                    at,
-                    found: type_name(slot),
-                });
+                return Err(ApplyError::NotANumber { at, found: type_name(slot) });
             };
             let new = arithmetic(op.code, old, &operand)?;
             let old = std::mem::replace(old, new.clone());
-            Ok(Change {
-                old: Some(Value::Number(old)),
-                new: Some(Value::Number(new)),
-            })
+            Ok(Change { old: Some(Value::Number(old)), new: Some(Value::Number(new)) })
         }
         OpCode::Push => {
             let value = op.value.clone().unwrap_or(Value::Null);
@@ -556,29 +491,17 @@ pub fn apply_one(state: &mut Value, op: &Op) -> Result<Change, ApplyError> {
                     put(parent, last, Value::Array(vec![value.clone()]), &path)?;
                 }
                 Some(other) => {
-                    return Err(ApplyError::NotAnArray {
-                        at,
-                        found: type_name(other),
-                    });
+                    return Err(ApplyError::NotAnArray { at, found: type_name(other) });
                 }
             }
-            Ok(Change {
-                old: None,
-                new: Some(value),
-            })
+            Ok(Change { old: None, new: Some(value) })
         }
         OpCode::Pop => match get_mut(parent, last, &path)? {
             Some(Value::Array(items)) => match items.pop() {
-                Some(v) => Ok(Change {
-                    old: Some(v),
-                    new: None,
-                }),
+                Some(v) => Ok(Change { old: Some(v), new: None }),
                 None => Err(ApplyError::Empty(at)),
             },
-            Some(other) => Err(ApplyError::NotAnArray {
-                at,
-                found: type_name(other),
-            }),
+            Some(other) => Err(ApplyError::NotAnArray { at, found: type_name(other) }),
             None => Err(ApplyError::Missing(at)),
         },
         OpCode::Delete => {
@@ -592,10 +515,7 @@ pub fn apply_one(state: &mut Value, op: &Op) -> Result<Change, ApplyError> {
                 }
             };
             match removed {
-                Some(v) => Ok(Change {
-                    old: Some(v),
-                    new: None,
-                }),
+                Some(v) => Ok(Change { old: Some(v), new: None }),
                 None => Err(ApplyError::Missing(at)),
             }
         }
@@ -613,11 +533,7 @@ fn array_index(seg: &Segment, len: usize, existing: bool) -> Option<usize> {
     let len_i = i64::try_from(len).ok()?;
     let i = if i < 0 { len_i + i } else { i };
     let limit = if existing { len_i } else { len_i + 1 };
-    if (0..limit).contains(&i) {
-        usize::try_from(i).ok()
-    } else {
-        None
-    }
+    if (0..limit).contains(&i) { usize::try_from(i).ok() } else { None }
 }
 
 fn is_numeric_key(seg: &Segment) -> bool {
@@ -628,11 +544,7 @@ fn is_numeric_key(seg: &Segment) -> bool {
 }
 
 fn wrong_step(path: &Path, n: usize, found: &Value, seg: &Segment) -> ApplyError {
-    let at = if n == 0 {
-        "the root".to_string()
-    } else {
-        path.prefix_string(n)
-    };
+    let at = if n == 0 { "the root".to_string() } else { path.prefix_string(n) };
     match found {
         Value::Object(_) | Value::Array(_) => ApplyError::WrongStep {
             at,
@@ -642,10 +554,7 @@ fn wrong_step(path: &Path, n: usize, found: &Value, seg: &Segment) -> ApplyError
                 Segment::Index(i) => format!("index [{i}]"),
             },
         },
-        other => ApplyError::NotAContainer {
-            at,
-            found: type_name(other),
-        },
+        other => ApplyError::NotAContainer { at, found: type_name(other) },
     }
 }
 
@@ -666,11 +575,7 @@ fn check_parents(
         cur = match cur {
             None | Some(Value::Null) if create && matches!(seg, Segment::Key(_)) => None,
             None | Some(Value::Null) => {
-                return Err(ApplyError::Missing(if n == 0 {
-                    "the root".into()
-                } else {
-                    path.prefix_string(n)
-                }));
+                return Err(ApplyError::Missing(if n == 0 { "the root".into() } else { path.prefix_string(n) }));
             }
             Some(Value::Object(map)) => match seg {
                 Segment::Key(k) => map.get(k.as_str()),
@@ -728,11 +633,9 @@ fn parent_mut<'v>(
             Value::Object(map) => match seg {
                 Segment::Key(k) => {
                     if create {
-                        map.entry(k.clone())
-                            .or_insert_with(|| Value::Object(Map::new()))
+                        map.entry(k.clone()).or_insert_with(|| Value::Object(Map::new()))
                     } else {
-                        map.get_mut(k.as_str())
-                            .ok_or_else(|| ApplyError::Missing(path.prefix_string(n + 1)))?
+                        map.get_mut(k.as_str()).ok_or_else(|| ApplyError::Missing(path.prefix_string(n + 1)))?
                     }
                 }
                 Segment::Index(_) => {
@@ -741,11 +644,8 @@ fn parent_mut<'v>(
             },
             Value::Array(items) => {
                 let len = items.len();
-                let i = array_index(seg, len, true)
-                    .ok_or_else(|| ApplyError::Missing(path.prefix_string(n + 1)))?;
-                items
-                    .get_mut(i)
-                    .ok_or_else(|| ApplyError::Missing(path.prefix_string(n + 1)))?
+                let i = array_index(seg, len, true).ok_or_else(|| ApplyError::Missing(path.prefix_string(n + 1)))?;
+                items.get_mut(i).ok_or_else(|| ApplyError::Missing(path.prefix_string(n + 1)))?
             }
             other => return Err(wrong_step(path, n, other, seg)),
         };
@@ -757,11 +657,7 @@ fn parent_mut<'v>(
 }
 
 /// The value the last step names in `parent`, if any.
-fn get_mut<'v>(
-    parent: &'v mut Value,
-    last: &Segment,
-    path: &Path,
-) -> Result<Option<&'v mut Value>, ApplyError> {
+fn get_mut<'v>(parent: &'v mut Value, last: &Segment, path: &Path) -> Result<Option<&'v mut Value>, ApplyError> {
     let n = path.segments().len() - 1;
     match parent {
         Value::Object(map) => match last {
@@ -780,12 +676,7 @@ fn get_mut<'v>(
 }
 
 /// Sets the last step in `parent`; returns the value it replaced.
-fn put(
-    parent: &mut Value,
-    last: &Segment,
-    value: Value,
-    path: &Path,
-) -> Result<Option<Value>, ApplyError> {
+fn put(parent: &mut Value, last: &Segment, value: Value, path: &Path) -> Result<Option<Value>, ApplyError> {
     let n = path.segments().len() - 1;
     match parent {
         Value::Object(map) => match last {
@@ -803,11 +694,7 @@ fn put(
                     Ok(None)
                 }
                 Some(i) => Ok(items.get_mut(i).map(|slot| std::mem::replace(slot, value))),
-                None => Err(ApplyError::OutOfRange {
-                    at: path.prefix_string(n),
-                    index: segment_index(last),
-                    len,
-                }),
+                None => Err(ApplyError::OutOfRange { at: path.prefix_string(n), index: segment_index(last), len }),
             }
         }
         other => Err(wrong_step(path, n, other, last)),
@@ -826,11 +713,7 @@ fn arithmetic(code: OpCode, old: &Number, operand: &Number) -> Result<Number, Ap
                 if b == 0 {
                     return Err(ApplyError::DivisionByZero);
                 }
-                if a.checked_rem(b) == Some(0) {
-                    a.checked_div(b)
-                } else {
-                    None
-                }
+                if a.checked_rem(b) == Some(0) { a.checked_div(b) } else { None }
             }
             _ => None,
         };
@@ -870,18 +753,12 @@ pub fn save_atomic(path: &std::path::Path, state: &Value) -> std::io::Result<()>
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => std::path::PathBuf::from("."),
     };
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "state".into());
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "state".into());
     let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     let result = (|| {
         let mut text = serde_json::to_vec_pretty(state).map_err(std::io::Error::other)?;
         text.push(b'\n');
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)?;
+        let mut file = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
         file.write_all(&text)?;
         if let Ok(meta) = std::fs::metadata(path) {
             file.set_permissions(meta.permissions())?;

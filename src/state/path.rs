@@ -57,11 +57,7 @@ impl Path {
     /// [`PathError`] for an empty key (`a..b`, `a.`, `.a`), an unclosed or
     /// empty `[`, or an index that is not an integer.
     pub fn parse(text: &str) -> Result<Path, PathError> {
-        let err = |message: &str, at: usize| PathError {
-            path: text.to_string(),
-            message: message.to_string(),
-            at,
-        };
+        let err = |message: &str, at: usize| PathError { path: text.to_string(), message: message.to_string(), at };
         let bytes = text.as_bytes();
         let mut segments = Vec::new();
         let mut i = 0;
@@ -128,9 +124,7 @@ impl Path {
                                 j += 1;
                             }
                             let inner = text[start..j].trim();
-                            let index = inner
-                                .parse::<i64>()
-                                .map_err(|_| err("an index must be an integer", start))?;
+                            let index = inner.parse::<i64>().map_err(|_| err("an index must be an integer", start))?;
                             (Segment::Index(index), j)
                         }
                     };
@@ -158,10 +152,7 @@ impl Path {
 
     /// The path of the first `n` segments, written out.
     pub(crate) fn prefix_string(&self, n: usize) -> String {
-        Path {
-            segments: self.segments.iter().take(n).cloned().collect(),
-        }
-        .to_string()
+        Path { segments: self.segments.iter().take(n).cloned().collect() }.to_string()
     }
 }
 
@@ -194,10 +185,7 @@ mod tests {
     use super::*;
 
     fn keys(p: &str) -> Vec<Segment> {
-        Path::parse(p)
-            .unwrap_or_else(|e| panic!("{e}"))
-            .segments()
-            .to_vec()
+        Path::parse(p).unwrap_or_else(|e| panic!("{e}")).segments().to_vec()
     }
 
     #[test]
@@ -206,26 +194,14 @@ mod tests {
         let table: &[(&str, Vec<Segment>)] = &[
             ("a", vec![K("a".into())]),
             ("a.b.c", vec![K("a".into()), K("b".into()), K("c".into())]),
-            (
-                "纯田真奈.好感度",
-                vec![K("纯田真奈".into()), K("好感度".into())],
-            ),
-            (
-                "items[2].name",
-                vec![K("items".into()), I(2), K("name".into())],
-            ),
+            ("纯田真奈.好感度", vec![K("纯田真奈".into()), K("好感度".into())]),
+            ("items[2].name", vec![K("items".into()), I(2), K("name".into())]),
             ("m[0][1]", vec![K("m".into()), I(0), I(1)]),
             ("list[-1]", vec![K("list".into()), I(-1)]),
             ("[3]", vec![I(3)]),
-            (
-                "a['x.y'].z",
-                vec![K("a".into()), K("x.y".into()), K("z".into())],
-            ),
+            ("a['x.y'].z", vec![K("a".into()), K("x.y".into()), K("z".into())]),
             ("a[\"q\\\"uote\"]", vec![K("a".into()), K("q\"uote".into())]),
-            (
-                "key with space.x",
-                vec![K("key with space".into()), K("x".into())],
-            ),
+            ("key with space.x", vec![K("key with space".into()), K("x".into())]),
         ];
         for (text, want) in table {
             assert_eq!(&keys(text), want, "{text}");
@@ -236,9 +212,7 @@ mod tests {
 
     #[test]
     fn rejects_bad_paths() {
-        for bad in [
-            "a..b", "a.", ".a", "a[", "a[x]", "a[1", "a['x]", "a]b", "a[1]b",
-        ] {
+        for bad in ["a..b", "a.", ".a", "a[", "a[x]", "a[1", "a['x]", "a]b", "a[1]b"] {
             let e = Path::parse(bad).expect_err(bad);
             assert!(e.at <= bad.len(), "{e}");
         }

@@ -30,10 +30,7 @@ pub fn run(input: &[u8], chunk: Option<usize>, args: &[&str]) -> Run {
     let path = temp_path("input.txt");
     std::fs::write(&path, input).unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_spindle"));
-    cmd.arg("parse")
-        .arg(&path)
-        .args(["--format", "jsonl"])
-        .args(args);
+    cmd.arg("parse").arg(&path).args(["--format", "jsonl"]).args(args);
     if let Some(n) = chunk {
         cmd.args(["--chunk-size", &n.to_string()]);
     }
@@ -41,10 +38,7 @@ pub fn run(input: &[u8], chunk: Option<usize>, args: &[&str]) -> Run {
     let _ = std::fs::remove_file(&path);
     let stdout = String::from_utf8(out.stdout).unwrap();
     Run {
-        events: stdout
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect(),
+        events: stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect(),
         stderr: String::from_utf8(out.stderr).unwrap(),
         code: out.status.code().unwrap_or(-1),
     }
@@ -59,15 +53,9 @@ pub fn normalize(events: &[Value]) -> Vec<Value> {
     let mut run_start = 0;
     for e in events {
         if e["type"] == "delta" {
-            let found = out[run_start..]
-                .iter_mut()
-                .find(|d| d["id"] == e["id"] && d["tag"] == e["tag"]);
+            let found = out[run_start..].iter_mut().find(|d| d["id"] == e["id"] && d["tag"] == e["tag"]);
             if let Some(d) = found {
-                let text = format!(
-                    "{}{}",
-                    d["text"].as_str().unwrap(),
-                    e["text"].as_str().unwrap()
-                );
+                let text = format!("{}{}", d["text"].as_str().unwrap(), e["text"].as_str().unwrap());
                 d["text"] = Value::String(text);
             } else {
                 out.push(e.clone());
@@ -79,11 +67,7 @@ pub fn normalize(events: &[Value]) -> Vec<Value> {
             && last["type"] == "gap"
             && last["span"][1] == e["span"][0]
         {
-            let text = format!(
-                "{}{}",
-                last["text"].as_str().unwrap(),
-                e["text"].as_str().unwrap()
-            );
+            let text = format!("{}{}", last["text"].as_str().unwrap(), e["text"].as_str().unwrap());
             last["text"] = Value::String(text);
             last["span"][1] = e["span"][1].clone();
             continue;
@@ -100,30 +84,19 @@ pub fn parse_all_splits(input: &str, args: &[&str]) -> Vec<Value> {
     let whole = normalize(&run(input.as_bytes(), None, args).events);
     for n in [1, 7] {
         let split = normalize(&run(input.as_bytes(), Some(n), args).events);
-        assert_eq!(
-            split, whole,
-            "chunk size {n} differs from whole input for {args:?}:\n{input}"
-        );
+        assert_eq!(split, whole, "chunk size {n} differs from whole input for {args:?}:\n{input}");
     }
     whole
 }
 
 /// The payloads of the elements of `tag`, in order.
 pub fn payloads(events: &[Value], tag: &str) -> Vec<Value> {
-    events
-        .iter()
-        .filter(|e| e["type"] == "element" && e["tag"] == tag)
-        .map(|e| e["payload"].clone())
-        .collect()
+    events.iter().filter(|e| e["type"] == "element" && e["tag"] == tag).map(|e| e["payload"].clone()).collect()
 }
 
 /// The diagnostics' codes, in order.
 pub fn diagnostic_codes(events: &[Value]) -> Vec<String> {
-    events
-        .iter()
-        .filter(|e| e["type"] == "diagnostic")
-        .map(|e| e["code"].as_str().unwrap().to_string())
-        .collect()
+    events.iter().filter(|e| e["type"] == "diagnostic").map(|e| e["code"].as_str().unwrap().to_string()).collect()
 }
 
 /// Call payloads with context: the events replayed through a
@@ -146,10 +119,7 @@ pub fn tracked_payloads(registry: &Registry, events: &[Value]) -> Vec<Value> {
 /// Parses in-process and returns tracked payloads (no binary).
 pub fn tracked(registry: &Registry, input: &str) -> Vec<Value> {
     let events = spindle::parse(registry.clone(), input.as_bytes());
-    let values: Vec<Value> = events
-        .iter()
-        .map(|e| serde_json::to_value(e).unwrap())
-        .collect();
+    let values: Vec<Value> = events.iter().map(|e| serde_json::to_value(e).unwrap()).collect();
     tracked_payloads(registry, &values)
 }
 
@@ -159,23 +129,13 @@ pub fn steps(payload: &Value) -> Vec<(String, Value)> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|s| {
-            (
-                s["tool_id"].as_str().unwrap().to_string(),
-                s["params"].clone(),
-            )
-        })
+        .map(|s| (s["tool_id"].as_str().unwrap().to_string(), s["params"].clone()))
         .collect()
 }
 
 /// The `warnings` codes of a payload.
 pub fn warnings(payload: &Value) -> Vec<String> {
-    payload["warnings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|w| w.as_str().unwrap().to_string())
-        .collect()
+    payload["warnings"].as_array().unwrap().iter().map(|w| w.as_str().unwrap().to_string()).collect()
 }
 
 pub fn profile(name: &str) -> Registry {

@@ -76,29 +76,17 @@ impl StateFile {
     fn load(path: &Path) -> Result<StateFile> {
         let value = match std::fs::read_to_string(path) {
             Ok(text) if text.trim().is_empty() => serde_json::Value::Object(Default::default()),
-            Ok(text) => serde_json::from_str(&text).with_context(|| {
-                format!(
-                    "state file {} is not valid JSON; it was left untouched",
-                    path.display()
-                )
-            })?,
+            Ok(text) => serde_json::from_str(&text)
+                .with_context(|| format!("state file {} is not valid JSON; it was left untouched", path.display()))?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                eprintln!(
-                    "spindle: state: {} does not exist; starting from {{}}",
-                    path.display()
-                );
+                eprintln!("spindle: state: {} does not exist; starting from {{}}", path.display());
                 serde_json::Value::Object(Default::default())
             }
             Err(e) => {
                 return Err(e).with_context(|| format!("cannot read state file {}", path.display()));
             }
         };
-        Ok(StateFile {
-            path: path.to_path_buf(),
-            value,
-            applied: 0,
-            failed: 0,
-        })
+        Ok(StateFile { path: path.to_path_buf(), value, applied: 0, failed: 0 })
     }
 
     /// Applies the ops of every completed variable_update in `events`.
@@ -121,11 +109,7 @@ impl StateFile {
 
     fn save(self) -> Result<()> {
         if self.applied == 0 {
-            eprintln!(
-                "spindle: state: no op applied ({} failed); {} left as it was",
-                self.failed,
-                self.path.display()
-            );
+            eprintln!("spindle: state: no op applied ({} failed); {} left as it was", self.failed, self.path.display());
             return Ok(());
         }
         state::save_atomic(&self.path, &self.value)

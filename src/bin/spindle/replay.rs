@@ -110,18 +110,12 @@ impl Totals {
             }
             match e {
                 SourceEvent::Choice(c) => match &c.event {
-                    Event::Element(el) => {
-                        *self.elements.entry(el.tag.to_string()).or_default() += 1
-                    }
+                    Event::Element(el) => *self.elements.entry(el.tag.to_string()).or_default() += 1,
                     Event::Repair(r) => *self.repairs.entry(r.kind.as_str()).or_default() += 1,
-                    Event::Diagnostic(d) => {
-                        *self.diagnostics.entry(d.code.clone()).or_default() += 1
-                    }
+                    Event::Diagnostic(d) => *self.diagnostics.entry(d.code.clone()).or_default() += 1,
                     _ => {}
                 },
-                SourceEvent::Diagnostic(d) => {
-                    *self.diagnostics.entry(d.code.clone()).or_default() += 1
-                }
+                SourceEvent::Diagnostic(d) => *self.diagnostics.entry(d.code.clone()).or_default() += 1,
                 SourceEvent::Truncated { why, .. } => {
                     if !truncated {
                         *self.truncated_why.entry(why.as_str()).or_default() += 1;
@@ -130,9 +124,7 @@ impl Totals {
                 }
                 SourceEvent::StreamError { .. } => errored = true,
                 SourceEvent::Done => self.done += 1,
-                SourceEvent::Finish { reason, .. } => {
-                    *self.finish.entry(reason.as_str().to_string()).or_default() += 1
-                }
+                SourceEvent::Finish { reason, .. } => *self.finish.entry(reason.as_str().to_string()).or_default() += 1,
                 _ => {}
             }
         }
@@ -171,9 +163,7 @@ fn collect(path: &Path, out: &mut Vec<PathBuf>, failed: &mut Vec<(String, String
     for child in children {
         // Directories found by walking: skip hidden ones (.git), never
         // follow symlinked directories (loops).
-        let hidden = child
-            .file_name()
-            .is_some_and(|n| n.to_string_lossy().starts_with('.'));
+        let hidden = child.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.'));
         let link = std::fs::symlink_metadata(&child).is_ok_and(|m| m.file_type().is_symlink());
         if child.is_dir() && (hidden || link) {
             continue;
@@ -193,9 +183,7 @@ pub(crate) fn run(args: ReplayArgs) -> Result<ExitCode> {
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
     let pipe = Some(std::io::ErrorKind::BrokenPipe);
     e.downcast_ref::<std::io::Error>().map(std::io::Error::kind) == pipe
-        || e.downcast_ref::<serde_json::Error>()
-            .and_then(serde_json::Error::io_error_kind)
-            == pipe
+        || e.downcast_ref::<serde_json::Error>().and_then(serde_json::Error::io_error_kind) == pipe
 }
 
 /// The stream options each file is replayed with: one fixed registry
@@ -268,11 +256,7 @@ fn run_inner(args: ReplayArgs) -> Result<ExitCode> {
     let started = Instant::now();
     for file in &files {
         let name = file.display().to_string();
-        bar.set_message(
-            file.file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-        );
+        bar.set_message(file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
         replay_file(file, &name, &mut profiles, &args, &mut totals, &mut out)?;
         bar.inc(1);
     }
@@ -282,18 +266,10 @@ fn run_inner(args: ReplayArgs) -> Result<ExitCode> {
     drop(out);
     let failed = !totals.failed.is_empty() || !totals.mismatches.is_empty();
     match args.format {
-        ReplayFormat::Summary => {
-            print_summary(&mut std::io::stdout().lock(), &totals, wall, args.check)?
-        }
-        ReplayFormat::Jsonl => {
-            print_summary(&mut std::io::stderr().lock(), &totals, wall, args.check)?
-        }
+        ReplayFormat::Summary => print_summary(&mut std::io::stdout().lock(), &totals, wall, args.check)?,
+        ReplayFormat::Jsonl => print_summary(&mut std::io::stderr().lock(), &totals, wall, args.check)?,
     }
-    Ok(if failed {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 
 /// Replays one file; every failure is recorded in `totals`, never returned
@@ -309,9 +285,7 @@ fn replay_file(
     let bytes = match std::fs::read(file) {
         Ok(b) => b,
         Err(e) => {
-            totals
-                .failed
-                .push((name.to_string(), format!("cannot read: {e}")));
+            totals.failed.push((name.to_string(), format!("cannot read: {e}")));
             return Ok(());
         }
     };
@@ -335,10 +309,9 @@ fn replay_file(
             return Ok(());
         }
         Err(_) => {
-            totals.failed.push((
-                name.to_string(),
-                "internal error: the replay panicked (a bug; please report it)".into(),
-            ));
+            totals
+                .failed
+                .push((name.to_string(), "internal error: the replay panicked (a bug; please report it)".into()));
             return Ok(());
         }
     };
@@ -353,13 +326,7 @@ fn replay_file(
                 None => name.to_string(),
             };
             for event in &stream.events {
-                serde_json::to_writer(
-                    &mut *out,
-                    &Sourced {
-                        event,
-                        source: &source,
-                    },
-                )?;
+                serde_json::to_writer(&mut *out, &Sourced { event, source: &source })?;
                 out.write_all(b"\n")?;
             }
         }
@@ -370,13 +337,7 @@ fn replay_file(
     Ok(())
 }
 
-fn check_file(
-    kind: TranscriptKind,
-    bytes: &[u8],
-    streams: &[transcript::Replayed],
-    name: &str,
-    totals: &mut Totals,
-) {
+fn check_file(kind: TranscriptKind, bytes: &[u8], streams: &[transcript::Replayed], name: &str, totals: &mut Totals) {
     for check in transcript::check_content(kind, bytes, streams) {
         let key = match &check.result {
             CheckResult::Equal => "equal",
@@ -386,14 +347,8 @@ fn check_file(
                 "not checkable"
             }
             CheckResult::Mismatch(what) => {
-                let label = check
-                    .label
-                    .as_deref()
-                    .map(|l| format!("#{l}"))
-                    .unwrap_or_default();
-                totals
-                    .mismatches
-                    .push(format!("{name}{label} choice {}: {what}", check.choice));
+                let label = check.label.as_deref().map(|l| format!("#{l}")).unwrap_or_default();
+                totals.mismatches.push(format!("{name}{label} choice {}: {what}", check.choice));
                 "mismatch"
             }
         };
@@ -411,11 +366,7 @@ fn table<K: std::fmt::Display>(
         return Ok(());
     }
     writeln!(w, "{title}")?;
-    let width = rows
-        .iter()
-        .map(|(k, _)| k.chars().count())
-        .max()
-        .unwrap_or(0);
+    let width = rows.iter().map(|(k, _)| k.chars().count()).max().unwrap_or(0);
     for (k, v) in rows {
         writeln!(w, "  {k:<width$}  {v:>8}")?;
     }
@@ -451,37 +402,13 @@ fn print_summary(w: &mut impl Write, t: &Totals, wall: Duration, check: bool) ->
             ("with stream errors", t.errored),
         ],
     )?;
-    table(
-        w,
-        "truncated, why",
-        t.truncated_why.iter().map(|(k, v)| (*k, *v)),
-    )?;
-    table(
-        w,
-        "finish reasons",
-        t.finish.iter().map(|(k, v)| (k.as_str(), *v)),
-    )?;
-    table(
-        w,
-        "events by type",
-        t.event_types.iter().map(|(k, v)| (*k, *v)),
-    )?;
-    table(
-        w,
-        "elements by tag",
-        t.elements.iter().map(|(k, v)| (k.as_str(), *v)),
-    )?;
+    table(w, "truncated, why", t.truncated_why.iter().map(|(k, v)| (*k, *v)))?;
+    table(w, "finish reasons", t.finish.iter().map(|(k, v)| (k.as_str(), *v)))?;
+    table(w, "events by type", t.event_types.iter().map(|(k, v)| (*k, *v)))?;
+    table(w, "elements by tag", t.elements.iter().map(|(k, v)| (k.as_str(), *v)))?;
     table(w, "repairs", t.repairs.iter().map(|(k, v)| (*k, *v)))?;
-    table(
-        w,
-        "diagnostics",
-        t.diagnostics.iter().map(|(k, v)| (k.as_str(), *v)),
-    )?;
-    table(
-        w,
-        "skipped files",
-        t.skipped.iter().map(|(k, v)| (k.as_str(), *v)),
-    )?;
+    table(w, "diagnostics", t.diagnostics.iter().map(|(k, v)| (k.as_str(), *v)))?;
+    table(w, "skipped files", t.skipped.iter().map(|(k, v)| (k.as_str(), *v)))?;
     if !t.failed.is_empty() {
         writeln!(w, "failed files")?;
         for (file, why) in &t.failed {
@@ -489,16 +416,8 @@ fn print_summary(w: &mut impl Write, t: &Totals, wall: Duration, check: bool) ->
         }
     }
     if check {
-        table(
-            w,
-            "content check (choices)",
-            t.check.iter().map(|(k, v)| (*k, *v)),
-        )?;
-        table(
-            w,
-            "not checkable, why",
-            t.check_skips.iter().map(|(k, v)| (k.as_str(), *v)),
-        )?;
+        table(w, "content check (choices)", t.check.iter().map(|(k, v)| (*k, *v)))?;
+        table(w, "not checkable, why", t.check_skips.iter().map(|(k, v)| (k.as_str(), *v)))?;
         if t.mismatches.is_empty() {
             writeln!(w, "content check passed: no content lost or invented")?;
         } else {
