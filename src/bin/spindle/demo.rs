@@ -44,12 +44,7 @@ pub(crate) struct DemoArgs {
 
 fn profile_for(name: &str) -> &'static str {
     let base = name.rsplit('/').next().unwrap_or(name);
-    for p in ["tam", "action", "attp"] {
-        if base.starts_with(&format!("{p}-")) {
-            return p;
-        }
-    }
-    if base.contains("reasoning") || base.contains("think") { "reasoning" } else { "filament" }
+    spindle::Registry::profile_for_file_name(base).unwrap_or("filament")
 }
 
 fn excerpt(text: &str, max: usize) -> String {

@@ -19,8 +19,10 @@ pub(crate) struct ProxyArgs {
     /// Address to listen on (port 0 picks a free port).
     #[arg(long, default_value = "127.0.0.1:8787", value_name = "ADDR")]
     listen: String,
-    /// The registry profile the streams are parsed with.
-    #[arg(long, conflicts_with = "registry", default_value = "reasoning")]
+    /// The registry profile the streams are parsed with (`chat`: plain
+    /// answers are content, `<think>…</think>` is a thought; `filament`,
+    /// `reasoning`, `tam`, `action`, `attp`).
+    #[arg(long, conflicts_with = "registry", default_value = "chat")]
     profile: String,
     /// A registry file (TOML, or JSON by extension) instead of a profile.
     #[arg(long, value_name = "FILE")]
