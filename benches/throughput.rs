@@ -58,16 +58,24 @@ fn bench_corpus(c: &mut Criterion) {
     g.finish();
 }
 
-/// A long filament stream: the filament transcripts of the corpus, one
-/// after another, repeated to `size` bytes. Many elements, as a long chat
-/// would have, so time per byte measures the machine, not one huge element.
+/// One representative response of about 1 KiB: a thought, content with
+/// inline HTML, a comment and `a < b` prose, a variable update and a status
+/// bar. Every scaling input is this unit repeated, so the 1 KiB and the
+/// 64 MiB inputs have the same mix and time per byte compares like with
+/// like.
+const UNIT: &str = "<thought>\nThe player asked about the forest. Midnight, so danger is higher; \
+mention the wolves, suggest a torch, keep it short.\n</thought>\n<content>\n\u{3000}\u{3000}\u{300c}In this \
+forest you must be <b>careful</b>,\u{300d} she whispers. <span style=\"color: #c00\">Something moves</span> \
+between the trees; if a < b then the wolves are closer than 5 > 3 paces.<br>\n<!-- consider: the torch -->\n\
+\u{3000}\u{3000}You raise the torch and the shadows draw back, for now.\n</content>\n<variable_update>\n\
+<analysis>- danger rises at midnight</analysis>\n[[\"SET\", \"world.time\", \"00:10\"], \
+[\"ADD\", \"player.fear\", 2], [\"PUSH\", \"player.log\", \"saw wolves\"]]\n</variable_update>\n\
+<status_bar><mood>tense</mood><location>Dark Forest</location><hp>42/60</hp></status_bar>\n";
+
+/// `UNIT` repeated to at least `size` bytes, cut after a whole unit.
 fn stream_of(size: usize) -> Vec<u8> {
-    let docs: Vec<u8> = corpus()
-        .into_iter()
-        .filter(|(r, _)| r.name() == "filament")
-        .flat_map(|(_, b)| b.into_iter().chain(*b"\n"))
-        .collect();
-    docs.iter().copied().cycle().take(size).collect()
+    let units = size.div_ceil(UNIT.len()).max(1);
+    UNIT.repeat(units).into_bytes()
 }
 
 fn bench_scaling(c: &mut Criterion) {
@@ -75,7 +83,7 @@ fn bench_scaling(c: &mut Criterion) {
     let mut g = c.benchmark_group("scaling");
     for (label, size) in [("1KiB", 1 << 10), ("64KiB", 64 << 10), ("1MiB", 1 << 20), ("64MiB", 64 << 20)] {
         let input = stream_of(size);
-        g.throughput(Throughput::Bytes(size as u64));
+        g.throughput(Throughput::Bytes(input.len() as u64));
         if size >= 1 << 20 {
             g.sample_size(10);
         }
@@ -108,7 +116,7 @@ fn bench_naive(c: &mut Criterion) {
     g.sample_size(10);
     for size in [4 << 10, 16 << 10, 64 << 10] {
         let input = stream_of(size);
-        g.throughput(Throughput::Bytes(size as u64));
+        g.throughput(Throughput::Bytes(input.len() as u64));
         g.bench_with_input(BenchmarkId::new("regex_reparse_chunk4", size), &input, |b, input| {
             b.iter(|| naive_reparse(black_box(input), 4, &re))
         });
