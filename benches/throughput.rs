@@ -58,7 +58,7 @@ fn bench_corpus(c: &mut Criterion) {
     g.finish();
 }
 
-/// One representative response of about 1 KiB: a thought, content with
+/// One representative response (719 bytes): a thought, content with
 /// inline HTML, a comment and `a < b` prose, a variable update and a status
 /// bar. Every scaling input is this unit repeated, so the 1 KiB and the
 /// 64 MiB inputs have the same mix and time per byte compares like with

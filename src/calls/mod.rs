@@ -442,8 +442,11 @@ fn strip_fences(text: &str) -> String {
 #[derive(Debug)]
 pub struct CallTracker {
     registry: Arc<Registry>,
+    /// Whether the registry has any call tag at all; without one there is
+    /// nothing to track (and no text worth keeping).
+    has_calls: bool,
     /// Text of default-tag elements since the last call element.
-    text: Vec<(u32, String)>,
+    text: std::collections::VecDeque<(u32, String)>,
     /// Call elements seen so far, per tag.
     blocks: BTreeMap<TagId, usize>,
     /// Ids of elements whose close was synthetic (cut off).
@@ -472,8 +475,9 @@ impl CallTracker {
     /// the latest part, and its warnings say `response_text_truncated`.
     pub fn with_text_limit(registry: Arc<Registry>, limit: usize) -> CallTracker {
         CallTracker {
+            has_calls: registry.tags().iter().any(|t| Self::is_call(t.body)),
             registry,
-            text: Vec::new(),
+            text: std::collections::VecDeque::new(),
             blocks: BTreeMap::new(),
             cut_off: Vec::new(),
             counted: Vec::new(),
@@ -495,9 +499,9 @@ impl CallTracker {
             self.text_dropped = true;
         }
         self.text_len += text.len();
-        self.text.push((id, text.to_string()));
-        while self.text_len > self.text_limit && !self.text.is_empty() {
-            let (_, old) = self.text.remove(0);
+        self.text.push_back((id, text.to_string()));
+        while self.text_len > self.text_limit {
+            let Some((_, old)) = self.text.pop_front() else { break };
             self.text_len -= old.len();
             self.text_dropped = true;
         }
@@ -514,6 +518,9 @@ impl CallTracker {
 
     /// Notes one event of the response.
     pub fn observe(&mut self, event: &Event) {
+        if !self.has_calls {
+            return;
+        }
         match event {
             Event::Close(c) if c.synthetic => {
                 // A bare call element (ATTP: the whole output) always ends
@@ -534,7 +541,7 @@ impl CallTracker {
                     Some(d) => d == id,
                     None => body == BodyKind::Stream,
                 };
-                if is_text && !self.text.iter().any(|(i, _)| *i == el.id) {
+                if is_text && self.text.back().is_none_or(|(i, _)| *i != el.id) {
                     self.keep_text(el.id, &el.text);
                 }
             }
