@@ -141,6 +141,9 @@ pub enum RepairKind {
     /// A special token the registry does not know (`<|im_end|>`) between
     /// elements was dropped.
     SpecialTokenDropped,
+    /// A Markdown code fence around a tool-call block was taken out of the
+    /// text around the block (its bytes are the repair's `span`).
+    FenceDropped,
 }
 
 impl RepairKind {
@@ -157,6 +160,7 @@ impl RepairKind {
             RepairKind::FallbackToContent => "fallback_to_content",
             RepairKind::Reclassified => "reclassified",
             RepairKind::SpecialTokenDropped => "special_token_dropped",
+            RepairKind::FenceDropped => "fence_dropped",
         }
     }
 }

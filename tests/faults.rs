@@ -365,3 +365,56 @@ fn memory_is_bounded_by_the_limits() {
         let _ = seen;
     }
 }
+
+// ----- call-block profiles: fences around TAM and ACTION blocks --------------
+
+/// Pieces of a response in the `tam` or `action` profile: prose, code
+/// fences (some around a block, some not), indentation, call blocks.
+fn call_piece(action: bool) -> impl Strategy<Value = String> {
+    let block = if action {
+        Just("<ACTION><ls><path>a < b</path></ls></ACTION>".to_string()).boxed()
+    } else {
+        Just("<|[REQUEST_TOOL]|>\ncommand:»»»ls«««\n<|[END_TOOL]|>".to_string()).boxed()
+    };
+    prop_oneof![
+        Just("Here is the call.\n".to_string()),
+        Just("好的，调用工具：\n".to_string()),
+        Just("```".to_string()),
+        Just("```xml\n".to_string()),
+        Just("  ```  \n".to_string()),
+        Just("`x` ``y``".to_string()),
+        Just("\n".to_string()),
+        Just("  ".to_string()),
+        Just("code()\n".to_string()),
+        block,
+    ]
+}
+
+proptest! {
+    /// Fences around call blocks: the same events at any split, and every
+    /// input byte in an element, a gap or a dropped fence's repair.
+    #[test]
+    fn call_block_fences_split_invariance((action, pieces) in any::<bool>().prop_flat_map(|a| (Just(a), proptest::collection::vec(call_piece(a), 0..14))), cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..12)) {
+        let input = pieces.concat();
+        let registry = Arc::new(Registry::profile(if action { "action" } else { "tam" }).unwrap());
+        let whole = coalesce(run(&registry, &[input.as_bytes()], false).0);
+        let bytes: Vec<&[u8]> = input.as_bytes().chunks(1).collect();
+        prop_assert_eq!(&coalesce(run(&registry, &bytes, false).0), &whole, "byte by byte: {:?}", input);
+        let split = chunks_at(input.as_bytes(), &cuts);
+        prop_assert_eq!(&coalesce(run(&registry, &split, false).0), &whole, "split: {:?}", input);
+        let mut covered = vec![false; input.len()];
+        for e in &whole {
+            let span = match e {
+                Event::Element(el) => Some(el.span),
+                Event::Gap(g) => Some(g.span),
+                Event::Comment(c) if c.element.is_none() => Some(c.span),
+                Event::Repair(r) => r.span,
+                _ => None,
+            };
+            if let Some(s) = span {
+                covered[s.start..s.end].iter_mut().for_each(|c| *c = true);
+            }
+        }
+        prop_assert!(covered.iter().all(|c| *c), "bytes of {:?} in no event", input);
+    }
+}

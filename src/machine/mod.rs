@@ -40,6 +40,7 @@
 //! element and its new tag, so a UI that showed its deltas as thought can
 //! move them.
 
+mod fence;
 mod rewrite;
 
 use crate::event::{
@@ -47,6 +48,7 @@ use crate::event::{
 };
 use crate::registry::{BodyKind, MarkerRole, Registry, TagId};
 use crate::scan::{ScanNotice, Span, TagKind, TagToken, Token, TokenSink, UnfinishedKind};
+use fence::{Closing, FENCE_HOLD_LIMIT, FenceWatch, closing_fence, inside_code_block, opening_suffix};
 use rewrite::Rewrite;
 use std::sync::Arc;
 
@@ -178,6 +180,8 @@ pub struct Machine {
     first_seen: Vec<Option<u32>>,
     invalid_utf8_seen: bool,
     rewrite: Option<Rewrite>,
+    /// Code fences around call blocks (see [`fence`]).
+    fence: FenceWatch,
 }
 
 impl Machine {
@@ -185,6 +189,11 @@ impl Machine {
     pub fn new(registry: Arc<Registry>, limits: MachineLimits) -> Machine {
         let names = registry.tags().iter().map(|t| TagName::from(t.name.as_str())).collect();
         let n = registry.tags().len();
+        let fence = if registry.tags().iter().any(|t| is_call_block(t.body)) {
+            FenceWatch::Idle { line_start: true }
+        } else {
+            FenceWatch::Off
+        };
         Machine {
             registry,
             names,
@@ -198,6 +207,7 @@ impl Machine {
             first_seen: vec![None; n],
             invalid_utf8_seen: false,
             rewrite: None,
+            fence,
         }
     }
 
@@ -229,7 +239,7 @@ impl Machine {
             LeadCheck::Queued { queued_bytes, .. } => *queued_bytes,
             _ => 0,
         };
-        el + queue + self.text_buf.capacity()
+        el + queue + self.text_buf.capacity() + self.fence.held_len()
     }
 
     fn name(&self, tag: TagId) -> TagName {
@@ -927,6 +937,7 @@ impl Machine {
 
     /// Ends the input at offset `end`.
     pub fn finish(&mut self, end: usize) {
+        self.settle_fence(None);
         // A pending void element ends first: the text it held may open an
         // element that the end of input must then close.
         if matches!(self.state, State::VoidOpen(..))
@@ -1094,13 +1105,168 @@ impl Machine {
             }
         }
     }
+
+    // ----- fences around call blocks ------------------------------------
+
+    /// Text, seen first by the fence watch: a suffix that may be the
+    /// opening fence of a call block is held; the rest goes on.
+    fn fenced_text(&mut self, span: Span, bytes: &[u8]) {
+        match std::mem::replace(&mut self.fence, FenceWatch::Off) {
+            FenceWatch::Off => self.on_text(span, bytes),
+            FenceWatch::InBlock { tag } => {
+                self.fence = FenceWatch::InBlock { tag };
+                self.on_text(span, bytes);
+            }
+            FenceWatch::Idle { line_start } => self.watch_text(span.start, bytes, line_start),
+            FenceWatch::Opening { start, mut held } => {
+                held.extend_from_slice(bytes);
+                self.watch_text(start, &held, true);
+            }
+            FenceWatch::Closing { start, mut held, tag } => {
+                held.extend_from_slice(bytes);
+                match closing_fence(&held, false) {
+                    Closing::Fence(n) => {
+                        self.drop_fence(start, &held[..n], tag);
+                        self.watch_text(start + n, &held[n..], true);
+                    }
+                    Closing::Partial if held.len() <= FENCE_HOLD_LIMIT => {
+                        self.fence = FenceWatch::Closing { start, held, tag };
+                    }
+                    Closing::Partial | Closing::No => self.watch_text(start, &held, true),
+                }
+            }
+        }
+    }
+
+    /// Passes `text` (at input offset `start`) on, holding back a suffix
+    /// that may be an opening fence when the state is one a call block can
+    /// follow.
+    fn watch_text(&mut self, start: usize, text: &[u8], line_start: bool) {
+        let eligible = match &self.state {
+            State::Start | State::Between => true,
+            State::Open(el) => self.registry.tag(el.tag).body == BodyKind::Stream,
+            State::CloseHeld(..) | State::VoidOpen(..) => false,
+        };
+        let cut = opening_suffix(text, line_start).filter(|&i| eligible && text.len() - i <= FENCE_HOLD_LIMIT);
+        let pass = cut.unwrap_or(text.len());
+        if pass > 0 {
+            self.on_text(Span::new(start, start + pass), &text[..pass]);
+        }
+        self.fence = match cut {
+            Some(i) => FenceWatch::Opening { start: start + i, held: text[i..].to_vec() },
+            None => FenceWatch::Idle { line_start: text.last().map_or(line_start, |&b| b == b'\n') },
+        };
+    }
+
+    /// Decides held fence text before a token that is not text (`call`:
+    /// the call block that token opens, if any) or before the end of input
+    /// (`None`).
+    fn settle_fence(&mut self, call: Option<TagId>) {
+        match std::mem::replace(&mut self.fence, FenceWatch::Off) {
+            FenceWatch::Opening { start, held } => match call {
+                Some(tag) if !self.inside_code_block() => {
+                    // The fence belongs to the block: the element before
+                    // ends where the fence starts.
+                    match std::mem::replace(&mut self.state, State::Between) {
+                        State::Open(el) => self.close_synthetic(el, start, RepairKind::AutoClosed, Some(tag)),
+                        other => self.state = other,
+                    }
+                    self.drop_fence(start, &held, tag);
+                    self.fence = FenceWatch::InBlock { tag };
+                }
+                _ => {
+                    self.on_text(Span::new(start, start + held.len()), &held);
+                    self.fence = FenceWatch::Idle { line_start: true };
+                }
+            },
+            FenceWatch::Closing { start, held, tag } => {
+                let rest = match closing_fence(&held, true) {
+                    Closing::Fence(n) => {
+                        self.drop_fence(start, &held[..n], tag);
+                        n
+                    }
+                    Closing::Partial | Closing::No => 0,
+                };
+                if rest < held.len() {
+                    self.on_text(Span::new(start + rest, start + held.len()), &held[rest..]);
+                }
+                self.fence = FenceWatch::Idle { line_start: true };
+            }
+            FenceWatch::Idle { .. } => self.fence = FenceWatch::Idle { line_start: true },
+            other @ (FenceWatch::Off | FenceWatch::InBlock { .. }) => self.fence = other,
+        }
+    }
+
+    /// After a token: a call block opened after a dropped fence has ended,
+    /// so its closing fence may follow.
+    fn watch_block_end(&mut self, end: usize) {
+        let FenceWatch::InBlock { tag } = self.fence else {
+            return;
+        };
+        match &self.state {
+            State::Open(el) if is_call_block(self.registry.tag(el.tag).body) => {}
+            State::Start | State::Between => self.fence = FenceWatch::Closing { start: end, held: Vec::new(), tag },
+            _ => self.fence = FenceWatch::Idle { line_start: true },
+        }
+    }
+
+    /// Whether the open element's text leaves a Markdown code block open,
+    /// so that a fence closes it rather than opening a call block's.
+    fn inside_code_block(&self) -> bool {
+        match &self.state {
+            State::Open(el) => inside_code_block(&el.text),
+            _ => false,
+        }
+    }
+
+    /// Takes a fence out of the text around a call block. The rewrite
+    /// keeps it: it is the model's formatting, not a structural fault, and a
+    /// well-formed fenced response should rewrite to itself.
+    fn drop_fence(&mut self, start: usize, fence: &[u8], tag: TagId) {
+        let span = Span::new(start, start + fence.len());
+        let text = lossy(fence).unwrap_or_else(|s| s);
+        self.repair(RepairKind::FenceDropped, Some(tag), start, None, Some(span), Some(text));
+        self.rewrite_raw(fence);
+    }
+
+    /// The call block (TAM, ACTION) that `token` opens, if any.
+    fn call_opened_by(&self, token: &Token<'_>) -> Option<TagId> {
+        let id = match token {
+            Token::Tag(t) if t.kind == TagKind::Open => self.registry.lookup(t.name)?,
+            Token::Special { name, .. } => match self.registry.lookup_marker(name)? {
+                (id, MarkerRole::Open) => id,
+                (_, MarkerRole::Close) => return None,
+            },
+            _ => return None,
+        };
+        is_call_block(self.registry.tag(id).body).then_some(id)
+    }
+}
+
+/// Body kinds of tool-call blocks, which models wrap in code fences.
+fn is_call_block(body: BodyKind) -> bool {
+    matches!(body, BodyKind::Tam | BodyKind::Action)
 }
 
 impl TokenSink for Machine {
     fn token(&mut self, token: Token<'_>) {
         self.settle_void(&token);
+        let end = match &token {
+            // Text is settled by the fence watch itself; a notice is not
+            // input (its bytes arrive as text).
+            Token::Text { .. } | Token::Notice(_) => None,
+            Token::Tag(t) => Some(t.span.end),
+            Token::Comment { span, .. }
+            | Token::CData { span, .. }
+            | Token::Special { span, .. }
+            | Token::Unfinished { span, .. } => Some(span.end),
+        };
+        if end.is_some() {
+            let call = self.call_opened_by(&token);
+            self.settle_fence(call);
+        }
         match token {
-            Token::Text { span, bytes } => self.on_text(span, bytes),
+            Token::Text { span, bytes } => self.fenced_text(span, bytes),
             Token::Tag(tag) => self.on_tag(tag),
             Token::Comment { span, raw, body } => self.on_comment(span, raw, body),
             Token::CData { span, raw, .. } => self.on_markup_text(span, raw),
@@ -1119,6 +1285,9 @@ impl TokenSink for Machine {
                 };
                 self.emit(Event::Diagnostic(d));
             }
+        }
+        if let Some(end) = end {
+            self.watch_block_end(end);
         }
     }
 }

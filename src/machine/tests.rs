@@ -507,3 +507,87 @@ fn rewrite_inserts_and_drops() {
         }
     }
 }
+
+// ----- code fences around call blocks ---------------------------------------
+
+fn tam() -> Registry {
+    Registry::profile("tam").unwrap()
+}
+
+fn action() -> Registry {
+    Registry::profile("action").unwrap()
+}
+
+/// Every input byte is in an element, a gap or a repair's dropped span.
+fn assert_accounted(input: &str, events: &[Event]) {
+    let mut covered = vec![false; input.len()];
+    for e in events {
+        let span = match e {
+            Event::Element(el) => Some(el.span),
+            Event::Gap(g) => Some(g.span),
+            Event::Repair(r) => r.span,
+            _ => None,
+        };
+        if let Some(s) = span {
+            covered[s.start..s.end].iter_mut().for_each(|c| *c = true);
+        }
+    }
+    assert!(covered.iter().all(|c| *c), "bytes of {input:?} in no event: {covered:?}");
+}
+
+#[test]
+fn fences_around_a_tam_block_leave_the_content() {
+    let input = "Writing it now.\n```\n<|[REQUEST_TOOL]|>\ncommand:»»»ls«««\n<|[END_TOOL]|>\n```\nDone.";
+    let block = "\ncommand:»»»ls«««\n";
+    let events = check(
+        &tam(),
+        input,
+        &[("content", "Writing it now.\n"), ("tam", block), ("content", "Done.")],
+        &[FenceDropped, FenceDropped],
+    );
+    assert_accounted(input, &events);
+    // The rewrite keeps the model's formatting.
+    let mut p = Parser::with_options(Arc::new(tam()), ParserOptions { rewrite: true, ..ParserOptions::default() });
+    p.feed(input.as_bytes());
+    let (_, rewritten) = p.finish_with_rewrite();
+    assert_eq!(String::from_utf8(rewritten).unwrap(), input);
+}
+
+#[test]
+fn fences_with_info_strings_indentation_and_blank_lines() {
+    let input = "Call:\n  ```xml\n\n<ACTION><ls><path>.</path></ls></ACTION>\n  ```  \n\nAfter.";
+    let events = check(
+        &action(),
+        input,
+        &[("content", "Call:\n"), ("action", "<ls><path>.</path></ls>"), ("content", "After.")],
+        &[FenceDropped, FenceDropped],
+    );
+    assert_accounted(input, &events);
+    // A block at the very start, fenced, with the output ending on the fence.
+    check(&action(), "```xml\n<ACTION><ls/></ACTION>\n```", &[("action", "<ls/>")], &[FenceDropped, FenceDropped]);
+}
+
+#[test]
+fn fences_that_are_not_around_a_block_stay_text() {
+    // A code block of the response's own, closed before the block: its
+    // closing fence is not the block's opening one.
+    let input = "Code:\n```py\nx = 1\n```\n<|[REQUEST_TOOL]|>\ncommand:»»»ls«««\n<|[END_TOOL]|>\n```py\ny\n```";
+    check(
+        &tam(),
+        input,
+        &[("content", "Code:\n```py\nx = 1\n```\n"), ("tam", "\ncommand:»»»ls«««\n"), ("content", "```py\ny\n```")],
+        &[],
+    );
+    // A fence followed by more text, and a fence at the end of output.
+    check(&tam(), "See:\n```\ncode\n```\n", &[("content", "See:\n```\ncode\n```\n")], &[]);
+    // Inline backticks at a line start.
+    check(&tam(), "a\n`x` and ``y``", &[("content", "a\n`x` and ``y``")], &[]);
+    // Profiles without call blocks never look.
+    check(&f(), "<content>```\n</content>", &[("content", "```\n")], &[]);
+}
+
+#[test]
+fn a_closing_fence_is_dropped_only_after_a_dropped_opening_one() {
+    let input = "Go.\n<|[REQUEST_TOOL]|>\ncommand:»»»ls«««\n<|[END_TOOL]|>\n```\ncode";
+    check(&tam(), input, &[("content", "Go.\n"), ("tam", "\ncommand:»»»ls«««\n"), ("content", "```\ncode")], &[]);
+}
