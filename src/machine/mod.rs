@@ -21,6 +21,7 @@
 //! | implicit lead that was not the lead        | `LeadCheck`, `finish`                   | `reclassified` |
 //! | mandatory tag missing, order broken        | `finish`                                | `diagnostic` |
 //! | `<media ...>` (void) without `/>`          | `State::VoidOpen`: ends at its open tag unless `</media>` follows | none |
+//! | ```` ``` ```` fence around a TAM/ACTION block | `fenced_text`, `settle_fence` (`fence::FenceWatch`) | `fence_dropped` |
 //!
 //! # Reclassification
 //!
