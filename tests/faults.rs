@@ -52,6 +52,25 @@ fn chunks_at<'a>(input: &'a [u8], cuts: &[prop::sample::Index]) -> Vec<&'a [u8]>
     out
 }
 
+/// Input offsets covered by no element, gap, comment between elements or
+/// repair that dropped them (DESIGN §2.4: there must be none).
+fn unaccounted(len: usize, events: &[Event]) -> Vec<usize> {
+    let mut covered = vec![false; len];
+    for e in events {
+        let span = match e {
+            Event::Element(el) => Some(el.span),
+            Event::Gap(g) => Some(g.span),
+            Event::Comment(c) if c.element.is_none() => Some(c.span),
+            Event::Repair(r) => r.span,
+            _ => None,
+        };
+        if let Some(s) = span {
+            covered[s.start..s.end].iter_mut().for_each(|c| *c = true);
+        }
+    }
+    covered.iter().enumerate().filter(|(_, c)| !**c).map(|(i, _)| i).collect()
+}
+
 // ----- documents ---------------------------------------------------------
 
 /// Text that a model writes inside elements: prose in two languages,
@@ -316,18 +335,7 @@ proptest! {
         let whole = coalesce(run(&registry, &[&input], true).0);
         let split = coalesce(run(&registry, &chunks_at(&input, &cuts), true).0);
         prop_assert_eq!(&split, &whole);
-        let mut covered = vec![false; input.len()];
-        let mut mark = |s: spindle::scan::Span| for c in &mut covered[s.start..s.end] { *c = true; };
-        for e in &whole {
-            match e {
-                Event::Element(el) => mark(el.span),
-                Event::Gap(g) => mark(g.span),
-                Event::Comment(c) if c.element.is_none() => mark(c.span),
-                Event::Repair(r) => if let Some(s) = r.span { mark(s) },
-                _ => {}
-            }
-        }
-        let lost: Vec<usize> = covered.iter().enumerate().filter(|(_, c)| !**c).map(|(i, _)| i).collect();
+        let lost = unaccounted(input.len(), &whole);
         prop_assert!(lost.is_empty(), "bytes {:?} of {:?} are in no event", lost, String::from_utf8_lossy(&input));
     }
 }
@@ -402,19 +410,7 @@ proptest! {
         prop_assert_eq!(&coalesce(run(&registry, &bytes, false).0), &whole, "byte by byte: {:?}", input);
         let split = chunks_at(input.as_bytes(), &cuts);
         prop_assert_eq!(&coalesce(run(&registry, &split, false).0), &whole, "split: {:?}", input);
-        let mut covered = vec![false; input.len()];
-        for e in &whole {
-            let span = match e {
-                Event::Element(el) => Some(el.span),
-                Event::Gap(g) => Some(g.span),
-                Event::Comment(c) if c.element.is_none() => Some(c.span),
-                Event::Repair(r) => r.span,
-                _ => None,
-            };
-            if let Some(s) = span {
-                covered[s.start..s.end].iter_mut().for_each(|c| *c = true);
-            }
-        }
-        prop_assert!(covered.iter().all(|c| *c), "bytes of {:?} in no event", input);
+        let lost = unaccounted(input.len(), &whole);
+        prop_assert!(lost.is_empty(), "bytes {:?} of {:?} are in no event", lost, input);
     }
 }

@@ -518,23 +518,6 @@ fn action() -> Registry {
     Registry::profile("action").unwrap()
 }
 
-/// Every input byte is in an element, a gap or a repair's dropped span.
-fn assert_accounted(input: &str, events: &[Event]) {
-    let mut covered = vec![false; input.len()];
-    for e in events {
-        let span = match e {
-            Event::Element(el) => Some(el.span),
-            Event::Gap(g) => Some(g.span),
-            Event::Repair(r) => r.span,
-            _ => None,
-        };
-        if let Some(s) = span {
-            covered[s.start..s.end].iter_mut().for_each(|c| *c = true);
-        }
-    }
-    assert!(covered.iter().all(|c| *c), "bytes of {input:?} in no event: {covered:?}");
-}
-
 #[test]
 fn fences_around_a_tam_block_leave_the_content() {
     let input = "Writing it now.\n```\n<|[REQUEST_TOOL]|>\ncommand:»»»ls«««\n<|[END_TOOL]|>\n```\nDone.";
@@ -545,7 +528,14 @@ fn fences_around_a_tam_block_leave_the_content() {
         &[("content", "Writing it now.\n"), ("tam", block), ("content", "Done.")],
         &[FenceDropped, FenceDropped],
     );
-    assert_accounted(input, &events);
+    // The fences are the repairs' spans (every byte accounted for at random
+    // splits is checked by the `call_block_fences` proptest).
+    let dropped: Vec<&str> = events
+        .iter()
+        .filter_map(|e| if let Event::Repair(r) = e { r.span } else { None })
+        .map(|s| &input[s.start..s.end])
+        .collect();
+    assert_eq!(dropped, ["```\n", "\n```\n"]);
     // The rewrite keeps the model's formatting.
     let mut p = Parser::with_options(Arc::new(tam()), ParserOptions { rewrite: true, ..ParserOptions::default() });
     p.feed(input.as_bytes());
@@ -556,13 +546,12 @@ fn fences_around_a_tam_block_leave_the_content() {
 #[test]
 fn fences_with_info_strings_indentation_and_blank_lines() {
     let input = "Call:\n  ```xml\n\n<ACTION><ls><path>.</path></ls></ACTION>\n  ```  \n\nAfter.";
-    let events = check(
+    check(
         &action(),
         input,
         &[("content", "Call:\n"), ("action", "<ls><path>.</path></ls>"), ("content", "After.")],
         &[FenceDropped, FenceDropped],
     );
-    assert_accounted(input, &events);
     // A block at the very start, fenced, with the output ending on the fence.
     check(&action(), "```xml\n<ACTION><ls/></ACTION>\n```", &[("action", "<ls/>")], &[FenceDropped, FenceDropped]);
 }

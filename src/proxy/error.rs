@@ -220,21 +220,9 @@ impl ProxyError {
     }
 }
 
-/// An error and its causes, `: `-separated (reqwest's own message hides
-/// the cause, e.g. "connection refused").
-pub(crate) fn chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let message = cause.to_string();
-        if !text.contains(&message) {
-            text.push_str(": ");
-            text.push_str(&message);
-        }
-        source = cause.source();
-    }
-    text
-}
+/// An error and its causes, `: `-separated: one rendering for the client
+/// and the proxy.
+pub(crate) use crate::sources::error_chain as chain;
 
 impl std::fmt::Display for ProxyError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

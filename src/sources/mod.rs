@@ -56,6 +56,7 @@
 
 mod chunk;
 mod client;
+pub(crate) use client::chain as error_chain;
 mod dialects;
 mod events;
 mod model;
