@@ -1263,7 +1263,12 @@ impl TokenSink for Machine {
             | Token::Unfinished { span, .. } => Some(span.end),
         };
         if end.is_some() {
-            let call = self.call_opened_by(&token);
+            // Only a held opening fence asks which block the token opens:
+            // no registry lookup per marker otherwise.
+            let call = match self.fence {
+                FenceWatch::Opening { .. } => self.call_opened_by(&token),
+                _ => None,
+            };
             self.settle_fence(call);
         }
         match token {
