@@ -98,7 +98,11 @@ impl TokenSink for Collect {
                 UnfinishedKind::Comment if raw.starts_with(b"<![CDATA[") => {
                     self.pieces.push(Piece::CData { text: String::from_utf8_lossy(&raw[9..]).into_owned() });
                 }
-                UnfinishedKind::OpenTag | UnfinishedKind::CloseTag | UnfinishedKind::Comment => {
+                UnfinishedKind::OpenTagName
+                | UnfinishedKind::OpenTag
+                | UnfinishedKind::CloseTagName
+                | UnfinishedKind::CloseTag
+                | UnfinishedKind::Comment => {
                     self.cut = Some(String::from_utf8_lossy(raw).into_owned());
                 }
                 UnfinishedKind::Lt | UnfinishedKind::Special => self.text(raw),

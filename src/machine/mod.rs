@@ -19,6 +19,7 @@
 //! | bare text between elements                 | `on_text`, `State::Between`             | `header_inserted` |
 //! | end of input with A open                   | `finish`                                | `closed_at_eof` |
 //! | implicit lead that was not the lead        | `LeadCheck`, `finish`                   | `reclassified` |
+//! | lead prefilled by the chat template        | `open_for_bare_text` (never reclassified) | `header_inserted` |
 //! | mandatory tag missing, order broken        | `finish`                                | `diagnostic` |
 //! | `<media ...>` (void) without `/>`          | `State::VoidOpen`: ends at its open tag unless `</media>` follows | none |
 //! | ```` ``` ```` fence around a TAM/ACTION block | `fenced_text`, `settle_fence` (`fence::FenceWatch`) | `fence_dropped` |
@@ -47,7 +48,7 @@ mod rewrite;
 use crate::event::{
     AttrMap, Close, Comment, Delta, Diagnostic, Element, Event, Gap, Level, Open, Repair, RepairKind, TagName,
 };
-use crate::registry::{BodyKind, MarkerRole, Registry, TagId};
+use crate::registry::{BodyKind, LeadOpen, MarkerRole, Registry, TagId};
 use crate::scan::{ScanNotice, Span, TagKind, TagToken, Token, TokenSink, UnfinishedKind};
 use fence::{Closing, FENCE_HOLD_LIMIT, FenceWatch, closing_fence, inside_code_block, opening_suffix};
 use rewrite::Rewrite;
@@ -426,6 +427,9 @@ impl Machine {
         let reg = self.registry.clone();
         let default = reg.default_tag();
         let (tag, opened) = match (at_start, reg.lead()) {
+            // The chat template wrote the lead's open tag: this is the lead,
+            // whatever follows (no reclassification).
+            (true, Some(lead)) if reg.lead_open() == LeadOpen::Template => (lead, Opened::Synthetic),
             (true, Some(lead)) if Some(lead) != default => (lead, Opened::ImplicitLead),
             (true, _) => (default?, Opened::ImplicitDefault),
             (false, _) => (default?, Opened::Synthetic),
@@ -893,22 +897,34 @@ impl Machine {
     }
 
     /// A marker cut off by the end of input: dropped (with a repair) when it
-    /// was on its way to a registry tag, otherwise text.
+    /// was on its way to a registry tag, otherwise text of whatever is open.
+    ///
+    /// While the name is still being read (`<thi`), a prefix of a registry
+    /// name is enough; once the name is complete (`<thin is a word`,
+    /// `</thin `), only a registry name or alias makes it a marker.
     fn on_unfinished(&mut self, span: Span, raw: &[u8], kind: UnfinishedKind, name: &[u8]) {
         let reg = self.registry.clone();
         let opaque_tag = match &self.state {
             State::Open(el) if reg.tag(el.tag).body.is_opaque() => Some(el.tag),
             _ => None,
         };
+        // A close inside an opaque body can only be the element's own.
+        let own_name = |t: TagId, exact: bool| {
+            let spec = reg.tag(t);
+            std::iter::once(&spec.name).chain(&spec.aliases).any(|n| {
+                if exact { n.as_bytes().eq_ignore_ascii_case(name) } else { prefix_of(name, n.as_bytes()) }
+            })
+        };
         let cut_marker = match kind {
-            UnfinishedKind::OpenTag => opaque_tag.is_none() && !name.is_empty() && reg.is_name_prefix(name),
-            UnfinishedKind::CloseTag => match opaque_tag {
-                Some(t) => {
-                    name.is_empty()
-                        || prefix_of(name, reg.tag(t).name.as_bytes())
-                        || reg.tag(t).aliases.iter().any(|a| prefix_of(name, a.as_bytes()))
-                }
+            UnfinishedKind::OpenTagName => opaque_tag.is_none() && !name.is_empty() && reg.is_name_prefix(name),
+            UnfinishedKind::OpenTag => opaque_tag.is_none() && reg.lookup(name).is_some(),
+            UnfinishedKind::CloseTagName => match opaque_tag {
+                Some(t) => name.is_empty() || own_name(t, false),
                 None => name.is_empty() || reg.is_name_prefix(name),
+            },
+            UnfinishedKind::CloseTag => match opaque_tag {
+                Some(t) => own_name(t, true),
+                None => reg.lookup(name).is_some(),
             },
             UnfinishedKind::Special => {
                 let inner = raw.get(2..).unwrap_or_default();

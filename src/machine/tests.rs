@@ -110,6 +110,26 @@ fn reasoning_bare_content_is_not_a_repair() {
     );
 }
 
+#[test]
+fn prefilled_lead_stays_the_lead() {
+    let p = Registry::profile("reasoning-prefilled").unwrap();
+    // Never closed (cut at max_tokens, or still thinking): a thought, not
+    // reclassified as content.
+    check(&p, "Let me think about this", &[("thought", "Let me think about this")], &[HeaderInserted, ClosedAtEof]);
+    check(
+        &p,
+        "\nOkay, so</think>\n\nThe answer is 4.",
+        &[("thought", "Okay, so"), ("content", "The answer is 4.")],
+        &[HeaderInserted],
+    );
+    // The model wrote <think> anyway.
+    check(&p, "<think>a</think>b", &[("thought", "a"), ("content", "b")], &[]);
+    // Empty reasoning: the close alone.
+    check(&p, "</think>Just the answer.", &[("content", "Just the answer.")], &[StrayCloseDropped]);
+    // Without the setting, an unconfirmed lead is content.
+    check(&r(), "Let me think about this", &[("content", "Let me think about this")], &[HeaderInserted, Reclassified]);
+}
+
 // ----- auto-close ------------------------------------------------------
 
 #[test]
@@ -363,6 +383,24 @@ fn truncated_marker_dropped_at_eof() {
     check(&f(), "<content>x</content><variable_upd", &[("content", "x")], &[TruncatedMarker]);
     // A lone `<` at the end is prose, not a cut marker.
     check(&f(), "<content>x <", &[("content", "x <")], &[ClosedAtEof]);
+}
+
+#[test]
+fn cut_off_candidate_with_a_complete_name_is_text() {
+    // A prefix of a registry name followed by a space and prose: the name is
+    // complete and is no registry tag, so the bytes are the element's text.
+    check(&f(), "<content>a word: <thin is a word", &[("content", "a word: <thin is a word")], &[ClosedAtEof]);
+    check(&f(), "<content>if a <con b then c", &[("content", "if a <con b then c")], &[ClosedAtEof]);
+    check(&f(), "<content>x</content>\n<var is", &[("content", "x\n<var is")], &[MergedAdjacent, ClosedAtEof]);
+    check(&f(), "<content>see </thin ", &[("content", "see </thin ")], &[ClosedAtEof]);
+    check(&f(), "<content>see <thin/", &[("content", "see <thin/")], &[ClosedAtEof]);
+    let r = Registry::profile("reasoning").unwrap();
+    check(&r, "<think>hm</think>The answer is a <thin line", &[("thought", "hm"), ("content", "The answer is a <thin line")], &[]);
+    // A registry name that is complete, or a name still being read, is a
+    // marker cut off by the end.
+    check(&f(), "<content>x</content><content class=\"a", &[("content", "x")], &[TruncatedMarker]);
+    check(&f(), "<content>x <thin", &[("content", "x ")], &[TruncatedMarker, ClosedAtEof]);
+    check(&f(), "<content>x </content ", &[("content", "x ")], &[TruncatedMarker, ClosedAtEof]);
 }
 
 // ----- reclassification --------------------------------------------------

@@ -123,6 +123,27 @@ pub struct TagSpec {
     pub fallback_to_content: bool,
 }
 
+/// Who writes the open tag of the registry's lead (`<think>`).
+///
+/// Many chat templates (Qwen3 with thinking on, DeepSeek-R1-0528 and later,
+/// QwQ, GLM-4.5, OLMo-3, Nemotron) end the prompt with `<think>`, so the
+/// model's output begins inside the thought and may never close it (cut at
+/// `max_tokens`, or still thinking). With [`LeadOpen::Template`] such output
+/// is reported as the lead tag (with `closed_at_eof`), as vLLM, SGLang,
+/// llama.cpp and Ollama report it; with [`LeadOpen::Model`] bare text at the
+/// start is only *assumed* to be the lead and is reclassified as content
+/// when nothing confirms it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum LeadOpen {
+    /// The model writes the lead's open tag itself; bare text at the start
+    /// is a provisional lead (the default).
+    #[default]
+    Model,
+    /// The chat template already wrote it: bare text at the start is the
+    /// lead, whatever follows (registry files: `lead_prefilled = true`).
+    Template,
+}
+
 /// Which end of a tag a special marker is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MarkerRole {
@@ -142,6 +163,7 @@ pub struct Registry {
     names: Vec<(Vec<u8>, TagId)>,
     lead: Option<TagId>,
     default: Option<TagId>,
+    lead_open: LeadOpen,
 }
 
 /// Why a registry could not be built or loaded.
@@ -202,6 +224,13 @@ pub struct RegistryFile {
     /// The tag opened by bare text between elements.
     #[serde(default)]
     pub default: Option<String>,
+    /// The chat template already wrote the lead's open tag (`<think>`
+    /// prefilled by Qwen3, DeepSeek-R1-0528, QwQ, GLM-4.5 templates): output
+    /// that starts with bare text is inside the lead, and stays the lead
+    /// even when it never closes (see [`LeadOpen::Template`]). Default
+    /// `false`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lead_prefilled: Option<bool>,
     /// The tags.
     #[serde(default, rename = "tag", alias = "tags")]
     pub tags: Vec<TagFile>,
@@ -304,6 +333,9 @@ impl Registry {
         if file.default.is_some() {
             merged.default = file.default;
         }
+        if file.lead_prefilled.is_some() {
+            merged.lead_prefilled = file.lead_prefilled;
+        }
         Registry::build(merged)
     }
 
@@ -352,7 +384,11 @@ impl Registry {
                 fallback_to_content: tag.fallback_to_content,
             });
         }
-        Ok(Registry { name: file.name.unwrap_or_else(|| "custom".to_string()), tags, names, lead, default })
+        let lead_open = match file.lead_prefilled {
+            Some(true) => LeadOpen::Template,
+            _ => LeadOpen::Model,
+        };
+        Ok(Registry { name: file.name.unwrap_or_else(|| "custom".to_string()), tags, names, lead, default, lead_open })
     }
 
     /// Parses a registry from TOML text.
@@ -454,6 +490,12 @@ impl Registry {
     /// The tag opened by bare text between elements.
     pub fn default_tag(&self) -> Option<TagId> {
         self.default
+    }
+
+    /// Who opens the lead tag: the model, or the chat template before the
+    /// output starts (`lead_prefilled = true`).
+    pub fn lead_open(&self) -> LeadOpen {
+        self.lead_open
     }
 
     /// The tag a name (or alias) means, matched case-insensitively.

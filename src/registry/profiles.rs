@@ -4,13 +4,14 @@
 use super::{BodyKind, Markers, RegistryFile, TagFile};
 
 /// The profile names [`super::Registry::profile`] knows.
-pub(super) const NAMES: &[&str] = &["filament", "reasoning", "chat", "tam", "action", "attp"];
+pub(super) const NAMES: &[&str] = &["filament", "reasoning", "reasoning-prefilled", "chat", "tam", "action", "attp"];
 
 /// The file form of a built-in profile.
 pub(super) fn file_spec(name: &str) -> Option<RegistryFile> {
     match name.to_ascii_lowercase().as_str() {
         "filament" => Some(filament()),
         "reasoning" => Some(reasoning()),
+        "reasoning-prefilled" => Some(reasoning_prefilled()),
         "chat" => Some(chat()),
         "tam" => Some(tam()),
         "action" => Some(action()),
@@ -46,6 +47,7 @@ pub(super) fn filament() -> RegistryFile {
         extends: None,
         lead: Some("thought".into()),
         default: Some("content".into()),
+        lead_prefilled: None,
         tags: vec![
             thought,
             content,
@@ -78,6 +80,7 @@ pub(super) fn chat() -> RegistryFile {
         extends: None,
         lead: None,
         default: Some("content".into()),
+        lead_prefilled: None,
         tags: vec![thought, content],
     }
 }
@@ -97,8 +100,17 @@ pub(super) fn reasoning() -> RegistryFile {
         extends: None,
         lead: Some("thought".into()),
         default: Some("content".into()),
+        lead_prefilled: None,
         tags: vec![thought, content],
     }
+}
+
+/// The `reasoning` profile for chat templates that already wrote `<think>`
+/// (Qwen3 thinking, DeepSeek-R1-0528+, QwQ, GLM-4.5, OLMo-3, Nemotron): the
+/// output starts inside the thought, and a thought that never closes stays
+/// a thought.
+pub(super) fn reasoning_prefilled() -> RegistryFile {
+    RegistryFile { name: Some("reasoning-prefilled".into()), lead_prefilled: Some(true), ..reasoning() }
 }
 
 /// Free text around tool-call blocks: written without tags, opened by bare
@@ -128,6 +140,7 @@ pub(super) fn tam() -> RegistryFile {
         extends: None,
         lead: None,
         default: Some("content".into()),
+        lead_prefilled: None,
         tags: vec![bare_content(), tam_tag()],
     }
 }
@@ -141,6 +154,7 @@ pub(super) fn action() -> RegistryFile {
         extends: None,
         lead: None,
         default: Some("content".into()),
+        lead_prefilled: None,
         tags: vec![bare_content(), action],
     }
 }
@@ -154,6 +168,7 @@ pub(super) fn attp() -> RegistryFile {
         extends: None,
         lead: Some("attp".into()),
         default: Some("attp".into()),
+        lead_prefilled: None,
         tags: vec![attp],
     }
 }

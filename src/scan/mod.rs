@@ -169,9 +169,15 @@ pub enum Token<'a> {
 pub enum UnfinishedKind {
     /// A lone `<` (or `<` and whitespace).
     Lt,
-    /// An open or self-closing tag.
+    /// An open tag whose name was still being read (`<na`): the name may
+    /// be partial.
+    OpenTagName,
+    /// An open or self-closing tag whose name is complete (a space or `/`
+    /// followed it: `<name attr`).
     OpenTag,
-    /// A close tag.
+    /// A close tag whose name was still being read (`</na`, `</`).
+    CloseTagName,
+    /// A close tag whose name is complete (`</name `).
     CloseTag,
     /// A comment or CDATA section.
     Comment,
@@ -255,10 +261,10 @@ impl Candidate {
         use Candidate::*;
         match self {
             Lt | LtSpace => UnfinishedKind::Lt,
-            Name | AfterName | AttrName | AfterAttrName | BeforeValue | Quoted(_) | Bare | SelfClose => {
-                UnfinishedKind::OpenTag
-            }
-            CloseSlash | CloseName | CloseAfterName => UnfinishedKind::CloseTag,
+            Name => UnfinishedKind::OpenTagName,
+            AfterName | AttrName | AfterAttrName | BeforeValue | Quoted(_) | Bare | SelfClose => UnfinishedKind::OpenTag,
+            CloseSlash | CloseName => UnfinishedKind::CloseTagName,
+            CloseAfterName => UnfinishedKind::CloseTag,
             Bang | BangDash | Comment(_) | CdataOpen(_) | Cdata(_) => UnfinishedKind::Comment,
             Pipe | SpecialName | SpecialEnd => UnfinishedKind::Special,
         }
