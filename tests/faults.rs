@@ -414,3 +414,51 @@ proptest! {
         prop_assert!(lost.is_empty(), "bytes {:?} of {:?} are in no event", lost, input);
     }
 }
+
+// ----- cut-off candidates at the end of the output -------------------------
+
+/// A prefix of a registry tag name or alias (`thin` of `thinking`), in any
+/// case.
+fn name_prefix() -> impl Strategy<Value = String> {
+    let names: Vec<String> = ["filament", "reasoning", "reasoning-prefilled", "chat"]
+        .iter()
+        .filter_map(|p| Registry::profile(p))
+        .flat_map(|r| r.tags().iter().flat_map(|t| std::iter::once(t.name.clone()).chain(t.aliases.clone())).collect::<Vec<_>>())
+        .collect();
+    (prop::sample::select(names), any::<prop::sample::Index>(), any::<bool>()).prop_map(|(name, cut, upper)| {
+        let n = 1 + cut.index(name.len());
+        let p = name[..n].to_string();
+        if upper { p.to_ascii_uppercase() } else { p }
+    })
+}
+
+proptest! {
+    /// `<` + a prefix of a registry name + a space + prose, cut off by the
+    /// end of the output: once the name is complete and names no registry
+    /// tag, the candidate is text of the open element, never dropped; a
+    /// registry name that is complete (and still a tag: `<thought a`,
+    /// `</thought `) is a cut-off marker. Either way every
+    /// byte is accounted for, at any split.
+    #[test]
+    fn cut_off_candidates_with_complete_names(prefix in name_prefix(), close in any::<bool>(), tail in "[a-z ]{0,12}", profile in prop::sample::select(vec!["filament", "reasoning", "reasoning-prefilled", "chat"]), cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..6)) {
+        let registry = Arc::new(Registry::profile(profile).unwrap());
+        let slash = if close { "/" } else { "" };
+        let head = if profile == "filament" { "<content>so it is" } else { "so it is" };
+        let input = format!("{head} <{slash}{prefix} {tail}");
+        let whole = coalesce(run(&registry, &[input.as_bytes()], false).0);
+        let split = chunks_at(input.as_bytes(), &cuts);
+        prop_assert_eq!(&coalesce(run(&registry, &split, false).0), &whole, "split: {:?}", input);
+        let lost = unaccounted(input.len(), &whole);
+        prop_assert!(lost.is_empty(), "bytes {:?} of {:?} are in no event", lost, input);
+        // A close tag ends at its name and spaces: any other byte makes it
+        // text whatever the name.
+        let is_tag = registry.lookup(prefix.as_bytes()).is_some() && (!close || tail.trim().is_empty());
+        let dropped = whole.iter().any(|e| matches!(e, Event::Repair(r) if r.kind == RepairKind::TruncatedMarker));
+        prop_assert_eq!(dropped, is_tag, "truncated_marker for {:?}", input);
+        if !is_tag {
+            let text: String = whole.iter().filter_map(Event::as_element).map(|e| e.text.as_str()).collect();
+            let candidate = format!("<{slash}{prefix} {tail}");
+            prop_assert!(text.ends_with(&candidate), "{:?} lost its end: {:?}", input, text);
+        }
+    }
+}
