@@ -122,6 +122,30 @@ fn ui_component() {
 }
 
 #[test]
+fn ui_component_view_must_be_namespaced() {
+    let codes = |input: &str| -> Vec<String> {
+        let (_, evs) = payload_in(&Registry::filament(), input, "ui_component");
+        evs.iter()
+            .filter_map(|e| match e {
+                Event::Diagnostic(d) => Some(d.code.clone()),
+                _ => None,
+            })
+            .filter(|c| c.starts_with("ui_component"))
+            .collect()
+    };
+    for bad in ["inventory", "rpg.", ".map", "rpg..map", "1rpg.map", "rpg map.x", "rpg.m@p"] {
+        let input = format!("<content>x</content><ui_component view=\"{bad}\">{{}}</ui_component>");
+        assert_eq!(codes(&input), ["ui_component_view_invalid"], "{bad}");
+        // Kept as written: the handler decides.
+        assert_eq!(payload(&input, "ui_component")["view"], bad);
+    }
+    for good in ["rpg.inventory", "widget.inventory_grid", "my-ns.sub.view_2", "界面.地图"] {
+        let input = format!("<content>x</content><ui_component view=\"{good}\">{{}}</ui_component>");
+        assert!(codes(&input).is_empty(), "{good}");
+    }
+}
+
+#[test]
 fn json_keys_keep_the_models_order() {
     let p = payload("<tool_call name=\"x\">{\"z\": 1, \"a\": 2, \"m\": 3}</tool_call>", "tool_call");
     let keys: Vec<&String> = p["arguments"].as_object().map(|m| m.keys().collect()).unwrap_or_default();

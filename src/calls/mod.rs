@@ -134,6 +134,12 @@ pub struct Step {
     /// A `comment_N` note for this step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comment: Option<String>,
+    /// Why this step must not be run, as a code (`cut_off`: its block was
+    /// cut off by the end of the output, so its values may be incomplete);
+    /// `None` for a runnable step. A runner reports such a step instead of
+    /// running it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_runnable: Option<String>,
 }
 
 impl Step {
@@ -148,6 +154,7 @@ impl Step {
             uris: BTreeMap::new(),
             index: None,
             comment: None,
+            not_runnable: None,
         }
     }
 }
@@ -212,6 +219,12 @@ pub struct ToolCall {
     /// ATTP details.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attp: Option<AttpCall>,
+    /// Why the whole call must not be run, as a code
+    /// (`second_action_block`: spec 004 §3.2.1 runs only the first ACTION
+    /// block of an output); `None` for a runnable call. A runner reports
+    /// such a call instead of running it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_runnable: Option<String>,
 }
 
 impl ToolCall {
@@ -229,6 +242,7 @@ impl ToolCall {
             error: None,
             observation: None,
             attp: None,
+            not_runnable: None,
         }
     }
 
@@ -374,6 +388,11 @@ fn finish_call(mut call: ToolCall, findings: &mut Findings, ctx: &CallContext, w
             "unterminated_block",
             format!("the {what} was still open at the end of the output; it was read up to there"),
         );
+        // Its last value may have been cut anywhere: nothing in it runs.
+        for step in &mut call.steps {
+            step.not_runnable = Some("cut_off".into());
+        }
+        call.not_runnable.get_or_insert_with(|| "cut_off".into());
     }
     if ctx.text_truncated {
         findings.warn(
@@ -385,8 +404,11 @@ fn finish_call(mut call: ToolCall, findings: &mut Findings, ctx: &CallContext, w
         let n = ctx.previous_blocks + 1;
         findings.warn(
             "second_action_block",
-            format!("this is ACTION block number {n} in one output; spec 004 §3.2.1 allows at most one"),
+            format!(
+                "this is ACTION block number {n} in one output; spec 004 §3.2.1 runs only the first, so this one is not run"
+            ),
         );
+        call.not_runnable = Some("second_action_block".into());
     }
     call
 }

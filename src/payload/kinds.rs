@@ -39,8 +39,10 @@ pub(crate) fn tool_call(el: &Element) -> Payload {
 }
 
 /// `<ui_component view="ns.widget">{props}</ui_component>`: `{view, props}`.
+/// A `view` that is not `namespace.component` (spec 003 §6.3) is kept and
+/// reported (`ui_component_view_invalid`).
 pub(crate) fn ui_component(el: &Element) -> Payload {
-    named_json(
+    let mut out = named_json(
         el,
         NamedJson {
             tag: "ui_component",
@@ -50,7 +52,32 @@ pub(crate) fn ui_component(el: &Element) -> Payload {
             body_args: &["props", "properties", "data"],
             args_key: "props",
         },
-    )
+    );
+    if let Some(view) = out.value.get("view").and_then(Value::as_str)
+        && !is_namespaced_view(view)
+    {
+        let message = format!(
+            "ui_component view {:?} is not `namespace.component` (spec 003 §6.3), e.g. \"rpg.inventory\"",
+            cut(view, 60)
+        );
+        out.diagnostics.push(diag(Level::Warning, "ui_component_view_invalid", &message));
+    }
+    out
+}
+
+/// `namespace.component`: two or more dot-separated identifiers
+/// (letters, digits, `_`, `-`; not starting with a digit or `-`).
+fn is_namespaced_view(view: &str) -> bool {
+    let mut parts = 0;
+    for part in view.split('.') {
+        let mut chars = part.chars();
+        let starts_well = chars.next().is_some_and(|c| c.is_alphabetic() || c == '_');
+        if !starts_well || !chars.all(|c| c.is_alphanumeric() || c == '_' || c == '-') {
+            return false;
+        }
+        parts += 1;
+    }
+    parts >= 2
 }
 
 /// Reads an element's whole text as (lenient) JSON; when even that fails,
