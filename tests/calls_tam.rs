@@ -545,3 +545,40 @@ fn rewrite_closes_a_cut_block_with_its_marker() {
         assert_eq!(String::from_utf8(out.stdout).unwrap(), std::fs::read_to_string(file).unwrap(), "{file}");
     }
 }
+
+/// Spec 002 §7.3: an agent's output is scanned for call blocks whatever else
+/// it holds. With the built-in Filament profile a TAM block (and an ACTION
+/// block) in the answer is a call element, never content.
+#[test]
+fn filament_profile_reads_tam_and_action_blocks() {
+    let input = "<thought>Need the weather.</thought>\n<content>Let me check.\n<|[REQUEST_TOOL]|>\ncommand:»»»Weather.Get«««\ncity:»»»Paris«««\n<|[END_TOOL]|>\n</content>";
+    let events = parse_all_splits(input, &["--profile", "filament"]);
+    let calls = payloads(&events, "tam");
+    assert_eq!(calls.len(), 1, "{events:?}");
+    assert_eq!(steps(&calls[0]), [("Weather.Get".to_string(), json!({"city": "Paris"}))]);
+    assert_eq!(calls[0]["response_text"], "Let me check.");
+    let content: String = events
+        .iter()
+        .filter(|e| e["type"] == "element" && e["tag"] == "content")
+        .map(|e| e["text"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        !content.contains("REQUEST_TOOL") && !content.contains("Weather.Get") && !content.contains("END_TOOL"),
+        "{content:?}"
+    );
+    assert!(content.contains("Let me check."));
+    assert!(!diagnostic_codes(&events).contains(&"special_token_dropped".to_string()));
+
+    let action = "<content>Looking.</content>\n<ACTION><Look><at>sky</at></Look></ACTION>";
+    let events = parse_all_splits(action, &["--profile", "filament"]);
+    let calls = payloads(&events, "action");
+    assert_eq!(steps(&calls[0]), [("Look".to_string(), json!({"at": "sky"}))]);
+
+    // A registry file turns the call blocks off: the markers are then
+    // dropped or kept as text, as before.
+    let path = temp_path("no-calls.toml");
+    std::fs::write(&path, "extends = \"filament\"\nwithout = [\"tam\", \"action\"]\n").unwrap();
+    let events = parse_all_splits(input, &["--registry", path.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&path);
+    assert!(payloads(&events, "tam").is_empty());
+}

@@ -423,7 +423,9 @@ fn name_prefix() -> impl Strategy<Value = String> {
     let names: Vec<String> = ["filament", "reasoning", "reasoning-prefilled", "chat"]
         .iter()
         .filter_map(|p| Registry::profile(p))
-        .flat_map(|r| r.tags().iter().flat_map(|t| std::iter::once(t.name.clone()).chain(t.aliases.clone())).collect::<Vec<_>>())
+        .flat_map(|r| {
+            r.tags().iter().flat_map(|t| std::iter::once(t.name.clone()).chain(t.aliases.clone())).collect::<Vec<_>>()
+        })
         .collect();
     (prop::sample::select(names), any::<prop::sample::Index>(), any::<bool>()).prop_map(|(name, cut, upper)| {
         let n = 1 + cut.index(name.len());

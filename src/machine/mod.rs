@@ -911,9 +911,9 @@ impl Machine {
         // A close inside an opaque body can only be the element's own.
         let own_name = |t: TagId, exact: bool| {
             let spec = reg.tag(t);
-            std::iter::once(&spec.name).chain(&spec.aliases).any(|n| {
-                if exact { n.as_bytes().eq_ignore_ascii_case(name) } else { prefix_of(name, n.as_bytes()) }
-            })
+            std::iter::once(&spec.name)
+                .chain(&spec.aliases)
+                .any(|n| if exact { n.as_bytes().eq_ignore_ascii_case(name) } else { prefix_of(name, n.as_bytes()) })
         };
         let cut_marker = match kind {
             UnfinishedKind::OpenTagName => opaque_tag.is_none() && !name.is_empty() && reg.is_name_prefix(name),

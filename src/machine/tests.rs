@@ -395,7 +395,12 @@ fn cut_off_candidate_with_a_complete_name_is_text() {
     check(&f(), "<content>see </thin ", &[("content", "see </thin ")], &[ClosedAtEof]);
     check(&f(), "<content>see <thin/", &[("content", "see <thin/")], &[ClosedAtEof]);
     let r = Registry::profile("reasoning").unwrap();
-    check(&r, "<think>hm</think>The answer is a <thin line", &[("thought", "hm"), ("content", "The answer is a <thin line")], &[]);
+    check(
+        &r,
+        "<think>hm</think>The answer is a <thin line",
+        &[("thought", "hm"), ("content", "The answer is a <thin line")],
+        &[],
+    );
     // A registry name that is complete, or a name still being read, is a
     // marker cut off by the end.
     check(&f(), "<content>x</content><content class=\"a", &[("content", "x")], &[TruncatedMarker]);

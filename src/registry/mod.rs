@@ -193,7 +193,8 @@ pub enum RegistryError {
     /// Two tags claim the same name or alias.
     #[error("tag name {0:?} is used twice")]
     Duplicate(String),
-    /// `lead`, `default` or `after` names a tag that is not declared.
+    /// `lead`, `default`, `after` or `without` names a tag that is not
+    /// declared.
     #[error("{field} names unknown tag {name:?}")]
     UnknownTag {
         /// Which field.
@@ -231,6 +232,10 @@ pub struct RegistryFile {
     /// `false`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lead_prefilled: Option<bool>,
+    /// Names of inherited tags to leave out (with `extends`): `without =
+    /// ["tam", "action"]` turns off the tool-call blocks of `filament`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub without: Vec<String>,
     /// The tags.
     #[serde(default, rename = "tag", alias = "tags")]
     pub tags: Vec<TagFile>,
@@ -315,6 +320,13 @@ impl Registry {
             Some(base) => profiles::file_spec(base).ok_or_else(|| RegistryError::UnknownProfile(base.clone()))?,
             None => RegistryFile::default(),
         };
+        for name in &file.without {
+            let before = merged.tags.len();
+            merged.tags.retain(|t| !t.name.eq_ignore_ascii_case(name));
+            if merged.tags.len() == before {
+                return Err(RegistryError::UnknownTag { field: "without", name: name.clone() });
+            }
+        }
         // A file's tag replaces an inherited tag of the same name; two tags
         // of one name in the file itself are an error (found by `build`).
         let inherited = merged.tags.len();

@@ -48,6 +48,7 @@ pub(super) fn filament() -> RegistryFile {
         lead: Some("thought".into()),
         default: Some("content".into()),
         lead_prefilled: None,
+        without: Vec::new(),
         tags: vec![
             thought,
             content,
@@ -58,6 +59,10 @@ pub(super) fn filament() -> RegistryFile {
             choice,
             ui_component,
             tag("media", BodyKind::Void),
+            // Tool calls written as text (spec 002 §7.3: an agent's output
+            // is scanned for call blocks whatever else it holds).
+            tam_tag(),
+            action_tag(),
         ],
     }
 }
@@ -81,6 +86,7 @@ pub(super) fn chat() -> RegistryFile {
         lead: None,
         default: Some("content".into()),
         lead_prefilled: None,
+        without: Vec::new(),
         tags: vec![thought, content],
     }
 }
@@ -101,6 +107,7 @@ pub(super) fn reasoning() -> RegistryFile {
         lead: Some("thought".into()),
         default: Some("content".into()),
         lead_prefilled: None,
+        without: Vec::new(),
         tags: vec![thought, content],
     }
 }
@@ -141,20 +148,28 @@ pub(super) fn tam() -> RegistryFile {
         lead: None,
         default: Some("content".into()),
         lead_prefilled: None,
+        without: Vec::new(),
         tags: vec![bare_content(), tam_tag()],
     }
+}
+
+/// The ACTION tag (spec 004): `<ACTION> ... </ACTION>`, canonical name
+/// `action`.
+fn action_tag() -> TagFile {
+    TagFile { spelling: Some("ACTION".into()), ..tag("action", BodyKind::Action) }
 }
 
 /// Free text with an `<ACTION>` block (spec 004): the text before it is the
 /// response text, the block one `action` element.
 pub(super) fn action() -> RegistryFile {
-    let action = TagFile { spelling: Some("ACTION".into()), ..tag("action", BodyKind::Action) };
+    let action = action_tag();
     RegistryFile {
         name: Some("action".into()),
         extends: None,
         lead: None,
         default: Some("content".into()),
         lead_prefilled: None,
+        without: Vec::new(),
         tags: vec![bare_content(), action],
     }
 }
@@ -169,6 +184,7 @@ pub(super) fn attp() -> RegistryFile {
         lead: Some("attp".into()),
         default: Some("attp".into()),
         lead_prefilled: None,
+        without: Vec::new(),
         tags: vec![attp],
     }
 }

@@ -121,3 +121,26 @@ fn broken_registries_are_clear_errors() {
     let err = Registry::load(Path::new("/nonexistent/registry.toml")).unwrap_err().to_string();
     assert!(err.contains("cannot read registry file"), "{err}");
 }
+
+#[test]
+fn filament_has_call_blocks_and_a_file_can_turn_them_off() {
+    let reg = Registry::filament();
+    assert!(reg.lookup(b"ACTION").is_some());
+    assert!(reg.lookup_marker(b"REQUEST_TOOL").is_some());
+    let off = Registry::from_toml_str("extends = \"filament\"\nwithout = [\"tam\", \"action\"]\n").unwrap();
+    assert!(off.lookup(b"action").is_none());
+    assert!(off.lookup_marker(b"REQUEST_TOOL").is_none());
+    assert_eq!(off.tags().len(), reg.tags().len() - 2);
+    let err = Registry::from_toml_str("extends = \"filament\"\nwithout = [\"nope\"]\n").unwrap_err();
+    assert_eq!(err.to_string(), "without names unknown tag \"nope\"");
+}
+
+#[test]
+fn lead_prefilled_in_files() {
+    let reg = Registry::from_toml_str("extends = \"reasoning\"\nlead_prefilled = true\n").unwrap();
+    assert_eq!(reg.lead_open(), LeadOpen::Template);
+    assert_eq!(Registry::reasoning().lead_open(), LeadOpen::Model);
+    let json = Registry::from_json_str(r#"{"extends": "reasoning", "lead_prefilled": true}"#).unwrap();
+    assert_eq!(json.lead_open(), LeadOpen::Template);
+    assert_eq!(Registry::profile("reasoning-prefilled").unwrap().lead_open(), LeadOpen::Template);
+}

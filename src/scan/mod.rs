@@ -262,7 +262,9 @@ impl Candidate {
         match self {
             Lt | LtSpace => UnfinishedKind::Lt,
             Name => UnfinishedKind::OpenTagName,
-            AfterName | AttrName | AfterAttrName | BeforeValue | Quoted(_) | Bare | SelfClose => UnfinishedKind::OpenTag,
+            AfterName | AttrName | AfterAttrName | BeforeValue | Quoted(_) | Bare | SelfClose => {
+                UnfinishedKind::OpenTag
+            }
             CloseSlash | CloseName => UnfinishedKind::CloseTagName,
             CloseAfterName => UnfinishedKind::CloseTag,
             Bang | BangDash | Comment(_) | CdataOpen(_) | Cdata(_) => UnfinishedKind::Comment,
