@@ -130,6 +130,28 @@ fn prefilled_lead_stays_the_lead() {
     check(&r(), "Let me think about this", &[("content", "Let me think about this")], &[HeaderInserted, Reclassified]);
 }
 
+#[test]
+fn hermes_tool_call_ends_an_open_thought() {
+    let p = Registry::profile("reasoning-prefilled").unwrap();
+    let call = "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>";
+    check(
+        &p,
+        &format!("I need f.\n\n{call}"),
+        &[("thought", "I need f.\n\n"), ("tool_call", "\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n")],
+        &[HeaderInserted, AutoClosed],
+    );
+    check(
+        &Registry::chat(),
+        &format!("Sure.{call}{call}"),
+        &[
+            ("content", "Sure."),
+            ("tool_call", "\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n"),
+            ("tool_call", "\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n"),
+        ],
+        &[],
+    );
+}
+
 // ----- auto-close ------------------------------------------------------
 
 #[test]

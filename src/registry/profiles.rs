@@ -39,7 +39,7 @@ pub(super) fn filament() -> RegistryFile {
         fallback_to_content: true,
         ..tag("variable_update", BodyKind::Structured)
     };
-    let tool_call = TagFile { fallback_to_content: true, ..tag("tool_call", BodyKind::Json) };
+    let tool_call = hermes_tool_call();
     let ui_component = TagFile { fallback_to_content: true, ..tag("ui_component", BodyKind::Json) };
     let choice = TagFile { aliases: vec!["xx".into()], ..tag("choice", BodyKind::Structured) };
     RegistryFile {
@@ -87,7 +87,7 @@ pub(super) fn chat() -> RegistryFile {
         default: Some("content".into()),
         lead_prefilled: None,
         without: Vec::new(),
-        tags: vec![thought, content],
+        tags: vec![thought, content, hermes_tool_call()],
     }
 }
 
@@ -108,8 +108,16 @@ pub(super) fn reasoning() -> RegistryFile {
         default: Some("content".into()),
         lead_prefilled: None,
         without: Vec::new(),
-        tags: vec![thought, content],
+        tags: vec![thought, content, hermes_tool_call()],
     }
+}
+
+/// `<tool_call>{"name": …, "arguments": {…}}</tool_call>`, the call text of
+/// Hermes/Qwen-style models: a JSON body, read leniently, shown as content
+/// when even that fails. A `<tool_call>` ends an open thought (the Qwen3
+/// behaviour vLLM and SGLang implement): it is top-level.
+fn hermes_tool_call() -> TagFile {
+    TagFile { fallback_to_content: true, ..tag("tool_call", BodyKind::Json) }
 }
 
 /// The `reasoning` profile for chat templates that already wrote `<think>`
