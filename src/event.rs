@@ -42,6 +42,32 @@ pub enum Event {
     /// no element, but are reported so that every input byte is accounted
     /// for.
     Gap(Gap),
+    /// A tool call's name and arguments while its `<tool_call>` body is
+    /// still arriving: first one event with the `name`, then fragments of
+    /// the arguments' JSON text in order (joined, they are the arguments,
+    /// as OpenAI's `function.arguments` deltas are). The `element` event at
+    /// the end carries the parsed call.
+    CallDelta(CallDelta),
+}
+
+/// A piece of a tool call streamed before its element completes.
+///
+/// For one element, the event that carries `name` comes first and exactly
+/// once; every later one carries only an `arguments` fragment. Adjacent
+/// call deltas of one element join ([`coalesce`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallDelta {
+    /// The element this call is.
+    pub id: u32,
+    /// Canonical tag name of that element (`tool_call`).
+    pub tag: TagName,
+    /// The tool's name, on the first call delta of the element only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// A fragment of the arguments' JSON text (possibly empty on the event
+    /// that carries the name).
+    #[serde(default)]
+    pub arguments: String,
 }
 
 /// An element started.
@@ -256,6 +282,7 @@ impl Event {
             Event::Diagnostic(_) => "diagnostic",
             Event::Comment(_) => "comment",
             Event::Gap(_) => "gap",
+            Event::CallDelta(_) => "call_delta",
         }
     }
 
@@ -268,8 +295,9 @@ impl Event {
     }
 }
 
-/// Joins adjacent `delta` events of one element and adjacent `gap` events:
-/// the only difference chunking makes, so two parses of one input split
+/// Joins adjacent `delta` events of one element, adjacent `call_delta`
+/// argument fragments of one element, and adjacent `gap` events: the only
+/// difference chunking makes, so two parses of one input split
 /// differently coalesce to equal lists (DESIGN §2.1).
 ///
 /// ```
@@ -291,6 +319,9 @@ pub fn coalesce(events: impl IntoIterator<Item = Event>) -> Vec<Event> {
         match (out.last_mut(), e) {
             (Some(Event::Delta(prev)), Event::Delta(d)) if prev.id == d.id && prev.tag == d.tag => {
                 prev.text.push_str(&d.text)
+            }
+            (Some(Event::CallDelta(prev)), Event::CallDelta(d)) if prev.id == d.id && d.name.is_none() => {
+                prev.arguments.push_str(&d.arguments)
             }
             (Some(Event::Gap(prev)), Event::Gap(g)) if prev.span.end == g.span.start => {
                 prev.text.push_str(&g.text);

@@ -67,7 +67,12 @@ impl Parser {
         if options.rewrite {
             machine.enable_rewrite();
         }
-        Parser { scanner: Scanner::new(options.scan), machine, stage: Stage::new(registry), staged: Vec::new() }
+        Parser {
+            scanner: Scanner::new(options.scan),
+            machine,
+            stage: Stage::new(registry, options.machine.max_element_len),
+            staged: Vec::new(),
+        }
     }
 
     /// Parses one chunk and returns the events it made certain.

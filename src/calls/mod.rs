@@ -71,6 +71,7 @@
 pub mod action;
 pub mod attp;
 pub mod catalog;
+pub mod stream;
 pub mod tam;
 
 pub use catalog::{CallProblem, CatalogError, ParamProblem, ToolCatalog, ToolDef};

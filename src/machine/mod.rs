@@ -474,7 +474,7 @@ impl Machine {
             };
             self.emit(Event::Diagnostic(d));
         }
-        if body.emits_deltas() {
+        if body.machine_deltas() {
             self.push_text(TextTarget::Delta { id: el.id, tag: el.tag }, bytes);
         } else if kept < bytes.len() {
             self.push_text(TextTarget::Delta { id: el.id, tag: el.tag }, &bytes[kept..]);

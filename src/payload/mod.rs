@@ -258,6 +258,34 @@ enum BodyState {
     /// ATTP: the raw TOML deltas become `thought` deltas carrying the
     /// `thought` string as it arrives (the element's text keeps the TOML).
     Attp(Box<crate::calls::attp::ThoughtStream>),
+    /// A JSON tool call: the raw deltas become `call_delta` events (the
+    /// name, then the arguments as they arrive).
+    Call(Box<crate::calls::stream::ArgumentStream>, Kept),
+    /// Another JSON body (ui_component): its raw deltas are not shown; the
+    /// element carries the text.
+    Quiet(Kept),
+}
+
+/// Bytes of a JSON body seen so far, against the element size limit: what
+/// passes the limit is not in the element's text, so it goes out as
+/// `delta` events, as every non-streaming body's overflow does.
+#[derive(Debug, Clone, Copy)]
+struct Kept {
+    seen: usize,
+    limit: usize,
+}
+
+impl Kept {
+    /// The part of `text` past the limit, if any.
+    fn overflow<'t>(&mut self, text: &'t str) -> Option<&'t str> {
+        let room = self.limit.saturating_sub(self.seen);
+        self.seen += text.len();
+        let mut cut = room.min(text.len());
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        (cut < text.len()).then(|| &text[cut..])
+    }
 }
 
 /// Per-element state kept between `open` and `element`.
@@ -279,10 +307,12 @@ pub(crate) struct Stage {
     /// The canonical name of the registry's default tag when it streams
     /// (filtered like content).
     default_stream: Option<String>,
+    /// The machine's element size limit (see [`Kept`]).
+    max_element_len: usize,
 }
 
 impl Stage {
-    pub(crate) fn new(registry: Arc<Registry>) -> Stage {
+    pub(crate) fn new(registry: Arc<Registry>, max_element_len: usize) -> Stage {
         let default_stream = registry
             .default_tag()
             .map(|id| registry.tag(id))
@@ -293,7 +323,12 @@ impl Stage {
             registry,
             open: HashMap::new(),
             default_stream,
+            max_element_len,
         }
+    }
+
+    fn kept(&self) -> Kept {
+        Kept { seen: 0, limit: self.max_element_len }
     }
 
     fn is_content(&self, tag: &str) -> bool {
@@ -310,8 +345,17 @@ impl Stage {
                         .registry
                         .lookup(o.tag.as_bytes())
                         .is_some_and(|id| self.registry.tag(id).body == BodyKind::Attp);
+                    let json = self
+                        .registry
+                        .lookup(o.tag.as_bytes())
+                        .is_some_and(|id| self.registry.tag(id).body == BodyKind::Json);
                     let body = if attp {
                         BodyState::Attp(Box::default())
+                    } else if json && is_call_tag(&o.tag) {
+                        let name = ["name", "tool", "function"].iter().find_map(|k| o.attrs.get(*k)).cloned();
+                        BodyState::Call(Box::new(crate::calls::stream::ArgumentStream::new(name)), self.kept())
+                    } else if json {
+                        BodyState::Quiet(self.kept())
                     } else if self.is_content(&o.tag) {
                         BodyState::Content(Box::new(ContentState {
                             filter: html::HtmlFilter::new(),
@@ -343,6 +387,20 @@ impl Stage {
                         let text = thought.feed(&d.text);
                         if !text.is_empty() {
                             out.push(Event::Delta(Delta { id: d.id, tag: THOUGHT.into(), text }));
+                        }
+                    }
+                    Some(BodyState::Call(call, kept)) => {
+                        let piece = call.feed(&d.text);
+                        if !piece.is_empty() {
+                            out.push(call_delta(d.id, &d.tag, piece));
+                        }
+                        if let Some(rest) = kept.overflow(&d.text) {
+                            out.push(Event::Delta(Delta { text: rest.to_string(), ..d }));
+                        }
+                    }
+                    Some(BodyState::Quiet(kept)) => {
+                        if let Some(rest) = kept.overflow(&d.text) {
+                            out.push(Event::Delta(Delta { text: rest.to_string(), ..d }));
                         }
                     }
                     _ => out.push(Event::Delta(d)),
@@ -384,10 +442,10 @@ impl Stage {
                 out.push(Event::Delta(Delta { id: el.id, tag: THOUGHT.into(), text }));
             }
         }
-        let payload = if let Some(call) = self.calls.payload(&el) {
+        let mut payload = if let Some(call) = self.calls.payload(&el) {
             call
         } else if self.is_content(&el.tag) {
-            let (body, comments) = match state {
+            let (body, comments) = match state.take() {
                 Some(s) => (s.body, s.comments),
                 None => (BodyState::Plain, Vec::new()),
             };
@@ -399,6 +457,25 @@ impl Stage {
             }
         };
         el.payload = payload.value;
+        if let Some(OpenState { body: BodyState::Call(call, _), .. }) = &mut state
+            && !payload.failed
+        {
+            let name = el.payload.get("name").and_then(Value::as_str);
+            let args = el.payload.get("arguments").cloned().unwrap_or(Value::Null);
+            let (piece, outcome) = call.finish(name, &args);
+            if !piece.is_empty() {
+                out.push(call_delta(el.id, &el.tag, piece));
+            }
+            if outcome == crate::calls::stream::StreamOutcome::Differs {
+                let mut d = diag(
+                    Level::Warning,
+                    "call_arguments_streamed_differ",
+                    "the arguments streamed as call_delta fragments are the text as written, which only the lenient reader accepts; the element's payload has the arguments as read",
+                );
+                d.element = Some(el.id);
+                payload.diagnostics.push(d);
+            }
+        }
         let id = el.id;
         let tag = el.tag.clone();
         let fallback = payload.failed
@@ -426,6 +503,15 @@ impl Stage {
 
 /// The tag of the deltas an ATTP element's `thought` string streams as.
 const THOUGHT: &str = "thought";
+
+/// Whether a JSON element is a tool call (its name and arguments stream).
+fn is_call_tag(tag: &str) -> bool {
+    tag == "tool_call"
+}
+
+fn call_delta(id: u32, tag: &crate::event::TagName, piece: crate::calls::stream::CallPiece) -> Event {
+    Event::CallDelta(crate::event::CallDelta { id, tag: tag.clone(), name: piece.name, arguments: piece.arguments })
+}
 
 /// Finishes a content element's filter: the last filtered text goes out as
 /// a delta.
@@ -455,7 +541,7 @@ fn content_payload(el: &Element, body: BodyState, comments: Vec<String>, out: &m
         }
         // Reclassified into content after streaming as another tag: filter
         // the whole text now.
-        BodyState::Plain | BodyState::Attp(_) => {
+        BodyState::Plain | BodyState::Attp(_) | BodyState::Call(..) | BodyState::Quiet(_) => {
             let s = html::sanitize(&el.text);
             (s.html, s.report)
         }

@@ -64,6 +64,14 @@ impl BodyKind {
         matches!(self, BodyKind::Stream | BodyKind::Attp)
     }
 
+    /// Whether the machine hands the body's text on as it arrives: the
+    /// bodies that stream, and JSON bodies, whose tool calls stream their
+    /// name and arguments ([`crate::calls::stream`]); the payload stage
+    /// turns a JSON body's raw text into `call_delta` events or drops it.
+    pub(crate) fn machine_deltas(self) -> bool {
+        matches!(self, BodyKind::Stream | BodyKind::Attp | BodyKind::Json)
+    }
+
     /// Whether only the element's own close can end it: other registry tags
     /// inside are text (a TAM value or an ACTION parameter may hold any
     /// markup).
