@@ -71,6 +71,11 @@ fn unaccounted(len: usize, events: &[Event]) -> Vec<usize> {
     covered.iter().enumerate().filter(|(_, c)| !**c).map(|(i, _)| i).collect()
 }
 
+/// The built-in profiles the generated documents are read with.
+fn profile() -> impl Strategy<Value = &'static str> {
+    prop::sample::select(vec!["filament", "reasoning", "reasoning-prefilled", "chat"])
+}
+
 // ----- documents ---------------------------------------------------------
 
 /// Text that a model writes inside elements: prose in two languages,
@@ -273,9 +278,9 @@ proptest! {
 
     /// Any split of a (possibly faulty) document gives the same events.
     #[test]
-    fn split_invariance(pieces in document(), faults in proptest::collection::vec(fault(), 0..4), cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..12), reasoning in any::<bool>()) {
+    fn split_invariance(pieces in document(), faults in proptest::collection::vec(fault(), 0..4), cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..12), profile in profile()) {
         let input = render(&pieces, &faults);
-        let registry = Arc::new(if reasoning { Registry::reasoning() } else { Registry::filament() });
+        let registry = Arc::new(Registry::profile(profile).unwrap());
         let whole = coalesce(run(&registry, &[input.as_bytes()], false).0);
         let bytes: Vec<&[u8]> = input.as_bytes().chunks(1).collect();
         prop_assert_eq!(&coalesce(run(&registry, &bytes, false).0), &whole, "byte by byte: {:?}", input);
@@ -301,9 +306,13 @@ proptest! {
     /// The corrected text parses to the same elements with no structural
     /// repair: the corrector's output is a fixpoint.
     #[test]
-    fn rewrite_is_a_fixpoint(pieces in document(), faults in proptest::collection::vec(fault(), 0..4), reasoning in any::<bool>()) {
+    // Not `chat`: there bare text at the start streams as content at once,
+    // so a `</think>` that later proves it a thought cannot put `<think>`
+    // back into text already released (the price of not holding a plain
+    // answer back); its rewrite is reclassified again when re-read.
+    fn rewrite_is_a_fixpoint(pieces in document(), faults in proptest::collection::vec(fault(), 0..4), profile in prop::sample::select(vec!["filament", "reasoning", "reasoning-prefilled"])) {
         let input = render(&pieces, &faults);
-        let registry = Arc::new(if reasoning { Registry::reasoning() } else { Registry::filament() });
+        let registry = Arc::new(Registry::profile(profile).unwrap());
         let (events, fixed) = run(&registry, &[input.as_bytes()], true);
         let (again, _) = run(&registry, &[&fixed], true);
         prop_assert_eq!(elements(&again), elements(&events), "rewrite {:?}", String::from_utf8_lossy(&fixed));
@@ -329,9 +338,12 @@ proptest! {
             Just(b"</think>".to_vec()), Just(b"< Content >".to_vec()), Just(b"<!--".to_vec()), Just(b"-->".to_vec()),
             Just(b"<media src=x/>".to_vec()), Just(b"<media src=x>".to_vec()), Just(b"</media>".to_vec()), Just(b"<variable_update>".to_vec()), Just(b"</status_bar>".to_vec()),
             Just(b"  \n".to_vec()), Just(b"<".to_vec()), Just(b"</".to_vec()), Just("好".as_bytes().to_vec()),
-        ], 0..40), cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..10), reasoning in any::<bool>()) {
+            Just(b"<tool_call>".to_vec()), Just(b"</tool_call>".to_vec()), Just(b"{\"name\": \"f\", \"arguments\": {".to_vec()),
+            Just(b"\"a\": [1, ".to_vec()), Just(b"}}".to_vec()), Just("<|[REQUEST_TOOL]|>\ncommand:»»»T«««\n".as_bytes().to_vec()),
+            Just(b"<|[END_TOOL]|>".to_vec()), Just(b"<ACTION><T><p>".to_vec()), Just(b"</ACTION>".to_vec()), Just(b"<thin is".to_vec()),
+        ], 0..40), cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..10), profile in profile()) {
         let input: Vec<u8> = parts.concat();
-        let registry = Arc::new(if reasoning { Registry::reasoning() } else { Registry::filament() });
+        let registry = Arc::new(Registry::profile(profile).unwrap());
         let whole = coalesce(run(&registry, &[&input], true).0);
         let split = coalesce(run(&registry, &chunks_at(&input, &cuts), true).0);
         prop_assert_eq!(&split, &whole);
