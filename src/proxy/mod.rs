@@ -75,6 +75,7 @@
 
 mod error;
 mod metrics;
+pub mod nats;
 mod pump;
 mod relay;
 mod server;
@@ -83,7 +84,8 @@ mod sink;
 pub use error::{ProxyError, ProxyErrorKind, Side};
 pub use metrics::Metrics;
 pub use server::{ProxyHandle, ProxyServer, ProxyStartError};
-pub use sink::{SinkRecord, SinkSpec, SinkSpecError, SinkStartError, WEBHOOK_BATCH, is_sink_event};
+pub use nats::{NatsSink, NatsSpecError};
+pub use sink::{Overflow, SinkRecord, SinkSpec, SinkSpecError, SinkStartError, WEBHOOK_BATCH, is_sink_event};
 
 use crate::sources::StreamOptions;
 use std::time::Duration;

@@ -382,7 +382,7 @@ async fn forward(State(app): State<Arc<App>>, request: Request) -> Response {
         response_headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
         let ctx =
             pump_ctx(&app, id, &parts.method, &path, model, status.as_u16(), started, permit, request_gauge, None);
-        super::pump::account_whole(ctx, events, body.len());
+        super::pump::account_whole(ctx, events, body.len()).await;
         let mut response = Response::new(Body::from(body));
         *response.status_mut() = status;
         *response.headers_mut() = response_headers;
