@@ -56,8 +56,9 @@
 //! as published only when the broker acknowledged it; a failed publish is
 //! retried with the same `Nats-Msg-Id` (`INSTANCE-STREAM-N`, which the
 //! broker's duplicate window uses to store it once), three times under
-//! `drop`, until it succeeds under `block`; then it counts in
-//! `spindle_proxy_sink_failed_total`.
+//! `drop` (not when no stream covers the subject, nor for a record larger
+//! than the broker's `max_payload`), until it succeeds under `block`; then
+//! it counts in `spindle_proxy_sink_failed_total`.
 
 use super::metrics::Metrics;
 use super::sink::{Overflow, SinkRecord};
@@ -457,7 +458,10 @@ struct Outgoing {
 impl Publisher {
     async fn run(mut self, mut rx: mpsc::Receiver<Arc<SinkRecord>>) {
         let jetstream = self.sink.jetstream.then(|| {
-            async_nats::jetstream::ContextBuilder::new().timeout(Duration::from_secs(5)).build(self.client.clone())
+            async_nats::jetstream::ContextBuilder::new()
+                .timeout(Duration::from_secs(5))
+                .ack_timeout(Duration::from_secs(5))
+                .build(self.client.clone())
         });
         let mut batch = Vec::with_capacity(BATCH);
         loop {
@@ -540,6 +544,7 @@ impl Publisher {
             };
             match acked {
                 Ok(()) => self.outcome(true, &""),
+                Err(e) if self.sink.overflow == Overflow::Drop && !worth_retrying(&e) => self.outcome(false, &e),
                 Err(e) => {
                     if !self.failing {
                         tracing::warn!(sink = %self.label, "NATS sink: JetStream publish failed ({e}); retrying");
@@ -565,11 +570,20 @@ impl Publisher {
             };
             match result {
                 Ok(()) => return self.outcome(true, &""),
-                Err(e) if self.sink.overflow == Overflow::Drop && attempt >= 3 => return self.outcome(false, &e),
+                Err(e) if self.sink.overflow == Overflow::Drop && (attempt >= 3 || !worth_retrying(&e)) => {
+                    return self.outcome(false, &e);
+                }
                 Err(_) => {}
             }
         }
     }
+}
+
+/// Whether a failed JetStream publish may succeed when tried again: not
+/// when no stream covers the subject, nor when the record is too large.
+fn worth_retrying(err: &async_nats::jetstream::context::PublishError) -> bool {
+    use async_nats::jetstream::context::PublishErrorKind as K;
+    !matches!(err.kind(), K::StreamNotFound | K::MaxPayloadExceeded)
 }
 
 fn msg_id_headers(id: &str) -> async_nats::HeaderMap {
