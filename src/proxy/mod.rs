@@ -32,6 +32,12 @@
 //! * Parsing on the side: 2xx SSE bodies and 2xx JSON bodies of model
 //!   endpoints go through the stream model; elements, repairs and the
 //!   stream-level events go to the sinks ([`SinkSpec`]).
+//! * An upstream API key ([`ProxyConfig::upstream_api_key`], from
+//!   `SPINDLE_UPSTREAM_API_KEY`) is added as `Authorization: Bearer KEY`
+//!   to requests that have no `Authorization` header.
+//! * An upstream API key ([`ProxyConfig::upstream_api_key`], from
+//!   `SPINDLE_UPSTREAM_API_KEY`) is added as `Authorization: Bearer KEY`
+//!   to requests that have no `Authorization` header.
 //! * `--rewrite` ([`ProxyConfig::rewrite`]): chat-completion streams carry
 //!   the corrected content instead of the raw one (synthetic closes in the
 //!   finish chunk, or in one more chunk before `[DONE]` when the stream had
@@ -79,11 +85,16 @@ pub mod nats;
 mod pump;
 mod relay;
 mod server;
+mod settings;
 mod sink;
 
 pub use error::{ProxyError, ProxyErrorKind, Side};
 pub use metrics::Metrics;
 pub use server::{ProxyHandle, ProxyServer, ProxyStartError};
+pub use settings::{
+    LimitSettings, ParseSettings, ProxyOverrides, ProxySettings, Secret, Seconds, SettingsError, SinkSettings,
+    SinkTarget, UpstreamSettings,
+};
 pub use nats::{NatsSink, NatsSpecError};
 pub use sink::{Overflow, SinkRecord, SinkSpec, SinkSpecError, SinkStartError, WEBHOOK_BATCH, is_sink_event};
 
@@ -102,6 +113,9 @@ pub struct ProxyConfig {
     pub options: StreamOptions,
     /// Send corrected content instead of the raw content.
     pub rewrite: bool,
+    /// An API key sent upstream as `Authorization: Bearer KEY` on requests
+    /// that carry no `Authorization` of their own (default none).
+    pub upstream_api_key: Option<Secret>,
     /// Where parsed records go.
     pub sinks: Vec<SinkSpec>,
     /// The longest wait for the upstream's response head, its first body
@@ -133,6 +147,7 @@ impl ProxyConfig {
             upstream: upstream.into(),
             options: StreamOptions::default(),
             rewrite: false,
+            upstream_api_key: None,
             sinks: Vec::new(),
             idle_timeout: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(10),

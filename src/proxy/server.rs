@@ -282,6 +282,13 @@ async fn forward(State(app): State<Arc<App>>, request: Request) -> Response {
     if buffered {
         headers.remove(header::CONTENT_LENGTH);
     }
+    if let Some(key) = &app.config.upstream_api_key
+        && !headers.contains_key(header::AUTHORIZATION)
+        && let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {}", key.expose()))
+    {
+        value.set_sensitive(true);
+        headers.insert(header::AUTHORIZATION, value);
+    }
     if endpoint.is_model() {
         // The proxy reads these bodies; ask for them uncompressed (and it
         // never compresses what it sends on).
