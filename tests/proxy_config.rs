@@ -66,9 +66,17 @@ fn a_bad_file_gives_one_line_naming_the_key_and_the_line() {
              to publish to (dot-separated tokens, no spaces, * or >) (expected jsonl:FILE, webhook:URL or \
              nats://HOST:PORT/SUBJECT)",
         ),
-        ("section.toml", "[sinks]\nqueue = 5\n", "line 1: sinks: unknown field `sinks`, expected one of `listen`, `log`, `upstream`, `parse`, `limits`, `sink`"),
+        (
+            "section.toml",
+            "[sinks]\nqueue = 5\n",
+            "line 1: sinks: unknown field `sinks`, expected one of `listen`, `log`, `upstream`, `parse`, `limits`, `sink`",
+        ),
         ("syntax.toml", "[upstream\nurl = 1\n", "line 1: unclosed table, expected `]`"),
-        ("value.toml", "[upstream]\nurl = \"http://x\"\nidle_timeout = 5 5\n", "line 3: string values must be quoted, expected literal string"),
+        (
+            "value.toml",
+            "[upstream]\nurl = \"http://x\"\nidle_timeout = 5 5\n",
+            "line 3: string values must be quoted, expected literal string",
+        ),
     ];
     for (name, text, want) in cases {
         let path = file(name, text);

@@ -273,14 +273,17 @@ async fn broker_restarted_mid_run_leaves_clients_alone_and_counts_the_loss() {
     let reference = drain(rx).await;
     let last_stream = reference.iter().filter_map(|r| r["stream"].as_u64()).max().unwrap();
     let want: Vec<Value> = reference.iter().filter(|r| r["stream"] == last_stream).cloned().collect();
-    let got: Vec<Value> = receive(&mut sub, want.len(), Duration::from_secs(5)).await.into_iter().map(|(_, r)| r).collect();
+    let got: Vec<Value> =
+        receive(&mut sub, want.len(), Duration::from_secs(5)).await.into_iter().map(|(_, r)| r).collect();
     assert_eq!(got, want, "the stream after the restart arrives whole and in order");
 
     // The loss is counted: every record was published, dropped or failed.
     let (published, dropped, failed) =
         (metrics.sink_records(&label), metrics.sink_dropped_for(&label), metrics.sink_failed_for(&label));
-    eprintln!("records {}, published {published} ({before} before the last stream), dropped {dropped}, failed {failed}",
-        reference.len());
+    eprintln!(
+        "records {}, published {published} ({before} before the last stream), dropped {dropped}, failed {failed}",
+        reference.len()
+    );
     assert!(dropped > 0, "records made while the broker was down are dropped and counted");
     assert_eq!(published + dropped + failed, reference.len() as u64);
     let text = metrics.render();

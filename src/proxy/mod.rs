@@ -90,12 +90,12 @@ mod sink;
 
 pub use error::{ProxyError, ProxyErrorKind, Side};
 pub use metrics::Metrics;
+pub use nats::{NatsSink, NatsSpecError};
 pub use server::{ProxyHandle, ProxyServer, ProxyStartError};
 pub use settings::{
-    LimitSettings, ParseSettings, ProxyOverrides, ProxySettings, Secret, Seconds, SettingsError, SinkSettings,
+    LimitSettings, ParseSettings, ProxyOverrides, ProxySettings, Seconds, Secret, SettingsError, SinkSettings,
     SinkTarget, UpstreamSettings,
 };
-pub use nats::{NatsSink, NatsSpecError};
 pub use sink::{Overflow, SinkRecord, SinkSpec, SinkSpecError, SinkStartError, WEBHOOK_BATCH, is_sink_event};
 
 use crate::sources::StreamOptions;

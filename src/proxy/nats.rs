@@ -563,11 +563,11 @@ impl Publisher {
         loop {
             attempt += 1;
             tokio::time::sleep(Duration::from_millis(100u64 << attempt.min(5))).await;
-            let result = match js.publish_with_headers(o.subject.clone(), msg_id_headers(&o.msg_id), o.payload.clone()).await
-            {
-                Ok(ack) => ack.await.map(|_| ()),
-                Err(e) => Err(e),
-            };
+            let result =
+                match js.publish_with_headers(o.subject.clone(), msg_id_headers(&o.msg_id), o.payload.clone()).await {
+                    Ok(ack) => ack.await.map(|_| ()),
+                    Err(e) => Err(e),
+                };
             match result {
                 Ok(()) => return self.outcome(true, &""),
                 Err(e) if self.sink.overflow == Overflow::Drop && (attempt >= 3 || !worth_retrying(&e)) => {

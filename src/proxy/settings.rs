@@ -631,9 +631,18 @@ mod tests {
     fn bad_files_name_the_line_and_the_key() {
         for (text, want) in [
             ("listen = 1\n", "config p.toml, line 1: listen: invalid type: integer `1`, expected a string"),
-            ("\n[limits]\nmax_stream = 5\n", "config p.toml, line 3: limits.max_stream: unknown field `max_stream`, expected one of `max_streams`, `max_line`, `max_request_body`, `max_response_body`, `grace`, `channel_capacity`"),
-            ("[upstream]\nidle_timeout = -1\n", "config p.toml, line 2: upstream.idle_timeout: expected a positive number of seconds"),
-            ("[sink]\ntargets = [\"kafka:x\"]\n", "config p.toml, line 2: sink.targets[0]: bad sink \"kafka:x\": unknown sink kind (expected jsonl:FILE, webhook:URL or nats://HOST:PORT/SUBJECT)"),
+            (
+                "\n[limits]\nmax_stream = 5\n",
+                "config p.toml, line 3: limits.max_stream: unknown field `max_stream`, expected one of `max_streams`, `max_line`, `max_request_body`, `max_response_body`, `grace`, `channel_capacity`",
+            ),
+            (
+                "[upstream]\nidle_timeout = -1\n",
+                "config p.toml, line 2: upstream.idle_timeout: expected a positive number of seconds",
+            ),
+            (
+                "[sink]\ntargets = [\"kafka:x\"]\n",
+                "config p.toml, line 2: sink.targets[0]: bad sink \"kafka:x\": unknown sink kind (expected jsonl:FILE, webhook:URL or nats://HOST:PORT/SUBJECT)",
+            ),
             ("[parse]\nprofile = \"nope\"\n", "config p.toml, line 2: parse.profile: unknown profile \"nope\""),
             ("[limits\n", "config p.toml, line 1: "),
             ("colour = \"red\"\n", "config p.toml, line 1: colour: unknown field `colour`"),
@@ -665,10 +674,14 @@ mod tests {
 
     #[test]
     fn flags_beat_the_file() {
-        let mut s = ProxySettings::from_toml("[parse]\nregistry = \"r.toml\"\n[limits]\nmax_streams = 3\n", "t").unwrap();
+        let mut s =
+            ProxySettings::from_toml("[parse]\nregistry = \"r.toml\"\n[limits]\nmax_streams = 3\n", "t").unwrap();
         let o = ProxyOverrides { profile: Some("filament".into()), max_streams: Some(7), ..ProxyOverrides::default() };
         s.apply(o).unwrap();
-        assert_eq!((s.parse.profile.as_str(), s.parse.registry.as_ref(), s.limits.max_streams.get()), ("filament", None, 7));
+        assert_eq!(
+            (s.parse.profile.as_str(), s.parse.registry.as_ref(), s.limits.max_streams.get()),
+            ("filament", None, 7)
+        );
         let bad = ProxyOverrides { grace: Some(0.0), ..ProxyOverrides::default() };
         assert_eq!(s.apply(bad).unwrap_err().to_string(), "config: --grace: expected a positive number of seconds");
         assert!(s.to_proxy_config().unwrap_err().to_string().contains("upstream.url: no upstream"));
