@@ -228,3 +228,15 @@ async fn the_upstream_api_key_goes_only_where_the_client_sent_none() {
     );
     assert!(!format!("{:?}", Secret::new("sk-upstream")).contains("sk-upstream"));
 }
+
+#[test]
+fn public_types_are_send_and_sync() {
+    fn both<T: Send + Sync>() {}
+    both::<spindle::proxy::ProxySettings>();
+    both::<spindle::proxy::ProxyOverrides>();
+    both::<spindle::proxy::SettingsError>();
+    both::<spindle::proxy::Secret>();
+    both::<spindle::proxy::NatsSink>();
+    both::<spindle::proxy::NatsSpecError>();
+    both::<spindle::proxy::Overflow>();
+}

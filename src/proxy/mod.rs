@@ -30,8 +30,12 @@
 //!   channel of [`ProxyConfig::channel_capacity`] reads: a client that reads
 //!   slowly slows the upstream down, it does not fill the proxy's memory.
 //! * Parsing on the side: 2xx SSE bodies and 2xx JSON bodies of model
-//!   endpoints go through the stream model; elements, repairs and the
-//!   stream-level events go to the sinks ([`SinkSpec`]).
+//!   endpoints go through the stream model; elements, repairs, diagnostics,
+//!   tool-call fragments and the stream-level events go to the sinks
+//!   ([`SinkSpec`]: a JSONL file, a webhook, a NATS broker ([`nats`]), a
+//!   channel).
+//! * Configuration: [`ProxyConfig`] in code; the `spindle proxy` file,
+//!   flags and environment are [`ProxySettings`].
 //! * An upstream API key ([`ProxyConfig::upstream_api_key`], from
 //!   `SPINDLE_UPSTREAM_API_KEY`) is added as `Authorization: Bearer KEY`
 //!   to requests that have no `Authorization` header.
