@@ -29,6 +29,12 @@ impl Family {
         }
     }
 
+    fn set(&self, label: &str, n: u64) {
+        if let Ok(mut map) = self.0.lock() {
+            map.insert(label.to_string(), n);
+        }
+    }
+
     fn get(&self, label: &str) -> u64 {
         self.0.lock().ok().and_then(|m| m.get(label).copied()).unwrap_or(0)
     }
@@ -59,6 +65,9 @@ pub struct Metrics {
     sink_sent: Family,
     sink_dropped: Family,
     sink_failed: Family,
+    sink_connected: Family,
+    sink_connects: Family,
+    sink_reconnects: Family,
 }
 
 /// Which gauge a [`GaugeGuard`] holds up.
@@ -157,6 +166,42 @@ impl Metrics {
 
     pub(crate) fn sink_failed(&self, sink: &str, n: u64) {
         self.sink_failed.add(sink, n);
+    }
+
+    /// Sets whether a broker sink is connected; on a connection, returns
+    /// whether it had been connected before (a reconnect).
+    pub(crate) fn sink_connected(&self, sink: &str, up: bool) -> bool {
+        self.sink_connected.set(sink, u64::from(up));
+        if up {
+            self.sink_connects.add(sink, 1);
+            return self.sink_connects.get(sink) > 1;
+        }
+        false
+    }
+
+    pub(crate) fn sink_reconnect(&self, sink: &str) {
+        self.sink_reconnects.add(sink, 1);
+    }
+
+    /// Records a sink delivered (for a broker: published, acknowledged
+    /// under JetStream).
+    pub fn sink_records(&self, sink: &str) -> u64 {
+        self.sink_sent.get(sink)
+    }
+
+    /// Records one sink dropped (queue full, or its broker down).
+    pub fn sink_dropped_for(&self, sink: &str) -> u64 {
+        self.sink_dropped.get(sink)
+    }
+
+    /// Records one sink failed to deliver.
+    pub fn sink_failed_for(&self, sink: &str) -> u64 {
+        self.sink_failed.get(sink)
+    }
+
+    /// Times a broker sink connected again after losing its connection.
+    pub fn sink_reconnects(&self, sink: &str) -> u64 {
+        self.sink_reconnects.get(sink)
     }
 
     /// SSE streams in flight.
@@ -278,7 +323,7 @@ impl Metrics {
             &mut out,
             "sink_dropped_total",
             "counter",
-            "Records dropped because a sink queue was full.",
+            "Records dropped because a sink queue was full or its broker was down.",
             "sink",
             &self.sink_dropped,
         );
@@ -289,6 +334,22 @@ impl Metrics {
             "Records a sink failed to deliver (after retries).",
             "sink",
             &self.sink_failed,
+        );
+        family(
+            &mut out,
+            "sink_reconnects_total",
+            "counter",
+            "Times a broker sink connected again after losing its connection.",
+            "sink",
+            &self.sink_reconnects,
+        );
+        family(
+            &mut out,
+            "sink_connected",
+            "gauge",
+            "Whether a broker sink is connected (1) or not (0).",
+            "sink",
+            &self.sink_connected,
         );
         out
     }

@@ -30,8 +30,18 @@
 //!   channel of [`ProxyConfig::channel_capacity`] reads: a client that reads
 //!   slowly slows the upstream down, it does not fill the proxy's memory.
 //! * Parsing on the side: 2xx SSE bodies and 2xx JSON bodies of model
-//!   endpoints go through the stream model; elements, repairs and the
-//!   stream-level events go to the sinks ([`SinkSpec`]).
+//!   endpoints go through the stream model; elements, repairs, diagnostics,
+//!   tool-call fragments and the stream-level events go to the sinks
+//!   ([`SinkSpec`]: a JSONL file, a webhook, a NATS broker ([`nats`]), a
+//!   channel).
+//! * Configuration: [`ProxyConfig`] in code; the `spindle proxy` file,
+//!   flags and environment are [`ProxySettings`].
+//! * An upstream API key ([`ProxyConfig::upstream_api_key`], from
+//!   `SPINDLE_UPSTREAM_API_KEY`) is added as `Authorization: Bearer KEY`
+//!   to requests that have no `Authorization` header.
+//! * An upstream API key ([`ProxyConfig::upstream_api_key`], from
+//!   `SPINDLE_UPSTREAM_API_KEY`) is added as `Authorization: Bearer KEY`
+//!   to requests that have no `Authorization` header.
 //! * `--rewrite` ([`ProxyConfig::rewrite`]): chat-completion streams carry
 //!   the corrected content instead of the raw one (synthetic closes in the
 //!   finish chunk, or in one more chunk before `[DONE]` when the stream had
@@ -75,15 +85,22 @@
 
 mod error;
 mod metrics;
+pub mod nats;
 mod pump;
 mod relay;
 mod server;
+mod settings;
 mod sink;
 
 pub use error::{ProxyError, ProxyErrorKind, Side};
 pub use metrics::Metrics;
+pub use nats::{NatsSink, NatsSpecError};
 pub use server::{ProxyHandle, ProxyServer, ProxyStartError};
-pub use sink::{SinkRecord, SinkSpec, SinkSpecError, SinkStartError, WEBHOOK_BATCH, is_sink_event};
+pub use settings::{
+    LimitSettings, ParseSettings, ProxyOverrides, ProxySettings, Seconds, Secret, SettingsError, SinkSettings,
+    SinkTarget, UpstreamSettings,
+};
+pub use sink::{Overflow, SinkRecord, SinkSpec, SinkSpecError, SinkStartError, WEBHOOK_BATCH, is_sink_event};
 
 use crate::sources::StreamOptions;
 use std::time::Duration;
@@ -100,6 +117,9 @@ pub struct ProxyConfig {
     pub options: StreamOptions,
     /// Send corrected content instead of the raw content.
     pub rewrite: bool,
+    /// An API key sent upstream as `Authorization: Bearer KEY` on requests
+    /// that carry no `Authorization` of their own (default none).
+    pub upstream_api_key: Option<Secret>,
     /// Where parsed records go.
     pub sinks: Vec<SinkSpec>,
     /// The longest wait for the upstream's response head, its first body
@@ -131,6 +151,7 @@ impl ProxyConfig {
             upstream: upstream.into(),
             options: StreamOptions::default(),
             rewrite: false,
+            upstream_api_key: None,
             sinks: Vec::new(),
             idle_timeout: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(10),

@@ -150,7 +150,7 @@ pub(crate) async fn pump(
                 out.push(bytes);
             }
         }
-        dispatch(&ctx, &mut events, &mut truncated);
+        dispatch(&ctx, &mut events, &mut truncated).await;
         for b in out.drain(..) {
             let len = b.len();
             if let Err(fail) = send(&app, &tx, Ok(b)).await {
@@ -221,7 +221,7 @@ pub(crate) async fn pump(
             outcome
         }
     };
-    dispatch(&ctx, &mut events, &mut truncated);
+    dispatch(&ctx, &mut events, &mut truncated).await;
     if truncated {
         app.metrics.truncated();
     }
@@ -245,9 +245,9 @@ pub(crate) async fn pump(
 
 /// Accounts for a response the handler completed itself (a rewritten
 /// whole body): metrics, sinks, the log line.
-pub(crate) fn account_whole(ctx: PumpCtx, mut events: Vec<SourceEvent>, len: usize) {
+pub(crate) async fn account_whole(ctx: PumpCtx, mut events: Vec<SourceEvent>, len: usize) {
     let mut truncated = false;
-    dispatch(&ctx, &mut events, &mut truncated);
+    dispatch(&ctx, &mut events, &mut truncated).await;
     if truncated {
         ctx.app.metrics.truncated();
     }
@@ -290,8 +290,9 @@ async fn send(app: &App, tx: &mpsc::Sender<ClientItem>, item: ClientItem) -> Res
     }
 }
 
-/// Counts events in the metrics and queues the sink records.
-fn dispatch(ctx: &PumpCtx, events: &mut Vec<SourceEvent>, truncated: &mut bool) {
+/// Counts events in the metrics and queues the sink records (waiting only
+/// for sinks whose overflow policy is `block`).
+async fn dispatch(ctx: &PumpCtx, events: &mut Vec<SourceEvent>, truncated: &mut bool) {
     let app = &ctx.app;
     let to_sinks = !app.sinks.is_empty();
     let ts_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
@@ -312,7 +313,11 @@ fn dispatch(ctx: &PumpCtx, events: &mut Vec<SourceEvent>, truncated: &mut bool) 
         }
         if to_sinks && is_sink_event(&event) {
             let record = SinkRecord { stream: ctx.id, path: ctx.path.clone(), model: ctx.model.clone(), ts_ms, event };
-            app.sinks.send(&Arc::new(record));
+            let record = Arc::new(record);
+            let blocked = app.sinks.send(&record);
+            if !blocked.is_empty() {
+                app.sinks.wait(blocked, &record, &app.hard_stop).await;
+            }
         }
     }
 }

@@ -282,6 +282,13 @@ async fn forward(State(app): State<Arc<App>>, request: Request) -> Response {
     if buffered {
         headers.remove(header::CONTENT_LENGTH);
     }
+    if let Some(key) = &app.config.upstream_api_key
+        && !headers.contains_key(header::AUTHORIZATION)
+        && let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {}", key.expose()))
+    {
+        value.set_sensitive(true);
+        headers.insert(header::AUTHORIZATION, value);
+    }
     if endpoint.is_model() {
         // The proxy reads these bodies; ask for them uncompressed (and it
         // never compresses what it sends on).
@@ -382,7 +389,7 @@ async fn forward(State(app): State<Arc<App>>, request: Request) -> Response {
         response_headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
         let ctx =
             pump_ctx(&app, id, &parts.method, &path, model, status.as_u16(), started, permit, request_gauge, None);
-        super::pump::account_whole(ctx, events, body.len());
+        super::pump::account_whole(ctx, events, body.len()).await;
         let mut response = Response::new(Body::from(body));
         *response.status_mut() = status;
         *response.headers_mut() = response_headers;

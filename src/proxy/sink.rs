@@ -1,14 +1,16 @@
 //! Sinks: where the proxy sends the elements it parsed on the side.
 //!
 //! This module owns the sink queues and workers: a JSONL file (one record
-//! per line, appended), a webhook (records POSTed as JSON arrays), or an
-//! in-process channel (library users, `spindle demo`). Every sink has a
-//! bounded queue filled with `try_send`: a slow or dead sink loses records
-//! (counted in `/metrics` as `sink_dropped_total`) and never slows a
-//! client's stream. It must not look inside records beyond serialising
-//! them.
+//! per line, appended), a webhook (records POSTed as JSON arrays), a NATS
+//! broker ([`super::nats`]), or an in-process channel (library users,
+//! `spindle demo`). Every sink has a bounded queue filled with `try_send`:
+//! a slow or dead sink loses records (counted in `/metrics` as
+//! `sink_dropped_total`) and never slows a client's stream — unless a NATS
+//! sink asks for [`Overflow::Block`]. It must not look inside records
+//! beyond serialising them.
 
 use super::metrics::Metrics;
+use super::nats::NatsSink;
 use crate::sources::SourceEvent;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -18,6 +20,7 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 /// One record sent to the sinks: a parsed event of one proxied stream.
 ///
@@ -41,18 +44,46 @@ pub struct SinkRecord {
     pub event: SourceEvent,
 }
 
-/// Which events the sinks get: completed elements, repairs, and the
-/// stream-level events (finish, usage, errors, truncation, content
-/// filters). Opens, deltas and closes stay in the proxy.
+/// Which events the sinks get: completed elements, repairs, diagnostics,
+/// tool-call progress (`call_delta`), and the stream-level events (finish,
+/// usage, errors, truncation, content filters, stream diagnostics). Opens,
+/// deltas, closes, comments and gaps stay in the proxy.
 pub fn is_sink_event(event: &SourceEvent) -> bool {
     match event {
-        SourceEvent::Choice(c) => matches!(c.event.type_name(), "element" | "repair"),
+        SourceEvent::Choice(c) => matches!(c.event.type_name(), "element" | "repair" | "diagnostic" | "call_delta"),
         SourceEvent::Finish { .. }
         | SourceEvent::Usage { .. }
         | SourceEvent::StreamError { .. }
         | SourceEvent::Truncated { .. }
-        | SourceEvent::ContentFilter { .. } => true,
-        _ => false,
+        | SourceEvent::ContentFilter { .. }
+        | SourceEvent::Diagnostic(_) => true,
+        SourceEvent::Done => false,
+    }
+}
+
+/// What a sink does when its queue is full or its destination is down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Overflow {
+    /// Drop the record and count it (`spindle_proxy_sink_dropped_total`);
+    /// the client's stream never waits. The default.
+    #[default]
+    Drop,
+    /// Wait for room: nothing is lost, and the client's stream waits while
+    /// the sink is down.
+    Block,
+}
+
+impl FromStr for Overflow {
+    type Err = ();
+
+    /// `drop` or `block`.
+    fn from_str(s: &str) -> Result<Overflow, ()> {
+        match s {
+            "drop" => Ok(Overflow::Drop),
+            "block" => Ok(Overflow::Block),
+            _ => Err(()),
+        }
     }
 }
 
@@ -67,6 +98,9 @@ pub enum SinkSpec {
     /// finished; a failed POST is retried twice, then its records are
     /// counted as failed).
     Webhook(String),
+    /// Publish every record to a NATS broker (`nats://HOST:PORT/SUBJECT`,
+    /// see [`super::nats`] for the options and the subject layout).
+    Nats(NatsSink),
     /// Send every record to this channel (in-process consumers).
     Channel(mpsc::Sender<Arc<SinkRecord>>),
 }
@@ -76,25 +110,34 @@ pub const WEBHOOK_BATCH: usize = 256;
 
 /// Why a sink argument could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("bad sink {given:?}: {why} (expected jsonl:FILE or webhook:URL)")]
+#[error("bad sink {given:?}: {why} (expected jsonl:FILE, webhook:URL or nats://HOST:PORT/SUBJECT)")]
 pub struct SinkSpecError {
     given: String,
-    why: &'static str,
+    why: String,
 }
 
 impl FromStr for SinkSpec {
     type Err = SinkSpecError;
 
-    /// `jsonl:FILE` or `webhook:URL` (`http://` or `https://`).
+    /// `jsonl:FILE`, `webhook:URL` (`http://` or `https://`) or
+    /// `nats://HOST:PORT/SUBJECT[?OPTIONS]`.
     ///
     /// ```
     /// use spindle::proxy::SinkSpec;
     /// assert!(matches!("jsonl:out/elements.jsonl".parse::<SinkSpec>(), Ok(SinkSpec::Jsonl(_))));
     /// assert!(matches!("webhook:http://127.0.0.1:9000/hook".parse::<SinkSpec>(), Ok(SinkSpec::Webhook(_))));
+    /// assert!(matches!("nats://127.0.0.1:4222/spindle".parse::<SinkSpec>(), Ok(SinkSpec::Nats(_))));
     /// assert!("kafka:topic".parse::<SinkSpec>().is_err());
     /// ```
     fn from_str(s: &str) -> Result<SinkSpec, SinkSpecError> {
-        let err = |why| SinkSpecError { given: s.to_string(), why };
+        if s.starts_with("nats://") {
+            // The NATS error names the spec itself (password masked).
+            return s.parse().map(SinkSpec::Nats).map_err(|e: super::nats::NatsSpecError| SinkSpecError {
+                given: super::nats::mask_url(s),
+                why: e.why().to_string(),
+            });
+        }
+        let err = |why: &str| SinkSpecError { given: s.to_string(), why: why.to_string() };
         let (kind, rest) = s.split_once(':').ok_or_else(|| err("no kind: prefix"))?;
         match kind {
             "jsonl" | "file" if !rest.is_empty() => Ok(SinkSpec::Jsonl(PathBuf::from(rest))),
@@ -114,8 +157,20 @@ impl SinkSpec {
     pub fn label(&self) -> String {
         match self {
             SinkSpec::Jsonl(path) => format!("jsonl:{}", path.display()),
-            SinkSpec::Webhook(url) => format!("webhook:{url}"),
+            SinkSpec::Webhook(url) => format!("webhook:{}", super::nats::mask_url(url)),
+            SinkSpec::Nats(nats) => nats.label(),
             SinkSpec::Channel(_) => "channel".to_string(),
+        }
+    }
+
+    /// The spec as `--sink` takes it, with passwords and tokens in URLs
+    /// masked (`None` for an in-process channel).
+    pub fn to_masked_string(&self) -> Option<String> {
+        match self {
+            SinkSpec::Jsonl(path) => Some(format!("jsonl:{}", path.display())),
+            SinkSpec::Webhook(url) => Some(format!("webhook:{}", super::nats::mask_url(url))),
+            SinkSpec::Nats(nats) => Some(nats.masked().to_string()),
+            SinkSpec::Channel(_) => None,
         }
     }
 }
@@ -126,15 +181,30 @@ impl SinkSpec {
 pub struct SinkStartError {
     label: String,
     #[source]
-    source: std::io::Error,
+    source: Box<dyn std::error::Error + Send + Sync>,
 }
 
 type Queue = mpsc::Sender<Arc<SinkRecord>>;
 
+/// One running sink's queue.
+#[derive(Debug)]
+struct Entry {
+    label: String,
+    tx: Queue,
+    overflow: Overflow,
+}
+
+/// A record that a sink with [`Overflow::Block`] had no room for yet.
+#[derive(Debug)]
+pub(crate) struct Blocked {
+    label: String,
+    tx: Queue,
+}
+
 /// The running sinks of one proxy.
 #[derive(Debug)]
 pub(crate) struct Sinks {
-    queues: RwLock<Option<Vec<(String, Queue)>>>,
+    queues: RwLock<Option<Vec<Entry>>>,
     workers: std::sync::Mutex<Vec<JoinHandle<()>>>,
     metrics: Arc<Metrics>,
 }
@@ -151,18 +221,19 @@ impl Sinks {
         let mut workers = Vec::new();
         for spec in specs {
             let label = spec.label();
-            match spec {
-                SinkSpec::Channel(tx) => queues.push((label, tx.clone())),
+            let mut overflow = Overflow::Drop;
+            let tx = match spec {
+                SinkSpec::Channel(tx) => tx.clone(),
                 SinkSpec::Jsonl(path) => {
                     let file = tokio::fs::OpenOptions::new()
                         .create(true)
                         .append(true)
                         .open(path)
                         .await
-                        .map_err(|source| SinkStartError { label: label.clone(), source })?;
+                        .map_err(|e| SinkStartError { label: label.clone(), source: Box::new(e) })?;
                     let (tx, rx) = mpsc::channel(queue_len.max(1));
                     workers.push(tokio::spawn(jsonl_worker(file, rx, label.clone(), metrics.clone())));
-                    queues.push((label, tx));
+                    tx
                 }
                 SinkSpec::Webhook(url) => {
                     let (tx, rx) = mpsc::channel(queue_len.max(1));
@@ -173,9 +244,20 @@ impl Sinks {
                         label.clone(),
                         metrics.clone(),
                     )));
-                    queues.push((label, tx));
+                    tx
                 }
-            }
+                SinkSpec::Nats(nats) => {
+                    overflow = nats.overflow();
+                    let (tx, rx) = mpsc::channel(nats.queue().unwrap_or(queue_len).max(1));
+                    let worker = nats
+                        .start(rx, label.clone(), metrics.clone())
+                        .await
+                        .map_err(|e| SinkStartError { label: label.clone(), source: Box::new(e) })?;
+                    workers.push(worker);
+                    tx
+                }
+            };
+            queues.push(Entry { label, tx, overflow });
         }
         Ok(Sinks { queues: RwLock::new(Some(queues)), workers: std::sync::Mutex::new(workers), metrics })
     }
@@ -185,32 +267,64 @@ impl Sinks {
         self.queues.read().map(|q| q.as_ref().is_none_or(Vec::is_empty)).unwrap_or(true)
     }
 
-    /// Queues a record on every sink without waiting; a full queue drops it.
-    pub(crate) fn send(&self, record: &Arc<SinkRecord>) {
-        let Ok(queues) = self.queues.read() else { return };
-        for (label, tx) in queues.iter().flatten() {
-            match tx.try_send(record.clone()) {
+    /// Queues a record on every sink without waiting; a full queue drops
+    /// it, except on sinks with [`Overflow::Block`], which are returned for
+    /// [`Sinks::wait`].
+    pub(crate) fn send(&self, record: &Arc<SinkRecord>) -> Vec<Blocked> {
+        let mut blocked = Vec::new();
+        let Ok(queues) = self.queues.read() else { return blocked };
+        for entry in queues.iter().flatten() {
+            match entry.tx.try_send(record.clone()) {
                 Ok(()) => {
                     // Channel sinks have no worker to count deliveries.
-                    if label == "channel" {
-                        self.metrics.sink_sent(label, 1);
+                    if entry.label == "channel" {
+                        self.metrics.sink_sent(&entry.label, 1);
                     }
                 }
-                Err(_) => self.metrics.sink_dropped(label, 1),
+                Err(mpsc::error::TrySendError::Full(_)) if entry.overflow == Overflow::Block => {
+                    blocked.push(Blocked { label: entry.label.clone(), tx: entry.tx.clone() });
+                }
+                Err(_) => self.metrics.sink_dropped(&entry.label, 1),
+            }
+        }
+        blocked
+    }
+
+    /// Waits for room for `record` in blocking sinks' queues, unless `stop`
+    /// fires first (then the record counts as dropped).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future loses the record for the sinks not yet served
+    /// (uncounted).
+    pub(crate) async fn wait(&self, blocked: Vec<Blocked>, record: &Arc<SinkRecord>, stop: &CancellationToken) {
+        for b in blocked {
+            tokio::select! {
+                biased;
+                sent = b.tx.send(record.clone()) => {
+                    if sent.is_err() {
+                        self.metrics.sink_dropped(&b.label, 1);
+                    }
+                }
+                () = stop.cancelled() => self.metrics.sink_dropped(&b.label, 1),
             }
         }
     }
 
     /// Stops taking records and waits (up to `wait`) for the workers to
-    /// write what is queued.
+    /// write what is queued; workers still busy then are stopped.
     pub(crate) async fn close(&self, wait: Duration) {
         if let Ok(mut queues) = self.queues.write() {
             queues.take();
         }
         let workers: Vec<JoinHandle<()>> = self.workers.lock().map(|mut w| std::mem::take(&mut *w)).unwrap_or_default();
+        let aborts: Vec<_> = workers.iter().map(JoinHandle::abort_handle).collect();
         let all = futures::future::join_all(workers);
         if tokio::time::timeout(wait, all).await.is_err() {
             tracing::warn!("sinks did not finish writing within {wait:?}; queued records are lost");
+            for abort in aborts {
+                abort.abort();
+            }
         }
     }
 }

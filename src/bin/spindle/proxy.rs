@@ -1,29 +1,36 @@
 //! `spindle proxy`: the pipe-through proxy of [`spindle::proxy`] with its
-//! command-line options, logs and signal handling.
+//! command-line options, logs and signal handling. The options lie over a
+//! configuration file ([`spindle::proxy::ProxySettings`]: its keys, the
+//! defaults, the secrets from the environment).
 
-use crate::parse::load_registry;
-use anyhow::{Context, Result, bail};
-use spindle::proxy::{ProxyConfig, ProxyServer, SinkSpec};
-use spindle::sources::StreamOptions;
+use anyhow::{Context, Result};
+use spindle::proxy::{ProxyOverrides, ProxyServer, ProxySettings, SinkSpec};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 /// Arguments of `spindle proxy`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct ProxyArgs {
     /// The upstream base URL (`http://127.0.0.1:8788`, `https://api.openai.com`,
     /// `https://openrouter.ai/api/v1`); `/v1/*` requests go there unchanged.
+    /// Required here or as `upstream.url` in the config file.
     #[arg(long, value_name = "URL")]
-    upstream: String,
-    /// Address to listen on (port 0 picks a free port).
-    #[arg(long, default_value = "127.0.0.1:8787", value_name = "ADDR")]
-    listen: String,
+    upstream: Option<String>,
+    /// Address to listen on (port 0 picks a free port) [default: 127.0.0.1:8787].
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
+    /// A configuration file (TOML; every option has a key, options given
+    /// here win; secrets from SPINDLE_UPSTREAM_API_KEY, SPINDLE_NATS_TOKEN).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Print the effective configuration as TOML (secrets left out) and exit.
+    #[arg(long)]
+    print_config: bool,
     /// The registry profile the streams are parsed with (`chat`: plain
     /// answers are content, `<think>…</think>` is a thought; `filament`,
-    /// `reasoning`, `tam`, `action`, `attp`).
-    #[arg(long, conflicts_with = "registry", default_value = "chat")]
-    profile: String,
+    /// `reasoning`, `tam`, `action`, `attp`) [default: chat].
+    #[arg(long, conflicts_with = "registry")]
+    profile: Option<String>,
     /// A registry file (TOML, or JSON by extension) instead of a profile.
     #[arg(long, value_name = "FILE")]
     registry: Option<PathBuf>,
@@ -31,24 +38,25 @@ pub(crate) struct ProxyArgs {
     /// closes added, merged tags removed; ids, model, created and usage kept).
     #[arg(long)]
     rewrite: bool,
-    /// Where parsed elements go: `jsonl:FILE` (appended) or `webhook:URL`
-    /// (POSTed as JSON arrays). Repeatable.
-    #[arg(long = "sink", value_name = "jsonl:FILE|webhook:URL")]
+    /// Where parsed elements go: `jsonl:FILE` (appended), `webhook:URL`
+    /// (POSTed as JSON arrays) or `nats://HOST:PORT/SUBJECT[?jetstream=1&overflow=drop|block&...]`
+    /// (published to NATS). Repeatable.
+    #[arg(long = "sink", value_name = "jsonl:FILE|webhook:URL|nats://HOST:PORT/SUBJECT")]
     sinks: Vec<SinkSpec>,
     /// Seconds of upstream silence (waiting for the head, the first byte or
     /// any later byte) before the request fails (504, or an in-band error
-    /// mid-stream).
-    #[arg(long, default_value_t = 60.0, value_name = "SECS")]
-    idle_timeout: f64,
-    /// Seconds to wait for a connection to the upstream.
-    #[arg(long, default_value_t = 10.0, value_name = "SECS")]
-    connect_timeout: f64,
-    /// Seconds running streams may go on after SIGINT/SIGTERM.
-    #[arg(long, default_value_t = 30.0, value_name = "SECS")]
-    grace: f64,
-    /// Most requests in flight; more get 503.
-    #[arg(long, default_value_t = 4096, value_name = "N")]
-    max_streams: usize,
+    /// mid-stream) [default: 60].
+    #[arg(long, value_name = "SECS")]
+    idle_timeout: Option<f64>,
+    /// Seconds to wait for a connection to the upstream [default: 10].
+    #[arg(long, value_name = "SECS")]
+    connect_timeout: Option<f64>,
+    /// Seconds running streams may go on after SIGINT/SIGTERM [default: 30].
+    #[arg(long, value_name = "SECS")]
+    grace: Option<f64>,
+    /// Most requests in flight; more get 503 [default: 4096].
+    #[arg(long, value_name = "N")]
+    max_streams: Option<usize>,
     /// Longest SSE line (and event) parsed, in bytes; longer ones are
     /// forwarded unparsed and reported.
     #[arg(long, value_name = "BYTES")]
@@ -59,19 +67,35 @@ pub(crate) struct ProxyArgs {
     /// Largest whole JSON response parsed (or rewritten), in bytes.
     #[arg(long, value_name = "BYTES")]
     max_response_body: Option<usize>,
-    /// Records queued per sink before records are dropped.
-    #[arg(long, default_value_t = 10_000, value_name = "N")]
-    sink_queue: usize,
-    /// Log level (`error`, `warn`, `info`, `debug`, `trace`); RUST_LOG wins.
-    #[arg(long, default_value = "info", value_name = "LEVEL")]
-    log: String,
+    /// Records queued per sink before records are dropped [default: 10000].
+    #[arg(long, value_name = "N")]
+    sink_queue: Option<usize>,
+    /// Log level (`error`, `warn`, `info`, `debug`, `trace`); RUST_LOG wins [default: info].
+    #[arg(long, value_name = "LEVEL")]
+    log: Option<String>,
 }
 
-fn seconds(name: &str, secs: f64) -> Result<Duration> {
-    if !secs.is_finite() || secs <= 0.0 {
-        bail!("--{name} must be a positive number of seconds");
+impl ProxyArgs {
+    /// The options given, to lay over the config file.
+    fn overrides(&self) -> ProxyOverrides {
+        let mut o = ProxyOverrides::default();
+        o.upstream.clone_from(&self.upstream);
+        o.listen.clone_from(&self.listen);
+        o.profile.clone_from(&self.profile);
+        o.registry.clone_from(&self.registry);
+        o.rewrite = self.rewrite;
+        o.sinks.clone_from(&self.sinks);
+        o.idle_timeout = self.idle_timeout;
+        o.connect_timeout = self.connect_timeout;
+        o.grace = self.grace;
+        o.max_streams = self.max_streams;
+        o.max_line = self.max_line;
+        o.max_request_body = self.max_request_body;
+        o.max_response_body = self.max_response_body;
+        o.sink_queue = self.sink_queue;
+        o.log.clone_from(&self.log);
+        o
     }
-    Ok(Duration::from_secs_f64(secs))
 }
 
 /// Logs to stderr: RUST_LOG when set, else `level`.
@@ -109,36 +133,29 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 pub(crate) fn run(args: ProxyArgs) -> Result<ExitCode> {
-    init_logs(&args.log);
-    let registry = load_registry(&args.profile, args.registry.as_ref())?;
-    let mut options = StreamOptions::with_registry(registry);
-    if let Some(n) = args.max_line {
-        options.sse.max_line_len = n;
-        options.sse.max_event_len = n;
+    let mut settings = match &args.config {
+        Some(path) => ProxySettings::load(path)?,
+        None => ProxySettings::default(),
+    };
+    settings.apply_env(|name| std::env::var(name).ok());
+    settings.apply(args.overrides())?;
+    if args.print_config {
+        print!("{}", settings.to_toml());
+        return Ok(ExitCode::SUCCESS);
     }
-    let mut config = ProxyConfig::new(args.upstream.clone());
-    config.options = options;
-    config.rewrite = args.rewrite;
-    config.sinks = args.sinks;
-    config.idle_timeout = seconds("idle-timeout", args.idle_timeout)?;
-    config.connect_timeout = seconds("connect-timeout", args.connect_timeout)?;
-    config.grace = seconds("grace", args.grace)?;
-    config.max_streams = args.max_streams.max(1);
-    config.sink_queue = args.sink_queue.max(1);
-    if let Some(n) = args.max_request_body {
-        config.max_request_body = n;
-    }
-    if let Some(n) = args.max_response_body {
-        config.max_response_body = n;
-    }
+    init_logs(&settings.log);
+    let config = settings.to_proxy_config()?;
+    let upstream = config.upstream.clone();
+    let parsing = match &settings.parse.registry {
+        Some(r) => format!("registry {}", r.display()),
+        None => format!("profile {}", settings.parse.profile),
+    };
     let rewrite = config.rewrite;
     runtime()?.block_on(async move {
-        let server = ProxyServer::bind(config, &args.listen).await?;
+        let server = ProxyServer::bind(config, &settings.listen).await?;
         let addr = server.local_addr();
         eprintln!(
-            "spindle proxy: http://{addr}/v1 -> {} ({}{}); /healthz, /metrics",
-            args.upstream,
-            args.registry.as_ref().map_or(format!("profile {}", args.profile), |r| format!("registry {}", r.display())),
+            "spindle proxy: http://{addr}/v1 -> {upstream} ({parsing}{}); /healthz, /metrics",
             if rewrite { ", rewriting" } else { "" },
         );
         server.run(shutdown_signal()).await.context("serving")?;

@@ -1,0 +1,689 @@
+//! The proxy's configuration file: `spindle proxy --config FILE`, and
+//! `--print-config`.
+//!
+//! This module owns the file's shape (TOML, one section per concern,
+//! unknown keys refused), its defaults, how flags and environment variables
+//! are laid over it, how it is printed back with its secrets masked, and
+//! turning it into a [`ProxyConfig`]. It does not read flags (the binary
+//! hands it a [`ProxyOverrides`]) and does not run anything.
+//!
+//! # Where a value comes from
+//!
+//! A flag beats an environment variable, which beats the file, which beats
+//! the default. Secrets have no flag (flags show in `ps`): they come from
+//! the environment (or the file) and are never printed.
+//!
+//! # Keys
+//!
+//! | key | flag | default |
+//! |---|---|---|
+//! | `listen` | `--listen` | `"127.0.0.1:8787"` |
+//! | `log` | `--log` | `"info"` |
+//! | `upstream.url` | `--upstream` | none (required) |
+//! | `upstream.api_key` | env `SPINDLE_UPSTREAM_API_KEY` (secret) | none: the client's `Authorization` is forwarded |
+//! | `upstream.connect_timeout` | `--connect-timeout` | `10.0` (seconds) |
+//! | `upstream.idle_timeout` | `--idle-timeout` | `60.0` (seconds) |
+//! | `parse.profile` | `--profile` | `"chat"` |
+//! | `parse.registry` | `--registry` | none (a registry file instead of the profile) |
+//! | `parse.rewrite` | `--rewrite` | `false` |
+//! | `limits.max_streams` | `--max-streams` | `4096` |
+//! | `limits.max_line` | `--max-line` | `4194304` (bytes) |
+//! | `limits.max_request_body` | `--max-request-body` | `33554432` (bytes) |
+//! | `limits.max_response_body` | `--max-response-body` | `16777216` (bytes) |
+//! | `limits.grace` | `--grace` | `30.0` (seconds) |
+//! | `limits.channel_capacity` | none | `16` (upstream reads queued per client) |
+//! | `sink.targets` | `--sink` (repeatable; given flags replace the list) | `[]` |
+//! | `sink.queue` | `--sink-queue` | `10000` |
+//! | `sink.nats_token` | env `SPINDLE_NATS_TOKEN` (secret) | none |
+//!
+//! Paths (`parse.registry`, `jsonl:` sinks) are relative to the working
+//! directory. An upstream API key is sent as `Authorization: Bearer KEY` on
+//! requests that do not carry their own `Authorization`.
+//!
+//! # Example
+//!
+//! ```
+//! use spindle::proxy::ProxySettings;
+//!
+//! let text = r#"
+//! listen = "0.0.0.0:8787"
+//!
+//! [upstream]
+//! url = "http://127.0.0.1:8080"
+//!
+//! [sink]
+//! targets = ["jsonl:elements.jsonl", "nats://127.0.0.1:4222/spindle"]
+//! "#;
+//! let mut settings = ProxySettings::from_toml(text, "proxy.toml").unwrap();
+//! settings.apply_env(|name| (name == "SPINDLE_UPSTREAM_API_KEY").then(|| "sk-secret".to_string()));
+//! let printed = settings.to_toml();
+//! assert!(printed.contains("url = \"http://127.0.0.1:8080\""));
+//! assert!(!printed.contains("sk-secret"));
+//! let config = settings.to_proxy_config().unwrap();
+//! assert_eq!(config.sinks.len(), 2);
+//!
+//! let err = ProxySettings::from_toml("[limits]\nmax_streams = \"many\"\n", "proxy.toml").unwrap_err();
+//! assert_eq!(
+//!     err.to_string(),
+//!     "config proxy.toml, line 2: limits.max_streams: invalid type: string \"many\", expected a nonzero usize"
+//! );
+//! ```
+
+use super::ProxyConfig;
+use super::sink::SinkSpec;
+use crate::Registry;
+use crate::sources::StreamOptions;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// A secret (an API key, a token): never shown by `Debug` or printed.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret.
+    pub fn new(value: impl Into<String>) -> Secret {
+        Secret(value.into())
+    }
+
+    /// The secret itself (to send it, never to log it).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// A positive, finite number of seconds (`10`, `2.5`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct Seconds(f64);
+
+impl Seconds {
+    /// `secs`, when it is positive and finite.
+    ///
+    /// # Errors
+    ///
+    /// A message saying what a valid value is.
+    pub fn new(secs: f64) -> Result<Seconds, &'static str> {
+        if secs.is_finite() && secs > 0.0 { Ok(Seconds(secs)) } else { Err("expected a positive number of seconds") }
+    }
+
+    /// As a duration.
+    pub fn duration(self) -> Duration {
+        Duration::from_secs_f64(self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Seconds {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Seconds, D::Error> {
+        let secs = f64::deserialize(d)?;
+        Seconds::new(secs).map_err(serde::de::Error::custom)
+    }
+}
+
+/// A sink as the file and `--sink` write it (`jsonl:FILE`, `webhook:URL`,
+/// `nats://HOST:PORT/SUBJECT`); printed with passwords masked.
+#[derive(Debug, Clone)]
+pub struct SinkTarget(pub SinkSpec);
+
+impl<'de> Deserialize<'de> for SinkTarget {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<SinkTarget, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map(SinkTarget).map_err(serde::de::Error::custom)
+    }
+}
+
+impl Serialize for SinkTarget {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0.to_masked_string() {
+            Some(text) => s.serialize_str(&text),
+            None => Err(serde::ser::Error::custom("an in-process channel sink has no text form")),
+        }
+    }
+}
+
+fn profile<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let name = String::deserialize(d)?;
+    if Registry::profile(&name).is_none() {
+        return Err(serde::de::Error::custom(format!(
+            "unknown profile {name:?} (known: {})",
+            Registry::profile_names().join(", ")
+        )));
+    }
+    Ok(name)
+}
+
+/// The whole configuration file. Every field has a default, so an empty
+/// file is valid (but the proxy still needs an upstream URL).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct ProxySettings {
+    /// Address to listen on (`127.0.0.1:8787`; port 0 picks a free port).
+    pub listen: String,
+    /// Log level (`error`, `warn`, `info`, `debug`, `trace`; `RUST_LOG`
+    /// wins). Default `info`.
+    pub log: String,
+    /// `[upstream]`: where requests go.
+    pub upstream: UpstreamSettings,
+    /// `[parse]`: how streams are parsed.
+    pub parse: ParseSettings,
+    /// `[limits]`: sizes, counts and the shutdown grace period.
+    pub limits: LimitSettings,
+    /// `[sink]`: where parsed records go.
+    pub sink: SinkSettings,
+}
+
+/// `[upstream]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct UpstreamSettings {
+    /// The upstream base URL. No default: the file or `--upstream` must
+    /// name it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// An API key for the upstream (secret; `SPINDLE_UPSTREAM_API_KEY`).
+    #[serde(skip_serializing)]
+    pub api_key: Option<Secret>,
+    /// Seconds to wait for a connection (default 10).
+    pub connect_timeout: Seconds,
+    /// Seconds of upstream silence before a request fails (default 60).
+    pub idle_timeout: Seconds,
+}
+
+/// `[parse]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct ParseSettings {
+    /// The registry profile (default `chat`).
+    #[serde(deserialize_with = "profile")]
+    pub profile: String,
+    /// A registry file (TOML, or JSON by extension) instead of the profile.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub registry: Option<PathBuf>,
+    /// Send the corrected content instead of the raw content (default false).
+    pub rewrite: bool,
+}
+
+/// `[limits]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct LimitSettings {
+    /// Most requests in flight; more get 503 (default 4096).
+    pub max_streams: NonZeroUsize,
+    /// Longest SSE line (and event) parsed, in bytes (default 4 MiB).
+    pub max_line: NonZeroUsize,
+    /// Largest request body of a model endpoint, in bytes (default 32 MiB).
+    pub max_request_body: usize,
+    /// Largest whole JSON response parsed, in bytes (default 16 MiB).
+    pub max_response_body: usize,
+    /// Seconds running streams may go on after a shutdown (default 30).
+    pub grace: Seconds,
+    /// Upstream reads queued for a client that reads slowly (default 16).
+    pub channel_capacity: NonZeroUsize,
+}
+
+/// `[sink]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct SinkSettings {
+    /// Where parsed records go (default none).
+    pub targets: Vec<SinkTarget>,
+    /// Records queued per sink before records are dropped (default 10,000).
+    pub queue: NonZeroUsize,
+    /// A token for NATS sinks whose URL has no credentials (secret;
+    /// `SPINDLE_NATS_TOKEN`).
+    #[serde(skip_serializing)]
+    pub nats_token: Option<Secret>,
+}
+
+fn nonzero(n: usize) -> NonZeroUsize {
+    NonZeroUsize::new(n).unwrap_or(NonZeroUsize::MIN)
+}
+
+impl Default for ProxySettings {
+    fn default() -> ProxySettings {
+        ProxySettings {
+            listen: "127.0.0.1:8787".into(),
+            log: "info".into(),
+            upstream: UpstreamSettings::default(),
+            parse: ParseSettings::default(),
+            limits: LimitSettings::default(),
+            sink: SinkSettings::default(),
+        }
+    }
+}
+
+impl Default for UpstreamSettings {
+    fn default() -> UpstreamSettings {
+        let config = ProxyConfig::new("");
+        UpstreamSettings {
+            url: None,
+            api_key: None,
+            connect_timeout: Seconds(config.connect_timeout.as_secs_f64()),
+            idle_timeout: Seconds(config.idle_timeout.as_secs_f64()),
+        }
+    }
+}
+
+impl Default for ParseSettings {
+    fn default() -> ParseSettings {
+        ParseSettings { profile: "chat".into(), registry: None, rewrite: false }
+    }
+}
+
+impl Default for LimitSettings {
+    fn default() -> LimitSettings {
+        let config = ProxyConfig::new("");
+        LimitSettings {
+            max_streams: nonzero(config.max_streams),
+            max_line: nonzero(config.options.sse.max_line_len),
+            max_request_body: config.max_request_body,
+            max_response_body: config.max_response_body,
+            grace: Seconds(config.grace.as_secs_f64()),
+            channel_capacity: nonzero(config.channel_capacity),
+        }
+    }
+}
+
+impl Default for SinkSettings {
+    fn default() -> SinkSettings {
+        SinkSettings { targets: Vec::new(), queue: nonzero(ProxyConfig::new("").sink_queue), nats_token: None }
+    }
+}
+
+/// What is wrong with a configuration: one line naming the file, the line
+/// and the key when known.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", self.render())]
+pub struct SettingsError {
+    origin: String,
+    line: Option<usize>,
+    key: Option<String>,
+    message: String,
+}
+
+impl SettingsError {
+    fn render(&self) -> String {
+        let mut out = self.origin.clone();
+        if let Some(line) = self.line {
+            out.push_str(&format!(", line {line}"));
+        }
+        out.push_str(": ");
+        if let Some(key) = &self.key {
+            out.push_str(key);
+            out.push_str(": ");
+        }
+        out.push_str(&self.message);
+        out
+    }
+
+    fn key(key: &str, message: impl Into<String>) -> SettingsError {
+        SettingsError { origin: "config".into(), line: None, key: Some(key.into()), message: message.into() }
+    }
+
+    /// The dotted key the error is about (`limits.max_streams`), if any.
+    pub fn key_path(&self) -> Option<&str> {
+        self.key.as_deref()
+    }
+
+    /// The 1-based line of the file, if the error is in a file.
+    pub fn line(&self) -> Option<usize> {
+        self.line
+    }
+}
+
+/// Where in `text` the key or array element at `path` is.
+fn locate(text: &str, path: &serde_path_to_error::Path) -> Option<std::ops::Range<usize>> {
+    use serde_path_to_error::Segment;
+    use toml::de::{DeTable, DeValue};
+    let root = DeTable::parse(text).ok()?;
+    let mut table = Some(root.get_ref());
+    let mut array: Option<&[toml::Spanned<DeValue<'_>>]> = None;
+    let mut span = None;
+    for segment in path.iter() {
+        let value = match segment {
+            Segment::Map { key } => {
+                let (k, v) = table?.iter().find(|(k, _)| k.get_ref().as_ref() == key.as_str())?;
+                span = Some(k.span());
+                v
+            }
+            Segment::Seq { index } => {
+                let v = array?.get(*index)?;
+                span = Some(v.span());
+                v
+            }
+            Segment::Enum { .. } | Segment::Unknown => return span,
+        };
+        (table, array) = match value.get_ref() {
+            DeValue::Table(t) => (Some(t), None),
+            DeValue::Array(a) => (None, Some(a.as_ref())),
+            _ => (None, None),
+        };
+    }
+    span
+}
+
+/// One line: the messages of TOML and serde may hold line breaks.
+fn one_line(message: &str) -> String {
+    message.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Values given on the command line (or through clap's environment
+/// twins), laid over the file by [`ProxySettings::apply`]. `None` leaves the
+/// file's value.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct ProxyOverrides {
+    /// `--upstream`.
+    pub upstream: Option<String>,
+    /// `--listen`.
+    pub listen: Option<String>,
+    /// `--profile` (clears the file's `parse.registry`).
+    pub profile: Option<String>,
+    /// `--registry`.
+    pub registry: Option<PathBuf>,
+    /// `--rewrite` (a flag can only turn it on).
+    pub rewrite: bool,
+    /// `--sink`, repeated (replaces the file's list when not empty).
+    pub sinks: Vec<SinkSpec>,
+    /// `--idle-timeout`.
+    pub idle_timeout: Option<f64>,
+    /// `--connect-timeout`.
+    pub connect_timeout: Option<f64>,
+    /// `--grace`.
+    pub grace: Option<f64>,
+    /// `--max-streams`.
+    pub max_streams: Option<usize>,
+    /// `--max-line`.
+    pub max_line: Option<usize>,
+    /// `--max-request-body`.
+    pub max_request_body: Option<usize>,
+    /// `--max-response-body`.
+    pub max_response_body: Option<usize>,
+    /// `--sink-queue`.
+    pub sink_queue: Option<usize>,
+    /// `--log`.
+    pub log: Option<String>,
+}
+
+impl ProxySettings {
+    /// Reads a configuration file.
+    ///
+    /// # Errors
+    ///
+    /// The file cannot be read, is not TOML, has an unknown key or a value
+    /// of the wrong kind: one line naming the file, the line and the key.
+    pub fn load(path: &std::path::Path) -> Result<ProxySettings, SettingsError> {
+        let origin = format!("config {}", path.display());
+        let text = std::fs::read_to_string(path).map_err(|e| SettingsError {
+            origin: origin.clone(),
+            line: None,
+            key: None,
+            message: format!("cannot read it: {e}"),
+        })?;
+        ProxySettings::parse(&text, origin)
+    }
+
+    /// Reads configuration text; `name` names it in errors (a file name).
+    ///
+    /// # Errors
+    ///
+    /// As [`ProxySettings::load`].
+    pub fn from_toml(text: &str, name: &str) -> Result<ProxySettings, SettingsError> {
+        ProxySettings::parse(text, format!("config {name}"))
+    }
+
+    fn parse(text: &str, origin: String) -> Result<ProxySettings, SettingsError> {
+        let line_of = |span: Option<std::ops::Range<usize>>| {
+            span.map(|s| text.get(..s.start.min(text.len())).unwrap_or("").matches('\n').count() + 1)
+        };
+        let de = toml::Deserializer::parse(text).map_err(|e| SettingsError {
+            origin: origin.clone(),
+            line: line_of(e.span()),
+            key: None,
+            message: one_line(e.message()),
+        })?;
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            // The span of the key (or array element) the path names: the
+            // deserializer's own span is the enclosing value's (a whole
+            // array for a bad element).
+            let span = locate(text, e.path()).or_else(|| e.inner().span());
+            SettingsError {
+                origin,
+                line: line_of(span),
+                key: (path != "." && !path.is_empty()).then_some(path),
+                message: one_line(e.inner().message()),
+            }
+        })
+    }
+
+    /// Reads the secrets from the environment (`var` is
+    /// `std::env::var(name).ok()` in the binary): `SPINDLE_UPSTREAM_API_KEY`
+    /// and `SPINDLE_NATS_TOKEN`; set ones replace the file's.
+    pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) {
+        if let Some(key) = var("SPINDLE_UPSTREAM_API_KEY").filter(|k| !k.is_empty()) {
+            self.upstream.api_key = Some(Secret(key));
+        }
+        if let Some(token) = var("SPINDLE_NATS_TOKEN").filter(|k| !k.is_empty()) {
+            self.sink.nats_token = Some(Secret(token));
+        }
+    }
+
+    /// Lays command-line values over the settings.
+    ///
+    /// # Errors
+    ///
+    /// A value out of range, naming its flag.
+    pub fn apply(&mut self, o: ProxyOverrides) -> Result<(), SettingsError> {
+        let seconds = |flag: &str, v: f64| Seconds::new(v).map_err(|m| SettingsError::key(flag, m));
+        let count = |flag: &str, v: usize| {
+            NonZeroUsize::new(v).ok_or_else(|| SettingsError::key(flag, "expected a number above 0"))
+        };
+        if let Some(v) = o.upstream {
+            self.upstream.url = Some(v);
+        }
+        if let Some(v) = o.listen {
+            self.listen = v;
+        }
+        if let Some(v) = o.profile {
+            if Registry::profile(&v).is_none() {
+                let known = Registry::profile_names().join(", ");
+                return Err(SettingsError::key("--profile", format!("unknown profile {v:?} (known: {known})")));
+            }
+            self.parse.profile = v;
+            self.parse.registry = None;
+        }
+        if let Some(v) = o.registry {
+            self.parse.registry = Some(v);
+        }
+        self.parse.rewrite |= o.rewrite;
+        if !o.sinks.is_empty() {
+            self.sink.targets = o.sinks.into_iter().map(SinkTarget).collect();
+        }
+        if let Some(v) = o.idle_timeout {
+            self.upstream.idle_timeout = seconds("--idle-timeout", v)?;
+        }
+        if let Some(v) = o.connect_timeout {
+            self.upstream.connect_timeout = seconds("--connect-timeout", v)?;
+        }
+        if let Some(v) = o.grace {
+            self.limits.grace = seconds("--grace", v)?;
+        }
+        if let Some(v) = o.max_streams {
+            self.limits.max_streams = count("--max-streams", v)?;
+        }
+        if let Some(v) = o.max_line {
+            self.limits.max_line = count("--max-line", v)?;
+        }
+        if let Some(v) = o.max_request_body {
+            self.limits.max_request_body = v;
+        }
+        if let Some(v) = o.max_response_body {
+            self.limits.max_response_body = v;
+        }
+        if let Some(v) = o.sink_queue {
+            self.sink.queue = count("--sink-queue", v)?;
+        }
+        if let Some(v) = o.log {
+            self.log = v;
+        }
+        Ok(())
+    }
+
+    /// The effective configuration as TOML, readable by `--config`.
+    /// Secrets are left out (a comment says which are set), and passwords
+    /// in sink URLs are masked.
+    pub fn to_toml(&self) -> String {
+        let mut out = String::from("# spindle proxy: the effective configuration\n");
+        match toml::to_string_pretty(self) {
+            Ok(text) => out.push_str(&text),
+            Err(e) => out.push_str(&format!("# cannot print the configuration: {e}\n")),
+        }
+        for (key, var, set) in [
+            ("upstream.api_key", "SPINDLE_UPSTREAM_API_KEY", self.upstream.api_key.is_some()),
+            ("sink.nats_token", "SPINDLE_NATS_TOKEN", self.sink.nats_token.is_some()),
+        ] {
+            let state = if set { "set, not printed" } else { "not set" };
+            out.push_str(&format!("# {key}: {state} (secret; from {var})\n"));
+        }
+        out
+    }
+
+    /// The registry the settings name (a file, or a profile).
+    ///
+    /// # Errors
+    ///
+    /// The registry file cannot be loaded.
+    pub fn registry(&self) -> Result<Registry, SettingsError> {
+        if let Some(path) = &self.parse.registry {
+            return Registry::load(path).map_err(|e| {
+                SettingsError::key("parse.registry", format!("{}: {}", path.display(), crate::sources::error_chain(&e)))
+            });
+        }
+        Registry::profile(&self.parse.profile).ok_or_else(|| {
+            let known = Registry::profile_names().join(", ");
+            SettingsError::key("parse.profile", format!("unknown profile {:?} (known: {known})", self.parse.profile))
+        })
+    }
+
+    /// The proxy configuration: registry loaded, sinks given the NATS
+    /// token, limits set.
+    ///
+    /// # Errors
+    ///
+    /// No upstream URL, or the registry file cannot be loaded.
+    pub fn to_proxy_config(&self) -> Result<ProxyConfig, SettingsError> {
+        let Some(url) = &self.upstream.url else {
+            return Err(SettingsError::key("upstream.url", "no upstream: set it in the file or give --upstream URL"));
+        };
+        let mut options = StreamOptions::with_registry(self.registry()?);
+        options.sse.max_line_len = self.limits.max_line.get();
+        options.sse.max_event_len = self.limits.max_line.get();
+        let mut config = ProxyConfig::new(url.clone());
+        config.options = options;
+        config.rewrite = self.parse.rewrite;
+        config.upstream_api_key = self.upstream.api_key.clone();
+        config.idle_timeout = self.upstream.idle_timeout.duration();
+        config.connect_timeout = self.upstream.connect_timeout.duration();
+        config.grace = self.limits.grace.duration();
+        config.max_streams = self.limits.max_streams.get();
+        config.max_request_body = self.limits.max_request_body;
+        config.max_response_body = self.limits.max_response_body;
+        config.channel_capacity = self.limits.channel_capacity.get();
+        config.sink_queue = self.sink.queue.get();
+        config.sinks = self
+            .sink
+            .targets
+            .iter()
+            .map(|t| match (&t.0, &self.sink.nats_token) {
+                (SinkSpec::Nats(nats), Some(token)) => SinkSpec::Nats(nats.clone().with_token(token.expose())),
+                (spec, _) => spec.clone(),
+            })
+            .collect();
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> String {
+        ProxySettings::from_toml(text, "p.toml").unwrap_err().to_string()
+    }
+
+    #[test]
+    fn bad_files_name_the_line_and_the_key() {
+        for (text, want) in [
+            ("listen = 1\n", "config p.toml, line 1: listen: invalid type: integer `1`, expected a string"),
+            (
+                "\n[limits]\nmax_stream = 5\n",
+                "config p.toml, line 3: limits.max_stream: unknown field `max_stream`, expected one of `max_streams`, `max_line`, `max_request_body`, `max_response_body`, `grace`, `channel_capacity`",
+            ),
+            (
+                "[upstream]\nidle_timeout = -1\n",
+                "config p.toml, line 2: upstream.idle_timeout: expected a positive number of seconds",
+            ),
+            (
+                "[sink]\ntargets = [\"kafka:x\"]\n",
+                "config p.toml, line 2: sink.targets[0]: bad sink \"kafka:x\": unknown sink kind (expected jsonl:FILE, webhook:URL or nats://HOST:PORT/SUBJECT)",
+            ),
+            ("[parse]\nprofile = \"nope\"\n", "config p.toml, line 2: parse.profile: unknown profile \"nope\""),
+            ("[limits\n", "config p.toml, line 1: "),
+            ("colour = \"red\"\n", "config p.toml, line 1: colour: unknown field `colour`"),
+        ] {
+            let got = err(text);
+            assert!(got.starts_with(want), "{text:?}:\n got {got}\nwant {want}");
+            assert!(!got.contains('\n'), "{got}");
+        }
+    }
+
+    #[test]
+    fn printed_config_reads_back_and_hides_secrets() {
+        let text = "listen = \"0.0.0.0:9\"\n[upstream]\nurl = \"http://u\"\napi_key = \"sk-file\"\nidle_timeout = 5\n\
+                    [sink]\ntargets = [\"nats://user:pw@h:4222/s?instance=a\", \"jsonl:x.jsonl\"]\n";
+        let mut s = ProxySettings::from_toml(text, "t").unwrap();
+        s.apply_env(|v| (v == "SPINDLE_NATS_TOKEN").then(|| "s3cr3t-t0k".to_string()));
+        let printed = s.to_toml();
+        for secret in ["sk-file", "s3cr3t-t0k", ":pw@"] {
+            assert!(!printed.contains(secret), "{secret} in\n{printed}");
+        }
+        assert!(printed.contains("# upstream.api_key: set, not printed"), "{printed}");
+        let back = ProxySettings::from_toml(&printed, "printed").unwrap();
+        assert_eq!(back.listen, "0.0.0.0:9");
+        assert_eq!(back.upstream.idle_timeout, Seconds(5.0));
+        assert_eq!(back.sink.targets.len(), 2);
+        let body = |t: &str| t.lines().filter(|l| !l.starts_with('#')).map(str::to_string).collect::<Vec<_>>();
+        assert_eq!(body(&back.to_toml()), body(&printed));
+    }
+
+    #[test]
+    fn flags_beat_the_file() {
+        let mut s =
+            ProxySettings::from_toml("[parse]\nregistry = \"r.toml\"\n[limits]\nmax_streams = 3\n", "t").unwrap();
+        let o = ProxyOverrides { profile: Some("filament".into()), max_streams: Some(7), ..ProxyOverrides::default() };
+        s.apply(o).unwrap();
+        assert_eq!(
+            (s.parse.profile.as_str(), s.parse.registry.as_ref(), s.limits.max_streams.get()),
+            ("filament", None, 7)
+        );
+        let bad = ProxyOverrides { grace: Some(0.0), ..ProxyOverrides::default() };
+        assert_eq!(s.apply(bad).unwrap_err().to_string(), "config: --grace: expected a positive number of seconds");
+        assert!(s.to_proxy_config().unwrap_err().to_string().contains("upstream.url: no upstream"));
+    }
+}
