@@ -379,17 +379,75 @@ fn legacy_function_call_delta() {
 }
 
 #[test]
-fn late_fragment_after_its_call_completed_is_reported_not_lost() {
+fn interleaved_parallel_tool_calls_assemble_by_index() {
+    // index 0 name, index 1 name, index 0 arguments, index 1 arguments, in
+    // pieces and out of order; ids only on each call's first fragment.
     let data = [
-        chunk(0, json!({"tool_calls": [{"index": 0, "id": "a", "function": {"name": "f", "arguments": "{\"x\":"}}]})),
+        chunk(
+            0,
+            json!({"tool_calls": [{"index": 0, "id": "call_a", "type": "function", "function": {"name": "get_weather", "arguments": ""}}]}),
+        ),
+        chunk(
+            0,
+            json!({"tool_calls": [{"index": 1, "id": "call_b", "type": "function", "function": {"name": "get_time", "arguments": ""}}]}),
+        ),
+        chunk(0, json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\":"}}]})),
+        chunk(0, json!({"tool_calls": [{"index": 1, "function": {"arguments": "{\"tz\": "}}]})),
+        chunk(
+            0,
+            json!({"tool_calls": [{"index": 1, "function": {"arguments": "\"UTC\"}"}}, {"index": 0, "function": {"arguments": " \"Paris\"}"}}]}),
+        ),
+        finish(0, "tool_calls"),
+        "[DONE]".into(),
+    ];
+    let events = run(&strs(&data));
+    let mut calls = payloads(&events, "tool_call");
+    calls.sort_by_key(|c| c["index"].as_u64());
+    assert_eq!(
+        calls,
+        [
+            json!({"id": "call_a", "name": "get_weather", "arguments": {"city": "Paris"}, "index": 0}),
+            json!({"id": "call_b", "name": "get_time", "arguments": {"tz": "UTC"}, "index": 1}),
+        ]
+    );
+    assert!(!diagnostics(&events).contains(&"tool_call_fragment_after_complete".to_string()));
+    // Three calls, fragments round-robin, one fragment each per chunk.
+    let mut data = Vec::new();
+    for (i, name) in ["a", "b", "c"].iter().enumerate() {
+        data.push(chunk(0, json!({"tool_calls": [{"index": i, "id": format!("id{i}"), "function": {"name": name}}]})));
+    }
+    for piece in ["{\"n\"", ": ", "1}"] {
+        for i in 0..3 {
+            data.push(chunk(0, json!({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})));
+        }
+    }
+    data.push(finish(0, "tool_calls"));
+    data.push("[DONE]".into());
+    let events = run(&strs(&data));
+    let names: Vec<(String, Value)> = payloads(&events, "tool_call")
+        .iter()
+        .map(|p| (p["name"].as_str().unwrap_or_default().to_string(), p["arguments"].clone()))
+        .collect();
+    assert_eq!(names, [("a".into(), json!({"n": 1})), ("b".into(), json!({"n": 1})), ("c".into(), json!({"n": 1}))]);
+}
+
+#[test]
+fn late_fragment_after_its_call_completed_is_reported_not_lost() {
+    // Call 0's arguments were whole when call 1 began, so it was complete;
+    // a fragment for it after that starts a new element, reported.
+    let data = [
+        chunk(
+            0,
+            json!({"tool_calls": [{"index": 0, "id": "a", "function": {"name": "f", "arguments": "{\"x\": 1}"}}]}),
+        ),
         chunk(0, json!({"tool_calls": [{"index": 1, "id": "b", "function": {"name": "g", "arguments": "{}"}}]})),
-        chunk(0, json!({"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]})),
+        chunk(0, json!({"tool_calls": [{"index": 0, "function": {"arguments": " "}}]})),
         "[DONE]".into(),
     ];
     let events = run(&strs(&data));
     assert!(diagnostics(&events).contains(&"tool_call_fragment_after_complete".to_string()));
     let texts: Vec<String> = events.iter().filter_map(SourceEvent::as_element).map(|e| e.text.clone()).collect();
-    assert_eq!(texts, ["{\"x\":", "{}", "1}"]);
+    assert_eq!(texts, ["{\"x\": 1}", "{}", " "]);
 }
 
 #[test]
@@ -861,4 +919,86 @@ fn whitespace_only_content_is_a_gap_not_a_missing_answer() {
         })
         .collect();
     assert_eq!(spans, [(0, 2), (2, 10)]);
+}
+
+// ----- the end of a stream, and stream semantics decided one by one -------
+
+#[test]
+fn done_with_trailing_whitespace_ends_the_stream() {
+    for done in ["data: [DONE]  \n\n", "data:  [DONE]\t\n\n", "data: [DONE]\r\n\r\n"] {
+        let body = format!("data: {}\n\n{done}", chunk(0, json!({"content": "a"})));
+        let events = sse(&body);
+        assert!(events.iter().any(|e| matches!(e, SourceEvent::Done)), "{done:?}");
+        assert!(truncations(&events).iter().all(|(_, why)| *why != Truncation::NoDone), "{done:?}");
+    }
+}
+
+#[test]
+fn data_after_done_is_ignored_and_reported_once() {
+    let events = run(&strs(&[
+        chunk(0, json!({"content": "a"})),
+        finish(0, "stop"),
+        "[DONE]".into(),
+        chunk(0, json!({"content": "not content"})),
+        "[DONE]".into(),
+        "garbage".into(),
+    ]));
+    let texts: Vec<String> = elements(&events).into_iter().map(|e| e.3).collect();
+    assert_eq!(texts, ["a"]);
+    let diags = diagnostics(&events);
+    assert_eq!(diags.iter().filter(|d| *d == "data_after_done").count(), 1, "{diags:?}");
+    assert_eq!(events.iter().filter(|e| matches!(e, SourceEvent::Done)).count(), 1);
+}
+
+#[test]
+fn usage_only_chunks_between_content_chunks_change_nothing_else() {
+    let usage = json!({"id": "c", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}).to_string();
+    let events = run(&strs(&[
+        chunk(0, json!({"content": "a"})),
+        usage,
+        chunk(0, json!({"content": "b"})),
+        finish(0, "stop"),
+        "[DONE]".into(),
+    ]));
+    let texts: Vec<String> = elements(&events).into_iter().map(|e| e.3).collect();
+    assert_eq!(texts, ["ab"], "one content element across the usage chunk");
+    assert_eq!(events.iter().filter(|e| matches!(e, SourceEvent::Usage { .. })).count(), 1);
+    assert!(truncations(&events).is_empty());
+}
+
+#[test]
+fn choice_index_gaps_are_kept_as_sent() {
+    let events = run(&strs(&[
+        chunk(2, json!({"content": "two"})),
+        chunk(0, json!({"content": "zero"})),
+        finish(0, "stop"),
+        finish(2, "length"),
+        "[DONE]".into(),
+    ]));
+    let got: Vec<(u32, String)> = elements(&events).into_iter().map(|e| (e.0, e.3)).collect();
+    // Each element completes at its choice's finish reason.
+    assert_eq!(got, [(0, "zero".to_string()), (2, "two".to_string())]);
+    assert_eq!(finishes(&events), [(0, "stop".to_string()), (2, "length".to_string())]);
+    // No phantom choice 1: nothing is reported for it.
+    assert!(events.iter().all(|e| e.choice() != Some(1)));
+}
+
+#[test]
+fn repeated_role_null_and_empty_content_and_missing_type() {
+    let events = run(&strs(&[
+        chunk(0, json!({"role": "assistant", "content": ""})),
+        chunk(0, json!({"role": "assistant", "content": null})),
+        chunk(0, json!({"content": "hi"})),
+        chunk(
+            0,
+            json!({"tool_calls": [{"index": 0, "id": "x", "function": {"name": "f", "arguments": "{\"s\": \"\\u00e"}}]}),
+        ),
+        chunk(0, json!({"tool_calls": [{"index": 0, "function": {"arguments": "9\"}"}}]})),
+        finish(0, "tool_calls"),
+        "[DONE]".into(),
+    ]));
+    let texts: Vec<String> = elements(&events).into_iter().filter(|e| e.2 == "content").map(|e| e.3).collect();
+    assert_eq!(texts, ["hi"]);
+    // `type` missing, and the arguments split inside a \u escape.
+    assert_eq!(payloads(&events, "tool_call"), [json!({"id": "x", "name": "f", "arguments": {"s": "é"}, "index": 0})]);
 }

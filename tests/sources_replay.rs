@@ -82,6 +82,14 @@ const CORPORA: &[Expect] = &[
         errors: 0,
     },
     Expect {
+        file: "sse-tool-calls-interleaved.sse",
+        profile: "reasoning",
+        elements: &[(0, "tool_call", "{\"city\": \"Paris\"}"), (0, "tool_call", "{\"tz\": \"Europe/Paris\"}")],
+        truncated: None,
+        diagnostics: &["data_after_done"],
+        errors: 0,
+    },
+    Expect {
         file: "sse-n2-interleaved.sse",
         profile: "reasoning",
         elements: &[

@@ -14,7 +14,7 @@
 //!
 //! | how the upstream ended | client gets after the upstream's bytes |
 //! |---|---|
-//! | `[DONE]`, then EOF (or a reset after `[DONE]`) | nothing more (rewrite: the held `[DONE]`, after the last corrected text) |
+//! | `[DONE]`, then EOF (or a reset after `[DONE]`) | nothing more (rewrite: the held `[DONE]`, after the last corrected text; events after `[DONE]` are left out) |
 //! | EOF without `[DONE]`, after an upstream error event | `data: [DONE]` |
 //! | EOF without `[DONE]`, no error | `upstream_truncated` error event, `data: [DONE]` |
 //! | reset, stall, proxy shutdown | that error as an event, `data: [DONE]` |
@@ -126,8 +126,14 @@ impl SseRelay {
         self.tap.feed_frames(&bytes, &mut frames);
         let mut buf = String::new();
         for frame in frames.drain(..) {
+            // What follows `[DONE]` is not part of the stream (the stream
+            // model ignores it and reports it once): the rewrite leaves it
+            // out, so the client's stream still ends with `[DONE]`.
+            let after_done = self.done_seen;
             self.scan(&frame.events);
-            self.write_frame(&frame, &mut buf);
+            if !after_done {
+                self.write_frame(&frame, &mut buf);
+            }
             events.extend(frame.events);
         }
         self.frames = frames;

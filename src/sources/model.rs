@@ -298,9 +298,17 @@ struct ToolCall {
 }
 
 /// The tool-call channel of a choice.
+///
+/// Several calls may be open at once: parallel `tool_calls` whose fragments
+/// interleave by `index` (index 0's name, index 1's name, index 0's
+/// arguments, …; ids only on each call's first fragment) are assembled per
+/// index. A call is complete when a fragment of another call arrives while
+/// its arguments already parse as JSON (OpenAI sends calls one after the
+/// other, so each completes the moment the next starts), and at the end of
+/// the choice (the rest, in the order they were opened).
 #[derive(Debug, Default)]
 struct ToolCalls {
-    current: Option<ToolCall>,
+    open: Vec<ToolCall>,
     /// Index and id of completed calls, to spot late fragments.
     completed: Vec<(Option<u32>, Option<String>)>,
     offset: usize,
@@ -313,80 +321,52 @@ fn index_compatible(a: Option<u32>, b: Option<u32>) -> bool {
     }
 }
 
+/// Whether a call's arguments so far are a whole JSON value.
+fn complete_json(args: &str) -> bool {
+    !args.trim().is_empty() && serde_json::from_str::<serde::de::IgnoredAny>(args).is_ok()
+}
+
 impl ToolCalls {
-    fn fragment(&mut self, f: Fragment<'_>, shared: &Shared, next_id: &mut u32, out: &mut Out<'_>) {
-        let mut repeated_id = false;
-        let same = match (&mut self.current, f.id) {
-            (None, _) => false,
-            (Some(c), Some(id)) => match &c.call_id {
-                Some(existing) if existing == id => {
-                    repeated_id = true;
-                    true
-                }
-                Some(_) => false,
-                None if index_compatible(c.index, f.index) && c.args.is_empty() => {
-                    c.call_id = Some(id.to_string());
-                    true
-                }
-                None => false,
-            },
-            (Some(c), None) => index_compatible(c.index, f.index),
-        };
-        if !same {
-            self.complete(shared, out);
-            let late = self.completed.iter().any(|(index, id)| match (f.id, id) {
-                (Some(a), Some(b)) => a == b,
-                (None, _) => f.index.is_some() && *index == f.index,
-                _ => false,
-            });
-            if late {
-                let mut d = diagnostic(
-                    Level::Warning,
-                    "tool_call_fragment_after_complete",
-                    format!(
-                        "a tool-call fragment (index {:?}, id {:?}) arrived after its call was complete; it starts a new tool_call element",
-                        f.index, f.id
-                    ),
-                    Some(self.offset),
-                );
-                d.tag = Some(shared.tags.tool_call.clone());
-                out.push(Channel::ToolCalls, Event::Diagnostic(d));
+    /// The open call a fragment belongs to, and whether it named that
+    /// call's id again.
+    fn target(&mut self, f: &Fragment<'_>) -> Option<(usize, bool)> {
+        if let Some(id) = f.id {
+            if let Some(i) = self.open.iter().position(|c| c.call_id.as_deref() == Some(id)) {
+                return Some((i, true));
             }
-            let element = *next_id;
-            *next_id += 1;
-            let mut attrs = AttrMap::new();
-            if let Some(id) = f.id {
-                attrs.insert("id".into(), id.to_string());
-            }
-            if let Some(name) = f.name {
-                attrs.insert("name".into(), name.to_string());
-            }
-            out.push(
-                Channel::ToolCalls,
-                Event::Open(Open {
-                    id: element,
-                    tag: shared.tags.tool_call.clone(),
-                    raw_tag: f.raw_tag.to_string(),
-                    attrs,
-                    synthetic: false,
-                    at: self.offset,
-                }),
-            );
-            self.current = Some(ToolCall {
-                element,
-                index: f.index,
-                call_id: f.id.map(str::to_string),
-                name: String::new(),
-                args: String::new(),
-                start: self.offset,
-                truncated: false,
-                raw_tag: f.raw_tag,
-                noted_repeat: false,
-            });
+            // The first fragment of a call may come without its id (some
+            // servers send the id with the name later).
+            let i = self
+                .open
+                .iter()
+                .rposition(|c| c.call_id.is_none() && c.args.is_empty() && f.index.is_some() && c.index == f.index)?;
+            self.open[i].call_id = Some(id.to_string());
+            return Some((i, false));
         }
-        let Some(call) = self.current.as_mut() else {
-            return;
+        match f.index {
+            Some(index) => self.open.iter().position(|c| c.index == Some(index)).map(|i| (i, false)),
+            // No index (legacy `function_call`, some servers): the latest
+            // call that has no other index.
+            None => self.open.iter().rposition(|c| index_compatible(c.index, None)).map(|i| (i, false)),
+        }
+    }
+
+    fn fragment(&mut self, f: Fragment<'_>, shared: &Shared, next_id: &mut u32, out: &mut Out<'_>) {
+        let found = self.target(&f);
+        // Calls whose arguments are whole, other than this fragment's,
+        // are complete: the server moved on.
+        let keep = found.map(|(i, _)| self.open[i].element);
+        self.complete_where(shared, out, |c| Some(c.element) != keep && complete_json(&c.args));
+        let (at, repeated_id) = match found
+            .and_then(|(_, r)| keep.and_then(|el| self.open.iter().position(|c| c.element == el)).map(|i| (i, r)))
+        {
+            Some(t) => t,
+            None => {
+                self.open_call(&f, shared, next_id, out);
+                (self.open.len() - 1, false)
+            }
         };
+        let call = &mut self.open[at];
         if call.index.is_none() {
             call.index = f.index;
         }
@@ -405,7 +385,6 @@ impl ToolCalls {
         if text.is_empty() {
             return;
         }
-        let complete_json = |s: &str| serde_json::from_str::<serde::de::IgnoredAny>(s).is_ok();
         let repeat_note = if repeated_id && !call.args.is_empty() && *text == *call.args && complete_json(&call.args) {
             // The whole call again: already have it.
             Some("repeated the whole tool call; the repeat was dropped")
@@ -451,11 +430,81 @@ impl ToolCalls {
         }
     }
 
-    /// Emits the current call as a complete element.
+    /// Opens a new call for `f` (reporting a fragment of a call that was
+    /// already complete).
+    fn open_call(&mut self, f: &Fragment<'_>, shared: &Shared, next_id: &mut u32, out: &mut Out<'_>) {
+        let late = self.completed.iter().any(|(index, id)| match (f.id, id) {
+            (Some(a), Some(b)) => a == b,
+            (None, _) => f.index.is_some() && *index == f.index,
+            _ => false,
+        });
+        if late {
+            let mut d = diagnostic(
+                Level::Warning,
+                "tool_call_fragment_after_complete",
+                format!(
+                    "a tool-call fragment (index {:?}, id {:?}) arrived after its call was complete; it starts a new tool_call element",
+                    f.index, f.id
+                ),
+                Some(self.offset),
+            );
+            d.tag = Some(shared.tags.tool_call.clone());
+            out.push(Channel::ToolCalls, Event::Diagnostic(d));
+        }
+        let element = *next_id;
+        *next_id += 1;
+        let mut attrs = AttrMap::new();
+        if let Some(id) = f.id {
+            attrs.insert("id".into(), id.to_string());
+        }
+        if let Some(name) = f.name {
+            attrs.insert("name".into(), name.to_string());
+        }
+        out.push(
+            Channel::ToolCalls,
+            Event::Open(Open {
+                id: element,
+                tag: shared.tags.tool_call.clone(),
+                raw_tag: f.raw_tag.to_string(),
+                attrs,
+                synthetic: false,
+                at: self.offset,
+            }),
+        );
+        self.open.push(ToolCall {
+            element,
+            index: f.index,
+            call_id: f.id.map(str::to_string),
+            name: String::new(),
+            args: String::new(),
+            start: self.offset,
+            truncated: false,
+            raw_tag: f.raw_tag,
+            noted_repeat: false,
+        });
+    }
+
+    /// Completes every open call (the end of the choice), in the order
+    /// they were opened.
     fn complete(&mut self, shared: &Shared, out: &mut Out<'_>) {
-        let Some(call) = self.current.take() else {
-            return;
-        };
+        self.complete_where(shared, out, |_| true);
+    }
+
+    /// Completes the open calls `done` picks, in the order they were opened.
+    fn complete_where(&mut self, shared: &Shared, out: &mut Out<'_>, done: impl Fn(&ToolCall) -> bool) {
+        let mut i = 0;
+        while i < self.open.len() {
+            if done(&self.open[i]) {
+                let call = self.open.remove(i);
+                self.emit(call, shared, out);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Emits a call as a complete element.
+    fn emit(&mut self, call: ToolCall, shared: &Shared, out: &mut Out<'_>) {
         let tag = shared.tags.tool_call.clone();
         let (arguments, diagnostics) = parse_arguments(&call.args, call.truncated);
         let mut payload = serde_json::Map::new();
@@ -900,6 +949,8 @@ pub struct ChatStream {
     noted_choice_limit: bool,
     noted_unknown: u32,
     dialect: super::dialects::Dialects,
+    /// Events that came after `[DONE]` (ignored; reported once).
+    after_done: u32,
 }
 
 impl ChatStream {
@@ -919,6 +970,7 @@ impl ChatStream {
             noted_choice_limit: false,
             noted_unknown: 0,
             dialect: Default::default(),
+            after_done: 0,
         }
     }
 
@@ -942,6 +994,22 @@ impl ChatStream {
         at: usize,
         out: &mut Vec<SourceEvent>,
     ) -> Option<ChatChunk> {
+        if self.stats.done {
+            // `[DONE]` ended the stream: what follows is not content (a
+            // second `[DONE]`, a stray chunk, a keep-alive payload). A
+            // pass-through proxy forwards it untouched; the model ignores it
+            // and says so once.
+            self.after_done += 1;
+            if self.after_done == 1 {
+                out.push(SourceEvent::Diagnostic(diagnostic(
+                    Level::Warning,
+                    "data_after_done",
+                    format!("an event came after data: [DONE] and was ignored: {:?}", cut_text(data, 80)),
+                    Some(at),
+                )));
+            }
+            return None;
+        }
         self.stats.chunks += 1;
         if event_type == "error" {
             let error = match serde_json::from_str::<Value>(data) {
@@ -1386,4 +1454,13 @@ impl ChoiceOps<'_, '_> {
         let d = diagnostic(level, code, message, None);
         self.out.push(Channel::Content, Event::Diagnostic(d));
     }
+}
+
+/// At most `max` bytes of `text` (at a char boundary), for messages.
+fn cut_text(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
