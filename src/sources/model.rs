@@ -573,16 +573,16 @@ fn parse_arguments(raw: &str, truncated: bool) -> (Value, Vec<Diagnostic>) {
         Ok(v) => return (v, Vec::new()),
         Err(e) => e,
     };
-    if let Ok(fixed) = jsonrepair_rs::jsonrepair(raw)
-        && let Ok(v) = serde_json::from_str::<Value>(&fixed)
-    {
+    // The project's one lenient reader (it names every leniency it used).
+    if let Ok(read) = crate::payload::json::parse(raw) {
+        let used: Vec<&str> = read.leniencies.iter().map(|u| u.kind.describe()).collect();
         let d = diagnostic(
             Level::Warning,
             "arguments_repaired",
-            format!("tool_call arguments are not valid JSON ({strict_error}); read leniently"),
+            format!("tool_call arguments are not valid JSON ({strict_error}); read leniently: {}", used.join("; ")),
             None,
         );
-        return (v, vec![d]);
+        return (read.value, vec![d]);
     }
     let d = diagnostic(
         Level::Error,
