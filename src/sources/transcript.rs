@@ -111,6 +111,13 @@ pub fn detect(path: &Path, bytes: &[u8]) -> Detection {
     if name.starts_with('.') {
         return Detection::Skip("hidden file".into());
     }
+    // Test expectations kept beside transcripts are not model output.
+    if name.ends_with(".snap") || name.ends_with(".snap.new") || name.ends_with(".pending-snap") {
+        return Detection::Skip("test snapshot (insta), not a transcript".into());
+    }
+    if name.ends_with(".expected.json") {
+        return Detection::Skip("expected test output, not a transcript".into());
+    }
     let ext_sse = [".sse", ".bin", ".sse.txt", ".event-stream"];
     if ext_sse.iter().any(|e| name.ends_with(e)) {
         return Detection::Replay(TranscriptKind::Sse);

@@ -239,8 +239,24 @@ fn run_inner(args: ReplayArgs) -> Result<ExitCode> {
     let mut profiles = Profiles::new(&args)?;
     let mut totals = Totals::default();
     let mut files = Vec::new();
+    let mut bad_paths = 0;
     for path in &args.paths {
+        if path.as_os_str() == "-" {
+            files.push(path.clone());
+            continue;
+        }
+        let before = totals.failed.len();
         collect(path, &mut files, &mut totals.failed);
+        for (name, why) in &totals.failed[before..] {
+            // Like `parse` (and ripgrep): one line per path that cannot be
+            // read, on stderr.
+            eprintln!("spindle: error: {name}: {why}");
+            bad_paths += 1;
+        }
+    }
+    if files.is_empty() && bad_paths > 0 {
+        // Nothing could be read: no summary of nothing.
+        return Ok(ExitCode::from(2));
     }
     let bar = if args.no_progress || !std::io::stderr().is_terminal() {
         ProgressBar::with_draw_target(Some(files.len() as u64), ProgressDrawTarget::hidden())
@@ -282,7 +298,13 @@ fn replay_file(
     totals: &mut Totals,
     out: &mut impl Write,
 ) -> Result<()> {
-    let bytes = match std::fs::read(file) {
+    let read = if file.as_os_str() == "-" {
+        let mut buf = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut buf).map(|_| buf)
+    } else {
+        std::fs::read(file)
+    };
+    let bytes = match read {
         Ok(b) => b,
         Err(e) => {
             totals.failed.push((name.to_string(), format!("cannot read: {e}")));
