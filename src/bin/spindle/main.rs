@@ -43,10 +43,22 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        // The reader went away (`spindle parse BIG | head -1`): stop
+        // quietly, as a filter does.
+        Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
             // One line, the whole cause chain: what failed and why.
             eprintln!("spindle: error: {err:#}");
             ExitCode::from(2)
         }
     }
+}
+
+/// Whether an error is a write to a closed pipe, anywhere in its chain.
+pub(crate) fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    let pipe = Some(std::io::ErrorKind::BrokenPipe);
+    e.chain().any(|cause| {
+        cause.downcast_ref::<std::io::Error>().map(std::io::Error::kind) == pipe
+            || cause.downcast_ref::<serde_json::Error>().and_then(serde_json::Error::io_error_kind) == pipe
+    })
 }

@@ -173,17 +173,7 @@ fn collect(path: &Path, out: &mut Vec<PathBuf>, failed: &mut Vec<(String, String
 }
 
 pub(crate) fn run(args: ReplayArgs) -> Result<ExitCode> {
-    match run_inner(args) {
-        // The reader went away (`spindle replay ... | head`): stop quietly.
-        Err(e) if is_broken_pipe(&e) => Ok(ExitCode::SUCCESS),
-        other => other,
-    }
-}
-
-fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    let pipe = Some(std::io::ErrorKind::BrokenPipe);
-    e.downcast_ref::<std::io::Error>().map(std::io::Error::kind) == pipe
-        || e.downcast_ref::<serde_json::Error>().and_then(serde_json::Error::io_error_kind) == pipe
+    run_inner(args)
 }
 
 /// The stream options each file is replayed with: one fixed registry
