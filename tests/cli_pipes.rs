@@ -68,3 +68,22 @@ fn replay_reports_each_unreadable_path() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stdout).contains("replayed 1 files"));
 }
+
+#[test]
+fn logs_in_a_pipe_carry_no_colour_escapes() {
+    // The mock logs a line at start; its stderr here is a pipe.
+    let mut child = spindle()
+        .args(["mock-upstream", "--listen", "127.0.0.1:0", "--log", "info"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut err = BufReader::new(child.stderr.take().expect("stderr"));
+    // Its first line says where it listens; one line is enough.
+    let mut seen = String::new();
+    let _ = err.read_line(&mut seen);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(!seen.is_empty());
+    assert!(!seen.contains('\u{1b}'), "escape in {seen:?}");
+}

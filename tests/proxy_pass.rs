@@ -370,8 +370,18 @@ async fn mock_lists_chooses_and_assembles() {
     let ids: Vec<&str> = models["data"].as_array().unwrap().iter().filter_map(|m| m["id"].as_str()).collect();
     assert!(ids.contains(&"sse-refusal") && ids.contains(&"missing-content-tags-en"), "{ids:?}");
     assert!(!ids.iter().any(|i| i.ends_with(".expected") || i.starts_with("expected/")), "{ids:?}");
-    // Chosen by a message naming the file.
-    let body = json!({"model": "gpt-4o", "stream": false, "messages": [{"role": "user", "content": "replay sse-refusal.sse"}]});
+    // An unknown model: OpenAI's 404, not some other transcript.
+    let typo = json!({"model": "sse-refusall", "messages": [{"role": "user", "content": "hi"}]});
+    let r = http.post(format!("{}/v1/chat/completions", mock.url())).json(&typo).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    let err: Value = r.json().await.unwrap();
+    assert_eq!(
+        (err["error"]["code"].as_str(), err["error"]["param"].as_str()),
+        (Some("model_not_found"), Some("model"))
+    );
+    // Model `mock`: chosen by a message naming the file.
+    let body =
+        json!({"model": "mock", "stream": false, "messages": [{"role": "user", "content": "replay sse-refusal.sse"}]});
     let r = http.post(format!("{}/v1/chat/completions", mock.url())).json(&body).send().await.unwrap();
     assert_eq!(r.headers()["x-mock-transcript"], "sse-refusal");
     let whole: Value = r.json().await.unwrap();
@@ -397,7 +407,7 @@ async fn mock_lists_chooses_and_assembles() {
     let r = http.get(format!("{}/v1/nothing", mock.url())).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
     let stats: Value = http.get(format!("{}/mock/stats", mock.url())).send().await.unwrap().json().await.unwrap();
-    assert_eq!(stats["requests"], 2);
+    assert_eq!(stats["requests"], 3);
     let _ = SourceEvent::Done;
 }
 

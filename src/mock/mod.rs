@@ -15,7 +15,10 @@
 //!   message naming a transcript (file name or name, the longest match
 //!   wins); else a hash of the request's `messages`, so the same request
 //!   always gets the same transcript. The response header
-//!   `x-mock-transcript` names it.
+//!   `x-mock-transcript` names it. A `model` that names no transcript gets
+//!   OpenAI's answer, 404 with `code: "model_not_found"`, unless it is
+//!   `mock` ([`ANY_MODEL`]) or the mock runs with [`ModelPolicy::Any`]
+//!   (`--any-model`), where any name picks by message or hash.
 //!   * `.sse` / `.bin` bodies are streamed as recorded, one event per
 //!     write; `.chunks.txt` lines become `data:` events and `[DONE]`;
 //!     plain text (`.txt`, `.md`) is cut into pieces of one to three words
@@ -122,7 +125,26 @@ pub struct MockUpstream {
     pace: Duration,
     created: i64,
     stats: Arc<MockStats>,
+    models: ModelPolicy,
 }
+
+/// What the mock does with a `model` that names no transcript.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ModelPolicy {
+    /// Answer as OpenAI does: 404 with `model_not_found` (the default), so
+    /// a typo in a script or test is an error, not some other transcript.
+    /// The model [`ANY_MODEL`] (`"mock"`) and a request without `model`
+    /// still pick by the last user message or a hash of the messages.
+    #[default]
+    Strict,
+    /// Any model name picks by the last user message or a hash of the
+    /// messages (`spindle mock-upstream --any-model`).
+    Any,
+}
+
+/// The model name that asks the mock to choose the transcript by the last
+/// user message (a transcript named in it) or a hash of the messages.
+pub const ANY_MODEL: &str = "mock";
 
 impl MockUpstream {
     /// Serves every transcript under `dir` (recursively).
@@ -143,7 +165,20 @@ impl MockUpstream {
     /// Serves these transcripts.
     pub fn new(transcripts: Vec<Transcript>) -> MockUpstream {
         let created = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
-        MockUpstream { transcripts: Arc::new(transcripts), pace: Duration::ZERO, created, stats: Arc::default() }
+        MockUpstream {
+            transcripts: Arc::new(transcripts),
+            pace: Duration::ZERO,
+            created,
+            stats: Arc::default(),
+            models: ModelPolicy::Strict,
+        }
+    }
+
+    /// What to do with a model that names no transcript (default:
+    /// [`ModelPolicy::Strict`], a 404 as OpenAI answers).
+    pub fn with_models(mut self, policy: ModelPolicy) -> MockUpstream {
+        self.models = policy;
+        self
     }
 
     /// Waits this long between events (default: none).
@@ -245,6 +280,13 @@ fn openai_error(status: StatusCode, message: &str, code: &str) -> Response {
         .into_response()
 }
 
+/// OpenAI's answer to an unknown model: 404, `model_not_found`, `param`
+/// `model`.
+fn model_not_found(message: &str) -> Response {
+    let error = json!({"error": {"message": message, "type": "invalid_request_error", "param": "model", "code": "model_not_found"}});
+    (StatusCode::NOT_FOUND, axum::Json(error)).into_response()
+}
+
 async fn models(State(mock): State<MockUpstream>) -> Response {
     let data: Vec<Value> = mock
         .transcripts
@@ -317,9 +359,19 @@ async fn chat(State(mock): State<MockUpstream>, headers: HeaderMap, body: Bytes)
             );
         }
     };
-    let Some((transcript, _why)) = library::choose(&mock.transcripts, &request) else {
+    let Some((transcript, why)) = library::choose(&mock.transcripts, &request) else {
         return openai_error(StatusCode::SERVICE_UNAVAILABLE, "the mock has no transcripts", "no_transcripts");
     };
+    if why != "model"
+        && mock.models == ModelPolicy::Strict
+        && let Some(name) = request.get("model").and_then(Value::as_str)
+        && name != ANY_MODEL
+    {
+        let message = format!(
+            "The model `{name}` does not exist or you do not have access to it. (spindle mock: the models are the transcript names of GET /v1/models, or `{ANY_MODEL}` to pick by the last user message; `--any-model` accepts any name.)"
+        );
+        return model_not_found(&message);
+    }
     let stream = request.get("stream").and_then(Value::as_bool).unwrap_or(false);
     let model = request.get("model").and_then(Value::as_str).unwrap_or(&transcript.name).to_string();
     let prompt_tokens = request.get("messages").map(|m| m.to_string().len() as u64 / 4).unwrap_or(0);

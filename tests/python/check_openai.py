@@ -97,7 +97,17 @@ def main():
                     cut.append(f"{model} ({b[1]}: {b[2][:80]})")
                 else:
                     differ.append((model, stream, str(a)[:300], str(b)[:300]))
-        print(f"openai {openai.__version__}: {len(models)} transcripts, {same} of {2 * len(models)} responses identical")
+        # A misspelled model through the proxy: OpenAI's 404 model_not_found.
+        typo = models[0] + "-typo"
+        for stream in (False, True):
+            try:
+                proxied.chat.completions.create(model=typo, messages=[{"role": "user", "content": "hi"}], stream=stream)
+                differ.append((typo, stream, "a response", "expected NotFoundError"))
+            except openai.NotFoundError as e:
+                code = (e.body or {}).get("code") if isinstance(e.body, dict) else None
+                if e.status_code != 404 or code != "model_not_found":
+                    differ.append((typo, stream, f"{e.status_code} {code}", "expected 404 model_not_found"))
+        print(f"openai {openai.__version__}: {len(models)} transcripts, {same} of {2 * len(models)} responses identical; misspelled model: 404 model_not_found")
         for model in cut:
             print(f"  cut stream, error through the proxy (documented): {model}")
         for model, stream, a, b in differ:

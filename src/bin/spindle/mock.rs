@@ -3,7 +3,7 @@
 
 use crate::proxy::{init_logs, runtime, shutdown_signal};
 use anyhow::{Context, Result};
-use spindle::mock::MockUpstream;
+use spindle::mock::{MockUpstream, ModelPolicy};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -22,6 +22,11 @@ pub(crate) struct MockArgs {
     /// Milliseconds between events.
     #[arg(long, default_value_t = 0, value_name = "N")]
     pace_ms: u64,
+    /// Accept any model name (pick the transcript by the last user message
+    /// or a hash of the messages) instead of answering an unknown model
+    /// with 404 `model_not_found`, as OpenAI does.
+    #[arg(long)]
+    any_model: bool,
     /// Log level; RUST_LOG wins.
     #[arg(long, default_value = "info", value_name = "LEVEL")]
     log: String,
@@ -37,7 +42,8 @@ pub(crate) fn load(dir: Option<&PathBuf>) -> Result<MockUpstream> {
 
 pub(crate) fn run(args: MockArgs) -> Result<ExitCode> {
     init_logs(&args.log);
-    let mock = load(args.transcripts.as_ref())?.with_pace(Duration::from_millis(args.pace_ms));
+    let policy = if args.any_model { ModelPolicy::Any } else { ModelPolicy::Strict };
+    let mock = load(args.transcripts.as_ref())?.with_pace(Duration::from_millis(args.pace_ms)).with_models(policy);
     let names: Vec<String> = mock.transcripts().iter().map(|t| t.name.clone()).collect();
     runtime()?.block_on(async move {
         let server = mock.spawn(&args.listen).await.with_context(|| format!("listening on {}", args.listen))?;
