@@ -683,6 +683,10 @@ impl ToolCatalog {
                 }
             }
             if closed && !declared.contains(&target.as_str()) {
+                if step.shared.contains(name) {
+                    // A `common_*` value for the other steps of the block.
+                    continue;
+                }
                 problems.push(ParamProblem::Unknown {
                     name: name.clone(),
                     suggestion: closest(name, declared.iter().copied()).map(str::to_string),

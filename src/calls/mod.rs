@@ -145,6 +145,11 @@ pub struct Step {
     /// running it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_runnable: Option<String>,
+    /// Parameters that came from a TAM `common_*` key (not set by the step
+    /// itself): given to every step, they are dropped from a step whose
+    /// tool does not declare them instead of making it invalid.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared: Vec<String>,
 }
 
 impl Step {
@@ -160,6 +165,7 @@ impl Step {
             index: None,
             comment: None,
             not_runnable: None,
+            shared: Vec::new(),
         }
     }
 }
