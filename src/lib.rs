@@ -105,6 +105,7 @@ pub mod route;
 pub mod scan;
 pub mod sources;
 pub mod state;
+pub mod tools;
 
 pub use event::Event;
 pub use parser::{Parser, ParserOptions, parse};

@@ -6,6 +6,7 @@ mod parse;
 mod proxy;
 mod render;
 mod replay;
+mod tools;
 
 use clap::{Parser as ClapParser, Subcommand};
 use std::process::ExitCode;
@@ -30,6 +31,8 @@ enum Command {
     MockUpstream(mock::MockArgs),
     /// Mock upstream + proxy on free ports, one streamed request, the parsed elements.
     Demo(demo::DemoArgs),
+    /// Tool manuals and the tool list of a plugins directory.
+    Tools(tools::ToolsArgs),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +43,7 @@ fn main() -> ExitCode {
         Command::Proxy(args) => proxy::run(args),
         Command::MockUpstream(args) => mock::run(args),
         Command::Demo(args) => demo::run(args),
+        Command::Tools(args) => tools::run(args),
     };
     match result {
         Ok(code) => code,
