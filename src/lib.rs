@@ -108,5 +108,5 @@ pub mod state;
 pub mod tools;
 
 pub use event::Event;
-pub use parser::{Parser, ParserOptions, parse};
+pub use parser::{CallText, Parser, ParserOptions, parse};
 pub use registry::Registry;

@@ -54,6 +54,11 @@ pub enum Protocol {
     Attp,
     /// `<tool_call name="id">{json}</tool_call>` (spec 003 §3.2.2).
     Filament,
+    /// The Hermes/Qwen form most open-weight models are trained on:
+    /// `<tool_call>{"name": "id", "arguments": {…}}</tool_call>`, tools
+    /// listed as JSON in `<tools></tools>`, results in
+    /// `<tool_response>` (Qwen's chat template).
+    Hermes,
     /// The OpenAI `tools` JSON array (manual only: a model that takes
     /// native tool definitions).
     Openai,
@@ -61,10 +66,18 @@ pub enum Protocol {
 
 impl Protocol {
     /// Every protocol, in the order the CLI lists them.
-    pub const ALL: [Protocol; 6] =
-        [Protocol::Tam, Protocol::TamCjk, Protocol::Action, Protocol::Attp, Protocol::Filament, Protocol::Openai];
+    pub const ALL: [Protocol; 7] = [
+        Protocol::Tam,
+        Protocol::TamCjk,
+        Protocol::Action,
+        Protocol::Attp,
+        Protocol::Filament,
+        Protocol::Hermes,
+        Protocol::Openai,
+    ];
 
-    /// The CLI name (`tam`, `tam-cjk`, `action`, `attp`, `filament`, `openai`).
+    /// The CLI name (`tam`, `tam-cjk`, `action`, `attp`, `filament`,
+    /// `hermes`, `openai`).
     pub fn as_str(self) -> &'static str {
         match self {
             Protocol::Tam => "tam",
@@ -72,6 +85,7 @@ impl Protocol {
             Protocol::Action => "action",
             Protocol::Attp => "attp",
             Protocol::Filament => "filament",
+            Protocol::Hermes => "hermes",
             Protocol::Openai => "openai",
         }
     }
@@ -82,13 +96,16 @@ impl Protocol {
     }
 
     /// The parser profile that reads this protocol's calls (`tam`,
-    /// `action`, `attp`, `filament`); `None` for `openai`.
+    /// `action`, `attp`, `filament`; `chat` for `hermes`, whose
+    /// `<tool_call>` the chat and reasoning profiles read); `None` for
+    /// `openai`.
     pub fn profile(self) -> Option<&'static str> {
         match self {
             Protocol::Tam | Protocol::TamCjk => Some("tam"),
             Protocol::Action => Some("action"),
             Protocol::Attp => Some("attp"),
             Protocol::Filament => Some("filament"),
+            Protocol::Hermes => Some("chat"),
             Protocol::Openai => None,
         }
     }
@@ -227,7 +244,9 @@ fn as_text(v: &Value) -> String {
 /// block syntax, multi-step `command_N`, `on_error_N`, `retry_N` and
 /// `common_*`; ACTION follows spec 004 §4.2; ATTP gives Python signatures
 /// with docstrings and an example call (spec 001); Filament shows each
-/// tool's JSON Schema and a `<tool_call name>` example; `openai` is the
+/// tool's JSON Schema and a `<tool_call name>` example; Hermes is the tools
+/// section of Qwen's chat template (one OpenAI function object per line in
+/// `<tools></tools>`, then the `<tool_call>` instruction); `openai` is the
 /// `tools` JSON array.
 pub fn manual<'a>(tools: impl IntoIterator<Item = &'a ToolDef>, protocol: Protocol) -> String {
     let tools: Vec<&ToolDef> = tools.into_iter().collect();
@@ -236,6 +255,7 @@ pub fn manual<'a>(tools: impl IntoIterator<Item = &'a ToolDef>, protocol: Protoc
         Protocol::Action => action_manual(&tools),
         Protocol::Attp => attp_manual(&tools),
         Protocol::Filament => filament_manual(&tools),
+        Protocol::Hermes => hermes_manual(&tools),
         Protocol::Openai => serde_json::to_string_pretty(&openai_tools(tools.iter().copied())).unwrap_or_default(),
     }
 }
@@ -542,6 +562,33 @@ of the arguments, for example:\n\n",
 }
 
 /// `<tool_call name="id">{args}</tool_call>`.
+/// The tools section Qwen2.5/Qwen3's chat template writes into the system
+/// message (the text Hermes-format models were trained on), word for word.
+fn hermes_manual(tools: &[&ToolDef]) -> String {
+    let mut s = String::from(
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with \
+function signatures within <tools></tools> XML tags:\n<tools>",
+    );
+    if let Value::Array(list) = openai_tools(tools.iter().copied()) {
+        for t in list {
+            s.push('\n');
+            s.push_str(&t.to_string());
+        }
+    }
+    s.push_str(
+        "\n</tools>\n\nFor each function call, return a json object with function name and arguments within \
+<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>",
+    );
+    s
+}
+
+/// One call in the Hermes form, as Qwen's template writes an assistant's
+/// `tool_calls` back: `<tool_call>\n{"name": …, "arguments": …}\n</tool_call>`.
+fn hermes_call_text(id: &str, args: &Map<String, Value>) -> String {
+    let body = serde_json::json!({"name": id, "arguments": Value::Object(args.clone())});
+    format!("<tool_call>\n{body}\n</tool_call>")
+}
+
 fn filament_call_text(id: &str, args: &Map<String, Value>) -> String {
     let name = id.replace('&', "&amp;").replace('"', "&quot;");
     format!("<tool_call name=\"{name}\">{}</tool_call>", Value::Object(args.clone()))
@@ -577,6 +624,8 @@ fn openai_call(entry: &Value) -> (String, Map<String, Value>) {
 /// * ATTP: a TOML document whose code calls each tool, results in
 ///   `__result__`.
 /// * Filament: one `<tool_call name>` element per call.
+/// * Hermes: one `<tool_call>{"name", "arguments"}</tool_call>` per call,
+///   one per line (Qwen's template).
 /// * `openai`: the array as JSON.
 ///
 /// ```
@@ -633,6 +682,7 @@ pub fn call_text(protocol: Protocol, tool_calls: &Value) -> String {
             )
         }
         Protocol::Filament => calls.iter().map(|(n, a)| filament_call_text(n, a)).collect::<Vec<_>>().join("\n"),
+        Protocol::Hermes => calls.iter().map(|(n, a)| hermes_call_text(n, a)).collect::<Vec<_>>().join("\n"),
         Protocol::Openai => tool_calls.to_string(),
     }
 }

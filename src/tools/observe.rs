@@ -15,6 +15,7 @@
 //! |---|---|
 //! | `tam`, `tam-cjk`, `action`, `attp` | one `user` message: the observation lines, one per result, in call order |
 //! | `filament` | one `user` message: `<tool_result name="ID" call_id="..." ok="true">Observation: ...</tool_result>` per result |
+//! | `hermes` | one `user` message: `<tool_response>\nOBSERVATION\n</tool_response>` per result, one per line (Qwen's chat template) |
 //! | `openai` | one `role: "tool"` message per result (`tool_call_id`, `content` = the observation) |
 
 use super::manual::Protocol;
@@ -270,8 +271,9 @@ pub fn not_run(tool_id: &str, reason: &str, detail: &str) -> String {
 /// replaying an OpenAI chat history): content that already is an
 /// observation stays as it is; other content becomes the success
 /// observation of `name` (the tool the message answers; `tool` when
-/// unknown). Filament wraps it in `<tool_result name="...">`; `openai`
-/// keeps the content.
+/// unknown). Filament wraps it in `<tool_result name="...">`; Hermes
+/// puts the content as it is in `<tool_response>` (Qwen's template);
+/// `openai` keeps the content.
 ///
 /// ```
 /// use spindle::tools::{observation_text, Protocol};
@@ -297,6 +299,10 @@ pub fn observation_text(protocol: Protocol, tool_message: &Value, name: Option<&
     if protocol == Protocol::Openai {
         return content;
     }
+    if protocol == Protocol::Hermes {
+        // Qwen's template shows a tool message's content as it is.
+        return tool_response_element(&content);
+    }
     let obs =
         if content.trim_start().starts_with("Observation:") { content } else { observation_success(name, &content) };
     match protocol {
@@ -310,6 +316,11 @@ pub fn observation_text(protocol: Protocol, tool_message: &Value, name: Option<&
 
 fn attr_escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('"', "&quot;").replace('<', "&lt;")
+}
+
+/// `<tool_response>\nTEXT\n</tool_response>` (Qwen's chat template).
+fn tool_response_element(text: &str) -> String {
+    format!("<tool_response>\n{text}\n</tool_response>")
 }
 
 /// `<tool_result name="ID" call_id="ID" ok="BOOL">TEXT</tool_result>`.
@@ -351,6 +362,10 @@ pub fn feedback_messages(protocol: Protocol, results: &[ToolResult]) -> Vec<Valu
                 .iter()
                 .map(|r| tool_result_element(&r.tool_id, Some(&r.call_id), Some(r.ok), &r.observation))
                 .collect();
+            vec![json!({"role": "user", "content": parts.join("\n")})]
+        }
+        Protocol::Hermes => {
+            let parts: Vec<String> = results.iter().map(|r| tool_response_element(&r.observation)).collect();
             vec![json!({"role": "user", "content": parts.join("\n")})]
         }
         _ => {

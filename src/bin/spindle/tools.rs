@@ -37,6 +37,8 @@ pub(crate) enum ProtocolArg {
     Attp,
     /// Filament <tool_call name="..."> with a JSON body.
     Filament,
+    /// Hermes/Qwen <tool_call>{"name": ..., "arguments": ...}</tool_call>.
+    Hermes,
     /// The OpenAI `tools` JSON array.
     Openai,
 }
@@ -49,6 +51,7 @@ impl From<ProtocolArg> for Protocol {
             ProtocolArg::Action => Protocol::Action,
             ProtocolArg::Attp => Protocol::Attp,
             ProtocolArg::Filament => Protocol::Filament,
+            ProtocolArg::Hermes => Protocol::Hermes,
             ProtocolArg::Openai => Protocol::Openai,
         }
     }
