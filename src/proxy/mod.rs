@@ -38,6 +38,12 @@
 //!   no finish reason; merged tags removed). Chunk `id`, `model`,
 //!   `created`, usage and every other field stay as they came; whole
 //!   responses get `message.content` replaced and a new `Content-Length`.
+//! * `--tool-protocol hermes|filament|tam|action`
+//!   ([`ProxyConfig::tool_calling`]): a chat request with `tools` has them
+//!   rendered as the protocol's manual in its system message, and its
+//!   response's call text comes back as `tool_calls` (streamed and whole);
+//!   requests without tools are passed through as before. See
+//!   [`calling`].
 //!
 //! # Faults
 //!
@@ -73,6 +79,7 @@
 //! # }
 //! ```
 
+pub mod calling;
 mod error;
 mod metrics;
 mod pump;
@@ -80,6 +87,7 @@ mod relay;
 mod server;
 mod sink;
 
+pub use calling::{InvalidCalls, TOOL_PROTOCOLS, ToolCalling};
 pub use error::{ProxyError, ProxyErrorKind, Side};
 pub use metrics::Metrics;
 pub use server::{ProxyHandle, ProxyServer, ProxyStartError};
@@ -100,6 +108,10 @@ pub struct ProxyConfig {
     pub options: StreamOptions,
     /// Send corrected content instead of the raw content.
     pub rewrite: bool,
+    /// Translate OpenAI tool calling to and from a text protocol
+    /// (`--tool-protocol`, see [`calling`]); `None` (the default) leaves
+    /// requests and responses alone.
+    pub tool_calling: Option<ToolCalling>,
     /// Where parsed records go.
     pub sinks: Vec<SinkSpec>,
     /// The longest wait for the upstream's response head, its first body
@@ -131,6 +143,7 @@ impl ProxyConfig {
             upstream: upstream.into(),
             options: StreamOptions::default(),
             rewrite: false,
+            tool_calling: None,
             sinks: Vec::new(),
             idle_timeout: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(10),

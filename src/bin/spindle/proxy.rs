@@ -3,7 +3,8 @@
 
 use crate::parse::load_registry;
 use anyhow::{Context, Result, bail};
-use spindle::proxy::{ProxyConfig, ProxyServer, SinkSpec};
+use spindle::proxy::{InvalidCalls, ProxyConfig, ProxyServer, SinkSpec, ToolCalling};
+use spindle::tools::Protocol;
 use spindle::sources::StreamOptions;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -21,9 +22,11 @@ pub(crate) struct ProxyArgs {
     listen: String,
     /// The registry profile the streams are parsed with (`chat`: plain
     /// answers are content, `<think>…</think>` is a thought; `filament`,
-    /// `reasoning`, `tam`, `action`, `attp`).
-    #[arg(long, conflicts_with = "registry", default_value = "chat")]
-    profile: String,
+    /// `reasoning`, `tam`, `action`, `attp`). Default: `chat`, or with
+    /// `--tool-protocol` the profile that reads its calls (`chat` for
+    /// hermes and filament, `tam`, `action`).
+    #[arg(long, conflicts_with = "registry")]
+    profile: Option<String>,
     /// A registry file (TOML, or JSON by extension) instead of a profile.
     #[arg(long, value_name = "FILE")]
     registry: Option<PathBuf>,
@@ -31,6 +34,18 @@ pub(crate) struct ProxyArgs {
     /// closes added, merged tags removed; ids, model, created and usage kept).
     #[arg(long)]
     rewrite: bool,
+    /// Speak OpenAI tool calling to clients for a model that writes its
+    /// calls as text: a request's `tools` become this protocol's manual in
+    /// the system message, the answer's calls come back as `tool_calls`.
+    /// Requests without tools pass through unchanged.
+    #[arg(long, value_enum, value_name = "PROTOCOL")]
+    tool_protocol: Option<ToolProtocolArg>,
+    /// What happens to a call of a tool the request does not list, or with
+    /// arguments its schema rejects: `pass` it on as written (calls stream
+    /// as they arrive), or `drop` it and answer its observation (with a
+    /// did-you-mean) as content (calls go out whole, once checked).
+    #[arg(long, value_enum, default_value = "pass", requires = "tool_protocol")]
+    invalid_calls: InvalidCallsArg,
     /// Where parsed elements go: `jsonl:FILE` (appended) or `webhook:URL`
     /// (POSTed as JSON arrays). Repeatable.
     #[arg(long = "sink", value_name = "jsonl:FILE|webhook:URL")]
@@ -65,6 +80,28 @@ pub(crate) struct ProxyArgs {
     /// Log level (`error`, `warn`, `info`, `debug`, `trace`); RUST_LOG wins.
     #[arg(long, default_value = "info", value_name = "LEVEL")]
     log: String,
+}
+
+/// `--tool-protocol` values.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum ToolProtocolArg {
+    /// Hermes/Qwen `<tool_call>{"name": …, "arguments": …}</tool_call>`.
+    Hermes,
+    /// Filament `<tool_call name="…">{…}</tool_call>`.
+    Filament,
+    /// TAM `<|[REQUEST_TOOL]|>` blocks.
+    Tam,
+    /// `<ACTION>` blocks.
+    Action,
+}
+
+/// `--invalid-calls` values.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum InvalidCallsArg {
+    /// Send invalid calls as written.
+    Pass,
+    /// Leave them out; their observation becomes content.
+    Drop,
 }
 
 fn seconds(name: &str, secs: f64) -> Result<Duration> {
@@ -110,7 +147,25 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
 
 pub(crate) fn run(args: ProxyArgs) -> Result<ExitCode> {
     init_logs(&args.log);
-    let registry = load_registry(&args.profile, args.registry.as_ref())?;
+    let tool_calling = args.tool_protocol.map(|p| {
+        let protocol = match p {
+            ToolProtocolArg::Hermes => Protocol::Hermes,
+            ToolProtocolArg::Filament => Protocol::Filament,
+            ToolProtocolArg::Tam => Protocol::Tam,
+            ToolProtocolArg::Action => Protocol::Action,
+        };
+        let invalid_calls = match args.invalid_calls {
+            InvalidCallsArg::Pass => InvalidCalls::Pass,
+            InvalidCallsArg::Drop => InvalidCalls::Drop,
+        };
+        ToolCalling { protocol, invalid_calls }
+    });
+    let profile = match (&args.profile, &tool_calling) {
+        (Some(p), _) => p.clone(),
+        (None, Some(tc)) => tc.default_profile().to_string(),
+        (None, None) => "chat".to_string(),
+    };
+    let registry = load_registry(&profile, args.registry.as_ref())?;
     let mut options = StreamOptions::with_registry(registry);
     if let Some(n) = args.max_line {
         options.sse.max_line_len = n;
@@ -119,6 +174,7 @@ pub(crate) fn run(args: ProxyArgs) -> Result<ExitCode> {
     let mut config = ProxyConfig::new(args.upstream.clone());
     config.options = options;
     config.rewrite = args.rewrite;
+    config.tool_calling = tool_calling;
     config.sinks = args.sinks;
     config.idle_timeout = seconds("idle-timeout", args.idle_timeout)?;
     config.connect_timeout = seconds("connect-timeout", args.connect_timeout)?;
@@ -132,13 +188,14 @@ pub(crate) fn run(args: ProxyArgs) -> Result<ExitCode> {
         config.max_response_body = n;
     }
     let rewrite = config.rewrite;
+    let tools = tool_calling.map(|t| format!(", tool protocol {}", t.protocol)).unwrap_or_default();
     runtime()?.block_on(async move {
         let server = ProxyServer::bind(config, &args.listen).await?;
         let addr = server.local_addr();
         eprintln!(
-            "spindle proxy: http://{addr}/v1 -> {} ({}{}); /healthz, /metrics",
+            "spindle proxy: http://{addr}/v1 -> {} ({}{}{tools}); /healthz, /metrics",
             args.upstream,
-            args.registry.as_ref().map_or(format!("profile {}", args.profile), |r| format!("registry {}", r.display())),
+            args.registry.as_ref().map_or(format!("profile {profile}"), |r| format!("registry {}", r.display())),
             if rewrite { ", rewriting" } else { "" },
         );
         server.run(shutdown_signal()).await.context("serving")?;
