@@ -159,6 +159,12 @@ impl CallConverter {
                     state.slots.retain(|(id, _)| *id != el.id);
                     match slot {
                         Some(Slot::Example) => {}
+                        // Sent already; a body that turned out unreadable
+                        // also gets its observation as content.
+                        Some(Slot::Streaming { .. }) if call.steps.is_empty() => {
+                            let empty = ToolCall { steps: Vec::new(), ..call };
+                            self.complete(&empty, cut, choice, response_id, &mut out);
+                        }
                         Some(Slot::Streaming { .. }) => {}
                         None | Some(Slot::Held) => self.complete(&call, cut, choice, response_id, &mut out),
                     }
