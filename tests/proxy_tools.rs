@@ -357,3 +357,64 @@ async fn openai_python_client_does_tool_calling_through_the_proxy() {
         }
     }
 }
+
+/// Hermes cases drawn from vLLM's and SGLang's hermes tool-parser tests
+/// (`corpora/tools/hermes-*`: a call with thinking and text before it,
+/// parallel calls, a call until EOS with no `</tool_call>`, arguments as a
+/// JSON string, no call) through `spindle parse`, whole and at 1 and 7
+/// bytes: the `call_delta` events give the name first and argument
+/// fragments that join to the element's arguments.
+#[test]
+fn hermes_parser_cases_through_spindle_parse() {
+    let w = "get_current_weather";
+    let cases: Vec<(&str, Vec<(&str, Value)>)> = vec![
+        ("hermes-weather", vec![(w, json!({"city": "Dallas", "state": "TX", "unit": "fahrenheit"}))]),
+        (
+            "hermes-parallel",
+            vec![
+                (w, json!({"city": "Tokyo", "state": "", "unit": "celsius"})),
+                (w, json!({"city": "Osaka", "state": "", "unit": "celsius"})),
+            ],
+        ),
+        ("hermes-until-eos", vec![("final_answer", json!({"trigger": true}))]),
+        ("hermes-arguments-string", vec![(w, json!({"city": "Paris", "unit": "celsius"}))]),
+        ("hermes-no-call", vec![]),
+    ];
+    for (file, want) in cases {
+        let path = corpora().join("tools").join(format!("{file}.txt"));
+        for chunk in [None, Some("1"), Some("7")] {
+            let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_spindle"));
+            cmd.arg("parse").arg(&path).args(["--profile", "chat", "--format", "jsonl"]);
+            if let Some(n) = chunk {
+                cmd.args(["--chunk-size", n]);
+            }
+            let out = cmd.output().unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            let events: Vec<Value> =
+                String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+            // (id, name, joined fragments), in order of first sight.
+            let mut calls: Vec<(u64, String, String)> = Vec::new();
+            for e in &events {
+                if e["type"] != "call_delta" {
+                    continue;
+                }
+                let id = e["id"].as_u64().unwrap();
+                match calls.iter_mut().find(|c| c.0 == id) {
+                    Some(c) => {
+                        assert!(e.get("name").is_none(), "the name comes once, first: {e}");
+                        c.2 += e["arguments"].as_str().unwrap();
+                    }
+                    None => calls.push((id, e["name"].as_str().unwrap().into(), e["arguments"].as_str().unwrap().into())),
+                }
+            }
+            let got: Vec<(String, Value)> =
+                calls.iter().map(|(_, n, a)| (n.clone(), serde_json::from_str(a).unwrap_or(Value::Null))).collect();
+            let want: Vec<(String, Value)> = want.iter().map(|(n, a)| (n.to_string(), a.clone())).collect();
+            assert_eq!(got, want, "{file} at chunk size {chunk:?}");
+            for (id, name, _) in &calls {
+                let el = events.iter().find(|e| e["type"] == "element" && e["id"].as_u64() == Some(*id)).unwrap();
+                assert_eq!(el["payload"]["name"].as_str(), Some(name.as_str()));
+            }
+        }
+    }
+}
