@@ -21,9 +21,9 @@ use futures::StreamExt;
 use spindle::Registry;
 use spindle::mock::MockUpstream;
 use spindle::proxy::{ProxyConfig, ProxyServer, ToolCalling};
-use spindle::tools::Protocol;
 use spindle::sources::StreamOptions;
 use spindle::sources::transcript::{self, Detection, ReplayOutcome};
+use spindle::tools::Protocol;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 

@@ -144,11 +144,19 @@ fn no_call_text(content: &str) {
     }
 }
 
+/// The calls a transcript makes: (name, arguments).
+type Calls = Vec<(&'static str, Value)>;
+
 /// (transcript, protocol, calls, the manual's mark in the system message)
-fn cases() -> Vec<(&'static str, Protocol, Vec<(&'static str, Value)>, &'static str)> {
+fn cases() -> Vec<(&'static str, Protocol, Calls, &'static str)> {
     let w = "get_current_weather";
     vec![
-        ("tools/hermes-weather", Protocol::Hermes, vec![(w, json!({"city": "Dallas", "state": "TX", "unit": "fahrenheit"}))], "<tools>"),
+        (
+            "tools/hermes-weather",
+            Protocol::Hermes,
+            vec![(w, json!({"city": "Dallas", "state": "TX", "unit": "fahrenheit"}))],
+            "<tools>",
+        ),
         (
             "tools/hermes-parallel",
             Protocol::Hermes,
@@ -159,8 +167,18 @@ fn cases() -> Vec<(&'static str, Protocol, Vec<(&'static str, Value)>, &'static 
             "<tools>",
         ),
         ("tools/hermes-until-eos", Protocol::Hermes, vec![("final_answer", json!({"trigger": true}))], "<tools>"),
-        ("tools/hermes-arguments-string", Protocol::Hermes, vec![(w, json!({"city": "Paris", "unit": "celsius"}))], "<tools>"),
-        ("tools/filament-weather", Protocol::Filament, vec![(w, json!({"city": "Oslo", "unit": "celsius"}))], "<tool_call name="),
+        (
+            "tools/hermes-arguments-string",
+            Protocol::Hermes,
+            vec![(w, json!({"city": "Paris", "unit": "celsius"}))],
+            "<tools>",
+        ),
+        (
+            "tools/filament-weather",
+            Protocol::Filament,
+            vec![(w, json!({"city": "Oslo", "unit": "celsius"}))],
+            "<tool_call name=",
+        ),
         (
             "tools/tam-weather",
             Protocol::Tam,
@@ -245,7 +263,11 @@ async fn history_reaches_the_upstream_as_protocol_text() {
         assert_eq!(msgs[2]["role"], "assistant");
         assert!(msgs[2].get("tool_calls").is_none());
         assert!(msgs[2]["content"].as_str().unwrap().contains(call_text), "{protocol}: {}", msgs[2]["content"]);
-        assert_eq!((msgs[3]["role"].as_str(), msgs[3]["content"].as_str()), (Some("user"), Some(observation)), "{protocol}");
+        assert_eq!(
+            (msgs[3]["role"].as_str(), msgs[3]["content"].as_str()),
+            (Some("user"), Some(observation)),
+            "{protocol}"
+        );
         proxy.shutdown().await.unwrap();
     }
 }
@@ -308,10 +330,14 @@ async fn bad_input_has_defined_answers() {
         "properties": {"a": {"type": "nonsense"}}}}}]);
     let (status, text) = post(&pass, &body).await;
     let err: Value = serde_json::from_slice(&text).unwrap();
-    assert_eq!((status, &err["error"]["code"], &err["error"]["param"]), (400, &json!("invalid_tools"), &json!("tools")));
+    assert_eq!(
+        (status, &err["error"]["code"], &err["error"]["param"]),
+        (400, &json!("invalid_tools"), &json!("tools"))
+    );
     assert_eq!(recorded.lock().unwrap().len(), before);
     // No tools: pass-through, byte for byte what the upstream sent.
-    let plain = json!({"model": "tools/hermes-weather", "stream": true, "messages": [{"role": "user", "content": "hi"}]});
+    let plain =
+        json!({"model": "tools/hermes-weather", "stream": true, "messages": [{"role": "user", "content": "hi"}]});
     let direct = client().post(format!("{upstream}/v1/chat/completions")).json(&plain).send().await.unwrap();
     let direct = direct.bytes().await.unwrap();
     assert_eq!(post(&pass, &plain).await.1, direct.to_vec());
@@ -326,9 +352,12 @@ async fn bad_input_has_defined_answers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_python_client_does_tool_calling_through_the_proxy() {
     let python = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".ci/cache/venv/bin/python");
-    let ok = std::process::Command::new(&python).args(["-c", "import openai"]).output().is_ok_and(|o| o.status.success());
+    let ok =
+        std::process::Command::new(&python).args(["-c", "import openai"]).output().is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!("skipped: no openai client in .ci/cache/venv (.ci/run installs it: python3 -m venv .ci/cache/venv && .ci/cache/venv/bin/pip install openai)");
+        eprintln!(
+            "skipped: no openai client in .ci/cache/venv (.ci/run installs it: python3 -m venv .ci/cache/venv && .ci/cache/venv/bin/pip install openai)"
+        );
         return;
     }
     for pace in [0, 2] {
@@ -404,7 +433,9 @@ fn hermes_parser_cases_through_spindle_parse() {
                         assert!(e.get("name").is_none(), "the name comes once, first: {e}");
                         c.2 += e["arguments"].as_str().unwrap();
                     }
-                    None => calls.push((id, e["name"].as_str().unwrap().into(), e["arguments"].as_str().unwrap().into())),
+                    None => {
+                        calls.push((id, e["name"].as_str().unwrap().into(), e["arguments"].as_str().unwrap().into()))
+                    }
                 }
             }
             let got: Vec<(String, Value)> =

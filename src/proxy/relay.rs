@@ -575,7 +575,8 @@ pub(crate) fn whole_response(
     let mut changed = false;
     for (pos, choice) in choices.iter_mut().enumerate() {
         let index = choice.get("index").and_then(Value::as_u64).unwrap_or(pos as u64);
-        let mut text = rewrites.iter().find(|(c, _)| u64::from(*c) == index).map(|(_, t)| t.clone()).unwrap_or_default();
+        let mut text =
+            rewrites.iter().find(|(c, _)| u64::from(*c) == index).map(|(_, t)| t.clone()).unwrap_or_default();
         let made = produced.iter().find(|c| u64::from(c.choice) == index);
         if let Some(made) = made {
             text.push_str(&made.content);

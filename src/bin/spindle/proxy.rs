@@ -4,8 +4,8 @@
 use crate::parse::load_registry;
 use anyhow::{Context, Result, bail};
 use spindle::proxy::{InvalidCalls, ProxyConfig, ProxyServer, SinkSpec, ToolCalling};
-use spindle::tools::Protocol;
 use spindle::sources::StreamOptions;
+use spindle::tools::Protocol;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;

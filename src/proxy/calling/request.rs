@@ -113,7 +113,9 @@ fn read_choice(value: Option<&Value>) -> Result<ToolChoice, ProxyError> {
             "auto" => ToolChoice::Auto,
             "none" => ToolChoice::None,
             "required" => ToolChoice::Required,
-            other => return Err(invalid("tool_choice", format!("unknown tool_choice {other:?} (auto, none, required)"))),
+            other => {
+                return Err(invalid("tool_choice", format!("unknown tool_choice {other:?} (auto, none, required)")));
+            }
         },
         Some(v @ Value::Object(_)) => {
             let name = v.pointer("/function/name").or_else(|| v.get("name")).and_then(Value::as_str);
@@ -122,7 +124,9 @@ fn read_choice(value: Option<&Value>) -> Result<ToolChoice, ProxyError> {
                 None => {
                     return Err(invalid(
                         "tool_choice",
-                        format!("tool_choice {v} names no function ({{\"type\": \"function\", \"function\": {{\"name\": ...}}}})"),
+                        format!(
+                            "tool_choice {v} names no function ({{\"type\": \"function\", \"function\": {{\"name\": ...}}}})"
+                        ),
                     ));
                 }
             }
@@ -192,7 +196,8 @@ fn replay_history(messages: &mut Vec<Value>, protocol: Protocol) -> bool {
                     }
                     let text = call_text(protocol, &Value::Array(list));
                     let before = content_text(&Value::Object(m.clone()));
-                    let content = if before.trim().is_empty() { text } else { format!("{}\n{text}", before.trim_end()) };
+                    let content =
+                        if before.trim().is_empty() { text } else { format!("{}\n{text}", before.trim_end()) };
                     m.insert("content".into(), Value::String(content));
                 }
                 out.push(msg);
@@ -208,9 +213,8 @@ fn replay_history(messages: &mut Vec<Value>, protocol: Protocol) -> bool {
 /// of a `{{AVAILABLE_TOOLS}}` placeholder when it has one, else after its
 /// text; a new system message first when there is none.
 fn put_manual(messages: &mut Vec<Value>, manual: &str) {
-    let system = messages
-        .iter_mut()
-        .find(|m| matches!(m.get("role").and_then(Value::as_str), Some("system" | "developer")));
+    let system =
+        messages.iter_mut().find(|m| matches!(m.get("role").and_then(Value::as_str), Some("system" | "developer")));
     let Some(Value::Object(sys)) = system else {
         messages.insert(0, json!({"role": "system", "content": manual}));
         return;
@@ -272,7 +276,9 @@ mod tests {
         let sys = out["messages"][0]["content"].as_str().unwrap_or_default();
         assert_eq!(out["messages"][0]["role"], "system");
         assert!(sys.contains("<tools>\n{\"type\":\"function\",\"function\":{\"name\":\"get_weather\""), "{sys}");
-        assert!(sys.contains("<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>"));
+        assert!(
+            sys.contains("<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>")
+        );
         assert_eq!(out["messages"][1]["content"], "Weather in Oslo?");
         assert_eq!(names(&tools.map(|t| t.catalog).unwrap_or_default()), ["get_weather", "get_time"]);
     }
@@ -289,7 +295,10 @@ mod tests {
             "messages": [{"role": "system", "content": "Tools:\n{{AVAILABLE_TOOLS}}\nEnd."}]});
         let (out, _) = run(body, Protocol::Action).unwrap_or_else(|e| panic!("{e}"));
         let sys = out["messages"][0]["content"].as_str().unwrap_or_default();
-        assert!(sys.starts_with("Tools:\n") && sys.ends_with("\nEnd.") && !sys.contains("{{AVAILABLE_TOOLS}}"), "{sys}");
+        assert!(
+            sys.starts_with("Tools:\n") && sys.ends_with("\nEnd.") && !sys.contains("{{AVAILABLE_TOOLS}}"),
+            "{sys}"
+        );
     }
 
     #[test]
@@ -311,7 +320,10 @@ mod tests {
             "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Oslo\"}}\n</tool_call>\n<tool_call>\n{\"name\":\"get_time\",\"arguments\":{}}\n</tool_call>"
         );
         assert_eq!(msgs[3]["role"], "user");
-        assert_eq!(msgs[3]["content"], "<tool_response>\nsunny\n</tool_response>\n<tool_response>\n12:00\n</tool_response>");
+        assert_eq!(
+            msgs[3]["content"],
+            "<tool_response>\nsunny\n</tool_response>\n<tool_response>\n12:00\n</tool_response>"
+        );
         // Two calls with one id: the results answer them in order.
         let (out, _) = run(body, Protocol::Action).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
@@ -329,7 +341,12 @@ mod tests {
         assert_eq!(out["messages"].as_array().map(Vec::len), Some(1), "no manual for none");
         let (out, _) = run(json!({"tools": weather(), "tool_choice": "required", "messages": msgs}), Protocol::Hermes)
             .unwrap_or_else(|e| panic!("{e}"));
-        assert!(out["messages"][0]["content"].as_str().unwrap_or_default().ends_with("at least one of these tools in your answer."));
+        assert!(
+            out["messages"][0]["content"]
+                .as_str()
+                .unwrap_or_default()
+                .ends_with("at least one of these tools in your answer.")
+        );
         let named = json!({"type": "function", "function": {"name": "get_time"}});
         let (out, tools) = run(json!({"tools": weather(), "tool_choice": named, "messages": msgs}), Protocol::Hermes)
             .unwrap_or_else(|e| panic!("{e}"));
@@ -337,10 +354,16 @@ mod tests {
         assert!(sys.contains("get_time") && !sys.contains("get_weather"), "{sys}");
         assert_eq!(names(&tools.map(|t| t.catalog).unwrap_or_default()), ["get_time"]);
         for (body, param) in [
-            (json!({"tools": weather(), "tool_choice": {"type": "function", "function": {"name": "get_wether"}}, "messages": msgs}), "tool_choice"),
+            (
+                json!({"tools": weather(), "tool_choice": {"type": "function", "function": {"name": "get_wether"}}, "messages": msgs}),
+                "tool_choice",
+            ),
             (json!({"tool_choice": "required", "messages": msgs}), "tool_choice"),
             (json!({"tools": weather(), "tool_choice": "sometimes", "messages": msgs}), "tool_choice"),
-            (json!({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": 17}}}}}], "messages": msgs}), "tools"),
+            (
+                json!({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": 17}}}}}], "messages": msgs}),
+                "tools",
+            ),
             (json!({"tools": [{"type": "retrieval"}], "messages": msgs}), "tools"),
             (json!({"tools": [weather()[0].clone(), weather()[0].clone()], "messages": msgs}), "tools"),
         ] {

@@ -354,7 +354,8 @@ mod tests {
         };
         for p in pieces {
             let mut events = Vec::new();
-            let chunk = json!({"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {"content": p}, "finish_reason": null}]});
+            let chunk =
+                json!({"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {"content": p}, "finish_reason": null}]});
             stream.push_data("message", &chunk.to_string(), 0, &mut events);
             let rw = stream.take_rewrites();
             feed(&events, rw, &mut conv);
@@ -387,7 +388,8 @@ mod tests {
                 assert_eq!(content, "Let me check.\n", "split {n}");
                 assert_eq!(made, 1);
                 assert_eq!(calls[0]["function"]["name"], "get_weather");
-                let args: Value = serde_json::from_str(calls[0]["function"]["arguments"].as_str().unwrap_or("")).unwrap_or(Value::Null);
+                let args: Value = serde_json::from_str(calls[0]["function"]["arguments"].as_str().unwrap_or(""))
+                    .unwrap_or(Value::Null);
                 assert_eq!(args, json!({"city": "Oslo", "days": 2}), "split {n} {invalid:?}");
                 assert!(calls[0]["id"].as_str().is_some_and(|i| i.starts_with("call_") && i.len() == 21));
             }
