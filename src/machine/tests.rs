@@ -669,10 +669,12 @@ fn rewrite_can_omit_call_elements() {
     };
     let chat = Registry::chat();
     let reasoning = Registry::profile("reasoning").unwrap();
-    let cases: [(&Registry, &str, &str, usize); 6] = [
+    let cases: [(&Registry, &str, &str, usize); 7] = [
         (&chat, "Hi <tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call> bye", "Hi  bye", 0),
         (&chat, "<tool_call name=\"f\">{\"a\": 1}</tool_call>\n<tool_call>{\"name\": \"g\"}", "\n", 0),
-        (&reasoning, "plan<tool_call>{\"name\": \"f\"}</tool_call>", "<think>plan</think>", 0),
+        // As the kept rewrite reads it (the lead was content), less the call.
+        (&reasoning, "plan<tool_call>{\"name\": \"f\"}</tool_call>", "plan", 0),
+        (&reasoning, "<think>plan</think>ok<tool_call>{\"name\": \"f\"}</tool_call>", "<think>plan</think>ok", 0),
         (&tam(), "Go.\n```\n<|[REQUEST_TOOL]|>\ncommand:»»»ls«««\n<|[END_TOOL]|>\n```\nAfter.", "Go.\nAfter.", 0),
         (&action(), "Look:\n<ACTION><ls><path>.</path></ls></ACTION>", "Look:\n", 0),
         (
