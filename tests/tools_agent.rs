@@ -312,3 +312,38 @@ async fn cancelling_stops_the_upstream_and_the_tools() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test]
+async fn spindle_agent_against_the_built_in_mock() {
+    // The mock picks each turn's transcript by what the last message holds:
+    // the prompt names `sum-question`, the observations name the tools.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mock = spindle::mock::MockUpstream::from_dir(&root.join("examples/agent-demo"))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .with_pace(Duration::from_millis(2));
+    let server = mock.spawn("127.0.0.1:0").await.unwrap_or_else(|e| panic!("{e}"));
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_spindle"))
+        .args(["agent", "--upstream", &format!("{}/v1", server.url().trim_end_matches('/'))])
+        .args(["--model", "demo", "--protocol", "tam", "--format", "jsonl"])
+        .arg("--tools")
+        .arg(root.join("examples/plugins"))
+        .arg("sum-question: what is 2 + 40?")
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<Value> = stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let kinds = |t: &str| lines.iter().filter(|l| l["type"] == t).count();
+    assert_eq!((kinds("turn_start"), kinds("turn_end"), kinds("tool_result")), (3, 3, 2));
+    let end = lines.last().cloned().unwrap_or_default();
+    assert_eq!(end["type"], "agent_end");
+    assert_eq!(end["reason"], "answer");
+    assert!(end["text"].as_str().unwrap_or_default().starts_with("Both tools answered: 2 + 40 is 42"));
+    let messages = end["messages"].as_array().cloned().unwrap_or_default();
+    let roles: Vec<&str> = messages.iter().filter_map(|m| m["role"].as_str()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "user", "assistant", "user", "assistant"]);
+    assert_eq!(messages[3]["content"], "Observation: Tool Math.Add executed successfully. Result: 42");
+    assert!(messages[5]["content"].as_str().unwrap_or_default().starts_with("Observation: Tool Sleepy executed successfully."));
+    let _ = server.shutdown().await;
+}
