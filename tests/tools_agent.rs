@@ -344,6 +344,11 @@ async fn spindle_agent_against_the_built_in_mock() {
     let roles: Vec<&str> = messages.iter().filter_map(|m| m["role"].as_str()).collect();
     assert_eq!(roles, ["system", "user", "assistant", "user", "assistant", "user", "assistant"]);
     assert_eq!(messages[3]["content"], "Observation: Tool Math.Add executed successfully. Result: 42");
-    assert!(messages[5]["content"].as_str().unwrap_or_default().starts_with("Observation: Tool Sleepy executed successfully."));
+    assert!(
+        messages[5]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("Observation: Tool Sleepy executed successfully.")
+    );
     let _ = server.shutdown().await;
 }

@@ -124,7 +124,7 @@ pub enum AgentEvent {
         /// Its id (`t1_call_1`).
         call_id: String,
         /// The call.
-        call: ToolCall,
+        call: Box<ToolCall>,
         /// Milliseconds since the turn's request.
         at_ms: u64,
     },
@@ -499,7 +499,7 @@ impl Agent {
                     pending.push(AgentEvent::CallStarted {
                         turn,
                         call_id: id.clone(),
-                        call: call.clone(),
+                        call: Box::new(call.clone()),
                         at_ms: ms(t0.elapsed()),
                     });
                     let _ = call_tx.send((id, call, Instant::now()));
@@ -546,7 +546,6 @@ impl Agent {
         for e in pending {
             let _ = tx.send(e).await;
         }
-        drop(handle);
         drop(call_tx);
         let stream_end = Instant::now();
         if let Some(why) = failed

@@ -144,7 +144,7 @@ pub fn params_of(def: &ToolDef) -> Vec<ParamInfo> {
                     name: name.clone(),
                     ty: type_of(s),
                     required: required.contains(&name.as_str()),
-                    description: s.get("description").and_then(Value::as_str).map(|d| one_line(d)),
+                    description: s.get("description").and_then(Value::as_str).map(one_line),
                     default: s.get("default").cloned(),
                     choices: s.get("enum").and_then(Value::as_array).cloned().unwrap_or_default(),
                 })
