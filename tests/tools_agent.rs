@@ -352,3 +352,32 @@ async fn spindle_agent_against_the_built_in_mock() {
     );
     let _ = server.shutdown().await;
 }
+
+#[tokio::test]
+async fn async_tool_results_come_back_in_a_later_turn_or_at_once() {
+    let call = "Render it.\n<|[REQUEST_TOOL]|>\ncommand:»»»Image.Render«««\nprompt:»»»owl«««\nseconds:»»»0.2«««\n<|[END_TOOL]|>";
+    // Wait: the result is in the first turn's observations.
+    let (url, up) = upstream(&[call, FINAL], 0, 20).await;
+    let agent = Agent::new(&url, runner(), Protocol::Tam)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .with_async_tasks(spindle::tools::agent::AsyncTasks::Wait);
+    let (reason, _, turns, _) = end(&collect(&agent, "draw", CancellationToken::new()).await);
+    assert_eq!((reason, turns), (StopReason::Answer, 2));
+    let requests = up.requests.lock().map(|r| r.clone()).unwrap_or_default();
+    assert_eq!(
+        requests[1]["messages"][3]["content"],
+        "Observation: Tool Image.Render started asynchronously. Task id: task_1. Its result will be reported when it completes.\nTask task_1 finished. Observation: Tool Image.Render executed successfully. Result: {\"rendered\":\"owl\"}"
+    );
+    // Continue: the model goes on; the result comes with a later turn.
+    let wait = "Meanwhile.\n<|[REQUEST_TOOL]|>\ncommand:»»»Sleepy«««\nseconds:»»»0.4«««\n<|[END_TOOL]|>";
+    let (url, up) = upstream(&[call, wait, FINAL], 0, 20).await;
+    let agent = Agent::new(&url, runner(), Protocol::Tam).unwrap_or_else(|e| panic!("{e}"));
+    let (reason, _, turns, _) = end(&collect(&agent, "draw", CancellationToken::new()).await);
+    assert_eq!((reason, turns), (StopReason::Answer, 3));
+    let requests = up.requests.lock().map(|r| r.clone()).unwrap_or_default();
+    let second = requests[1]["messages"][3]["content"].as_str().unwrap_or_default().to_string();
+    assert!(second.starts_with("Observation: Tool Image.Render started asynchronously."), "{second}");
+    assert!(!second.contains("finished"), "{second}");
+    let third = requests[2]["messages"][5]["content"].as_str().unwrap_or_default().to_string();
+    assert!(third.contains("Task task_1 finished. Observation: Tool Image.Render executed successfully."), "{third}");
+}

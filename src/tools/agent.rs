@@ -75,6 +75,19 @@ impl Default for AgentLimits {
     }
 }
 
+/// What the loop does with async tools' tasks (spec 000 §3.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AsyncTasks {
+    /// Send the "started, task id" observation and go on; a task's result
+    /// is sent back with the next turn's observations once it has
+    /// finished (the default).
+    #[default]
+    Continue,
+    /// Wait at the end of the turn for every task started in it and send
+    /// their results with the turn's observations.
+    Wait,
+}
+
 /// Why a run stopped.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -220,6 +233,7 @@ pub struct Agent {
     protocol: Protocol,
     registry: Arc<Registry>,
     limits: AgentLimits,
+    tasks: AsyncTasks,
 }
 
 /// Why an agent could not be built.
@@ -252,6 +266,7 @@ impl Agent {
             protocol,
             registry: Arc::new(registry),
             limits: AgentLimits::default(),
+            tasks: AsyncTasks::default(),
         })
     }
 
@@ -264,6 +279,12 @@ impl Agent {
     /// Uses these limits.
     pub fn with_limits(mut self, limits: AgentLimits) -> Agent {
         self.limits = limits;
+        self
+    }
+
+    /// Waits for async tasks, or goes on (the default).
+    pub fn with_async_tasks(mut self, tasks: AsyncTasks) -> Agent {
+        self.tasks = tasks;
         self
     }
 
@@ -373,8 +394,23 @@ impl Agent {
             };
             last_text = done.text.clone();
             messages.push(json!({"role": "assistant", "content": done.text}));
+            let mut done = done;
+            // Async tasks: their results, now (wait) or as they finish.
+            let finished = match self.tasks {
+                AsyncTasks::Wait => self.runner.wait_tasks().await,
+                AsyncTasks::Continue => self.runner.take_finished_tasks(),
+            };
+            for mut r in finished {
+                if let Some(task) = &r.task_id {
+                    r.observation = format!("Task {task} finished. {}", r.observation);
+                }
+                let _ = tx.send(AgentEvent::ToolResult { turn, result: r.clone(), start_latency_us: 0 }).await;
+                done.results.push(r);
+            }
             if done.results.is_empty() {
-                return end(StopReason::Answer, last_text, turn, None, messages);
+                let running = self.runner.pending_tasks();
+                let detail = (running > 0).then(|| format!("{running} async task(s) still running"));
+                return end(StopReason::Answer, last_text, turn, detail, messages);
             }
             tool_calls += done.results.iter().filter(|r| r.attempts > 0 || r.outcome == Outcome::Pending).count();
             messages.extend(feedback_messages(self.protocol, &done.results));

@@ -627,6 +627,21 @@ impl Runner {
         out
     }
 
+    /// The results of the async tasks that have finished since the last
+    /// call (or [`Runner::wait_tasks`]), in start order; running tasks stay.
+    pub fn take_finished_tasks(&self) -> Vec<ToolResult> {
+        use futures::FutureExt;
+        let done: Vec<_> = match self.pending.lock() {
+            Ok(mut list) => {
+                let (done, running): (Vec<_>, Vec<_>) = list.drain(..).partition(|h| h.is_finished());
+                *list = running;
+                done
+            }
+            Err(_) => Vec::new(),
+        };
+        done.into_iter().filter_map(|h| h.now_or_never().and_then(Result::ok)).collect()
+    }
+
     /// How many async tasks have not been waited for.
     pub fn pending_tasks(&self) -> usize {
         self.pending.lock().map(|l| l.iter().filter(|h| !h.is_finished()).count()).unwrap_or(0)
