@@ -388,7 +388,12 @@ async fn process_table_check_sees_live_processes() {
         .args(["-c", &format!("sleep 5; : {m}")])
         .spawn()
         .unwrap_or_else(|e| panic!("{e}"));
-    assert!(!processes_with(&m).is_empty());
+    // Right after fork the child still shows the parent's command line.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while processes_with(&m).is_empty() {
+        assert!(Instant::now() < deadline, "the scan never saw the live process");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let _ = child.kill();
     let _ = child.wait();
     assert_no_process(&m).await;
