@@ -412,8 +412,10 @@ impl Runner {
     }
 
     /// Runs every step of `call` (see the module docs) and returns one
-    /// result per step; a call that could not be read gives one
-    /// [`Outcome::Malformed`] result.
+    /// result per step. A call that could not be read (its `error` is set:
+    /// malformed XML, no command, an ATTP code policy breach) gives one
+    /// [`Outcome::Malformed`] result and runs nothing; an ATTP answer with
+    /// `status = "fail"` gives no result.
     ///
     /// # Cancel safety
     ///
@@ -423,18 +425,21 @@ impl Runner {
     pub async fn run_call(&self, call: &ToolCall, call_id: &str, cancel: &CancellationToken) -> Vec<ToolResult> {
         let inner = &self.inner;
         let mut out = Vec::new();
-        if call.steps.is_empty() {
+        let declined = call.attp.as_ref().and_then(|a| a.status.as_deref()) == Some("fail");
+        if call.error.is_none() && call.steps.is_empty() && declined {
+            // ATTP `status = "fail"`: the model declined; nothing to run or report.
+            return out;
+        }
+        if call.error.is_some() || call.steps.is_empty() {
+            // An unreadable call (malformed XML, no command, a code policy
+            // breach): nothing of it runs, even the steps that were read.
             let obs = call
                 .observation
                 .clone()
                 .or_else(|| call.error.as_ref().map(|e| format!("Observation: Error - {e}")))
                 .unwrap_or_else(|| "Observation: Error - The tool call names no tool".into());
-            let outcome = if call.attp.as_ref().and_then(|a| a.status.as_deref()) == Some("fail") {
-                Outcome::NotRun
-            } else {
-                Outcome::Malformed
-            };
-            out.push(ToolResult::not_run(call_id, "", None, outcome, obs));
+            let tool = call.steps.first().map_or("", |s| s.tool_id.as_str());
+            out.push(ToolResult::not_run(call_id, tool, None, Outcome::Malformed, obs));
             inner.audit_not_run(&out[0], &Value::Null);
             return out;
         }
