@@ -217,6 +217,17 @@ async fn a_call_starts_while_the_answer_still_streams() {
         panic!()
     };
     assert_eq!(result.outcome, Outcome::Success);
+    let overhead: Vec<u64> = events
+        .iter()
+        .filter_map(|(_, e)| match e {
+            AgentEvent::TurnEnd { overhead_us, .. } => Some(*overhead_us),
+            _ => None,
+        })
+        .collect();
+    eprintln!(
+        "figures: start latency {start_latency_us} µs after the block closed; stream {stream_ms} ms, \
+         tool time under the stream {overlap_ms} ms, waited {tool_wait_ms} ms after it; loop work per turn {overhead:?} µs"
+    );
     assert!(*start_latency_us < 50_000, "started {start_latency_us} µs after the block closed");
 }
 

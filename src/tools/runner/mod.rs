@@ -11,7 +11,7 @@
 //!
 //! | `implementation.type` | how it runs |
 //! |---|---|
-//! | `script` | a program, parameters as JSON on stdin, result from stdout ([`script`](self) rules below) |
+//! | `script` | a program run in the plugin's folder without a shell: parameters as one JSON object on stdin, result from stdout (JSON when it parses), environment `PATH`, `LANG` and the tool's `configSchema` values only |
 //! | `mcp` | a tool of an MCP server started from a plugin's `mcp:` section ([`McpPool`]) |
 //! | `service` | a Rust async function registered with [`Runner::register_service`] |
 //!
