@@ -288,7 +288,9 @@ async fn cancelling_stops_the_upstream_and_the_tools() {
         "<|[REQUEST_TOOL]|>\ncommand:»»»Forker«««\nmarker:»»»{marker}«««\n<|[END_TOOL]|>\n<|[REQUEST_TOOL]|>\ncommand:»»»Hang«««\nmarker:»»»{marker}«««\n<|[END_TOOL]|>{}",
         " slow tail".repeat(100)
     );
-    let (url, up) = upstream(&[&turn1, FINAL], 20, 2).await;
+    // 40 characters every 20 ms: both blocks complete within ~150 ms, the
+    // tail streams on for ~0.5 s; Hang (400 ms limit) is running at 250 ms.
+    let (url, up) = upstream(&[&turn1, FINAL], 20, 40).await;
     let agent = Agent::new(&url, runner(), Protocol::Tam).unwrap_or_else(|e| panic!("{e}"));
     let cancel = CancellationToken::new();
     let c2 = cancel.clone();
@@ -301,6 +303,18 @@ async fn cancelling_stops_the_upstream_and_the_tools() {
     assert!(started.elapsed() < Duration::from_secs(3));
     let (reason, _, _, _) = end(&events);
     assert_eq!(reason, StopReason::Cancelled);
+    let outcomes: Vec<(String, Outcome)> = events
+        .iter()
+        .filter_map(|(_, e)| match e {
+            AgentEvent::ToolResult { result, .. } => Some((result.tool_id.clone(), result.outcome)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        [("Forker".to_string(), Outcome::Success), ("Hang".to_string(), Outcome::Cancelled)],
+        "Hang was running when the run was cancelled"
+    );
     let deadline = Instant::now() + Duration::from_secs(3);
     while !up.dropped.load(Ordering::SeqCst) {
         assert!(Instant::now() < deadline, "the upstream response was not dropped");
@@ -380,7 +394,7 @@ async fn async_tool_results_come_back_in_a_later_turn_or_at_once() {
         "Observation: Tool Image.Render started asynchronously. Task id: task_1. Its result will be reported when it completes.\nTask task_1 finished. Observation: Tool Image.Render executed successfully. Result: {\"rendered\":\"owl\"}"
     );
     // Continue: the model goes on; the result comes with a later turn.
-    let wait = "Meanwhile.\n<|[REQUEST_TOOL]|>\ncommand:»»»Sleepy«««\nseconds:»»»0.4«««\n<|[END_TOOL]|>";
+    let wait = "Meanwhile.\n<|[REQUEST_TOOL]|>\ncommand:»»»Sleepy«««\nseconds:»»»1.0«««\n<|[END_TOOL]|>";
     let (url, up) = upstream(&[call, wait, FINAL], 0, 20).await;
     let agent = Agent::new(&url, runner(), Protocol::Tam).unwrap_or_else(|e| panic!("{e}"));
     let (reason, _, turns, _) = end(&collect(&agent, "draw", CancellationToken::new()).await);

@@ -367,23 +367,27 @@ impl Agent {
             req.insert("messages".into(), Value::Array(messages.clone()));
             let budget_left = self.limits.max_tool_calls.saturating_sub(tool_calls);
             let turn_cancel = cancel.child_token();
-            let outcome = {
-                let fut = self.turn(turn, Value::Object(req), budget_left, &turn_cancel, tx);
-                tokio::pin!(fut);
-                let sleep = async {
-                    match remaining {
-                        Some(r) => tokio::time::sleep(r).await,
-                        None => std::future::pending().await,
-                    }
-                };
-                tokio::select! {
-                    r = &mut fut => r,
-                    () = cancel.cancelled() => Err((StopReason::Cancelled, None)),
-                    () = sleep => {
-                        turn_cancel.cancel();
-                        Err((StopReason::TimeBudget, None))
-                    }
+            // The time budget cancels the turn like the caller would; the
+            // turn then stops its tools and returns, so `End` is the last
+            // event.
+            let fired = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let timer = remaining.map(|r| {
+                let (t, f) = (turn_cancel.clone(), fired.clone());
+                tokio::spawn(async move {
+                    tokio::time::sleep(r).await;
+                    f.store(true, std::sync::atomic::Ordering::SeqCst);
+                    t.cancel();
+                })
+            });
+            let outcome = self.turn(turn, Value::Object(req), budget_left, &turn_cancel, tx).await;
+            if let Some(t) = timer {
+                t.abort();
+            }
+            let outcome = match outcome {
+                Err((StopReason::Cancelled, d)) if fired.load(std::sync::atomic::Ordering::SeqCst) => {
+                    Err((StopReason::TimeBudget, d))
                 }
+                other => other,
             };
             let done = match outcome {
                 Ok(d) => d,
@@ -451,7 +455,10 @@ impl Agent {
             req = req.bearer_auth(key);
         }
         let upstream = |e: String| (StopReason::Upstream, Some(e));
-        let response = req.send().await.map_err(|e| upstream(format!("cannot reach {}: {e}", self.endpoint)))?;
+        let response = tokio::select! {
+            r = req.send() => r.map_err(|e| upstream(format!("cannot reach {}: {e}", self.endpoint)))?,
+            () = cancel.cancelled() => return Err((StopReason::Cancelled, None)),
+        };
         let status = response.status();
         if !status.is_success() {
             let text = response.text().await.unwrap_or_default();
@@ -517,6 +524,7 @@ impl Agent {
         let mut frames: Vec<TapFrame> = Vec::new();
         let mut body = response.bytes_stream();
         let mut failed: Option<String> = None;
+        let mut cancelled = false;
         let mut busy = Duration::ZERO;
         let mut handle = |frame_events: Vec<SourceEvent>,
                           text_piece: Option<String>,
@@ -546,7 +554,10 @@ impl Agent {
         loop {
             let next = tokio::select! {
                 n = body.next() => n,
-                () = cancel.cancelled() => return Err((StopReason::Cancelled, None)),
+                () = cancel.cancelled() => {
+                    cancelled = true;
+                    break;
+                }
             };
             let Some(item) = next else { break };
             let bytes = match item {
@@ -577,6 +588,14 @@ impl Agent {
                 let _ = tx.send(e).await;
             }
         }
+        if cancelled {
+            // The upstream request is dropped here (its connection closes);
+            // the worker stops its tool (the token is cancelled) and ends.
+            drop(body);
+            drop(call_tx);
+            let _ = worker.await;
+            return Err((StopReason::Cancelled, None));
+        }
         let mut pending = Vec::new();
         handle(tap.finish(), None, &mut text, &mut pending);
         for e in pending {
@@ -589,10 +608,11 @@ impl Agent {
         {
             return Err(upstream(why));
         }
-        let (results, budget_hit) = tokio::select! {
-            r = worker => r.unwrap_or_default(),
-            () = cancel.cancelled() => return Err((StopReason::Cancelled, None)),
-        };
+        // A cancel now stops the running tool; the worker still ends soon.
+        let (results, budget_hit) = worker.await.unwrap_or_default();
+        if cancel.is_cancelled() {
+            return Err((StopReason::Cancelled, None));
+        }
         let done = Instant::now();
         let overlap: Duration = results
             .iter()
