@@ -406,3 +406,21 @@ async fn async_tool_results_come_back_in_a_later_turn_or_at_once() {
     let third = requests[2]["messages"][5]["content"].as_str().unwrap_or_default().to_string();
     assert!(third.contains("Task task_1 finished. Observation: Tool Image.Render executed successfully."), "{third}");
 }
+
+#[tokio::test]
+async fn the_system_prompt_placeholder_becomes_the_manual() {
+    let (url, up) = upstream(&[FINAL], 0, 50).await;
+    let agent = Agent::new(&url, runner(), Protocol::TamCjk).unwrap_or_else(|e| panic!("{e}"));
+    let req = json!({"model": "m", "messages": [
+        {"role": "system", "content": "You are a helper.\n## Tools\n{{{system:available_tools}}}\n## End"},
+        {"role": "user", "content": "hi"}
+    ]});
+    let mut s = std::pin::pin!(agent.run(req, CancellationToken::new()));
+    while s.next().await.is_some() {}
+    let requests = up.requests.lock().map(|r| r.clone()).unwrap_or_default();
+    let system = requests[0]["messages"][0]["content"].as_str().unwrap_or_default().to_string();
+    assert!(system.starts_with("You are a helper.\n## Tools\nTo call a tool, write a TAM block."), "{system}");
+    assert!(system.contains("command:「始」Math.Add「末」"), "{system}");
+    assert!(system.ends_with("## End"), "{system}");
+    assert_eq!(requests[0]["messages"].as_array().map(Vec::len), Some(2));
+}
