@@ -211,3 +211,30 @@ fn tools_without_execute_check_filament_calls_too() {
     assert!(ok);
     assert!(err.contains("Observation: Error - Unknown tool ID 'Ech', did you mean 'Echo'?"), "{err}");
 }
+
+#[test]
+fn manual_of_an_openai_tools_file() {
+    let file = std::env::temp_dir().join(format!("spindle-openai-tools-{}.json", std::process::id()));
+    let request = serde_json::json!({"model": "m", "tools": [{"type": "function", "function": {
+        "name": "get_weather", "description": "Weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "City"}}, "required": ["city"]}
+    }}]});
+    std::fs::write(&file, request.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let dir = plugins();
+    let (out, err, ok) = spindle(&[
+        "tools",
+        "manual",
+        "--tools",
+        dir.to_str().unwrap_or_default(),
+        "--openai-tools",
+        file.to_str().unwrap_or_default(),
+        "--only",
+        "get_weather",
+        "--protocol",
+        "action",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("*   `<get_weather>`: Weather for a city"), "{out}");
+    assert!(out.contains("*   `<city>` (string, required): City"), "{out}");
+    let _ = std::fs::remove_file(file);
+}

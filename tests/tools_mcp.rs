@@ -154,3 +154,46 @@ async fn mcp_server_crashing_mid_call_fails_the_call() {
     assert_eq!(r[0].outcome, Outcome::Failed, "{}", r[0].observation);
     assert!(started.elapsed() < Duration::from_secs(2));
 }
+
+#[tokio::test]
+async fn mcp_json_in_the_plugins_dir_through_the_cli() {
+    let Some(script) = server_script() else { return };
+    let dir = std::env::temp_dir().join(format!("spindle-mcp-json-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let config = serde_json::json!({"mcpServers": {"everything": {
+        "command": "node", "args": [script.display().to_string(), "stdio"], "only": ["echo", "get-sum"]
+    }}});
+    std::fs::write(dir.join("mcp.json"), config.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let bin = env!("CARGO_BIN_EXE_spindle");
+    let out = tokio::process::Command::new(bin)
+        .args(["tools", "list", "--format", "json", "--tools"])
+        .arg(&dir)
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let ids: Vec<&str> = rows.as_array().into_iter().flatten().filter_map(|r| r["id"].as_str()).collect();
+    assert_eq!(ids, ["echo", "get-sum"]);
+    assert_eq!(rows[0]["implementation"], "mcp");
+    // A Filament call of the MCP tool, run by `parse --execute`.
+    let text = dir.join("answer.txt");
+    std::fs::write(&text, "<tool_call name=\"get-sum\">{\"a\": 20, \"b\": 22}</tool_call>")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let out = tokio::process::Command::new(bin)
+        .arg("parse")
+        .arg(&text)
+        .args(["--profile", "filament", "--execute", "--tools"])
+        .arg(&dir)
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let result = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["type"] == "tool_result")
+        .unwrap_or_else(|| panic!("no tool_result: {stdout}"));
+    assert_eq!(result["outcome"], "success", "{result}");
+    assert!(result["observation"].as_str().unwrap_or_default().contains("42"), "{result}");
+}

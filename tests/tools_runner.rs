@@ -388,8 +388,49 @@ async fn process_table_check_sees_live_processes() {
         .args(["-c", &format!("sleep 5; : {m}")])
         .spawn()
         .unwrap_or_else(|e| panic!("{e}"));
-    assert!(!processes_with(&m).is_empty());
+    // Right after fork the child still shows the parent's command line.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while processes_with(&m).is_empty() {
+        assert!(Instant::now() < deadline, "the scan never saw the live process");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let _ = child.kill();
     let _ = child.wait();
     assert_no_process(&m).await;
+}
+
+#[tokio::test]
+async fn malformed_blocks_and_policy_breaches_run_nothing() {
+    let mut r = runner();
+    let ran = Arc::new(Mutex::new(0usize));
+    let counter = ran.clone();
+    r.register_service("python", move |_| {
+        let counter = counter.clone();
+        async move {
+            counter.lock().map(|mut n| *n += 1).unwrap_or(());
+            Ok(json!(null))
+        }
+    });
+    let calls_of = |profile: &str, text: &str| {
+        let registry = Registry::profile(profile).unwrap_or_else(|| panic!("{profile}"));
+        let events = parse(registry.clone(), text.as_bytes());
+        let mut col = spindle::tools::collect::CallCollector::new(registry.into());
+        events.iter().filter_map(|e| col.observe(e)).map(|(_, c)| c).collect::<Vec<_>>()
+    };
+    let action = calls_of("action", "<ACTION><Greet><name>x</nam></Greet></ACTION>");
+    let res = run(&r, &action[0]).await;
+    assert_eq!(res.len(), 1);
+    assert_eq!(res[0].outcome, Outcome::Malformed);
+    assert!(
+        res[0].observation.starts_with("Observation: Error - Malformed XML in ACTION block"),
+        "{}",
+        res[0].observation
+    );
+    let breach = "thought = \"\"\"x\"\"\"\n[tool_call]\nstatus = \"success\"\ntarget = \"t\"\ncode = '''\nimport os\n__result__ = os.system(\"rm -rf /\")\n'''\n";
+    let res = run(&r, &calls_of("attp", breach)[0]).await;
+    assert_eq!(res[0].outcome, Outcome::Malformed);
+    assert!(res[0].observation.contains("policy"), "{}", res[0].observation);
+    let declined = "thought = \"\"\"x\"\"\"\n[tool_call]\nstatus = \"fail\"\nmessage = \"no tool for that\"\n";
+    assert!(run(&r, &calls_of("attp", declined)[0]).await.is_empty());
+    assert_eq!(*ran.lock().unwrap_or_else(|e| e.into_inner()), 0, "the python service never ran");
 }

@@ -15,6 +15,7 @@
 //! | TAM | `tam`, `<\|[REQUEST_TOOL]\|> ... <\|[END_TOOL]\|>` | `key:»»»value«««` lines | [`tam::parse_tam`] |
 //! | ACTION | `action`, `<ACTION> ... </ACTION>` | XML, one element per tool | [`action::parse_action`] |
 //! | ATTP | `attp`, the whole output | TOML with `thought` and `[tool_call]` | [`attp::parse_attp`] |
+//! | Filament / Hermes | `tool_call`, `<tool_call name="id">{json}</tool_call>` or `{"name", "arguments"}` | JSON | [`filament_call`] (from the element's `{name, arguments}` payload) |
 //!
 //! All three give a [`ToolCall`]: `{"format", "steps": [{"tool_id",
 //! "params", "on_error", "retry", "type_hints", "uris", ...}],
@@ -35,9 +36,11 @@
 //!   element.
 //! * `attp`: the whole output is one `attp` element.
 //!
-//! `spindle parse --tools DIR` checks every completed call against the
-//! plugins directory `DIR` ([`ToolCatalog::load_plugins`]) and prints the
-//! observation text of each invalid one to stderr.
+//! `spindle parse --tools DIR` checks every completed call (any of the
+//! four formats, [`call_of`]) against the plugins directory `DIR`
+//! ([`ToolCatalog::load_plugins`]) and prints the observation text of each
+//! invalid one to stderr; with `--execute` the calls run
+//! ([`crate::tools`]).
 //!
 //! # Example: a TAM block
 //!

@@ -1,5 +1,6 @@
 //! The `spindle` command: `parse` (one response), and the tools built on it.
 
+mod agent;
 mod demo;
 mod mock;
 mod parse;
@@ -33,6 +34,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Tool manuals and the tool list of a plugins directory.
     Tools(tools::ToolsArgs),
+    /// Run the tool loop: ask the model, run its calls while it streams, send observations back.
+    Agent(agent::AgentArgs),
 }
 
 fn main() -> ExitCode {
@@ -44,6 +47,7 @@ fn main() -> ExitCode {
         Command::MockUpstream(args) => mock::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Tools(args) => tools::run(args),
+        Command::Agent(args) => agent::run(args),
     };
     match result {
         Ok(code) => code,

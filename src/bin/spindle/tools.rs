@@ -95,11 +95,18 @@ struct ListArgs {
     format: ListFormat,
 }
 
-/// Loads a plugins directory and starts its MCP servers (their tools join
-/// the catalog). The pool must live as long as its tools are used.
+/// Loads a plugins directory and starts its MCP servers (plugin.yaml `mcp:`
+/// sections, and `DIR/mcp.json` or `DIR/.mcp.json` in the `mcpServers`
+/// form); their tools join the catalog. The pool must live as long as its tools are used.
 pub(crate) async fn load_tools(dir: &Path, options: &RunnerOptions) -> Result<(ToolCatalog, McpPool)> {
     let mut catalog = ToolCatalog::load_plugins(dir).with_context(|| format!("tools {}", dir.display()))?;
-    let pool = McpPool::start(&mut catalog, options).await.with_context(|| format!("tools {}", dir.display()))?;
+    let mut pool = McpPool::start(&mut catalog, options).await.with_context(|| format!("tools {}", dir.display()))?;
+    for name in ["mcp.json", ".mcp.json"] {
+        let file = dir.join(name);
+        if file.is_file() {
+            pool.add_config_file(&mut catalog, &file, options).await.with_context(|| format!("{}", file.display()))?;
+        }
+    }
     Ok((catalog, pool))
 }
 

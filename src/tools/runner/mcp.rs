@@ -13,6 +13,9 @@
 //!   only: [echo, add]          # a subset of the server's tools (default: all)
 //! ```
 //!
+//! A plugins directory may also hold an `mcp.json` in the common
+//! `mcpServers` form ([`McpPool::add_config_file`]).
+//!
 //! [`McpPool::start`] starts each such server (its own process group, in
 //! the plugin's folder, empty environment plus `PATH` and `env`), lists
 //! its tools and adds them to the catalog as `{"type": "mcp", "server",
@@ -73,6 +76,8 @@ pub enum McpError {
 #[derive(Debug, Clone, Deserialize)]
 struct McpSection {
     command: CommandSpec,
+    #[serde(default)]
+    args: Vec<String>,
     #[serde(default)]
     env: BTreeMap<String, String>,
     #[serde(default)]
@@ -149,6 +154,41 @@ impl McpPool {
         Ok(pool)
     }
 
+    /// Starts the servers of an MCP client config file in the common
+    /// `mcpServers` form (`{"mcpServers": {"time": {"command": "uvx",
+    /// "args": ["mcp-server-time"], "env": {...}}}}`; spindle also reads
+    /// `timeout`, `prefix` and `only` there) and adds their tools to
+    /// `catalog`. Each server runs in the file's folder; its name stands
+    /// for the plugin in errors and tool definitions.
+    ///
+    /// # Errors
+    ///
+    /// As [`McpPool::start`], and a file that is not such a JSON object.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`McpPool::start`].
+    pub async fn add_config_file(
+        &mut self,
+        catalog: &mut ToolCatalog,
+        path: &Path,
+        options: &RunnerOptions,
+    ) -> Result<(), McpError> {
+        #[derive(Deserialize)]
+        struct File {
+            #[serde(rename = "mcpServers")]
+            servers: std::collections::BTreeMap<String, McpSection>,
+        }
+        let bad = |message: String| McpError::Config { plugin: path.display().to_string(), message };
+        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+        let file: File = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        let dir = path.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+        for (name, section) in file.servers {
+            self.start_one(catalog, &name, &dir, section, options).await?;
+        }
+        Ok(())
+    }
+
     async fn start_one(
         &mut self,
         catalog: &mut ToolCatalog,
@@ -162,6 +202,7 @@ impl McpPool {
                 .map_err(|e| McpError::Config { plugin: plugin.into(), message: format!("command: {e}") })?,
             CommandSpec::Argv(v) => v.clone(),
         };
+        let argv: Vec<String> = argv.into_iter().chain(section.args.iter().cloned()).collect();
         let Some(program) = argv.first() else {
             return Err(McpError::Config { plugin: plugin.into(), message: "command is empty".into() });
         };

@@ -11,7 +11,7 @@
 //!
 //! | `implementation.type` | how it runs |
 //! |---|---|
-//! | `script` | a program, parameters as JSON on stdin, result from stdout ([`script`](self) rules below) |
+//! | `script` | a program run in the plugin's folder without a shell: parameters as one JSON object on stdin, result from stdout (JSON when it parses), environment `PATH`, `LANG` and the tool's `configSchema` values only |
 //! | `mcp` | a tool of an MCP server started from a plugin's `mcp:` section ([`McpPool`]) |
 //! | `service` | a Rust async function registered with [`Runner::register_service`] |
 //!
@@ -412,8 +412,10 @@ impl Runner {
     }
 
     /// Runs every step of `call` (see the module docs) and returns one
-    /// result per step; a call that could not be read gives one
-    /// [`Outcome::Malformed`] result.
+    /// result per step. A call that could not be read (its `error` is set:
+    /// malformed XML, no command, an ATTP code policy breach) gives one
+    /// [`Outcome::Malformed`] result and runs nothing; an ATTP answer with
+    /// `status = "fail"` gives no result.
     ///
     /// # Cancel safety
     ///
@@ -423,18 +425,21 @@ impl Runner {
     pub async fn run_call(&self, call: &ToolCall, call_id: &str, cancel: &CancellationToken) -> Vec<ToolResult> {
         let inner = &self.inner;
         let mut out = Vec::new();
-        if call.steps.is_empty() {
+        let declined = call.attp.as_ref().and_then(|a| a.status.as_deref()) == Some("fail");
+        if call.error.is_none() && call.steps.is_empty() && declined {
+            // ATTP `status = "fail"`: the model declined; nothing to run or report.
+            return out;
+        }
+        if call.error.is_some() || call.steps.is_empty() {
+            // An unreadable call (malformed XML, no command, a code policy
+            // breach): nothing of it runs, even the steps that were read.
             let obs = call
                 .observation
                 .clone()
                 .or_else(|| call.error.as_ref().map(|e| format!("Observation: Error - {e}")))
                 .unwrap_or_else(|| "Observation: Error - The tool call names no tool".into());
-            let outcome = if call.attp.as_ref().and_then(|a| a.status.as_deref()) == Some("fail") {
-                Outcome::NotRun
-            } else {
-                Outcome::Malformed
-            };
-            out.push(ToolResult::not_run(call_id, "", None, outcome, obs));
+            let tool = call.steps.first().map_or("", |s| s.tool_id.as_str());
+            out.push(ToolResult::not_run(call_id, tool, None, Outcome::Malformed, obs));
             inner.audit_not_run(&out[0], &Value::Null);
             return out;
         }
@@ -625,6 +630,21 @@ impl Runner {
             }
         }
         out
+    }
+
+    /// The results of the async tasks that have finished since the last
+    /// call (or [`Runner::wait_tasks`]), in start order; running tasks stay.
+    pub fn take_finished_tasks(&self) -> Vec<ToolResult> {
+        use futures::FutureExt;
+        let done: Vec<_> = match self.pending.lock() {
+            Ok(mut list) => {
+                let (done, running): (Vec<_>, Vec<_>) = list.drain(..).partition(|h| h.is_finished());
+                *list = running;
+                done
+            }
+            Err(_) => Vec::new(),
+        };
+        done.into_iter().filter_map(|h| h.now_or_never().and_then(Result::ok)).collect()
     }
 
     /// How many async tasks have not been waited for.
