@@ -7,6 +7,10 @@
 //!   proxy (pass-through, parsing on the side with the filament profile),
 //!   at concurrency 1 and 64; the proxy's cost is the difference;
 //! * proxy throughput: unpaced streams, direct and through the proxy;
+//! * tool calling: the added per-chunk latency of `--tool-protocol hermes`
+//!   (a request with `tools`: manual injected, content re-serialised
+//!   without call text, `tool_calls` deltas) next to pass-through, both
+//!   with the `chat` profile, on a long answer and on a Hermes tool call;
 //! * replay throughput: every transcript of `../shared/recorded/` through
 //!   `spindle::sources::transcript` (the stream model and parser), in MB/s.
 //!
@@ -16,9 +20,10 @@
 use futures::StreamExt;
 use spindle::Registry;
 use spindle::mock::MockUpstream;
-use spindle::proxy::{ProxyConfig, ProxyServer};
+use spindle::proxy::{ProxyConfig, ProxyServer, ToolCalling};
 use spindle::sources::StreamOptions;
 use spindle::sources::transcript::{self, Detection, ReplayOutcome};
+use spindle::tools::Protocol;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -32,7 +37,12 @@ fn now_ns() -> u128 {
 /// the body size.
 async fn stream(http: &reqwest::Client, base: &str, stamp: bool) -> (Vec<f64>, usize) {
     let body = serde_json::json!({"model": MODEL, "stream": true, "messages": [{"role": "user", "content": "go"}]});
-    let mut request = http.post(format!("{base}/v1/chat/completions")).json(&body);
+    stream_body(http, base, stamp, &body).await
+}
+
+/// [`stream`] with a given request body.
+async fn stream_body(http: &reqwest::Client, base: &str, stamp: bool, body: &serde_json::Value) -> (Vec<f64>, usize) {
+    let mut request = http.post(format!("{base}/v1/chat/completions")).json(body);
     if stamp {
         request = request.header("x-mock-stamp", "1");
     }
@@ -63,6 +73,16 @@ async fn stream(http: &reqwest::Client, base: &str, stamp: bool) -> (Vec<f64>, u
 async fn load(http: &reqwest::Client, base: &str, clients: usize) -> Vec<f64> {
     let runs = (0..clients).map(|_| stream(http, base, true));
     let mut all: Vec<f64> = futures::future::join_all(runs).await.into_iter().flat_map(|(d, _)| d).collect();
+    all.sort_by(f64::total_cmp);
+    all
+}
+
+/// `runs` sequential streams of `body`; every event delay, sorted.
+async fn load_body(http: &reqwest::Client, base: &str, body: &serde_json::Value, runs: usize) -> Vec<f64> {
+    let mut all = Vec::new();
+    for _ in 0..runs {
+        all.extend(stream_body(http, base, true, body).await.0);
+    }
     all.sort_by(f64::total_cmp);
     all
 }
@@ -153,6 +173,47 @@ fn main() {
             let secs = start.elapsed().as_secs_f64();
             println!("{label:<8} {:>8.1} MB/s  ({bytes} bytes in {secs:.2} s)", bytes as f64 / secs / 1e6);
         }
+
+        // Tool calling against pass-through, same profile, same upstream.
+        let chat = |upstream: String, tools: bool| {
+            let mut c = ProxyConfig::new(upstream);
+            c.options = StreamOptions::with_registry(Registry::chat());
+            c.tool_calling = tools.then(|| ToolCalling::new(Protocol::Hermes));
+            c
+        };
+        let plain = ProxyServer::bind(chat(paced.url(), false), "127.0.0.1:0").await.expect("proxy").spawn();
+        let tooled = ProxyServer::bind(chat(paced.url(), true), "127.0.0.1:0").await.expect("proxy").spawn();
+        let tools = serde_json::json!([{"type": "function", "function": {"name": "get_current_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "state": {"type": "string"},
+            "unit": {"type": "string"}}, "required": ["city"]}}}]);
+        println!("\ntool calling: per-chunk latency (µs), chat profile, {pace} ms between events, 8 streams each");
+        println!("{:<24} {:>7} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}", "transcript", "events", "direct p50", "direct p99", "pass p50", "pass p99", "tools p50", "tools p99");
+        for model in [MODEL, "tools/hermes-weather"] {
+            let body = serde_json::json!({"model": model, "stream": true, "tools": tools,
+                "messages": [{"role": "user", "content": "go"}]});
+            let _ = load_body(&http, &format!("http://{}", tooled.local_addr()), &body, 2).await;
+            let direct = load_body(&http, &paced.url(), &body, 8).await;
+            let pass = load_body(&http, &format!("http://{}", plain.local_addr()), &body, 8).await;
+            let tool = load_body(&http, &format!("http://{}", tooled.local_addr()), &body, 8).await;
+            println!(
+                "{model:<24} {:>7} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0}",
+                tool.len(),
+                pct(&direct, 0.5),
+                pct(&direct, 0.99),
+                pct(&pass, 0.5),
+                pct(&pass, 0.99),
+                pct(&tool, 0.5),
+                pct(&tool, 0.99)
+            );
+            println!(
+                "{:<24} added by the proxy, p50: pass-through {:.0} µs, tool protocol {:.0} µs",
+                "",
+                pct(&pass, 0.5) - pct(&direct, 0.5),
+                pct(&tool, 0.5) - pct(&direct, 0.5)
+            );
+        }
+        let _ = plain.shutdown().await;
+        let _ = tooled.shutdown().await;
         let _ = proxy.shutdown().await;
         let _ = fast_proxy.shutdown().await;
     });

@@ -105,7 +105,8 @@ pub mod route;
 pub mod scan;
 pub mod sources;
 pub mod state;
+pub mod tools;
 
 pub use event::Event;
-pub use parser::{Parser, ParserOptions, parse};
+pub use parser::{CallText, Parser, ParserOptions, parse};
 pub use registry::Registry;

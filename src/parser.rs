@@ -19,6 +19,25 @@ pub struct ParserOptions {
     pub machine: MachineLimits,
     /// Also build the corrected text, read with [`Parser::take_rewrite`].
     pub rewrite: bool,
+    /// Whether tool-call elements stay in the corrected text (the default)
+    /// or are left out of it (a proxy that turns them into native
+    /// `tool_calls`); only with `rewrite`.
+    pub call_text: CallText,
+}
+
+/// What the corrected text does with tool-call elements (`tool_call`,
+/// TAM, ACTION).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CallText {
+    /// They stay, as written (with their repairs).
+    #[default]
+    Keep,
+    /// They are left out, with the code fences dropped around them: the
+    /// corrected text is the answer without its calls. A call inside an
+    /// open Markdown code block (an example the model shows) is not a
+    /// call to leave out: it stays, and a `call_in_code_block` diagnostic
+    /// names its element.
+    Omit,
 }
 
 /// An incremental, fault-tolerant parser for one response (one choice of a
@@ -66,6 +85,9 @@ impl Parser {
         let mut machine = Machine::new(registry.clone(), options.machine);
         if options.rewrite {
             machine.enable_rewrite();
+            if options.call_text == CallText::Omit {
+                machine.omit_calls();
+            }
         }
         Parser {
             scanner: Scanner::new(options.scan),

@@ -134,6 +134,14 @@ pub enum CatalogError {
         /// What is wrong.
         message: String,
     },
+    /// An OpenAI `tools` array entry that is not a function tool.
+    #[error("OpenAI tools[{index}] is invalid: {message}")]
+    OpenAiTool {
+        /// The entry's position in the array.
+        index: usize,
+        /// What is wrong.
+        message: String,
+    },
     /// Two definitions share one tool id.
     #[error("tool id {id:?} is defined twice: {first} and {second}")]
     Duplicate {
@@ -458,6 +466,62 @@ impl ToolCatalog {
         self.add(def)
     }
 
+    /// Adds the tools of an OpenAI `tools` array (a chat request's
+    /// `[{"type": "function", "function": {"name", "description",
+    /// "parameters"}}]`; the legacy `functions` entries `{"name", ...}` are
+    /// read too), so that a request's tools can be rendered as a manual and
+    /// checked like plugin tools. A function without `parameters` takes any
+    /// object. Returns the ids added, in order.
+    ///
+    /// # Errors
+    ///
+    /// [`CatalogError::OpenAiTool`] for an entry that is not an object, has
+    /// another `type` or no `name`; otherwise as [`ToolCatalog::add`]. The
+    /// tools before the bad entry stay added.
+    ///
+    /// ```
+    /// use spindle::calls::ToolCatalog;
+    /// use serde_json::json;
+    ///
+    /// let mut catalog = ToolCatalog::new();
+    /// let tools = json!([{"type": "function", "function": {
+    ///     "name": "get_weather", "description": "Weather for a city",
+    ///     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    /// }}]);
+    /// assert_eq!(catalog.add_openai_tools(&tools).unwrap(), ["get_weather"]);
+    /// assert_eq!(catalog.get("get_weather").unwrap().description.as_deref(), Some("Weather for a city"));
+    /// ```
+    pub fn add_openai_tools(&mut self, tools: &Value) -> Result<Vec<String>, CatalogError> {
+        let list = match tools {
+            Value::Array(list) => list.as_slice(),
+            _ => return Err(CatalogError::OpenAiTool { index: 0, message: "`tools` is not an array".into() }),
+        };
+        let mut ids = Vec::new();
+        for (index, entry) in list.iter().enumerate() {
+            let bad = |message: &str| CatalogError::OpenAiTool { index, message: message.into() };
+            let obj = entry.as_object().ok_or_else(|| bad("not an object"))?;
+            let function = match obj.get("type").and_then(Value::as_str) {
+                Some("function") => {
+                    obj.get("function").and_then(Value::as_object).ok_or_else(|| bad("no `function` object"))?
+                }
+                Some(other) => return Err(bad(&format!("type {other:?} is not \"function\""))),
+                None if obj.contains_key("name") => obj,
+                None => return Err(bad("no `type` and no `name`")),
+            };
+            let name = function.get("name").and_then(Value::as_str).map(str::trim).filter(|n| !n.is_empty());
+            let name = name.ok_or_else(|| bad("the function has no `name`"))?;
+            let parameters = match function.get("parameters") {
+                None | Some(Value::Null) => empty_object_schema(),
+                Some(p) => p.clone(),
+            };
+            let mut def = ToolDef::new(name, parameters);
+            def.description = function.get("description").and_then(Value::as_str).map(str::to_string);
+            self.add(def)?;
+            ids.push(name.to_string());
+        }
+        Ok(ids)
+    }
+
     /// Loads every `*.tool.json` of `dir` (not recursive), in name order.
     ///
     /// # Errors
@@ -619,6 +683,10 @@ impl ToolCatalog {
                 }
             }
             if closed && !declared.contains(&target.as_str()) {
+                if step.shared.contains(name) {
+                    // A `common_*` value for the other steps of the block.
+                    continue;
+                }
                 problems.push(ParamProblem::Unknown {
                     name: name.clone(),
                     suggestion: closest(name, declared.iter().copied()).map(str::to_string),

@@ -15,6 +15,7 @@
 //! | TAM | `tam`, `<\|[REQUEST_TOOL]\|> ... <\|[END_TOOL]\|>` | `key:»»»value«««` lines | [`tam::parse_tam`] |
 //! | ACTION | `action`, `<ACTION> ... </ACTION>` | XML, one element per tool | [`action::parse_action`] |
 //! | ATTP | `attp`, the whole output | TOML with `thought` and `[tool_call]` | [`attp::parse_attp`] |
+//! | Filament / Hermes | `tool_call`, `<tool_call name="id">{json}</tool_call>` or `{"name", "arguments"}` | JSON | [`filament_call`] (from the element's `{name, arguments}` payload) |
 //!
 //! All three give a [`ToolCall`]: `{"format", "steps": [{"tool_id",
 //! "params", "on_error", "retry", "type_hints", "uris", ...}],
@@ -35,9 +36,11 @@
 //!   element.
 //! * `attp`: the whole output is one `attp` element.
 //!
-//! `spindle parse --tools DIR` checks every completed call against the
-//! plugins directory `DIR` ([`ToolCatalog::load_plugins`]) and prints the
-//! observation text of each invalid one to stderr.
+//! `spindle parse --tools DIR` checks every completed call (any of the
+//! four formats, [`call_of`]) against the plugins directory `DIR`
+//! ([`ToolCatalog::load_plugins`]) and prints the observation text of each
+//! invalid one to stderr; with `--execute` the calls run
+//! ([`crate::tools`]).
 //!
 //! # Example: a TAM block
 //!
@@ -93,6 +96,10 @@ pub enum CallFormat {
     Action,
     /// ATTP TOML (spec 001).
     Attp,
+    /// A `<tool_call name="...">{json}</tool_call>` element (spec 003
+    /// §3.2.2), or the Hermes/Qwen form with `{"name", "arguments"}` in
+    /// the body: one step.
+    Filament,
 }
 
 /// What happens to the remaining steps when a step fails (TAM `on_error_N`).
@@ -141,6 +148,11 @@ pub struct Step {
     /// running it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_runnable: Option<String>,
+    /// Parameters that came from a TAM `common_*` key (not set by the step
+    /// itself): given to every step, they are dropped from a step whose
+    /// tool does not declare them instead of making it invalid.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared: Vec<String>,
 }
 
 impl Step {
@@ -156,6 +168,7 @@ impl Step {
             index: None,
             comment: None,
             not_runnable: None,
+            shared: Vec::new(),
         }
     }
 }
@@ -377,6 +390,67 @@ pub fn attp_payload_in(el: &Element, ctx: &CallContext) -> Payload {
     let (call, mut findings) = attp::parse_attp(&el.text);
     let call = finish_call(call, &mut findings, ctx, "ATTP document");
     findings.into_payload(call)
+}
+
+/// The call of a completed `tool_call` element (Filament `<tool_call
+/// name="...">{json}</tool_call>`, or the Hermes/Qwen form): one step whose
+/// tool id is the payload's `name` and whose parameters are its
+/// `arguments`. A body that did not parse, a missing name or arguments that
+/// are not a JSON object give a call with `error` and the `Malformed
+/// <tool_call>` observation, and no step.
+///
+/// ```
+/// use spindle::calls::{filament_call, CallFormat};
+/// use spindle::{parse, Registry};
+///
+/// let events = parse(Registry::filament(), br#"<tool_call name="weather">{"city": "Oslo"}</tool_call>"#);
+/// let el = events.iter().filter_map(|e| e.as_element()).find(|e| &*e.tag == "tool_call").unwrap();
+/// let call = filament_call(el);
+/// assert_eq!(call.format, CallFormat::Filament);
+/// assert_eq!(call.steps[0].tool_id, "weather");
+/// assert_eq!(call.steps[0].params["city"], "Oslo");
+/// ```
+pub fn filament_call(el: &Element) -> ToolCall {
+    let mut call = ToolCall::new(CallFormat::Filament);
+    let payload = &el.payload;
+    let malformed = |call: &mut ToolCall, why: String| {
+        call.observation = Some(format!("Observation: Error - Malformed <tool_call>: {why}"));
+        call.error = Some(why);
+    };
+    if let Some(err) = payload.get("error").and_then(serde_json::Value::as_str) {
+        malformed(&mut call, err.to_string());
+        return call;
+    }
+    let name = payload.get("name").and_then(serde_json::Value::as_str).map(str::trim).filter(|n| !n.is_empty());
+    let Some(name) = name else {
+        malformed(&mut call, "it names no tool (no name attribute and no \"name\" in its body)".into());
+        return call;
+    };
+    let params = match payload.get("arguments") {
+        None | Some(serde_json::Value::Null) => serde_json::Map::new(),
+        Some(serde_json::Value::Object(m)) => m.clone(),
+        Some(other) => {
+            let kind = crate::state::type_name(other);
+            malformed(&mut call, format!("the arguments of {name} are {kind}, not a JSON object"));
+            return call;
+        }
+    };
+    let mut step = Step::new(name);
+    step.params = params;
+    call.steps.push(step);
+    call
+}
+
+/// The [`ToolCall`] of any completed call element: the payload of a `tam`,
+/// `action` or `attp` element (body kinds of the same name), or
+/// [`filament_call`] for a `tool_call` element. `None` for other elements.
+pub fn call_of(registry: &Registry, el: &Element) -> Option<ToolCall> {
+    let body = registry.lookup(el.tag.as_bytes()).map(|id| registry.tag(id).body);
+    match body {
+        Some(BodyKind::Tam | BodyKind::Action | BodyKind::Attp) => ToolCall::from_payload(&el.payload).ok(),
+        _ if &*el.tag == "tool_call" => Some(filament_call(el)),
+        _ => None,
+    }
 }
 
 /// Applies what the context knows to a call.

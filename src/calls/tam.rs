@@ -739,6 +739,8 @@ fn build_step(
     // common_*, then keys given to every step, then the step's own.
     step.params = common.clone();
     step.params.extend(all.params.clone());
+    step.shared =
+        common.keys().filter(|k| !all.params.contains_key(*k) && !parts.params.contains_key(*k)).cloned().collect();
     step.params.extend(parts.params);
     step.type_hints = all.type_hints.clone();
     step.type_hints.extend(parts.type_hints);

@@ -182,8 +182,21 @@ pub struct Machine {
     first_seen: Vec<Option<u32>>,
     invalid_utf8_seen: bool,
     rewrite: Option<Rewrite>,
+    /// Whether call elements are left out of the rewrite.
+    call_omit: CallOmit,
     /// Code fences around call blocks (see [`fence`]).
     fence: FenceWatch,
+}
+
+/// Call elements in the rewrite ([`crate::CallText`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CallOmit {
+    /// They stay.
+    Off,
+    /// They are left out; none is open.
+    Idle,
+    /// They are left out; this one is open.
+    Inside { id: u32 },
 }
 
 impl Machine {
@@ -209,8 +222,20 @@ impl Machine {
             first_seen: vec![None; n],
             invalid_utf8_seen: false,
             rewrite: None,
+            call_omit: CallOmit::Off,
             fence,
         }
+    }
+
+    /// Leaves tool-call elements (and the fences around them) out of the
+    /// corrected text ([`crate::CallText::Omit`]).
+    pub fn omit_calls(&mut self) {
+        self.call_omit = CallOmit::Idle;
+    }
+
+    /// Whether `tag` is a tool-call element (`tool_call`, TAM, ACTION).
+    fn is_call_tag(&self, tag: TagId) -> bool {
+        is_call_block(self.registry.tag(tag).body) || &*self.name(tag) == "tool_call"
     }
 
     /// Also produce the corrected text (`--format rewrite`), collected with
@@ -498,6 +523,12 @@ impl Machine {
     /// (after its close tag, or where it was cut); `close_at` where its close
     /// tag starts.
     fn complete(&mut self, el: OpenElement, close_at: usize, end: usize, synthetic: bool) {
+        if self.call_omit == (CallOmit::Inside { id: el.id }) {
+            self.call_omit = CallOmit::Idle;
+            if let Some(r) = &mut self.rewrite {
+                r.end_omit();
+            }
+        }
         if el.opened == Opened::ImplicitDefault {
             // Not reclassified: it was the default tag after all.
             self.mark_seen(el.tag, el.id);
@@ -566,6 +597,9 @@ impl Machine {
 
     /// `<B>` (a registry tag, or a registry special marker) opens.
     fn on_open(&mut self, tag: TagId, raw_tag: String, attrs: AttrMap, span: Span, raw: &[u8], self_closing: bool) {
+        // A call inside an open code block is an example the model shows.
+        let omitted_call = self.call_omit == CallOmit::Idle && self.is_call_tag(tag);
+        let example = omitted_call && self.inside_code_block();
         let state = std::mem::replace(&mut self.state, State::Between);
         match state {
             State::Start | State::Between => {}
@@ -597,8 +631,26 @@ impl Machine {
                 self.resolve_held(el, held);
             }
         }
+        if omitted_call
+            && !example
+            && let Some(r) = &mut self.rewrite
+        {
+            r.begin_omit();
+        }
         self.rewrite_raw(raw);
         let el = self.open_element(tag, raw_tag, attrs, span.start, Opened::Tag);
+        if omitted_call && !example {
+            self.call_omit = CallOmit::Inside { id: el.id };
+        } else if example {
+            self.emit(Event::Diagnostic(Diagnostic {
+                level: Level::Info,
+                code: "call_in_code_block".into(),
+                tag: Some(self.name(tag)),
+                element: Some(el.id),
+                at: Some(span.start),
+                message: "this call sits inside an open Markdown code block: an example, kept in the text".into(),
+            }));
+        }
         if self_closing {
             // `<media/>` closes where it ends: its (empty) inner text sits
             // after the whole tag, as a close tag would follow it.
@@ -1243,7 +1295,9 @@ impl Machine {
         let span = Span::new(start, start + fence.len());
         let text = lossy(fence).unwrap_or_else(|s| s);
         self.repair(RepairKind::FenceDropped, Some(tag), start, None, Some(span), Some(text));
-        self.rewrite_raw(fence);
+        if self.call_omit == CallOmit::Off {
+            self.rewrite_raw(fence);
+        }
     }
 
     /// The call block (TAM, ACTION) that `token` opens, if any.

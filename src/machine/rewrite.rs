@@ -15,14 +15,32 @@ pub(super) struct Rewrite {
     close_at: Option<usize>,
     /// A close tag waiting for the merge decision.
     held: Option<Vec<u8>>,
+    /// Bytes written now are left out (inside a call element that the
+    /// corrected text omits).
+    omitting: bool,
 }
 
 impl Rewrite {
     pub(super) fn push(&mut self, bytes: &[u8]) {
-        self.buf.extend_from_slice(bytes);
+        if !self.omitting {
+            self.buf.extend_from_slice(bytes);
+        }
+    }
+
+    /// From here on, nothing written is kept (a call element began).
+    pub(super) fn begin_omit(&mut self) {
+        self.omitting = true;
+    }
+
+    /// Writing is kept again (the call element ended).
+    pub(super) fn end_omit(&mut self) {
+        self.omitting = false;
     }
 
     pub(super) fn push_tag(&mut self, spelling: &str, close: bool) {
+        if self.omitting {
+            return;
+        }
         self.buf.push(b'<');
         if close {
             self.buf.push(b'/');
@@ -55,6 +73,9 @@ impl Rewrite {
     }
 
     pub(super) fn hold_raw(&mut self, raw: &[u8]) {
+        if self.omitting {
+            return;
+        }
         self.held = Some(raw.to_vec());
     }
 

@@ -645,3 +645,48 @@ fn a_closing_fence_is_dropped_only_after_a_dropped_opening_one() {
     let input = "Go.\n<|[REQUEST_TOOL]|>\ncommand:»»»ls«««\n<|[END_TOOL]|>\n```\ncode";
     check(&tam(), input, &[("content", "Go.\n"), ("tam", "\ncommand:»»»ls«««\n"), ("content", "```\ncode")], &[]);
 }
+
+/// `CallText::Omit`: the corrected text without call elements (and the
+/// fences around TAM/ACTION blocks), the same at every split; a call inside
+/// an open code block is an example and stays, with a diagnostic.
+#[test]
+fn rewrite_can_omit_call_elements() {
+    let omit = |registry: &Registry, input: &str, chunk: usize| {
+        let options = ParserOptions { rewrite: true, call_text: crate::CallText::Omit, ..ParserOptions::default() };
+        let mut p = Parser::with_options(Arc::new(registry.clone()), options);
+        let mut text = Vec::new();
+        let mut events = Vec::new();
+        for c in input.as_bytes().chunks(chunk.max(1)) {
+            p.feed_into(c, &mut events);
+            text.extend(p.take_rewrite());
+        }
+        let (rest, tail) = p.finish_with_rewrite();
+        events.extend(rest);
+        text.extend(tail);
+        let examples =
+            events.iter().filter(|e| matches!(e, Event::Diagnostic(d) if d.code == "call_in_code_block")).count();
+        (String::from_utf8(text).unwrap(), examples)
+    };
+    let chat = Registry::chat();
+    let reasoning = Registry::profile("reasoning").unwrap();
+    let cases: [(&Registry, &str, &str, usize); 7] = [
+        (&chat, "Hi <tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call> bye", "Hi  bye", 0),
+        (&chat, "<tool_call name=\"f\">{\"a\": 1}</tool_call>\n<tool_call>{\"name\": \"g\"}", "\n", 0),
+        // As the kept rewrite reads it (the lead was content), less the call.
+        (&reasoning, "plan<tool_call>{\"name\": \"f\"}</tool_call>", "plan", 0),
+        (&reasoning, "<think>plan</think>ok<tool_call>{\"name\": \"f\"}</tool_call>", "<think>plan</think>ok", 0),
+        (&tam(), "Go.\n```\n<|[REQUEST_TOOL]|>\ncommand:»»»ls«««\n<|[END_TOOL]|>\n```\nAfter.", "Go.\nAfter.", 0),
+        (&action(), "Look:\n<ACTION><ls><path>.</path></ls></ACTION>", "Look:\n", 0),
+        (
+            &chat,
+            "E:\n```\n<tool_call>{\"name\": \"f\"}</tool_call>\n```\nend",
+            "E:\n```\n<tool_call>{\"name\": \"f\"}</tool_call>\n```\nend",
+            1,
+        ),
+    ];
+    for (registry, input, want, examples) in cases {
+        for chunk in [1, 7, input.len()] {
+            assert_eq!(omit(registry, input, chunk), (want.to_string(), examples), "{input:?} at {chunk}");
+        }
+    }
+}

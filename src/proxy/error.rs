@@ -73,6 +73,13 @@ pub enum ProxyErrorKind {
         /// The limit in bytes.
         limit: usize,
     },
+    /// A chat request's `tools` or `tool_choice` that a tool-calling proxy
+    /// cannot render (not a function tool, a schema that does not
+    /// compile, a name given twice, a choice naming no tool of the list).
+    InvalidTools {
+        /// The request field at fault (`tools`, `tool_choice`).
+        param: &'static str,
+    },
 }
 
 /// A proxy error: kind, side, retryability and a message.
@@ -123,9 +130,10 @@ impl ProxyError {
             | ProxyErrorKind::Reset
             | ProxyErrorKind::InvalidResponse
             | ProxyErrorKind::Truncated => Side::Upstream,
-            ProxyErrorKind::NotFound | ProxyErrorKind::RequestTooLarge { .. } | ProxyErrorKind::RequestBody => {
-                Side::Downstream
-            }
+            ProxyErrorKind::NotFound
+            | ProxyErrorKind::RequestTooLarge { .. }
+            | ProxyErrorKind::RequestBody
+            | ProxyErrorKind::InvalidTools { .. } => Side::Downstream,
             ProxyErrorKind::Overloaded { .. } | ProxyErrorKind::ShuttingDown | ProxyErrorKind::LineTooLong { .. } => {
                 Side::Internal
             }
@@ -147,6 +155,7 @@ impl ProxyError {
             | ProxyErrorKind::NotFound
             | ProxyErrorKind::RequestTooLarge { .. }
             | ProxyErrorKind::RequestBody
+            | ProxyErrorKind::InvalidTools { .. }
             | ProxyErrorKind::LineTooLong { .. } => false,
         }
     }
@@ -164,7 +173,7 @@ impl ProxyError {
             ProxyErrorKind::ConnectTimeout | ProxyErrorKind::Timeout | ProxyErrorKind::Stalled => 504,
             ProxyErrorKind::NotFound => 404,
             ProxyErrorKind::RequestTooLarge { .. } => 413,
-            ProxyErrorKind::RequestBody => 400,
+            ProxyErrorKind::RequestBody | ProxyErrorKind::InvalidTools { .. } => 400,
             ProxyErrorKind::Overloaded { .. } | ProxyErrorKind::ShuttingDown => 503,
         }
     }
@@ -186,6 +195,7 @@ impl ProxyError {
             ProxyErrorKind::Overloaded { .. } => "proxy_overloaded",
             ProxyErrorKind::ShuttingDown => "proxy_shutting_down",
             ProxyErrorKind::LineTooLong { .. } => "proxy_line_too_long",
+            ProxyErrorKind::InvalidTools { .. } => "invalid_tools",
         }
     }
 
@@ -205,7 +215,10 @@ impl ProxyError {
             "error": {
                 "message": self.message,
                 "type": self.error_type(),
-                "param": null,
+                "param": match self.kind {
+                    ProxyErrorKind::InvalidTools { param } => Value::String(param.into()),
+                    _ => Value::Null,
+                },
                 "code": self.code(),
                 "side": self.side().as_str(),
                 "retryable": self.is_retryable(),

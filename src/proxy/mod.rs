@@ -48,6 +48,12 @@
 //!   no finish reason; merged tags removed). Chunk `id`, `model`,
 //!   `created`, usage and every other field stay as they came; whole
 //!   responses get `message.content` replaced and a new `Content-Length`.
+//! * `--tool-protocol hermes|filament|tam|action`
+//!   ([`ProxyConfig::tool_calling`]): a chat request with `tools` has them
+//!   rendered as the protocol's manual in its system message, and its
+//!   response's call text comes back as `tool_calls` (streamed and whole);
+//!   requests without tools are passed through as before. See
+//!   [`calling`].
 //!
 //! # Faults
 //!
@@ -83,6 +89,7 @@
 //! # }
 //! ```
 
+pub mod calling;
 mod error;
 mod metrics;
 pub mod nats;
@@ -92,6 +99,7 @@ mod server;
 mod settings;
 mod sink;
 
+pub use calling::{InvalidCalls, TOOL_PROTOCOLS, ToolCalling};
 pub use error::{ProxyError, ProxyErrorKind, Side};
 pub use metrics::Metrics;
 pub use nats::{NatsSink, NatsSpecError};
@@ -120,6 +128,10 @@ pub struct ProxyConfig {
     /// An API key sent upstream as `Authorization: Bearer KEY` on requests
     /// that carry no `Authorization` of their own (default none).
     pub upstream_api_key: Option<Secret>,
+    /// Translate OpenAI tool calling to and from a text protocol
+    /// (`--tool-protocol`, see [`calling`]); `None` (the default) leaves
+    /// requests and responses alone.
+    pub tool_calling: Option<ToolCalling>,
     /// Where parsed records go.
     pub sinks: Vec<SinkSpec>,
     /// The longest wait for the upstream's response head, its first body
@@ -152,6 +164,7 @@ impl ProxyConfig {
             options: StreamOptions::default(),
             rewrite: false,
             upstream_api_key: None,
+            tool_calling: None,
             sinks: Vec::new(),
             idle_timeout: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(10),

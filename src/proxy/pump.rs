@@ -195,7 +195,7 @@ pub(crate) async fn pump(
                 }
                 (Mode::Json { buf, overflowed, .. }, End::Eof) => {
                     if !overflowed && (200..300).contains(&ctx.status) {
-                        let (parsed, _) = super::relay::whole_response(app.config.options.clone(), &buf, false);
+                        let (parsed, _) = super::relay::whole_response(app.config.options.clone(), &buf, false, None);
                         events.extend(parsed);
                     }
                     (Vec::new(), "ok".to_string())

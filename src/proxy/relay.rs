@@ -5,7 +5,8 @@
 //! mode every upstream read, unchanged, in the order it came; in rewrite
 //! mode one re-serialised event per upstream event, carrying the corrected
 //! content ([`crate::sources::TapFrame::rewritten_chunk`]). In both modes
-//! it owns the ending: a stream that breaks, stalls or (for chat
+//! it owns the ending (and, with tool calling, puts each frame's
+//! `tool_calls` into the chunk it re-serialises): a stream that breaks, stalls or (for chat
 //! completions) ends without `data: [DONE]` gets an in-band error event
 //! and `data: [DONE]`, never a silent clean end. It never touches sockets,
 //! timers or sinks.
@@ -31,8 +32,12 @@
 //! data: {"a":1}\n\n|data: {"error":…   that event ends, the error follows
 //! ```
 
+use super::calling::response::{CallConverter, ChoiceCalls, assemble};
 use super::error::{ProxyError, ProxyErrorKind};
-use crate::sources::{ErrorOrigin, SourceEvent, SseEvent, SseFault, SseItem, StreamOptions, StreamTap, TapFrame};
+use crate::sources::{
+    ChatChunk, Choice, Content, Delta, ErrorOrigin, Nullable, SourceEvent, SseEvent, SseFault, SseItem, StreamOptions,
+    StreamTap, TapFrame,
+};
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
@@ -87,6 +92,11 @@ pub(crate) struct SseRelay {
     /// Pass-through: the held line passed the limit and streams as it comes.
     long_line: bool,
     frames: Vec<TapFrame>,
+    /// Tool calling: call elements become `tool_calls`.
+    calls: Option<CallConverter>,
+    /// Tool calls (and observations) of frames that had no chunk, for the
+    /// next chunk or the tail.
+    pending: Vec<ChoiceCalls>,
 }
 
 impl SseRelay {
@@ -109,7 +119,16 @@ impl SseRelay {
             held: Vec::new(),
             long_line: false,
             frames: Vec::new(),
+            calls: None,
+            pending: Vec::new(),
         }
+    }
+
+    /// Turns call elements into `tool_calls` (a rewriting relay whose
+    /// options leave call text out of the content).
+    pub(crate) fn with_calls(mut self, calls: Option<CallConverter>) -> SseRelay {
+        self.calls = calls;
+        self
     }
 
     /// Feeds one upstream read: appends what the client gets to `out` and
@@ -206,6 +225,8 @@ impl SseRelay {
             tail_len,
             template,
             mut carry,
+            mut calls,
+            mut pending,
             ..
         } = self;
         let mut report = EndReport { upstream_done: done_seen, ..EndReport::default() };
@@ -215,13 +236,17 @@ impl SseRelay {
             tap.transport_error(err.message(), events);
         }
         let finished = tap.finish_frames();
+        if let Some(conv) = &mut calls {
+            let id = template.as_ref().and_then(|t| t.get("id")).and_then(Value::as_str).unwrap_or_default();
+            pending.extend(conv.convert(&finished.events, id));
+        }
         events.extend(finished.events);
         let mut buf = String::new();
         if rewrite {
             carry.extend(finished.rewrites);
             let tail = merge(carry);
-            if !tail.is_empty() {
-                write_data(&mut buf, &tail_chunk(template.as_ref(), &tail));
+            if !tail.is_empty() || !pending.is_empty() {
+                write_data(&mut buf, &tail_chunk(template.as_ref(), &tail, &pending));
             }
         }
         let error = match end {
@@ -300,15 +325,25 @@ impl SseRelay {
                             template.insert(key.to_string(), v.clone());
                         }
                     }
-                    if let Some(chunk) = frame.rewritten_chunk() {
+                    let produced = self.convert_calls(frame);
+                    if let Some(mut chunk) = frame.rewritten_chunk() {
+                        if let Some(conv) = &mut self.calls {
+                            let mut items = std::mem::take(&mut self.pending);
+                            items.extend(produced);
+                            put_calls(&mut chunk, items, conv);
+                        }
                         self.flush_done(buf);
                         let data = serde_json::to_string(&chunk).unwrap_or_default();
                         self.write_event(buf, e, &data);
                     }
                 } else if e.data.trim() == "[DONE]" {
+                    let produced = self.convert_calls(frame);
+                    self.pending.extend(produced);
                     self.held_done = true;
                     self.carry.extend(frame.rewrites.iter().cloned());
                 } else {
+                    let produced = self.convert_calls(frame);
+                    self.pending.extend(produced);
                     self.carry.extend(frame.rewrites.iter().cloned());
                     self.flush_done(buf);
                     self.write_event(buf, e, &e.data);
@@ -333,6 +368,13 @@ impl SseRelay {
                 }
             }
         }
+    }
+
+    /// The `tool_calls` a frame's events make (nothing without tool calling).
+    fn convert_calls(&mut self, frame: &TapFrame) -> Vec<ChoiceCalls> {
+        let Some(conv) = &mut self.calls else { return Vec::new() };
+        let id = self.template.as_ref().and_then(|t| t.get("id")).and_then(Value::as_str).unwrap_or_default();
+        conv.convert(&frame.events, id)
     }
 
     /// An event after `[DONE]`: the held `[DONE]` goes first.
@@ -372,15 +414,93 @@ fn write_data(buf: &mut String, data: &str) {
 /// A chunk carrying the last corrected text of each choice (the synthetic
 /// closes of a stream that ended without a finish reason), with the ids of
 /// the stream's other chunks.
-fn tail_chunk(template: Option<&Map<String, Value>>, tail: &[(u32, String)]) -> String {
+fn tail_chunk(template: Option<&Map<String, Value>>, tail: &[(u32, String)], calls: &[ChoiceCalls]) -> String {
     let mut chunk = template.cloned().unwrap_or_default();
     chunk.entry("object").or_insert_with(|| json!("chat.completion.chunk"));
-    let choices: Vec<Value> = tail
+    let mut choices: Vec<Value> = tail
         .iter()
         .map(|(index, text)| json!({"index": index, "delta": {"content": text}, "finish_reason": null}))
         .collect();
+    for c in calls {
+        let pos = match choices.iter().position(|v| v["index"] == json!(c.choice)) {
+            Some(p) => p,
+            None => {
+                choices.push(json!({"index": c.choice, "delta": {}, "finish_reason": null}));
+                choices.len() - 1
+            }
+        };
+        let delta = &mut choices[pos]["delta"];
+        if !c.content.is_empty() {
+            let text = format!("{}{}", delta["content"].as_str().unwrap_or_default(), c.content);
+            delta["content"] = Value::String(text);
+        }
+        if !c.calls.is_empty() {
+            let mut list = delta["tool_calls"].as_array().cloned().unwrap_or_default();
+            list.extend(c.calls.iter().filter_map(|d| serde_json::to_value(d).ok()));
+            delta["tool_calls"] = Value::Array(list);
+        }
+    }
     chunk.insert("choices".into(), Value::Array(choices));
     Value::Object(chunk).to_string()
+}
+
+/// Puts a frame's `tool_calls` and observation text into its chunk (a
+/// choice the chunk lacks is added), and `finish_reason: "tool_calls"` on
+/// the finish of a choice that made calls.
+fn put_calls(chunk: &mut ChatChunk, items: Vec<ChoiceCalls>, conv: &mut CallConverter) {
+    for item in items {
+        let choices = match &mut chunk.choices {
+            Nullable::Value(list) => list,
+            other => {
+                *other = Nullable::Value(Vec::new());
+                match other {
+                    Nullable::Value(list) => list,
+                    _ => continue,
+                }
+            }
+        };
+        let pos = match choices.iter().position(|c| c.index.as_option().copied().unwrap_or(0) == item.choice) {
+            Some(p) => p,
+            None => {
+                choices.push(Choice { index: Nullable::Value(item.choice), ..Choice::default() });
+                choices.len() - 1
+            }
+        };
+        let choice = &mut choices[pos];
+        if choice.delta.as_option().is_none() {
+            choice.delta = Nullable::Value(Delta::default());
+        }
+        let Some(delta) = choice.delta.as_mut_option() else { continue };
+        if !item.content.is_empty() {
+            add_text(&mut delta.content, &item.content);
+        }
+        if !item.calls.is_empty() {
+            match &mut delta.tool_calls {
+                Nullable::Value(list) => list.extend(item.calls),
+                other => *other = Nullable::Value(item.calls),
+            }
+        }
+    }
+    for choice in chunk.choices.as_mut_option().into_iter().flatten() {
+        let index = choice.index.as_option().copied().unwrap_or(0);
+        if let Some(Content::Text(t)) = choice.delta.as_option().and_then(|d| d.content.as_option()) {
+            conv.saw_content(index, t);
+        }
+        if let Nullable::Value(reason) = &mut choice.finish_reason
+            && let Some(new) = conv.finish_reason(index, reason)
+        {
+            *reason = new.to_string();
+        }
+    }
+}
+
+/// Appends `text` to a delta's or message's content.
+fn add_text(content: &mut Nullable<Content>, text: &str) {
+    match content {
+        Nullable::Value(Content::Text(t)) => t.push_str(text),
+        Nullable::Value(Content::Parts(parts)) => parts.push(json!({"type": "text", "text": text})),
+        other => *other = Nullable::Value(Content::Text(text.to_string())),
+    }
 }
 
 /// Joins rewrite pieces of the same choice, in choice order of first sight.
@@ -436,6 +556,7 @@ pub(crate) fn whole_response(
     mut options: StreamOptions,
     body: &[u8],
     rewrite: bool,
+    mut calls: Option<CallConverter>,
 ) -> (Vec<SourceEvent>, Option<Vec<u8>>) {
     if !rewrite {
         return (crate::sources::ChatStream::response_events(options, body), None);
@@ -452,14 +573,42 @@ pub(crate) fn whole_response(
     let Ok(Value::Object(mut doc)) = serde_json::from_slice::<Value>(body) else {
         return (events, None);
     };
+    let id = doc.get("id").and_then(Value::as_str).unwrap_or_default().to_string();
+    let produced = calls.as_mut().map(|c| c.convert(&events, &id)).unwrap_or_default();
     let Some(Value::Array(choices)) = doc.get_mut("choices") else {
         return (events, None);
     };
     let mut changed = false;
     for (pos, choice) in choices.iter_mut().enumerate() {
         let index = choice.get("index").and_then(Value::as_u64).unwrap_or(pos as u64);
-        let text = rewrites.iter().find(|(c, _)| u64::from(*c) == index).map(|(_, t)| t.as_str()).unwrap_or("");
+        let mut text =
+            rewrites.iter().find(|(c, _)| u64::from(*c) == index).map(|(_, t)| t.clone()).unwrap_or_default();
+        let made = produced.iter().find(|c| u64::from(c.choice) == index);
+        if let Some(made) = made {
+            text.push_str(&made.content);
+        }
+        if let (Some(conv), Some(Value::String(reason))) = (&calls, choice.get_mut("finish_reason"))
+            && let Some(new) = conv.finish_reason(index as u32, reason)
+        {
+            *reason = new.to_string();
+            changed = true;
+        }
+        let text = text.as_str();
         let Some(message) = choice.get_mut("message").and_then(Value::as_object_mut) else { continue };
+        if let Some(made) = made.filter(|m| !m.calls.is_empty()) {
+            let mut list = match message.shift_remove("tool_calls") {
+                Some(Value::Array(l)) => l,
+                _ => Vec::new(),
+            };
+            list.extend(assemble(&made.calls));
+            message.insert("tool_calls".into(), Value::Array(list));
+            changed = true;
+            if text.trim().is_empty() {
+                // As OpenAI answers a message that only calls tools.
+                message.insert("content".into(), Value::Null);
+                continue;
+            }
+        }
         match message.get_mut("content") {
             Some(Value::String(old)) if old != text => {
                 *old = text.to_string();
@@ -692,12 +841,12 @@ mod tests {
     #[test]
     fn whole_response_rewrite_replaces_content_only() {
         let body = br#"{"id":"c9","object":"chat.completion","created":5,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"I plan.</thought><content>Done"},"finish_reason":"stop"}],"usage":{"total_tokens":3}}"#;
-        let (events, rewritten) = whole_response(options(), body, true);
+        let (events, rewritten) = whole_response(options(), body, true, None);
         let v: Value = serde_json::from_slice(&rewritten.unwrap_or_default()).unwrap_or_default();
         assert_eq!(v["choices"][0]["message"]["content"], "<thought>I plan.</thought><content>Done</content>");
         assert_eq!((&v["id"], &v["created"], &v["usage"]), (&json!("c9"), &json!(5), &json!({"total_tokens": 3})));
         assert!(events.iter().any(|e| e.as_element().is_some_and(|el| &*el.tag == "content")));
-        let (_, untouched) = whole_response(options(), b"<html>nope</html>", true);
+        let (_, untouched) = whole_response(options(), b"<html>nope</html>", true, None);
         assert!(untouched.is_none());
     }
 }

@@ -8,11 +8,14 @@
 //! phase is [`super::pump`]'s.
 
 use super::ProxyConfig;
+use super::calling::request::prepare;
+use super::calling::response::CallConverter;
 use super::error::{ProxyError, ProxyErrorKind, from_body_error, from_send_error};
 use super::metrics::Metrics;
 use super::pump::{ClientItem, Mode, PumpCtx, UpstreamBody, pump};
 use super::relay::SseRelay;
 use super::sink::{SinkStartError, Sinks};
+use crate::CallText;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -111,6 +114,9 @@ pub enum ProxyStartError {
     /// The HTTP client could not be built (TLS backend).
     #[error("cannot build the HTTP client: {0}")]
     Client(String),
+    /// The tool-calling configuration does not fit the registry.
+    #[error("tool calling: {0}")]
+    ToolCalling(String),
 }
 
 /// Headers that belong to one connection, never forwarded (RFC 9110
@@ -207,6 +213,7 @@ async fn healthz(State(app): State<Arc<App>>) -> Response {
         "status": if stopping { "stopping" } else { "ok" },
         "upstream": app.config.upstream,
         "rewrite": app.config.rewrite,
+        "tool_protocol": app.config.tool_calling.map(|t| t.protocol.as_str()),
         "streams_active": app.metrics.streams_active(),
         "requests_active": app.metrics.requests_active(),
     });
@@ -251,11 +258,26 @@ async fn forward(State(app): State<Arc<App>>, request: Request) -> Response {
     // The request body: buffered (bounded) for model endpoints, whose
     // model the records name; streamed through for everything else.
     let mut model = None;
+    let mut tool_request = None;
     let buffered = endpoint.is_model() && parts.method == Method::POST;
     let upstream_body = if buffered {
         match read_request(body, app.config.max_request_body).await {
             Ok(bytes) => {
                 app.metrics.bytes_request(bytes.len());
+                let bytes = match app.config.tool_calling {
+                    Some(tc) if endpoint == Endpoint::Chat => match prepare(&bytes, tc.protocol) {
+                        Ok(prepared) => {
+                            tool_request = prepared.tools;
+                            prepared.body.map_or(bytes, Bytes::from)
+                        }
+                        Err(err) => {
+                            watch.armed = false;
+                            tracing::info!(id, path = %path, "{err}");
+                            return error_response(&err);
+                        }
+                    },
+                    _ => bytes,
+                };
                 model = serde_json::from_slice::<Peek>(&bytes)
                     .ok()
                     .and_then(|p| p.model)
@@ -368,11 +390,23 @@ async fn forward(State(app): State<Arc<App>>, request: Request) -> Response {
         Ok(None) => None,
     };
 
-    let rewrite = app.config.rewrite && endpoint == Endpoint::Chat && parse;
+    // Tool calling: the response's calls become `tool_calls` (rewrite
+    // mode, call text left out of the content).
+    let converter = match (app.config.tool_calling, tool_request) {
+        (Some(tc), Some(req)) if endpoint == Endpoint::Chat && parse => {
+            Some(CallConverter::new(app.config.options.registry.clone(), req.catalog, tc.invalid_calls))
+        }
+        _ => None,
+    };
+    let rewrite = (app.config.rewrite || converter.is_some()) && endpoint == Endpoint::Chat && parse;
     let mut options = app.config.options.clone();
     options.parser.rewrite = false;
+    if converter.is_some() {
+        options.parser.call_text = CallText::Omit;
+    }
     let (mode, kind) = if parse && is_sse {
-        (Mode::Sse(Box::new(SseRelay::new(options, rewrite, endpoint.done_framing()))), "chat_stream")
+        let relay = SseRelay::new(options, rewrite, endpoint.done_framing()).with_calls(converter);
+        (Mode::Sse(Box::new(relay)), "chat_stream")
     } else if parse && rewrite {
         // A whole response to rewrite: read it all first.
         watch.armed = false;
@@ -381,7 +415,7 @@ async fn forward(State(app): State<Arc<App>>, request: Request) -> Response {
             Ok(b) => b,
             Err(err) => return fail(err),
         };
-        let (events, rewritten) = super::relay::whole_response(options, &body, true);
+        let (events, rewritten) = super::relay::whole_response(options, &body, true, converter);
         let body = match rewritten {
             Some(b) => Bytes::from(b),
             None => body,
@@ -556,6 +590,9 @@ impl ProxyServer {
     ///
     /// Dropping the future before it completes binds nothing.
     pub async fn bind(config: ProxyConfig, addr: &str) -> Result<ProxyServer, ProxyStartError> {
+        if let Some(tc) = &config.tool_calling {
+            tc.check(&config.options.registry).map_err(ProxyStartError::ToolCalling)?;
+        }
         let bad = |why: &str| ProxyStartError::Upstream { url: config.upstream.clone(), why: why.to_string() };
         let url = reqwest::Url::parse(&config.upstream).map_err(|e| bad(&e.to_string()))?;
         if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {

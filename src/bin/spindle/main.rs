@@ -1,11 +1,13 @@
 //! The `spindle` command: `parse` (one response), and the tools built on it.
 
+mod agent;
 mod demo;
 mod mock;
 mod parse;
 mod proxy;
 mod render;
 mod replay;
+mod tools;
 
 use clap::{Parser as ClapParser, Subcommand};
 use std::process::ExitCode;
@@ -30,6 +32,10 @@ enum Command {
     MockUpstream(mock::MockArgs),
     /// Mock upstream + proxy on free ports, one streamed request, the parsed elements.
     Demo(demo::DemoArgs),
+    /// Tool manuals and the tool list of a plugins directory.
+    Tools(tools::ToolsArgs),
+    /// Run the tool loop: ask the model, run its calls while it streams, send observations back.
+    Agent(agent::AgentArgs),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +46,8 @@ fn main() -> ExitCode {
         Command::Proxy(args) => proxy::run(args),
         Command::MockUpstream(args) => mock::run(args),
         Command::Demo(args) => demo::run(args),
+        Command::Tools(args) => tools::run(args),
+        Command::Agent(args) => agent::run(args),
     };
     match result {
         Ok(code) => code,

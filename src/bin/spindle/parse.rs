@@ -2,15 +2,18 @@
 
 use crate::render::{Format, Renderer};
 use anyhow::{Context, Result, bail};
-use spindle::calls::{ToolCall, ToolCatalog};
 use spindle::event::Event;
-use spindle::registry::BodyKind;
+use spindle::tools::collect::CallCollector;
+use spindle::tools::{McpPool, Runner, RunnerOptions, ToolConfig, ToolEvent};
 use spindle::{Parser, ParserOptions, Registry, state};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::Duration;
 use std::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 /// Arguments of `spindle parse`.
 #[derive(Debug, clap::Args)]
@@ -42,6 +45,21 @@ pub(crate) struct ParseArgs {
     /// keeps the chosen format).
     #[arg(long, value_name = "DIR")]
     pub(crate) tools: Option<PathBuf>,
+    /// Run every call found (with --tools) as its element completes and add
+    /// one `tool_result` event per step (plus `tool_audit` records, and
+    /// `tool_task` for async tools) to the output.
+    #[arg(long, requires = "tools")]
+    pub(crate) execute: bool,
+    /// configSchema values for the tools (TOML, or JSON by extension):
+    /// `[plugin-or-tool-id] key = "value"`.
+    #[arg(long, value_name = "FILE", requires = "tools")]
+    pub(crate) tool_config: Option<PathBuf>,
+    /// Time limit of a tool run that sets no `timeout`, in ms.
+    #[arg(long, value_name = "MS", default_value_t = 30_000)]
+    pub(crate) tool_timeout_ms: u64,
+    /// Most bytes of output kept from a tool; past it the tool is stopped.
+    #[arg(long, value_name = "BYTES", default_value_t = 1024 * 1024)]
+    pub(crate) max_tool_output: usize,
     /// Apply every variable_update of the response to the JSON state in
     /// FILE (created when missing) and write it back atomically; what each
     /// op did is printed to stderr.
@@ -49,17 +67,78 @@ pub(crate) struct ParseArgs {
     pub(crate) state: Option<PathBuf>,
 }
 
-/// Prints the observation text of every invalid tool call among `events`.
-fn check_calls(catalog: &ToolCatalog, registry: &Registry, events: &[spindle::Event]) {
-    for el in events.iter().filter_map(spindle::Event::as_element) {
-        let is_call = registry
-            .lookup(el.tag.as_bytes())
-            .is_some_and(|id| matches!(registry.tag(id).body, BodyKind::Tam | BodyKind::Action | BodyKind::Attp));
-        if let (true, Ok(call)) = (is_call, ToolCall::from_payload(&el.payload)) {
-            for obs in catalog.observations(&call) {
-                eprintln!("{obs}");
+/// The tools of `--tools`: the calls are checked (observations of invalid
+/// ones to stderr) or, with `--execute`, run.
+struct Calls {
+    collector: CallCollector,
+    runner: Runner,
+    rt: tokio::runtime::Runtime,
+    execute: bool,
+    /// Audit and task records sent by the runner, printed after each call.
+    records: Arc<Mutex<Vec<serde_json::Value>>>,
+    /// Kept alive while the MCP tools may run.
+    _pool: Arc<McpPool>,
+}
+
+impl Calls {
+    fn new(args: &ParseArgs, dir: &Path, registry: Arc<Registry>) -> Result<Calls> {
+        let rt = crate::proxy::runtime()?;
+        let options = RunnerOptions {
+            default_timeout: Duration::from_millis(args.tool_timeout_ms),
+            max_output: args.max_tool_output,
+            ..RunnerOptions::default()
+        };
+        let (catalog, pool) = rt.block_on(crate::tools::load_tools(dir, &options))?;
+        let pool = Arc::new(pool);
+        let mut runner = Runner::with_options(catalog, options);
+        runner.set_mcp(pool.clone());
+        if let Some(file) = &args.tool_config {
+            runner.set_config(ToolConfig::load(file).map_err(anyhow::Error::msg)?);
+        }
+        let records: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
+        let sink = records.clone();
+        runner.set_sink(Arc::new(move |e: ToolEvent| {
+            if let Ok(mut list) = sink.lock() {
+                list.push(e.to_event_json());
+            }
+        }));
+        Ok(Calls { collector: CallCollector::new(registry), runner, rt, execute: args.execute, records, _pool: pool })
+    }
+
+    fn flush_records(&self, renderer: &mut Renderer) -> Result<()> {
+        let records: Vec<serde_json::Value> = match self.records.lock() {
+            Ok(mut list) => list.drain(..).collect(),
+            Err(_) => Vec::new(),
+        };
+        for r in &records {
+            renderer.tool_line(r)?;
+        }
+        Ok(())
+    }
+
+    /// Checks or runs the calls completed among `events`.
+    fn handle(&mut self, events: &[Event], renderer: &mut Renderer) -> Result<()> {
+        for event in events {
+            let Some((id, call)) = self.collector.observe(event) else { continue };
+            if !self.execute {
+                for obs in self.runner.catalog().observations(&call) {
+                    eprintln!("{obs}");
+                }
+                continue;
+            }
+            let results = self.rt.block_on(self.runner.run_call(&call, &id, &CancellationToken::new()));
+            self.flush_records(renderer)?;
+            for r in &results {
+                renderer.tool_line(&r.to_event_json("tool_result"))?;
             }
         }
+        Ok(())
+    }
+
+    /// Waits for async tasks and prints their records.
+    fn finish(&mut self, renderer: &mut Renderer) -> Result<()> {
+        self.rt.block_on(self.runner.wait_tasks());
+        self.flush_records(renderer)
     }
 }
 
@@ -147,8 +226,8 @@ pub(crate) fn run(args: ParseArgs) -> Result<ExitCode> {
     if let Some(n) = args.max_marker {
         options.scan.max_marker_len = n;
     }
-    let catalog = match &args.tools {
-        Some(dir) => Some(ToolCatalog::load_plugins(dir).with_context(|| format!("tools {}", dir.display()))?),
+    let mut calls = match &args.tools {
+        Some(dir) => Some(Calls::new(&args, dir, registry.clone())?),
         None => None,
     };
     let mut state_file = args.state.as_deref().map(StateFile::load).transpose()?;
@@ -164,8 +243,8 @@ pub(crate) fn run(args: ParseArgs) -> Result<ExitCode> {
             st.apply(&events);
         }
         renderer.rewrite(&parser.take_rewrite())?;
-        if let Some(catalog) = &catalog {
-            check_calls(catalog, &registry, &events);
+        if let Some(calls) = &mut calls {
+            calls.handle(&events, renderer)?;
         }
         Ok(())
     };
@@ -198,8 +277,9 @@ pub(crate) fn run(args: ParseArgs) -> Result<ExitCode> {
     let (last, rest) = parser.finish_with_rewrite();
     renderer.events(&last)?;
     renderer.rewrite(&rest)?;
-    if let Some(catalog) = &catalog {
-        check_calls(catalog, &registry, &last);
+    if let Some(calls) = &mut calls {
+        calls.handle(&last, &mut renderer)?;
+        calls.finish(&mut renderer)?;
     }
     renderer.finish(bytes, started.elapsed())?;
     if let Some(mut st) = state_file {

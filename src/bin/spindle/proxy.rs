@@ -4,7 +4,8 @@
 //! defaults, the secrets from the environment).
 
 use anyhow::{Context, Result};
-use spindle::proxy::{ProxyOverrides, ProxyServer, ProxySettings, SinkSpec};
+use spindle::proxy::{InvalidCalls, ProxyOverrides, ProxyServer, ProxySettings, SinkSpec, ToolCalling};
+use spindle::tools::Protocol;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -28,7 +29,9 @@ pub(crate) struct ProxyArgs {
     print_config: bool,
     /// The registry profile the streams are parsed with (`chat`: plain
     /// answers are content, `<think>…</think>` is a thought; `filament`,
-    /// `reasoning`, `tam`, `action`, `attp`) [default: chat].
+    /// `reasoning`, `tam`, `action`, `attp`). Default: `chat`, or with
+    /// `--tool-protocol` the profile that reads its calls (`chat` for
+    /// hermes and filament, `tam`, `action`).
     #[arg(long, conflicts_with = "registry")]
     profile: Option<String>,
     /// A registry file (TOML, or JSON by extension) instead of a profile.
@@ -38,6 +41,18 @@ pub(crate) struct ProxyArgs {
     /// closes added, merged tags removed; ids, model, created and usage kept).
     #[arg(long)]
     rewrite: bool,
+    /// Speak OpenAI tool calling to clients for a model that writes its
+    /// calls as text: a request's `tools` become this protocol's manual in
+    /// the system message, the answer's calls come back as `tool_calls`.
+    /// Requests without tools pass through unchanged.
+    #[arg(long, value_enum, value_name = "PROTOCOL")]
+    tool_protocol: Option<ToolProtocolArg>,
+    /// What happens to a call of a tool the request does not list, or with
+    /// arguments its schema rejects: `pass` it on as written (calls stream
+    /// as they arrive), or `drop` it and answer its observation (with a
+    /// did-you-mean) as content (calls go out whole, once checked).
+    #[arg(long, value_enum, default_value = "pass", requires = "tool_protocol")]
+    invalid_calls: InvalidCallsArg,
     /// Where parsed elements go: `jsonl:FILE` (appended), `webhook:URL`
     /// (POSTed as JSON arrays) or `nats://HOST:PORT/SUBJECT[?jetstream=1&overflow=drop|block&...]`
     /// (published to NATS). Repeatable.
@@ -73,6 +88,28 @@ pub(crate) struct ProxyArgs {
     /// Log level (`error`, `warn`, `info`, `debug`, `trace`); RUST_LOG wins [default: info].
     #[arg(long, value_name = "LEVEL")]
     log: Option<String>,
+}
+
+/// `--tool-protocol` values.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum ToolProtocolArg {
+    /// Hermes/Qwen `<tool_call>{"name": …, "arguments": …}</tool_call>`.
+    Hermes,
+    /// Filament `<tool_call name="…">{…}</tool_call>`.
+    Filament,
+    /// TAM `<|[REQUEST_TOOL]|>` blocks.
+    Tam,
+    /// `<ACTION>` blocks.
+    Action,
+}
+
+/// `--invalid-calls` values.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum InvalidCallsArg {
+    /// Send invalid calls as written.
+    Pass,
+    /// Leave them out; their observation becomes content.
+    Drop,
 }
 
 impl ProxyArgs {
@@ -137,29 +174,55 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 pub(crate) fn run(args: ProxyArgs) -> Result<ExitCode> {
+    let tool_calling = args.tool_protocol.map(|p| {
+        let protocol = match p {
+            ToolProtocolArg::Hermes => Protocol::Hermes,
+            ToolProtocolArg::Filament => Protocol::Filament,
+            ToolProtocolArg::Tam => Protocol::Tam,
+            ToolProtocolArg::Action => Protocol::Action,
+        };
+        let invalid_calls = match args.invalid_calls {
+            InvalidCallsArg::Pass => InvalidCalls::Pass,
+            InvalidCallsArg::Drop => InvalidCalls::Drop,
+        };
+        ToolCalling { protocol, invalid_calls }
+    });
     let mut settings = match &args.config {
         Some(path) => ProxySettings::load(path)?,
         None => ProxySettings::default(),
     };
     settings.apply_env(|name| std::env::var(name).ok());
-    settings.apply(args.overrides())?;
+    let mut overrides = args.overrides();
+    // With --tool-protocol and no profile chosen anywhere, the profile that
+    // reads that protocol's calls.
+    if let Some(tc) = &tool_calling
+        && overrides.profile.is_none()
+        && overrides.registry.is_none()
+        && settings.parse.registry.is_none()
+        && settings.parse.profile == "chat"
+    {
+        overrides.profile = Some(tc.default_profile().to_string());
+    }
+    settings.apply(overrides)?;
     if args.print_config {
         print!("{}", settings.to_toml());
         return Ok(ExitCode::SUCCESS);
     }
     init_logs(&settings.log);
-    let config = settings.to_proxy_config()?;
+    let mut config = settings.to_proxy_config()?;
+    config.tool_calling = tool_calling;
     let upstream = config.upstream.clone();
     let parsing = match &settings.parse.registry {
         Some(r) => format!("registry {}", r.display()),
         None => format!("profile {}", settings.parse.profile),
     };
     let rewrite = config.rewrite;
+    let tools = tool_calling.map(|t| format!(", tool protocol {}", t.protocol)).unwrap_or_default();
     runtime()?.block_on(async move {
         let server = ProxyServer::bind(config, &settings.listen).await?;
         let addr = server.local_addr();
         eprintln!(
-            "spindle proxy: http://{addr}/v1 -> {upstream} ({parsing}{}); /healthz, /metrics",
+            "spindle proxy: http://{addr}/v1 -> {upstream} ({parsing}{}{tools}); /healthz, /metrics",
             if rewrite { ", rewriting" } else { "" },
         );
         server.run(shutdown_signal()).await.context("serving")?;

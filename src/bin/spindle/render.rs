@@ -85,6 +85,32 @@ impl Renderer {
         Ok(())
     }
 
+    /// A tool runtime record (`tool_result`, `tool_audit`, `tool_task`):
+    /// one JSON line; in pretty, the observation on its own line.
+    pub(crate) fn tool_line(&mut self, value: &serde_json::Value) -> Result<()> {
+        let kind = value.get("type").and_then(serde_json::Value::as_str).unwrap_or_default();
+        *self.counts.elements.entry(kind.to_string()).or_default() += 1;
+        match self.format {
+            Format::Jsonl => {
+                serde_json::to_writer(&mut self.out, value)?;
+                self.out.write_all(b"\n")?;
+            }
+            Format::Pretty if kind != "tool_audit" => {
+                if !self.at_line_start {
+                    self.out.write_all(b"\n")?;
+                }
+                let obs = value.get("observation").and_then(serde_json::Value::as_str).unwrap_or_default();
+                let ms = value.get("duration_ms").and_then(serde_json::Value::as_u64).unwrap_or_default();
+                let colour = if value.get("ok") == Some(&serde_json::Value::Bool(true)) { GREEN } else { YELLOW };
+                writeln!(self.out, "{colour}[{kind} {ms} ms]{RESET} {obs}")?;
+                self.at_line_start = true;
+            }
+            _ => {}
+        }
+        self.out.flush()?;
+        Ok(())
+    }
+
     pub(crate) fn rewrite(&mut self, bytes: &[u8]) -> Result<()> {
         if self.format == Format::Rewrite && !bytes.is_empty() {
             self.out.write_all(bytes)?;

@@ -1,0 +1,3 @@
+import json, sys
+params = json.load(sys.stdin)
+print(json.dumps({"echo": params}, ensure_ascii=False))

@@ -1,0 +1,3 @@
+#!/bin/sh
+# Writes without end.
+yes "flood flood flood flood flood flood flood flood"

@@ -1,0 +1,376 @@
+//! The request side of tool calling: a chat request's `tools` become the
+//! protocol's manual in the system message, and the history's native
+//! calls and tool results become the protocol's text (see the table in
+//! [`super`]). It owns the request JSON only; the texts are
+//! [`crate::tools`]'.
+
+use crate::calls::ToolCatalog;
+use crate::proxy::error::{ProxyError, ProxyErrorKind};
+use crate::tools::{Protocol, call_text, fill_placeholders, manual, observation_text};
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// What the request asked of tools (`tool_choice`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ToolChoice {
+    /// `"auto"` or absent.
+    Auto,
+    /// `"none"`.
+    None,
+    /// `"required"`.
+    Required,
+    /// `{"type": "function", "function": {"name": ...}}`.
+    Named(String),
+}
+
+/// What the response side needs of a request that carried tools.
+#[derive(Debug, Clone)]
+pub(crate) struct ToolRequest {
+    /// The tools the answer may call (all of them, or the named one).
+    pub(crate) catalog: Arc<ToolCatalog>,
+}
+
+/// A request after the tool translation.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    /// The new body; `None` when nothing changed.
+    pub(crate) body: Option<Vec<u8>>,
+    /// Set when the response's calls are to become `tool_calls`.
+    pub(crate) tools: Option<ToolRequest>,
+}
+
+fn invalid(param: &'static str, message: String) -> ProxyError {
+    ProxyError::new(ProxyErrorKind::InvalidTools { param }, message)
+}
+
+/// Translates a chat request body for a model that speaks `protocol`.
+///
+/// # Errors
+///
+/// `400 invalid_tools` for tools or a `tool_choice` that cannot be
+/// rendered (see [`super`]).
+pub(crate) fn prepare(body: &[u8], protocol: Protocol) -> Result<Prepared, ProxyError> {
+    let unchanged = Prepared { body: None, tools: None };
+    let Ok(Value::Object(mut doc)) = serde_json::from_slice::<Value>(body) else {
+        return Ok(unchanged);
+    };
+    let tools = doc.shift_remove("tools");
+    let choice_value = doc.shift_remove("tool_choice");
+    let parallel = doc.shift_remove("parallel_tool_calls");
+    let mut changed = tools.is_some() || choice_value.is_some() || parallel.is_some();
+    let mut catalog = ToolCatalog::new();
+    if let Some(tools) = tools.as_ref().filter(|t| !t.is_null()) {
+        catalog.add_openai_tools(tools).map_err(|e| invalid("tools", format!("the request's tools: {e}")))?;
+    }
+    let choice = read_choice(choice_value.as_ref())?;
+    let allowed = match &choice {
+        ToolChoice::Named(name) => {
+            let Some(def) = catalog.get(name) else {
+                let hint = catalog.suggest_tool(name).map(|s| format!(" (did you mean {s:?}?)")).unwrap_or_default();
+                return Err(invalid("tool_choice", format!("tool_choice names {name:?}, which is not in tools{hint}")));
+            };
+            let mut only = ToolCatalog::new();
+            only.add(def.clone()).map_err(|e| invalid("tools", e.to_string()))?;
+            only
+        }
+        ToolChoice::Required if catalog.is_empty() => {
+            return Err(invalid("tool_choice", "tool_choice is \"required\" but the request has no tools".into()));
+        }
+        _ => catalog,
+    };
+    let messages = doc.get_mut("messages").and_then(Value::as_array_mut);
+    let mut tools_out = None;
+    if let Some(messages) = messages {
+        changed |= replay_history(messages, protocol);
+        if !allowed.is_empty() && choice != ToolChoice::None {
+            let mut text = manual(allowed.tools(), protocol);
+            match &choice {
+                ToolChoice::Required => text.push_str("\n\nYou must call at least one of these tools in your answer."),
+                ToolChoice::Named(name) => {
+                    text.push_str(&format!("\n\nYou must call the tool {name} in your answer."));
+                }
+                _ => {}
+            }
+            if parallel == Some(Value::Bool(false)) {
+                text.push_str("\n\nCall at most one tool per answer.");
+            }
+            put_manual(messages, &text);
+            changed = true;
+            tools_out = Some(ToolRequest { catalog: Arc::new(allowed) });
+        }
+    }
+    if !changed {
+        return Ok(unchanged);
+    }
+    let body = serde_json::to_vec(&Value::Object(doc)).map_err(|e| invalid("messages", e.to_string()))?;
+    Ok(Prepared { body: Some(body), tools: tools_out })
+}
+
+fn read_choice(value: Option<&Value>) -> Result<ToolChoice, ProxyError> {
+    Ok(match value {
+        None | Some(Value::Null) => ToolChoice::Auto,
+        Some(Value::String(s)) => match s.as_str() {
+            "auto" => ToolChoice::Auto,
+            "none" => ToolChoice::None,
+            "required" => ToolChoice::Required,
+            other => {
+                return Err(invalid("tool_choice", format!("unknown tool_choice {other:?} (auto, none, required)")));
+            }
+        },
+        Some(v @ Value::Object(_)) => {
+            let name = v.pointer("/function/name").or_else(|| v.get("name")).and_then(Value::as_str);
+            match name {
+                Some(n) => ToolChoice::Named(n.to_string()),
+                None => {
+                    return Err(invalid(
+                        "tool_choice",
+                        format!(
+                            "tool_choice {v} names no function ({{\"type\": \"function\", \"function\": {{\"name\": ...}}}})"
+                        ),
+                    ));
+                }
+            }
+        }
+        Some(other) => return Err(invalid("tool_choice", format!("tool_choice {other} is not a string or an object"))),
+    })
+}
+
+/// The text of a message's `content` (a string, or the text parts).
+fn content_text(msg: &Value) -> String {
+    match msg.get("content") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => {
+            parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join("")
+        }
+        _ => String::new(),
+    }
+}
+
+/// Rewrites assistant `tool_calls` as call text and runs of `role: "tool"`
+/// (and legacy `role: "function"`) messages as one `user` message of
+/// observation text. Returns whether anything changed.
+fn replay_history(messages: &mut Vec<Value>, protocol: Protocol) -> bool {
+    // (id, name, answered), in call order.
+    let mut calls: Vec<(String, String, bool)> = Vec::new();
+    let mut out: Vec<Value> = Vec::with_capacity(messages.len());
+    let mut changed = false;
+    let mut pending: Vec<String> = Vec::new();
+    let flush = |pending: &mut Vec<String>, out: &mut Vec<Value>| {
+        if !pending.is_empty() {
+            out.push(json!({"role": "user", "content": pending.join("\n")}));
+            pending.clear();
+        }
+    };
+    for mut msg in messages.drain(..) {
+        let role = msg.get("role").and_then(Value::as_str).unwrap_or_default().to_string();
+        match role.as_str() {
+            "tool" | "function" => {
+                changed = true;
+                let id = msg.get("tool_call_id").and_then(Value::as_str).unwrap_or_default();
+                let name = calls
+                    .iter_mut()
+                    .find(|(i, _, answered)| !*answered && i == id)
+                    .map(|c| {
+                        c.2 = true;
+                        c.1.clone()
+                    })
+                    .or_else(|| msg.get("name").and_then(Value::as_str).map(str::to_string));
+                pending.push(observation_text(protocol, &msg, name.as_deref()));
+            }
+            _ => {
+                flush(&mut pending, &mut out);
+                if role == "assistant"
+                    && let Some(Value::Array(list)) = msg.get("tool_calls").cloned()
+                    && let Value::Object(m) = &mut msg
+                {
+                    changed = true;
+                    m.shift_remove("tool_calls");
+                    if list.is_empty() {
+                        out.push(msg);
+                        continue;
+                    }
+                    for c in &list {
+                        let id = c.get("id").and_then(Value::as_str).unwrap_or_default().to_string();
+                        let name = c.pointer("/function/name").and_then(Value::as_str).unwrap_or_default().to_string();
+                        calls.push((id, name, false));
+                    }
+                    let text = call_text(protocol, &Value::Array(list));
+                    let before = content_text(&Value::Object(m.clone()));
+                    let content =
+                        if before.trim().is_empty() { text } else { format!("{}\n{text}", before.trim_end()) };
+                    m.insert("content".into(), Value::String(content));
+                }
+                out.push(msg);
+            }
+        }
+    }
+    flush(&mut pending, &mut out);
+    *messages = out;
+    changed
+}
+
+/// Puts the manual into the first system (or developer) message: in place
+/// of a `{{AVAILABLE_TOOLS}}` placeholder when it has one, else after its
+/// text; a new system message first when there is none.
+fn put_manual(messages: &mut Vec<Value>, manual: &str) {
+    let system =
+        messages.iter_mut().find(|m| matches!(m.get("role").and_then(Value::as_str), Some("system" | "developer")));
+    let Some(Value::Object(sys)) = system else {
+        messages.insert(0, json!({"role": "system", "content": manual}));
+        return;
+    };
+    match sys.get_mut("content") {
+        Some(Value::String(text)) => {
+            let (filled, found) = fill_placeholders(text, manual);
+            *text = if found {
+                filled
+            } else if text.trim().is_empty() {
+                manual.to_string()
+            } else {
+                format!("{}\n\n{manual}", text.trim_end())
+            };
+        }
+        Some(Value::Array(parts)) => parts.push(json!({"type": "text", "text": format!("\n\n{manual}")})),
+        _ => {
+            sys.insert("content".into(), Value::String(manual.to_string()));
+        }
+    }
+}
+
+/// The tools a request names, for tests and logs.
+#[cfg(test)]
+fn names(catalog: &ToolCatalog) -> Vec<String> {
+    catalog.tools().map(|t| t.id.clone()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn weather() -> Value {
+        json!([{"type": "function", "function": {"name": "get_weather", "description": "Weather now",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+            {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}])
+    }
+
+    fn run(body: Value, protocol: Protocol) -> Result<(Value, Option<ToolRequest>), ProxyError> {
+        let bytes = serde_json::to_vec(&body).unwrap_or_default();
+        let p = prepare(&bytes, protocol)?;
+        let out = p.body.map_or(body, |b| serde_json::from_slice(&b).unwrap_or(Value::Null));
+        Ok((out, p.tools))
+    }
+
+    #[test]
+    fn no_tools_no_change() {
+        let body = br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}"#;
+        let p = prepare(body, Protocol::Hermes).unwrap_or_else(|e| panic!("{e}"));
+        assert!(p.body.is_none() && p.tools.is_none());
+    }
+
+    #[test]
+    fn hermes_manual_goes_into_a_new_system_message() {
+        let body = json!({"model": "m", "tools": weather(), "tool_choice": "auto",
+            "messages": [{"role": "user", "content": "Weather in Oslo?"}]});
+        let (out, tools) = run(body, Protocol::Hermes).unwrap_or_else(|e| panic!("{e}"));
+        assert!(out.get("tools").is_none() && out.get("tool_choice").is_none());
+        let sys = out["messages"][0]["content"].as_str().unwrap_or_default();
+        assert_eq!(out["messages"][0]["role"], "system");
+        assert!(sys.contains("<tools>\n{\"type\":\"function\",\"function\":{\"name\":\"get_weather\""), "{sys}");
+        assert!(
+            sys.contains("<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>")
+        );
+        assert_eq!(out["messages"][1]["content"], "Weather in Oslo?");
+        assert_eq!(names(&tools.map(|t| t.catalog).unwrap_or_default()), ["get_weather", "get_time"]);
+    }
+
+    #[test]
+    fn manual_appends_to_the_system_message_or_fills_its_placeholder() {
+        let body = json!({"model": "m", "tools": weather(),
+            "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]});
+        let (out, _) = run(body, Protocol::Tam).unwrap_or_else(|e| panic!("{e}"));
+        let sys = out["messages"][0]["content"].as_str().unwrap_or_default();
+        assert!(sys.starts_with("Be brief.\n\n") && sys.contains("- Tool ID: get_weather"), "{sys}");
+        assert_eq!(out["messages"].as_array().map(Vec::len), Some(2));
+        let body = json!({"model": "m", "tools": weather(),
+            "messages": [{"role": "system", "content": "Tools:\n{{AVAILABLE_TOOLS}}\nEnd."}]});
+        let (out, _) = run(body, Protocol::Action).unwrap_or_else(|e| panic!("{e}"));
+        let sys = out["messages"][0]["content"].as_str().unwrap_or_default();
+        assert!(
+            sys.starts_with("Tools:\n") && sys.ends_with("\nEnd.") && !sys.contains("{{AVAILABLE_TOOLS}}"),
+            "{sys}"
+        );
+    }
+
+    #[test]
+    fn history_becomes_call_and_observation_text() {
+        let body = json!({"model": "m", "tools": weather(), "messages": [
+            {"role": "user", "content": "Weather in Oslo and the time?"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Oslo\"}"}},
+                {"id": "call_1", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+            {"role": "tool", "tool_call_id": "call_1", "content": "12:00"}]});
+        let (out, _) = run(body.clone(), Protocol::Hermes).unwrap_or_else(|e| panic!("{e}"));
+        let msgs = out["messages"].as_array().cloned().unwrap_or_default();
+        assert_eq!(msgs.len(), 4, "{msgs:?}");
+        assert_eq!(msgs[2]["role"], "assistant");
+        assert!(msgs[2].get("tool_calls").is_none());
+        assert_eq!(
+            msgs[2]["content"],
+            "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Oslo\"}}\n</tool_call>\n<tool_call>\n{\"name\":\"get_time\",\"arguments\":{}}\n</tool_call>"
+        );
+        assert_eq!(msgs[3]["role"], "user");
+        assert_eq!(
+            msgs[3]["content"],
+            "<tool_response>\nsunny\n</tool_response>\n<tool_response>\n12:00\n</tool_response>"
+        );
+        // Two calls with one id: the results answer them in order.
+        let (out, _) = run(body, Protocol::Action).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            out["messages"][3]["content"],
+            "Observation: Tool get_weather executed successfully. Result: sunny\nObservation: Tool get_time executed successfully. Result: 12:00"
+        );
+    }
+
+    #[test]
+    fn tool_choice_cases() {
+        let msgs = json!([{"role": "user", "content": "hi"}]);
+        let (out, tools) = run(json!({"tools": weather(), "tool_choice": "none", "messages": msgs}), Protocol::Hermes)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(tools.is_none() && out.get("tools").is_none());
+        assert_eq!(out["messages"].as_array().map(Vec::len), Some(1), "no manual for none");
+        let (out, _) = run(json!({"tools": weather(), "tool_choice": "required", "messages": msgs}), Protocol::Hermes)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            out["messages"][0]["content"]
+                .as_str()
+                .unwrap_or_default()
+                .ends_with("at least one of these tools in your answer.")
+        );
+        let named = json!({"type": "function", "function": {"name": "get_time"}});
+        let (out, tools) = run(json!({"tools": weather(), "tool_choice": named, "messages": msgs}), Protocol::Hermes)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let sys = out["messages"][0]["content"].as_str().unwrap_or_default();
+        assert!(sys.contains("get_time") && !sys.contains("get_weather"), "{sys}");
+        assert_eq!(names(&tools.map(|t| t.catalog).unwrap_or_default()), ["get_time"]);
+        for (body, param) in [
+            (
+                json!({"tools": weather(), "tool_choice": {"type": "function", "function": {"name": "get_wether"}}, "messages": msgs}),
+                "tool_choice",
+            ),
+            (json!({"tool_choice": "required", "messages": msgs}), "tool_choice"),
+            (json!({"tools": weather(), "tool_choice": "sometimes", "messages": msgs}), "tool_choice"),
+            (
+                json!({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": 17}}}}}], "messages": msgs}),
+                "tools",
+            ),
+            (json!({"tools": [{"type": "retrieval"}], "messages": msgs}), "tools"),
+            (json!({"tools": [weather()[0].clone(), weather()[0].clone()], "messages": msgs}), "tools"),
+        ] {
+            let err = run(body.clone(), Protocol::Hermes).err().unwrap_or_else(|| panic!("accepted {body}"));
+            assert_eq!(err.status(), 400);
+            assert_eq!(err.to_json()["error"]["param"], param, "{body}: {err}");
+            assert_eq!(err.code(), "invalid_tools");
+        }
+    }
+}

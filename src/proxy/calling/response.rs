@@ -1,0 +1,457 @@
+//! The response side of tool calling: the call elements of a choice's
+//! parsed content become OpenAI `tool_calls` deltas (see the table in
+//! [`super`]). Synchronous and I/O-free: the relay feeds it each frame's
+//! source events and puts what it returns into the chunk it re-serialises.
+//! It owns the call ids, the call indexes and the check against the
+//! request's tools; the content text without the calls comes from the
+//! parser ([`crate::CallText::Omit`]).
+
+use super::InvalidCalls;
+use crate::calls::{CallFormat, ToolCall, ToolCatalog, call_of};
+use crate::event::{Event, RepairKind};
+use crate::registry::{BodyKind, Registry};
+use crate::sources::{FinishReason, FunctionDelta, Nullable, SourceEvent, ToolCallDelta};
+use serde_json::{Map, Value};
+use std::sync::Arc;
+
+/// What one choice gets from one frame.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct ChoiceCalls {
+    /// The choice index.
+    pub(crate) choice: u32,
+    /// `tool_calls` fragments, in order.
+    pub(crate) calls: Vec<ToolCallDelta>,
+    /// Text to add to the content after the frame's own (observations of
+    /// calls that were left out).
+    pub(crate) content: String,
+}
+
+/// Where one call element stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    /// Its name went out with this call index; fragments follow.
+    Streaming { index: u32 },
+    /// Nothing sent yet: it goes out whole when the element completes.
+    Held,
+    /// An example inside a code block: not a call.
+    Example,
+}
+
+/// One choice's calls so far.
+#[derive(Debug, Default)]
+struct ChoiceState {
+    choice: u32,
+    next_index: u32,
+    slots: Vec<(u32, Slot)>,
+    /// Element ids closed by the end of output (`closed_at_eof`).
+    closed_at_eof: Vec<u32>,
+    /// The output was cut (`finish_reason: length`, or a truncated stream).
+    cut: bool,
+    /// Whether the content so far ends a line (for observations).
+    content_ends_line: bool,
+    wrote_content: bool,
+}
+
+/// Turns call elements into `tool_calls`, per choice, for one response.
+#[derive(Debug)]
+pub(crate) struct CallConverter {
+    registry: Arc<Registry>,
+    catalog: Arc<ToolCatalog>,
+    invalid: InvalidCalls,
+    choices: Vec<ChoiceState>,
+}
+
+impl CallConverter {
+    /// A converter checking calls against `catalog`.
+    pub(crate) fn new(registry: Arc<Registry>, catalog: Arc<ToolCatalog>, invalid: InvalidCalls) -> CallConverter {
+        CallConverter { registry, catalog, invalid, choices: Vec::new() }
+    }
+
+    /// How many calls a choice has made (sent as `tool_calls`).
+    pub(crate) fn calls_made(&self, choice: u32) -> u32 {
+        self.choices.iter().find(|c| c.choice == choice).map_or(0, |c| c.next_index)
+    }
+
+    /// The finish reason a choice should report instead of `reason`:
+    /// `tool_calls` when it made calls and ended normally.
+    pub(crate) fn finish_reason(&self, choice: u32, reason: &str) -> Option<&'static str> {
+        let normal = !matches!(reason, "length" | "content_filter" | "tool_calls");
+        (normal && self.calls_made(choice) > 0).then_some("tool_calls")
+    }
+
+    /// Notes the content text a choice received (where observations go).
+    pub(crate) fn saw_content(&mut self, choice: u32, text: &str) {
+        if let Some(last) = text.chars().last() {
+            let state = self.state(choice);
+            state.wrote_content = true;
+            state.content_ends_line = last == '\n';
+        }
+    }
+
+    fn state(&mut self, choice: u32) -> &mut ChoiceState {
+        let pos = match self.choices.iter().position(|c| c.choice == choice) {
+            Some(p) => p,
+            None => {
+                self.choices.push(ChoiceState { choice, ..ChoiceState::default() });
+                self.choices.len() - 1
+            }
+        };
+        &mut self.choices[pos]
+    }
+
+    /// Reads a frame's events; returns what each choice gets. `response_id`
+    /// seeds the call ids.
+    pub(crate) fn convert(&mut self, events: &[SourceEvent], response_id: &str) -> Vec<ChoiceCalls> {
+        let mut out: Vec<ChoiceCalls> = Vec::new();
+        for event in events {
+            match event {
+                SourceEvent::Finish { choice, reason: FinishReason::Length } => self.state(*choice).cut = true,
+                SourceEvent::Truncated { choice, .. } => match choice {
+                    Some(c) => self.state(*c).cut = true,
+                    None => self.choices.iter_mut().for_each(|c| c.cut = true),
+                },
+                _ => {}
+            }
+        }
+        for event in events {
+            let Some(ce) = event.as_choice_event() else { continue };
+            let choice = ce.choice;
+            match &ce.event {
+                Event::Diagnostic(d) if d.code == "call_in_code_block" => {
+                    if let Some(id) = d.element {
+                        self.state(choice).slots.push((id, Slot::Example));
+                    }
+                }
+                Event::Repair(r) if r.kind == RepairKind::ClosedAtEof => {
+                    if let Some(id) = r.element {
+                        self.state(choice).closed_at_eof.push(id);
+                    }
+                }
+                Event::CallDelta(d) => {
+                    let invalid = self.invalid;
+                    let state = self.state(choice);
+                    let slot = state.slots.iter().find(|(id, _)| *id == d.id).map(|(_, s)| *s);
+                    let delta = match (slot, &d.name) {
+                        (None, Some(name)) if invalid == InvalidCalls::Pass => {
+                            let index = state.next_index;
+                            state.next_index += 1;
+                            state.slots.push((d.id, Slot::Streaming { index }));
+                            Some(first_delta(index, &call_id(response_id, choice, index), name, &d.arguments))
+                        }
+                        (None, _) => {
+                            state.slots.push((d.id, Slot::Held));
+                            None
+                        }
+                        (Some(Slot::Streaming { index }), _) if !d.arguments.is_empty() => {
+                            Some(args_delta(index, &d.arguments))
+                        }
+                        _ => None,
+                    };
+                    if let Some(delta) = delta {
+                        entry(&mut out, choice).calls.push(delta);
+                    }
+                }
+                Event::Element(el) if self.is_call(&el.tag) => {
+                    let Some(call) = call_of(&self.registry, el) else { continue };
+                    let state = self.state(choice);
+                    let slot = state.slots.iter().find(|(id, _)| *id == el.id).map(|(_, s)| *s);
+                    let cut = state.cut && state.closed_at_eof.contains(&el.id);
+                    state.slots.retain(|(id, _)| *id != el.id);
+                    match slot {
+                        Some(Slot::Example) => {}
+                        // Sent already; a body that turned out unreadable
+                        // also gets its observation as content.
+                        Some(Slot::Streaming { .. }) if call.steps.is_empty() => {
+                            let empty = ToolCall { steps: Vec::new(), ..call };
+                            self.complete(&empty, cut, choice, response_id, &mut out);
+                        }
+                        Some(Slot::Streaming { .. }) => {}
+                        None | Some(Slot::Held) => self.complete(&call, cut, choice, response_id, &mut out),
+                    }
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    fn is_call(&self, tag: &str) -> bool {
+        tag == "tool_call"
+            || self
+                .registry
+                .lookup(tag.as_bytes())
+                .is_some_and(|id| matches!(self.registry.tag(id).body, BodyKind::Tam | BodyKind::Action))
+    }
+
+    /// A call element completed with nothing sent yet: send its steps (or
+    /// their observations).
+    fn complete(&mut self, call: &ToolCall, cut: bool, choice: u32, response_id: &str, out: &mut Vec<ChoiceCalls>) {
+        let mut notes: Vec<String> = Vec::new();
+        let mut sends: Vec<(String, Map<String, Value>)> = Vec::new();
+        if let Some(obs) = &call.observation
+            && call.steps.is_empty()
+        {
+            notes.push(obs.clone());
+        }
+        for (i, step) in call.steps.iter().enumerate() {
+            let reason = step.not_runnable.as_deref().or(call.not_runnable.as_deref());
+            let reason = reason.or((cut && call.format == CallFormat::Filament).then_some("cut_off"));
+            if let Some(reason) = reason {
+                notes.push(crate::tools::observe::not_run(&step.tool_id, reason, ""));
+                continue;
+            }
+            match self.catalog.check_step(call.format, i, step) {
+                Ok(params) => sends.push((step.tool_id.clone(), params)),
+                Err(problem) if self.invalid == InvalidCalls::Pass => {
+                    tracing::debug!("passing an invalid call: {problem}");
+                    sends.push((step.tool_id.clone(), step.params.clone()));
+                }
+                Err(problem) => notes.push(problem.observation()),
+            }
+        }
+        let state = self.state(choice);
+        let mut deltas = Vec::new();
+        for (name, params) in sends {
+            let index = state.next_index;
+            state.next_index += 1;
+            let args = Value::Object(params).to_string();
+            deltas.push(first_delta(index, &call_id(response_id, choice, index), &name, &args));
+        }
+        let mut text = String::new();
+        for note in notes {
+            if (state.wrote_content || !text.is_empty()) && !state.content_ends_line && !text.ends_with('\n') {
+                text.push('\n');
+            }
+            text.push_str(&note);
+            text.push('\n');
+            state.content_ends_line = true;
+            state.wrote_content = true;
+        }
+        let e = entry(out, choice);
+        e.calls.extend(deltas);
+        e.content.push_str(&text);
+    }
+}
+
+fn entry(out: &mut Vec<ChoiceCalls>, choice: u32) -> &mut ChoiceCalls {
+    let pos = match out.iter().position(|c| c.choice == choice) {
+        Some(p) => p,
+        None => {
+            out.push(ChoiceCalls { choice, ..ChoiceCalls::default() });
+            out.len() - 1
+        }
+    };
+    &mut out[pos]
+}
+
+/// `call_` and 16 hex digits of a hash of the response id, the choice and
+/// the index.
+pub(crate) fn call_id(response_id: &str, choice: u32, index: u32) -> String {
+    let h = super::fnv(&[response_id.as_bytes(), &choice.to_le_bytes(), &index.to_le_bytes()]);
+    format!("call_{h:016x}")
+}
+
+/// The first fragment of a call: index, id, type, name, and the arguments
+/// known so far.
+fn first_delta(index: u32, id: &str, name: &str, arguments: &str) -> ToolCallDelta {
+    let mut extra = Map::new();
+    extra.insert("type".into(), Value::String("function".into()));
+    ToolCallDelta {
+        index: Nullable::Value(index),
+        id: Nullable::Value(id.to_string()),
+        function: Nullable::Value(FunctionDelta {
+            name: Nullable::Value(name.to_string()),
+            arguments: Nullable::Value(Value::String(arguments.to_string())),
+            extra: Map::new(),
+        }),
+        extra,
+    }
+}
+
+/// A later fragment: index and more argument text.
+fn args_delta(index: u32, arguments: &str) -> ToolCallDelta {
+    ToolCallDelta {
+        index: Nullable::Value(index),
+        id: Nullable::Absent,
+        function: Nullable::Value(FunctionDelta {
+            name: Nullable::Absent,
+            arguments: Nullable::Value(Value::String(arguments.to_string())),
+            extra: Map::new(),
+        }),
+        extra: Map::new(),
+    }
+}
+
+/// Joins fragments into whole `message.tool_calls` entries (for a
+/// non-streamed response).
+pub(crate) fn assemble(deltas: &[ToolCallDelta]) -> Vec<Value> {
+    let mut calls: Vec<(u32, String, String, String)> = Vec::new();
+    for d in deltas {
+        let index = d.index.as_option().copied().unwrap_or(0);
+        let pos = match calls.iter().position(|c| c.0 == index) {
+            Some(p) => p,
+            None => {
+                calls.push((index, String::new(), String::new(), String::new()));
+                calls.len() - 1
+            }
+        };
+        let c = &mut calls[pos];
+        if let Some(id) = d.id.as_option() {
+            c.1.clone_from(id);
+        }
+        if let Some(f) = d.function.as_option() {
+            if let Some(n) = f.name.as_option() {
+                c.2.clone_from(n);
+            }
+            if let Some(Value::String(a)) = f.arguments.as_option() {
+                c.3.push_str(a);
+            }
+        }
+    }
+    calls
+        .into_iter()
+        .map(|(_, id, name, args)| {
+            serde_json::json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}})
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sources::{ChatStream, StreamOptions};
+    use crate::{CallText, Registry};
+    use serde_json::json;
+
+    fn catalog() -> Arc<ToolCatalog> {
+        let mut c = ToolCatalog::new();
+        let tools = json!([{"type": "function", "function": {"name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+            "required": ["city"]}}}]);
+        c.add_openai_tools(&tools).unwrap_or_else(|e| panic!("{e}"));
+        Arc::new(c)
+    }
+
+    /// Content pieces through the stream model; returns (content, calls).
+    fn run(profile: &str, pieces: &[&str], invalid: InvalidCalls, finish: &str) -> (String, Vec<Value>, u32) {
+        let registry = Registry::profile(profile).unwrap_or_else(|| panic!("{profile}"));
+        let mut options = StreamOptions::with_registry(registry.clone());
+        options.parser.rewrite = true;
+        options.parser.call_text = CallText::Omit;
+        let mut stream = ChatStream::new(options);
+        let mut conv = CallConverter::new(Arc::new(registry), catalog(), invalid);
+        let mut content = String::new();
+        let mut deltas = Vec::new();
+        let mut feed = |events: &[SourceEvent], rewrites: Vec<(u32, String)>, conv: &mut CallConverter| {
+            for (_, t) in rewrites {
+                conv.saw_content(0, &t);
+                content.push_str(&t);
+            }
+            for c in conv.convert(events, "chatcmpl-1") {
+                content.push_str(&c.content);
+                deltas.extend(c.calls);
+            }
+        };
+        for p in pieces {
+            let mut events = Vec::new();
+            let chunk =
+                json!({"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {"content": p}, "finish_reason": null}]});
+            stream.push_data("message", &chunk.to_string(), 0, &mut events);
+            let rw = stream.take_rewrites();
+            feed(&events, rw, &mut conv);
+        }
+        let mut events = Vec::new();
+        let chunk = json!({"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]});
+        stream.push_data("message", &chunk.to_string(), 0, &mut events);
+        let rw = stream.take_rewrites();
+        feed(&events, rw, &mut conv);
+        let mut events = Vec::new();
+        let rw = stream.finish_with_rewrites(&mut events);
+        feed(&events, rw, &mut conv);
+        let made = conv.calls_made(0);
+        (content, assemble(&deltas), made)
+    }
+
+    fn split(text: &str, n: usize) -> Vec<String> {
+        let chars: Vec<char> = text.chars().collect();
+        chars.chunks(n).map(|c| c.iter().collect()).collect()
+    }
+
+    #[test]
+    fn hermes_calls_at_any_split() {
+        let text = "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": 2}}\n</tool_call>";
+        for n in [1, 2, 5, 13, text.len()] {
+            let pieces = split(text, n);
+            let refs: Vec<&str> = pieces.iter().map(String::as_str).collect();
+            for invalid in [InvalidCalls::Pass, InvalidCalls::Drop] {
+                let (content, calls, made) = run("chat", &refs, invalid, "stop");
+                assert_eq!(content, "Let me check.\n", "split {n}");
+                assert_eq!(made, 1);
+                assert_eq!(calls[0]["function"]["name"], "get_weather");
+                let args: Value = serde_json::from_str(calls[0]["function"]["arguments"].as_str().unwrap_or(""))
+                    .unwrap_or(Value::Null);
+                assert_eq!(args, json!({"city": "Oslo", "days": 2}), "split {n} {invalid:?}");
+                assert!(calls[0]["id"].as_str().is_some_and(|i| i.starts_with("call_") && i.len() == 21));
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_tool_pass_or_drop() {
+        let text = "<tool_call>{\"name\": \"get_wether\", \"arguments\": {\"city\": \"Oslo\"}}</tool_call>";
+        let (content, calls, _) = run("chat", &[text], InvalidCalls::Pass, "stop");
+        assert_eq!((content.as_str(), calls[0]["function"]["name"].as_str()), ("", Some("get_wether")));
+        let (content, calls, made) = run("chat", &[text], InvalidCalls::Drop, "stop");
+        assert!(calls.is_empty() && made == 0);
+        assert_eq!(content, "Observation: Error - Unknown tool ID 'get_wether', did you mean 'get_weather'?\n");
+        let bad = "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"town\": \"Oslo\"}}</tool_call>";
+        let (content, calls, _) = run("chat", &[bad], InvalidCalls::Drop, "stop");
+        assert!(calls.is_empty());
+        assert!(content.starts_with("Observation: Error - Invalid parameters for get_weather"), "{content}");
+    }
+
+    #[test]
+    fn example_in_code_block_stays_text() {
+        let text = "Like this:\n```\n<tool_call>{\"name\": \"get_weather\", \"arguments\": {}}</tool_call>\n```\nOK.";
+        let (content, calls, made) = run("chat", &[text], InvalidCalls::Pass, "stop");
+        assert_eq!((content.as_str(), calls.len(), made), (text, 0, 0));
+    }
+
+    #[test]
+    fn cut_off_call() {
+        let text = "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Os";
+        let (_, calls, _) = run("chat", &[text], InvalidCalls::Pass, "length");
+        assert_eq!(calls.len(), 1, "pass: what was streamed stays");
+        let (content, calls, _) = run("chat", &[text], InvalidCalls::Drop, "length");
+        assert!(calls.is_empty());
+        assert!(content.contains("was not run: its block was cut off"), "{content}");
+        // A missing </tool_call> at a normal end is a whole call.
+        let text = "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}";
+        let (_, calls, _) = run("chat", &[text], InvalidCalls::Drop, "stop");
+        assert_eq!(calls.len(), 1);
+    }
+
+    #[test]
+    fn tam_steps_become_calls_with_schema_types() {
+        let text = "Checking.\n<|[REQUEST_TOOL]|>\ncommand_1:»»»get_weather«««\ncity_1:»»»Oslo«««\ndays_1:»»»3«««\ncommand_2:»»»get_weather«««\ncity_2:»»»Rome«««\n<|[END_TOOL]|>";
+        for n in [1, 7, text.len()] {
+            let pieces = split(text, n);
+            let refs: Vec<&str> = pieces.iter().map(String::as_str).collect();
+            let (content, calls, made) = run("tam", &refs, InvalidCalls::Pass, "stop");
+            assert_eq!(content.trim_end(), "Checking.", "split {n}");
+            assert_eq!(made, 2);
+            assert_eq!(calls[0]["function"]["arguments"], "{\"city\":\"Oslo\",\"days\":3}");
+            assert_eq!(calls[1]["function"]["arguments"], "{\"city\":\"Rome\"}");
+            assert_ne!(calls[0]["id"], calls[1]["id"]);
+        }
+    }
+
+    #[test]
+    fn fenced_action_block_leaves_no_fence() {
+        let text = "I will look.\n```xml\n<ACTION><get_weather><city>Oslo</city></get_weather></ACTION>\n```\n";
+        let (content, calls, _) = run("action", &[text], InvalidCalls::Pass, "stop");
+        assert_eq!(calls.len(), 1);
+        assert!(!content.contains("```"), "{content:?}");
+        assert!(content.starts_with("I will look."), "{content:?}");
+    }
+}

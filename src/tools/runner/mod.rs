@@ -1,0 +1,821 @@
+//! Running tool calls: dispatch by `implementation.type` (spec 002 §4,
+//! §6.3, §10.3), the step semantics of TAM (spec 000 §3.1, §4), async
+//! tools with task ids (spec 000 §3.2), limits, and the audit record of
+//! every run (spec 002 §13).
+//!
+//! This module owns processes and their lifetimes. It must not parse model
+//! output (calls arrive as [`ToolCall`]s) or word observations itself
+//! ([`crate::tools::observe`] does).
+//!
+//! # Implementations
+//!
+//! | `implementation.type` | how it runs |
+//! |---|---|
+//! | `script` | a program run in the plugin's folder without a shell: parameters as one JSON object on stdin, result from stdout (JSON when it parses), environment `PATH`, `LANG` and the tool's `configSchema` values only |
+//! | `mcp` | a tool of an MCP server started from a plugin's `mcp:` section ([`McpPool`]) |
+//! | `service` | a Rust async function registered with [`Runner::register_service`] |
+//!
+//! A tool whose definition says `"async": true` (in `implementation` or at
+//! the top level) answers at once with a task id ([`Outcome::Pending`]);
+//! its result arrives later as a [`ToolEvent::TaskDone`] and from
+//! [`Runner::wait_tasks`].
+//!
+//! # Steps
+//!
+//! Steps run one after another in the order of the call (ascending `N`
+//! for TAM; `common_*` values are already merged into each step by the
+//! TAM reader). A step that fails is retried `retry_N` times (at most
+//! [`RunnerOptions::max_retry`]); when it still fails and its `on_error`
+//! is `stop` (the default), the remaining steps are reported
+//! [`Outcome::NotRun`]. A call or step marked `not_runnable` (a block cut
+//! off by the end of the output, an ACTION block after the first) is
+//! never run. Every step gives exactly one [`ToolResult`].
+//!
+//! # Limits and faults
+//!
+//! Every limit is in [`RunnerOptions`]. A script that passes its timeout,
+//! or writes more than `max_output` bytes, is killed with its whole
+//! process group; a tool never outlives its call, also when the caller is
+//! cancelled (the token, or dropping the future) or the [`Runner`] is
+//! dropped.
+//!
+//! # Cancel safety
+//!
+//! [`Runner::run_call`] may be dropped at any await: the running tool's
+//! process group is killed and no result is produced. Cancelling its
+//! token instead gives [`Outcome::Cancelled`] results.
+
+mod group;
+pub mod mcp;
+mod script;
+
+pub use mcp::{McpError, McpPool};
+
+use super::observe::{self, Outcome, ToolAudit, ToolResult};
+use crate::calls::attp::PYTHON_TOOL;
+use crate::calls::{CallFormat, CallProblem, ToolCall, ToolCatalog, ToolDef};
+use futures::future::BoxFuture;
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio_util::sync::CancellationToken;
+
+/// Limits and settings of a [`Runner`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunnerOptions {
+    /// Time limit of a run when the tool sets none (`timeout` in ms).
+    pub default_timeout: Duration,
+    /// Most bytes of stdout (and of stderr) kept from a script; past it the
+    /// tool is stopped and the result cut ([`Outcome::OutputCapped`]).
+    pub max_output: usize,
+    /// Most bytes of a result shown in an observation.
+    pub max_observation: usize,
+    /// Most bytes of stderr quoted in a failure observation.
+    pub max_stderr_excerpt: usize,
+    /// Largest parameters object (as JSON) passed to a tool; a larger one
+    /// is refused as invalid parameters.
+    pub max_params_bytes: usize,
+    /// Most retries of one step, whatever `retry_N` asks.
+    pub max_retry: u32,
+    /// The `PATH` a script sees.
+    pub path: String,
+}
+
+impl Default for RunnerOptions {
+    fn default() -> Self {
+        RunnerOptions {
+            default_timeout: Duration::from_secs(30),
+            max_output: 1024 * 1024,
+            max_observation: 8 * 1024,
+            max_stderr_excerpt: 2 * 1024,
+            max_params_bytes: 1024 * 1024,
+            max_retry: 5,
+            path: "/usr/local/bin:/usr/bin:/bin".into(),
+        }
+    }
+}
+
+/// What one attempt of a step gave.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StepRun {
+    pub(crate) outcome: Outcome,
+    pub(crate) observation: String,
+    pub(crate) result: Value,
+    pub(crate) bytes: u64,
+    pub(crate) truncated: bool,
+}
+
+impl StepRun {
+    pub(crate) fn ok(observation: String, result: Value, bytes: u64) -> StepRun {
+        StepRun { outcome: Outcome::Success, observation, result, bytes, truncated: false }
+    }
+
+    pub(crate) fn fail(outcome: Outcome, observation: String, result: Value, bytes: u64) -> StepRun {
+        StepRun { outcome, observation, result, bytes, truncated: false }
+    }
+}
+
+/// The future a service tool returns: its result, or an error text for
+/// the failure observation.
+pub type ServiceFuture = BoxFuture<'static, Result<Value, String>>;
+
+/// A `service` tool: a Rust async function of the checked parameters.
+pub type ServiceFn = Arc<dyn Fn(Map<String, Value>) -> ServiceFuture + Send + Sync>;
+
+/// Something the runner reports besides the results it returns.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ToolEvent {
+    /// The audit record of one step (run or not).
+    Audit(ToolAudit),
+    /// An async tool's task finished.
+    TaskDone(ToolResult),
+}
+
+impl ToolEvent {
+    /// The JSONL form (`tool_audit`, `tool_task`).
+    pub fn to_event_json(&self) -> Value {
+        match self {
+            ToolEvent::Audit(a) => a.to_event_json(),
+            ToolEvent::TaskDone(r) => r.to_event_json("tool_task"),
+        }
+    }
+}
+
+/// Where a runner sends its [`ToolEvent`]s.
+pub type EventSink = Arc<dyn Fn(ToolEvent) + Send + Sync>;
+
+/// Values for tools' `configSchema` entries (spec 002 §6.3, §17), by tool
+/// id or plugin name: `{"bilibili-fetcher": {"bilibiliCookie": "..."}}`.
+/// A script gets each value its tool declares as an environment variable
+/// named after the key in upper snake case (`BILIBILI_COOKIE`); nothing
+/// else of the runner's environment.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ToolConfig(pub Map<String, Value>);
+
+impl ToolConfig {
+    /// Reads a TOML or JSON (by extension `.json`) config file.
+    ///
+    /// # Errors
+    ///
+    /// A text naming the file and the cause.
+    pub fn load(path: &Path) -> Result<ToolConfig, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let value: Value = if path.extension().is_some_and(|e| e == "json") {
+            serde_json::from_str(&text).map_err(|e| format!("{} is not valid JSON: {e}", path.display()))?
+        } else {
+            let t: toml::Value =
+                toml::from_str(&text).map_err(|e| format!("{} is not valid TOML: {e}", path.display()))?;
+            serde_json::to_value(t).map_err(|e| e.to_string())?
+        };
+        match value {
+            Value::Object(m) => Ok(ToolConfig(m)),
+            _ => Err(format!("{} is not a table of tools", path.display())),
+        }
+    }
+
+    /// The environment of `def`: its `configSchema` keys with values from
+    /// this config (by tool id, then plugin) or their `defaultValue`.
+    pub fn env_for(&self, def: &ToolDef) -> Vec<(String, String)> {
+        let Some(Value::Array(schema)) = def.extra.get("configSchema") else {
+            return Vec::new();
+        };
+        let sections: Vec<&Map<String, Value>> = [Some(def.id.as_str()), def.plugin.as_deref()]
+            .into_iter()
+            .flatten()
+            .filter_map(|k| self.0.get(k).and_then(Value::as_object))
+            .collect();
+        let mut out = Vec::new();
+        for entry in schema {
+            let Some(key) = entry.get("key").and_then(Value::as_str) else { continue };
+            let value = sections.iter().find_map(|s| s.get(key)).or_else(|| entry.get("defaultValue"));
+            if let Some(v) = value.filter(|v| !v.is_null()) {
+                out.push((env_name(key), observe::result_text(v)));
+            }
+        }
+        out
+    }
+}
+
+/// `bilibiliCookie` -> `BILIBILI_COOKIE`; `extensions.x.max-items` ->
+/// `EXTENSIONS_X_MAX_ITEMS`.
+pub fn env_name(key: &str) -> String {
+    let mut out = String::new();
+    let mut prev_lower = false;
+    for c in key.chars() {
+        if c.is_ascii_alphanumeric() {
+            if c.is_ascii_uppercase() && prev_lower {
+                out.push('_');
+            }
+            prev_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
+            out.push(c.to_ascii_uppercase());
+        } else {
+            if !out.ends_with('_') && !out.is_empty() {
+                out.push('_');
+            }
+            prev_lower = false;
+        }
+    }
+    out.trim_end_matches('_').to_string()
+}
+
+/// How a tool is run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Script,
+    Mcp,
+    Service,
+    Other,
+}
+
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::Script => "script",
+            Kind::Mcp => "mcp",
+            Kind::Service => "service",
+            Kind::Other => "none",
+        }
+    }
+}
+
+/// The implementation type a definition declares (`script`, `mcp`,
+/// `service`, ...), `None` when it declares none.
+pub fn implementation_type(def: &ToolDef) -> Option<&str> {
+    def.implementation.as_ref().and_then(|i| i.get("type")).and_then(Value::as_str)
+}
+
+/// Whether a tool is async (answers with a task id): `"async": true` or
+/// `"mode": "async"` in its `implementation` or at its top level.
+pub fn is_async(def: &ToolDef) -> bool {
+    let says = |m: Option<&Value>| {
+        m.is_some_and(|m| {
+            m.get("async").and_then(Value::as_bool) == Some(true)
+                || m.get("mode").and_then(Value::as_str) == Some("async")
+        })
+    };
+    says(def.implementation.as_ref())
+        || def.extra.get("async").and_then(Value::as_bool) == Some(true)
+        || def.extra.get("mode").and_then(Value::as_str) == Some("async")
+}
+
+struct Inner {
+    catalog: Arc<ToolCatalog>,
+    dirs: HashMap<String, PathBuf>,
+    services: HashMap<String, ServiceFn>,
+    mcp: Option<Arc<McpPool>>,
+    config: ToolConfig,
+    options: RunnerOptions,
+    sink: Option<EventSink>,
+    tasks: AtomicU64,
+}
+
+/// Runs checked tool calls against a catalog.
+///
+/// ```
+/// use spindle::calls::{CallFormat, Step, ToolCall, ToolCatalog, ToolDef};
+/// use spindle::tools::{Outcome, Runner};
+/// use serde_json::json;
+/// use tokio_util::sync::CancellationToken;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let mut catalog = ToolCatalog::new();
+/// catalog.add(ToolDef::new("Add", json!({"type": "object",
+///     "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}))).unwrap();
+/// let mut runner = Runner::new(catalog);
+/// runner.register_service("Add", |p| async move {
+///     Ok(json!(p["a"].as_i64().unwrap_or(0) + p["b"].as_i64().unwrap_or(0)))
+/// });
+/// let mut step = Step::new("Add");
+/// step.params.insert("a".into(), json!("2")); // text from a TAM block
+/// step.params.insert("b".into(), json!(3));
+/// let mut call = ToolCall::new(CallFormat::Tam);
+/// call.steps.push(step);
+/// let results = runner.run_call(&call, "call_1", &CancellationToken::new()).await;
+/// assert_eq!(results[0].outcome, Outcome::Success);
+/// assert_eq!(results[0].observation, "Observation: Tool Add executed successfully. Result: 5");
+/// # }
+/// ```
+pub struct Runner {
+    inner: Arc<Inner>,
+    pending: Mutex<Vec<tokio::task::JoinHandle<ToolResult>>>,
+}
+
+impl std::fmt::Debug for Runner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runner")
+            .field("tools", &self.inner.catalog.len())
+            .field("services", &self.inner.services.keys().collect::<Vec<_>>())
+            .field("options", &self.inner.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        // Aborting a task drops its future, which kills its process group.
+        if let Ok(list) = self.pending.lock() {
+            for h in list.iter() {
+                h.abort();
+            }
+        }
+    }
+}
+
+impl Runner {
+    /// A runner over `catalog` with default options.
+    pub fn new(catalog: ToolCatalog) -> Runner {
+        Runner::with_options(catalog, RunnerOptions::default())
+    }
+
+    /// A runner with explicit limits.
+    pub fn with_options(catalog: ToolCatalog, options: RunnerOptions) -> Runner {
+        let mut dirs = HashMap::new();
+        for p in catalog.plugins() {
+            for id in &p.tools {
+                dirs.insert(id.clone(), p.dir.clone());
+            }
+        }
+        Runner {
+            inner: Arc::new(Inner {
+                catalog: Arc::new(catalog),
+                dirs,
+                services: HashMap::new(),
+                mcp: None,
+                config: ToolConfig::default(),
+                options,
+                sink: None,
+                tasks: AtomicU64::new(0),
+            }),
+            pending: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn inner_mut(&mut self) -> &mut Inner {
+        // Only called while building, before any task shares `inner`.
+        if Arc::get_mut(&mut self.inner).is_none() {
+            let copy = Inner {
+                catalog: self.inner.catalog.clone(),
+                dirs: self.inner.dirs.clone(),
+                services: self.inner.services.clone(),
+                mcp: self.inner.mcp.clone(),
+                config: self.inner.config.clone(),
+                options: self.inner.options.clone(),
+                sink: self.inner.sink.clone(),
+                tasks: AtomicU64::new(self.inner.tasks.load(Ordering::Relaxed)),
+            };
+            self.inner = Arc::new(copy);
+        }
+        Arc::get_mut(&mut self.inner).unwrap_or_else(|| unreachable!("a fresh Arc has one owner"))
+    }
+
+    /// Registers a `service` tool's function under its tool id. The tool
+    /// must be in the catalog to be called (with `"type": "service"` or no
+    /// implementation); ATTP code is handed to a service registered as
+    /// `python` (its parameter is `code`), if there is one.
+    pub fn register_service<F, Fut>(&mut self, id: &str, f: F)
+    where
+        F: Fn(Map<String, Value>) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<Value, String>> + Send + 'static,
+    {
+        let f: ServiceFn = Arc::new(move |p| Box::pin(f(p)));
+        self.inner_mut().services.insert(id.to_string(), f);
+    }
+
+    /// Uses these `configSchema` values.
+    pub fn set_config(&mut self, config: ToolConfig) {
+        self.inner_mut().config = config;
+    }
+
+    /// Sends audit records and task completions to `sink`.
+    pub fn set_sink(&mut self, sink: EventSink) {
+        self.inner_mut().sink = Some(sink);
+    }
+
+    /// Uses the MCP servers of `pool` for `mcp` tools.
+    pub fn set_mcp(&mut self, pool: Arc<McpPool>) {
+        self.inner_mut().mcp = Some(pool);
+    }
+
+    /// The catalog.
+    pub fn catalog(&self) -> &ToolCatalog {
+        &self.inner.catalog
+    }
+
+    /// The options.
+    pub fn options(&self) -> &RunnerOptions {
+        &self.inner.options
+    }
+
+    /// Runs every step of `call` (see the module docs) and returns one
+    /// result per step. A call that could not be read (its `error` is set:
+    /// malformed XML, no command, an ATTP code policy breach) gives one
+    /// [`Outcome::Malformed`] result and runs nothing; an ATTP answer with
+    /// `status = "fail"` gives no result.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future kills the running tool's process group.
+    /// Cancelling `cancel` stops the running step and reports it and the
+    /// rest as [`Outcome::Cancelled`].
+    pub async fn run_call(&self, call: &ToolCall, call_id: &str, cancel: &CancellationToken) -> Vec<ToolResult> {
+        let inner = &self.inner;
+        let mut out = Vec::new();
+        let declined = call.attp.as_ref().and_then(|a| a.status.as_deref()) == Some("fail");
+        if call.error.is_none() && call.steps.is_empty() && declined {
+            // ATTP `status = "fail"`: the model declined; nothing to run or report.
+            return out;
+        }
+        if call.error.is_some() || call.steps.is_empty() {
+            // An unreadable call (malformed XML, no command, a code policy
+            // breach): nothing of it runs, even the steps that were read.
+            let obs = call
+                .observation
+                .clone()
+                .or_else(|| call.error.as_ref().map(|e| format!("Observation: Error - {e}")))
+                .unwrap_or_else(|| "Observation: Error - The tool call names no tool".into());
+            let tool = call.steps.first().map_or("", |s| s.tool_id.as_str());
+            out.push(ToolResult::not_run(call_id, tool, None, Outcome::Malformed, obs));
+            inner.audit_not_run(&out[0], &Value::Null);
+            return out;
+        }
+        // The first step that stopped the call, if any.
+        let mut stopped: Option<String> = None;
+        for (i, step) in call.steps.iter().enumerate() {
+            let not_run = |reason: &str, detail: &str| {
+                ToolResult::not_run(
+                    call_id,
+                    &step.tool_id,
+                    step.index,
+                    Outcome::NotRun,
+                    observe::not_run(&step.tool_id, reason, detail),
+                )
+            };
+            let result = if let Some(reason) = call.not_runnable.as_deref().or(step.not_runnable.as_deref()) {
+                not_run(reason, "")
+            } else if cancel.is_cancelled() {
+                ToolResult::not_run(
+                    call_id,
+                    &step.tool_id,
+                    step.index,
+                    Outcome::Cancelled,
+                    observe::cancelled(&step.tool_id),
+                )
+            } else if let Some(why) = &stopped {
+                not_run("previous_step_failed", why)
+            } else {
+                self.run_step(call, i, call_id, cancel).await
+            };
+            if !result.outcome.is_ok() && stopped.is_none() && step.on_error == crate::calls::OnError::Stop {
+                let n = step.index.map_or_else(|| format!("{}", i + 1), |n| n.to_string());
+                stopped = Some(format!("step {n} ({}) did not succeed", step.tool_id));
+            }
+            if result.attempts == 0 {
+                inner.audit_not_run(&result, &Value::Object(step.params.clone()));
+            }
+            out.push(result);
+        }
+        out
+    }
+
+    /// Checks and runs one step (with retries).
+    async fn run_step(&self, call: &ToolCall, i: usize, call_id: &str, cancel: &CancellationToken) -> ToolResult {
+        let inner = &self.inner;
+        let step = &call.steps[i];
+        let id = step.tool_id.as_str();
+        // ATTP code: handed to a `python` service when there is one.
+        if call.format == CallFormat::Attp && id == PYTHON_TOOL && inner.catalog.get(id).is_none() {
+            if let Some(f) = inner.services.get(PYTHON_TOOL).cloned() {
+                let params = step.params.clone();
+                return self
+                    .attempts(call_id, step.index, id, Kind::Service, params, step.retry, cancel, move |p| {
+                        let f = f.clone();
+                        Box::pin(async move { service_run(PYTHON_TOOL, f(p).await) })
+                    })
+                    .await;
+            }
+            return ToolResult::not_run(
+                call_id,
+                id,
+                step.index,
+                Outcome::NotRun,
+                observe::not_run(
+                    id,
+                    "attp_code",
+                    "ATTP code is run by the host's sandbox, not by spindle (register a `python` service to run it)",
+                ),
+            );
+        }
+        let params = match inner.catalog.check_step(call.format, i, step) {
+            Ok(p) => p,
+            Err(problem) => {
+                let outcome = match problem {
+                    CallProblem::UnknownTool { .. } => Outcome::UnknownTool,
+                    CallProblem::Unreadable { .. } => Outcome::Malformed,
+                    _ => Outcome::InvalidParams,
+                };
+                return ToolResult::not_run(call_id, id, step.index, outcome, problem.observation());
+            }
+        };
+        let size = serde_json::to_string(&params).map(|s| s.len()).unwrap_or(0);
+        if size > inner.options.max_params_bytes {
+            let obs = format!(
+                "Observation: Error - Invalid parameters for {id}: the parameters are {size} bytes, more than the {}-byte limit",
+                inner.options.max_params_bytes
+            );
+            return ToolResult::not_run(call_id, id, step.index, Outcome::InvalidParams, obs);
+        }
+        let Some(def) = inner.catalog.get(id).cloned() else {
+            return ToolResult::not_run(
+                call_id,
+                id,
+                step.index,
+                Outcome::UnknownTool,
+                observe::not_run(id, "unknown", ""),
+            );
+        };
+        let kind = match implementation_type(&def) {
+            Some("script") => Kind::Script,
+            Some("mcp") => Kind::Mcp,
+            Some("service") | None if inner.services.contains_key(id) => Kind::Service,
+            _ => Kind::Other,
+        };
+        if kind == Kind::Other {
+            let ty = implementation_type(&def).unwrap_or("none");
+            let detail =
+                format!("it has no implementation spindle can run (implementation type {ty:?}, no service registered)");
+            return ToolResult::not_run(
+                call_id,
+                id,
+                step.index,
+                Outcome::NotRun,
+                observe::not_run(id, "no_runner", &detail),
+            );
+        }
+        let run_inner = inner.clone();
+        let def2 = def.clone();
+        let exec = move |p: Map<String, Value>| -> BoxFuture<'static, StepRun> {
+            let inner = run_inner.clone();
+            let def = def2.clone();
+            Box::pin(async move { inner.execute(&def, kind, &p).await })
+        };
+        if is_async(&def) {
+            let n = inner.tasks.fetch_add(1, Ordering::Relaxed) + 1;
+            let task_id = format!("task_{n}");
+            let mut pending =
+                ToolResult::not_run(call_id, id, step.index, Outcome::Pending, observe::pending(id, &task_id));
+            pending.ok = true;
+            pending.task_id = Some(task_id.clone());
+            pending.result = serde_json::json!({"task_id": task_id});
+            let me = TaskCtx {
+                inner: inner.clone(),
+                call_id: call_id.to_string(),
+                step: step.index,
+                id: id.to_string(),
+                kind,
+                retry: step.retry,
+            };
+            let handle = tokio::spawn(async move {
+                let mut r = me.attempts(params, &CancellationToken::new(), exec).await;
+                r.task_id = Some(task_id);
+                if let Some(sink) = &me.inner.sink {
+                    sink(ToolEvent::TaskDone(r.clone()));
+                }
+                r
+            });
+            if let Ok(mut list) = self.pending.lock() {
+                list.push(handle);
+            }
+            return pending;
+        }
+        self.attempts(call_id, step.index, id, kind, params, step.retry, cancel, exec).await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn attempts(
+        &self,
+        call_id: &str,
+        step: Option<u64>,
+        id: &str,
+        kind: Kind,
+        params: Map<String, Value>,
+        retry: u32,
+        cancel: &CancellationToken,
+        exec: impl Fn(Map<String, Value>) -> BoxFuture<'static, StepRun>,
+    ) -> ToolResult {
+        let ctx = TaskCtx { inner: self.inner.clone(), call_id: call_id.into(), step, id: id.into(), kind, retry };
+        ctx.attempts(params, cancel, exec).await
+    }
+
+    /// Waits for every async task started so far and returns their results
+    /// in start order (each was also sent to the sink as it finished).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the tasks running (the runner still
+    /// owns them; dropping the runner kills them).
+    pub async fn wait_tasks(&self) -> Vec<ToolResult> {
+        let handles: Vec<_> = match self.pending.lock() {
+            Ok(mut list) => list.drain(..).collect(),
+            Err(_) => Vec::new(),
+        };
+        let mut out = Vec::new();
+        for h in handles {
+            if let Ok(r) = h.await {
+                out.push(r);
+            }
+        }
+        out
+    }
+
+    /// The results of the async tasks that have finished since the last
+    /// call (or [`Runner::wait_tasks`]), in start order; running tasks stay.
+    pub fn take_finished_tasks(&self) -> Vec<ToolResult> {
+        use futures::FutureExt;
+        let done: Vec<_> = match self.pending.lock() {
+            Ok(mut list) => {
+                let (done, running): (Vec<_>, Vec<_>) = list.drain(..).partition(|h| h.is_finished());
+                *list = running;
+                done
+            }
+            Err(_) => Vec::new(),
+        };
+        done.into_iter().filter_map(|h| h.now_or_never().and_then(Result::ok)).collect()
+    }
+
+    /// How many async tasks have not been waited for.
+    pub fn pending_tasks(&self) -> usize {
+        self.pending.lock().map(|l| l.iter().filter(|h| !h.is_finished()).count()).unwrap_or(0)
+    }
+}
+
+/// What a retrying run needs, owned (async tasks outlive the call).
+struct TaskCtx {
+    inner: Arc<Inner>,
+    call_id: String,
+    step: Option<u64>,
+    id: String,
+    kind: Kind,
+    retry: u32,
+}
+
+impl TaskCtx {
+    async fn attempts(
+        &self,
+        params: Map<String, Value>,
+        cancel: &CancellationToken,
+        exec: impl Fn(Map<String, Value>) -> BoxFuture<'static, StepRun>,
+    ) -> ToolResult {
+        let started = Instant::now();
+        let started_at_ms =
+            SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or_default();
+        let max = 1 + self.retry.min(self.inner.options.max_retry);
+        let mut attempts = 0;
+        let mut bytes = 0;
+        let run = loop {
+            attempts += 1;
+            let r = tokio::select! {
+                r = exec(params.clone()) => r,
+                () = cancel.cancelled() => StepRun::fail(Outcome::Cancelled, observe::cancelled(&self.id), Value::Null, 0),
+            };
+            bytes += r.bytes;
+            if r.outcome.is_ok() || !r.outcome.retryable() || attempts >= max {
+                break r;
+            }
+        };
+        let mut observation = run.observation;
+        if attempts > 1 && !run.outcome.is_ok() {
+            observation.push_str(&format!(" (after {attempts} attempts)"));
+        }
+        let result = ToolResult {
+            call_id: self.call_id.clone(),
+            tool_id: self.id.clone(),
+            step: self.step,
+            ok: run.outcome.is_ok(),
+            outcome: run.outcome,
+            observation,
+            result: run.result,
+            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            bytes,
+            attempts,
+            task_id: None,
+            truncated: run.truncated,
+        };
+        if let Some(sink) = &self.inner.sink {
+            sink(ToolEvent::Audit(ToolAudit {
+                call_id: result.call_id.clone(),
+                tool_id: result.tool_id.clone(),
+                step: result.step,
+                implementation: self.kind.as_str().into(),
+                params: Value::Object(params),
+                outcome: result.outcome,
+                duration_ms: result.duration_ms,
+                bytes: result.bytes,
+                attempts,
+                started_at_ms,
+            }));
+        }
+        result
+    }
+}
+
+impl Inner {
+    fn audit_not_run(&self, r: &ToolResult, params: &Value) {
+        if let Some(sink) = &self.sink {
+            sink(ToolEvent::Audit(ToolAudit {
+                call_id: r.call_id.clone(),
+                tool_id: r.tool_id.clone(),
+                step: r.step,
+                implementation: Kind::Other.as_str().into(),
+                params: params.clone(),
+                outcome: r.outcome,
+                duration_ms: 0,
+                bytes: 0,
+                attempts: 0,
+                started_at_ms: SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map(|d| d.as_millis() as u64)
+                    .unwrap_or_default(),
+            }));
+        }
+    }
+
+    /// One attempt of a checked step.
+    async fn execute(&self, def: &ToolDef, kind: Kind, params: &Map<String, Value>) -> StepRun {
+        let id = def.id.as_str();
+        match kind {
+            Kind::Script => {
+                let spec = match script::ScriptSpec::from_def(def) {
+                    Ok(s) => s,
+                    Err(why) => {
+                        return StepRun::fail(
+                            Outcome::Failed,
+                            observe::failure(id, "misconfigured", &why),
+                            Value::Null,
+                            0,
+                        );
+                    }
+                };
+                let dir = self
+                    .dirs
+                    .get(id)
+                    .cloned()
+                    .or_else(|| def.source.as_ref().and_then(|s| s.parent()).map(Path::to_path_buf));
+                let dir = dir.unwrap_or_else(|| PathBuf::from("."));
+                let env = self.config.env_for(def);
+                script::run(def, &spec, &dir, params, &env, &self.options).await
+            }
+            Kind::Mcp => match &self.mcp {
+                Some(pool) => pool.call(def, params, &self.options).await,
+                None => StepRun::fail(
+                    Outcome::Failed,
+                    observe::failure(id, "no MCP server", "the runner was started without its MCP servers"),
+                    Value::Null,
+                    0,
+                ),
+            },
+            Kind::Service => match self.services.get(id).cloned() {
+                Some(f) => {
+                    let timeout = def
+                        .implementation
+                        .as_ref()
+                        .and_then(|i| i.get("timeout"))
+                        .and_then(Value::as_u64)
+                        .map_or(self.options.default_timeout, Duration::from_millis);
+                    match tokio::time::timeout(timeout, f(params.clone())).await {
+                        Ok(r) => {
+                            let mut run = service_run(id, r);
+                            if run.outcome == Outcome::Success {
+                                run.observation = observe::success(id, &run.result, self.options.max_observation);
+                            }
+                            run
+                        }
+                        Err(_) => StepRun::fail(
+                            Outcome::Timeout,
+                            observe::timeout(id, u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
+                            Value::Null,
+                            0,
+                        ),
+                    }
+                }
+                None => StepRun::fail(Outcome::Failed, observe::failure(id, "no service", ""), Value::Null, 0),
+            },
+            Kind::Other => StepRun::fail(Outcome::NotRun, observe::not_run(id, "no_runner", ""), Value::Null, 0),
+        }
+    }
+}
+
+/// A service's answer as a step run.
+fn service_run(id: &str, r: Result<Value, String>) -> StepRun {
+    match r {
+        Ok(v) => {
+            let bytes = observe::result_text(&v).len() as u64;
+            StepRun::ok(observe::success(id, &v, usize::MAX), v, bytes)
+        }
+        Err(e) => StepRun::fail(Outcome::Failed, observe::failure(id, "service error", &e), Value::Null, 0),
+    }
+}

@@ -1,0 +1,426 @@
+//! The agent loop against a scripted upstream (a real axum server on
+//! 127.0.0.1:0 that answers turn N with the N-th transcript, paced, and
+//! records every request), with the real script tools of
+//! `examples/plugins/basic`.
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::response::Response;
+use axum::routing::post;
+use bytes::Bytes;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use spindle::calls::ToolCatalog;
+use spindle::tools::agent::{Agent, AgentEvent, AgentLimits, StopReason};
+use spindle::tools::{Outcome, Protocol, Runner};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Clone)]
+struct Upstream {
+    turns: Arc<Vec<String>>,
+    requests: Arc<Mutex<Vec<Value>>>,
+    pace: Duration,
+    chunk: usize,
+    /// Set when a response body was dropped before its end (the client went away).
+    dropped: Arc<AtomicBool>,
+}
+
+struct DropFlag(Arc<AtomicBool>, bool);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        if !self.1 {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+async fn chat(State(up): State<Upstream>, body: String) -> Response {
+    let req: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let turn = req["messages"].as_array().map_or(0, |m| m.iter().filter(|m| m["role"] == "assistant").count());
+    up.requests.lock().map(|mut r| r.push(req)).unwrap_or(());
+    let text = up.turns.get(turn).or(up.turns.last()).cloned().unwrap_or_default();
+    let chars: Vec<char> = text.chars().collect();
+    let pieces: Vec<String> = chars.chunks(up.chunk.max(1)).map(|c| c.iter().collect()).collect();
+    let pace = up.pace;
+    let flag = DropFlag(up.dropped.clone(), false);
+    let stream = async_stream(pieces, pace, flag);
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(Body::from_stream(stream))
+        .unwrap_or_else(|_| Response::new(Body::empty()))
+}
+
+fn async_stream(
+    pieces: Vec<String>,
+    pace: Duration,
+    flag: DropFlag,
+) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send {
+    let n = pieces.len();
+    futures::stream::unfold((0usize, pieces, flag), move |(i, pieces, mut flag)| async move {
+        if i > n + 1 {
+            return None;
+        }
+        if i > 0 && pace > Duration::ZERO {
+            tokio::time::sleep(pace).await;
+        }
+        let data = if i < n {
+            let chunk = json!({"id": "c", "object": "chat.completion.chunk", "model": "m",
+                "choices": [{"index": 0, "delta": {"content": pieces[i]}, "finish_reason": null}]});
+            format!("data: {chunk}\n\n")
+        } else if i == n {
+            let chunk = json!({"id": "c", "object": "chat.completion.chunk", "model": "m",
+                "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]});
+            format!("data: {chunk}\n\n")
+        } else {
+            flag.1 = true;
+            "data: [DONE]\n\n".to_string()
+        };
+        Some((Ok(Bytes::from(data)), (i + 1, pieces, flag)))
+    })
+}
+
+async fn upstream(turns: &[&str], pace_ms: u64, chunk: usize) -> (String, Upstream) {
+    let up = Upstream {
+        turns: Arc::new(turns.iter().map(|s| s.to_string()).collect()),
+        requests: Arc::default(),
+        pace: Duration::from_millis(pace_ms),
+        chunk,
+        dropped: Arc::default(),
+    };
+    let app = Router::new().route("/v1/chat/completions", post(chat)).with_state(up.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("{e}"));
+    let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}/v1"), up)
+}
+
+fn runner() -> Arc<Runner> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/plugins");
+    Arc::new(Runner::new(ToolCatalog::load_plugins(&dir).unwrap_or_else(|e| panic!("{e}"))))
+}
+
+fn request(prompt: &str) -> Value {
+    json!({"model": "scripted", "messages": [{"role": "user", "content": prompt}]})
+}
+
+async fn collect(agent: &Agent, prompt: &str, cancel: CancellationToken) -> Vec<(Instant, AgentEvent)> {
+    let mut s = std::pin::pin!(agent.run(request(prompt), cancel));
+    let mut out = Vec::new();
+    while let Some(e) = s.next().await {
+        out.push((Instant::now(), e));
+    }
+    out
+}
+
+fn end(events: &[(Instant, AgentEvent)]) -> (StopReason, String, usize, Vec<Value>) {
+    match events.last().map(|(_, e)| e) {
+        Some(AgentEvent::End { reason, text, turns, messages, .. }) => {
+            (reason.clone(), text.clone(), *turns, messages.clone())
+        }
+        other => panic!("no end: {other:?}"),
+    }
+}
+
+const TAM_TURN_1: &str =
+    "I will add the numbers.\n<|[REQUEST_TOOL]|>\ncommand:»»»Math.Add«««\na:»»»2«««\nb:»»»40«««\n<|[END_TOOL]|>";
+const TAM_TURN_2: &str = "Now echo it.\n<|[REQUEST_TOOL]|>\ncommand:»»»Echo«««\ntext:»»»42«««\n<|[END_TOOL]|>";
+const FINAL: &str = "The answer is 42.";
+
+#[tokio::test]
+async fn tam_conversation_runs_three_turns_and_sends_observations_back() {
+    let (url, up) = upstream(&[TAM_TURN_1, TAM_TURN_2, FINAL], 0, 7).await;
+    let agent = Agent::new(&url, runner(), Protocol::Tam).unwrap_or_else(|e| panic!("{e}"));
+    let events = collect(&agent, "What is 2 + 40?", CancellationToken::new()).await;
+    let (reason, text, turns, messages) = end(&events);
+    assert_eq!((reason, text.as_str(), turns), (StopReason::Answer, FINAL, 3));
+    let requests = up.requests.lock().map(|r| r.clone()).unwrap_or_default();
+    assert_eq!(requests.len(), 3);
+    // The manual is in the system message of every request.
+    for r in &requests {
+        assert_eq!(r["messages"][0]["role"], "system");
+        assert!(r["messages"][0]["content"].as_str().unwrap_or_default().contains("- Tool ID: Math.Add"));
+        assert_eq!(r["stream"], true);
+        assert_eq!(r["model"], "scripted");
+    }
+    let second = requests[1]["messages"].as_array().cloned().unwrap_or_default();
+    assert_eq!(second[2], json!({"role": "assistant", "content": TAM_TURN_1}));
+    assert_eq!(
+        second[3],
+        json!({"role": "user", "content": "Observation: Tool Math.Add executed successfully. Result: 42"})
+    );
+    let third = requests[2]["messages"].as_array().cloned().unwrap_or_default();
+    assert_eq!(
+        third[5],
+        json!({"role": "user", "content": "Observation: Tool Echo executed successfully. Result: {\"echo\":{\"text\":\"42\"}}"})
+    );
+    assert_eq!(messages.len(), 7, "system, user, 2 × (assistant, observation), final assistant");
+    let results: Vec<&AgentEvent> =
+        events.iter().map(|(_, e)| e).filter(|e| matches!(e, AgentEvent::ToolResult { .. })).collect();
+    assert_eq!(results.len(), 2);
+}
+
+#[tokio::test]
+async fn action_and_filament_observations_take_their_protocol_form() {
+    let action = "Sum first.\n<ACTION><Math.Add><a>1</a><b>2</b></Math.Add></ACTION>";
+    let (url, up) = upstream(&[action, "It is 3."], 0, 5).await;
+    let agent = Agent::new(&url, runner(), Protocol::Action).unwrap_or_else(|e| panic!("{e}"));
+    let (reason, text, _, _) = end(&collect(&agent, "1+2?", CancellationToken::new()).await);
+    assert_eq!((reason, text.as_str()), (StopReason::Answer, "It is 3."));
+    let requests = up.requests.lock().map(|r| r.clone()).unwrap_or_default();
+    assert!(requests[0]["messages"][0]["content"].as_str().unwrap_or_default().contains("`<Math.Add>`"));
+    assert_eq!(requests[1]["messages"][3]["content"], "Observation: Tool Math.Add executed successfully. Result: 3");
+
+    let filament = "<content>Greeting.</content>\n<tool_call name=\"Greet\">{\"name\": \"Bo\"}</tool_call>";
+    let (url, up) = upstream(&[filament, "<content>Done.</content>"], 0, 5).await;
+    let agent = Agent::new(&url, runner(), Protocol::Filament).unwrap_or_else(|e| panic!("{e}"));
+    let (reason, _, turns, _) = end(&collect(&agent, "greet Bo", CancellationToken::new()).await);
+    assert_eq!((reason, turns), (StopReason::Answer, 2));
+    let requests = up.requests.lock().map(|r| r.clone()).unwrap_or_default();
+    assert_eq!(
+        requests[1]["messages"][3]["content"],
+        "<tool_result name=\"Greet\" call_id=\"t1_call_1\" ok=\"true\">Observation: Tool Greet executed successfully. Result: hello from sh, got: {\"name\":\"Bo\"}</tool_result>"
+    );
+}
+
+#[tokio::test]
+async fn a_call_starts_while_the_answer_still_streams() {
+    // The block comes first, then ~1.2 s of paced text; the tool takes 0.4 s.
+    let tail = " and some more words while the tool runs".repeat(3);
+    let turn1 = format!(
+        "<|[REQUEST_TOOL]|>\ncommand:»»»Sleepy«««\nseconds:»»»0.4«««\nlabel:»»»early«««\n<|[END_TOOL]|>\nWhile it runs:{tail}"
+    );
+    let (url, _up) = upstream(&[&turn1, FINAL], 10, 1).await;
+    let agent = Agent::new(&url, runner(), Protocol::Tam).unwrap_or_else(|e| panic!("{e}"));
+    let events = collect(&agent, "go", CancellationToken::new()).await;
+    let at = |pred: &dyn Fn(&AgentEvent) -> bool| events.iter().find(|(_, e)| pred(e)).map(|(t, _)| *t);
+    let result_at = at(&|e| matches!(e, AgentEvent::ToolResult { .. })).unwrap_or_else(|| panic!("no result"));
+    let finish_at =
+        at(&|e| matches!(e, AgentEvent::Source { event: spindle::sources::SourceEvent::Finish { .. }, .. }))
+            .unwrap_or_else(|| panic!("no finish"));
+    assert!(result_at < finish_at, "the result was ready before the stream ended");
+    let Some(AgentEvent::TurnEnd { tool_wait_ms, overlap_ms, stream_ms, .. }) =
+        events.iter().map(|(_, e)| e).find(|e| matches!(e, AgentEvent::TurnEnd { turn: 1, .. }))
+    else {
+        panic!("no turn end")
+    };
+    assert!(*tool_wait_ms < 100, "waited {tool_wait_ms} ms after the stream");
+    assert!(*overlap_ms >= 350, "only {overlap_ms} ms under the stream of {stream_ms} ms");
+    let Some(AgentEvent::ToolResult { start_latency_us, result, .. }) =
+        events.iter().map(|(_, e)| e).find(|e| matches!(e, AgentEvent::ToolResult { .. }))
+    else {
+        panic!()
+    };
+    assert_eq!(result.outcome, Outcome::Success);
+    let overhead: Vec<u64> = events
+        .iter()
+        .filter_map(|(_, e)| match e {
+            AgentEvent::TurnEnd { overhead_us, .. } => Some(*overhead_us),
+            _ => None,
+        })
+        .collect();
+    eprintln!(
+        "figures: start latency {start_latency_us} µs after the block closed; stream {stream_ms} ms, \
+         tool time under the stream {overlap_ms} ms, waited {tool_wait_ms} ms after it; loop work per turn {overhead:?} µs"
+    );
+    assert!(*start_latency_us < 50_000, "started {start_latency_us} µs after the block closed");
+}
+
+#[tokio::test]
+async fn limits_stop_the_loop_and_say_why() {
+    // A model that calls forever.
+    let (url, up) = upstream(&[TAM_TURN_1], 0, 50).await;
+    let agent = Agent::new(&url, runner(), Protocol::Tam)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .with_limits(AgentLimits { max_steps: 3, ..AgentLimits::default() });
+    let (reason, _, turns, _) = end(&collect(&agent, "loop", CancellationToken::new()).await);
+    assert_eq!((reason, turns), (StopReason::MaxSteps, 3));
+    assert_eq!(up.requests.lock().map(|r| r.len()).unwrap_or(0), 3);
+    // The same failing call again and again.
+    let failing = "Try.\n<|[REQUEST_TOOL]|>\ncommand:»»»Fail«««\n<|[END_TOOL]|>";
+    let (url, _) = upstream(&[failing], 0, 50).await;
+    let agent = Agent::new(&url, runner(), Protocol::Tam).unwrap_or_else(|e| panic!("{e}"));
+    let events = collect(&agent, "fail", CancellationToken::new()).await;
+    let (reason, _, turns, _) = end(&events);
+    assert_eq!((reason, turns), (StopReason::RepeatedFailure, 3));
+    // A tool-call budget.
+    let (url, _) = upstream(&[TAM_TURN_1], 0, 50).await;
+    let agent = Agent::new(&url, runner(), Protocol::Tam)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .with_limits(AgentLimits { max_tool_calls: 2, ..AgentLimits::default() });
+    let events = collect(&agent, "budget", CancellationToken::new()).await;
+    let (reason, _, turns, _) = end(&events);
+    assert_eq!((reason, turns), (StopReason::ToolBudget, 3));
+    let run = events
+        .iter()
+        .filter(|(_, e)| matches!(e, AgentEvent::ToolResult { result, .. } if result.attempts > 0))
+        .count();
+    assert_eq!(run, 2);
+    // A time budget.
+    let (url, _) = upstream(&[TAM_TURN_1], 30, 1).await;
+    let agent = Agent::new(&url, runner(), Protocol::Tam)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .with_limits(AgentLimits { max_time: Some(Duration::from_millis(300)), ..AgentLimits::default() });
+    let started = Instant::now();
+    let (reason, _, _, _) = end(&collect(&agent, "slow", CancellationToken::new()).await);
+    assert_eq!(reason, StopReason::TimeBudget);
+    assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+#[tokio::test]
+async fn upstream_errors_end_the_run() {
+    let agent = Agent::new("http://127.0.0.1:9/v1", runner(), Protocol::Tam).unwrap_or_else(|e| panic!("{e}"));
+    let events = collect(&agent, "x", CancellationToken::new()).await;
+    let Some((_, AgentEvent::End { reason, detail, .. })) = events.last() else { panic!() };
+    assert_eq!(*reason, StopReason::Upstream);
+    assert!(detail.as_deref().unwrap_or_default().contains("cannot reach"), "{detail:?}");
+}
+
+#[tokio::test]
+async fn cancelling_stops_the_upstream_and_the_tools() {
+    let marker = format!("spindle-agent-cancel-{}", std::process::id());
+    let turn1 = format!(
+        "<|[REQUEST_TOOL]|>\ncommand:»»»Forker«««\nmarker:»»»{marker}«««\n<|[END_TOOL]|>\n<|[REQUEST_TOOL]|>\ncommand:»»»Hang«««\nmarker:»»»{marker}«««\n<|[END_TOOL]|>{}",
+        " slow tail".repeat(100)
+    );
+    // 40 characters every 20 ms: both blocks complete within ~150 ms, the
+    // tail streams on for ~0.5 s; Hang (400 ms limit) is running at 250 ms.
+    let (url, up) = upstream(&[&turn1, FINAL], 20, 40).await;
+    let agent = Agent::new(&url, runner(), Protocol::Tam).unwrap_or_else(|e| panic!("{e}"));
+    let cancel = CancellationToken::new();
+    let c2 = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        c2.cancel();
+    });
+    let started = Instant::now();
+    let events = collect(&agent, "x", cancel).await;
+    assert!(started.elapsed() < Duration::from_secs(3));
+    let (reason, _, _, _) = end(&events);
+    assert_eq!(reason, StopReason::Cancelled);
+    let outcomes: Vec<(String, Outcome)> = events
+        .iter()
+        .filter_map(|(_, e)| match e {
+            AgentEvent::ToolResult { result, .. } => Some((result.tool_id.clone(), result.outcome)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        [("Forker".to_string(), Outcome::Success), ("Hang".to_string(), Outcome::Cancelled)],
+        "Hang was running when the run was cancelled"
+    );
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !up.dropped.load(Ordering::SeqCst) {
+        assert!(Instant::now() < deadline, "the upstream response was not dropped");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let left: Vec<String> = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+            .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+            .filter(|c| c.contains(&marker))
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "leaked: {left:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn spindle_agent_against_the_built_in_mock() {
+    // The mock picks each turn's transcript by what the last message holds:
+    // the prompt names `sum-question`, the observations name the tools.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mock = spindle::mock::MockUpstream::from_dir(&root.join("examples/agent-demo"))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .with_pace(Duration::from_millis(2));
+    let server = mock.spawn("127.0.0.1:0").await.unwrap_or_else(|e| panic!("{e}"));
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_spindle"))
+        .args(["agent", "--upstream", &format!("{}/v1", server.url().trim_end_matches('/'))])
+        .args(["--model", "demo", "--protocol", "tam", "--format", "jsonl"])
+        .arg("--tools")
+        .arg(root.join("examples/plugins"))
+        .arg("sum-question: what is 2 + 40?")
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<Value> = stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let kinds = |t: &str| lines.iter().filter(|l| l["type"] == t).count();
+    assert_eq!((kinds("turn_start"), kinds("turn_end"), kinds("tool_result")), (3, 3, 2));
+    let end = lines.last().cloned().unwrap_or_default();
+    assert_eq!(end["type"], "agent_end");
+    assert_eq!(end["reason"], "answer");
+    assert!(end["text"].as_str().unwrap_or_default().starts_with("Both tools answered: 2 + 40 is 42"));
+    let messages = end["messages"].as_array().cloned().unwrap_or_default();
+    let roles: Vec<&str> = messages.iter().filter_map(|m| m["role"].as_str()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "user", "assistant", "user", "assistant"]);
+    assert_eq!(messages[3]["content"], "Observation: Tool Math.Add executed successfully. Result: 42");
+    assert!(
+        messages[5]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("Observation: Tool Sleepy executed successfully.")
+    );
+    let _ = server.shutdown().await;
+}
+
+#[tokio::test]
+async fn async_tool_results_come_back_in_a_later_turn_or_at_once() {
+    let call = "Render it.\n<|[REQUEST_TOOL]|>\ncommand:»»»Image.Render«««\nprompt:»»»owl«««\nseconds:»»»0.2«««\n<|[END_TOOL]|>";
+    // Wait: the result is in the first turn's observations.
+    let (url, up) = upstream(&[call, FINAL], 0, 20).await;
+    let agent = Agent::new(&url, runner(), Protocol::Tam)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .with_async_tasks(spindle::tools::agent::AsyncTasks::Wait);
+    let (reason, _, turns, _) = end(&collect(&agent, "draw", CancellationToken::new()).await);
+    assert_eq!((reason, turns), (StopReason::Answer, 2));
+    let requests = up.requests.lock().map(|r| r.clone()).unwrap_or_default();
+    assert_eq!(
+        requests[1]["messages"][3]["content"],
+        "Observation: Tool Image.Render started asynchronously. Task id: task_1. Its result will be reported when it completes.\nTask task_1 finished. Observation: Tool Image.Render executed successfully. Result: {\"rendered\":\"owl\"}"
+    );
+    // Continue: the model goes on; the result comes with a later turn.
+    let wait = "Meanwhile.\n<|[REQUEST_TOOL]|>\ncommand:»»»Sleepy«««\nseconds:»»»1.0«««\n<|[END_TOOL]|>";
+    let (url, up) = upstream(&[call, wait, FINAL], 0, 20).await;
+    let agent = Agent::new(&url, runner(), Protocol::Tam).unwrap_or_else(|e| panic!("{e}"));
+    let (reason, _, turns, _) = end(&collect(&agent, "draw", CancellationToken::new()).await);
+    assert_eq!((reason, turns), (StopReason::Answer, 3));
+    let requests = up.requests.lock().map(|r| r.clone()).unwrap_or_default();
+    let second = requests[1]["messages"][3]["content"].as_str().unwrap_or_default().to_string();
+    assert!(second.starts_with("Observation: Tool Image.Render started asynchronously."), "{second}");
+    assert!(!second.contains("finished"), "{second}");
+    let third = requests[2]["messages"][5]["content"].as_str().unwrap_or_default().to_string();
+    assert!(third.contains("Task task_1 finished. Observation: Tool Image.Render executed successfully."), "{third}");
+}
+
+#[tokio::test]
+async fn the_system_prompt_placeholder_becomes_the_manual() {
+    let (url, up) = upstream(&[FINAL], 0, 50).await;
+    let agent = Agent::new(&url, runner(), Protocol::TamCjk).unwrap_or_else(|e| panic!("{e}"));
+    let req = json!({"model": "m", "messages": [
+        {"role": "system", "content": "You are a helper.\n## Tools\n{{{system:available_tools}}}\n## End"},
+        {"role": "user", "content": "hi"}
+    ]});
+    let mut s = std::pin::pin!(agent.run(req, CancellationToken::new()));
+    while s.next().await.is_some() {}
+    let requests = up.requests.lock().map(|r| r.clone()).unwrap_or_default();
+    let system = requests[0]["messages"][0]["content"].as_str().unwrap_or_default().to_string();
+    assert!(system.starts_with("You are a helper.\n## Tools\nTo call a tool, write a TAM block."), "{system}");
+    assert!(system.contains("command:「始」Math.Add「末」"), "{system}");
+    assert!(system.ends_with("## End"), "{system}");
+    assert_eq!(requests[0]["messages"].as_array().map(Vec::len), Some(2));
+}

@@ -1,0 +1,240 @@
+//! `spindle tools manual|list` and `spindle parse --tools DIR --execute`
+//! through the real binary, with the sample plugins of
+//! `examples/plugins` and the transcripts of `tests/data/tool_transcripts`.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn plugins() -> PathBuf {
+    root().join("examples/plugins")
+}
+
+fn spindle(args: &[&str]) -> (String, String, bool) {
+    let out = Command::new(env!("CARGO_BIN_EXE_spindle"))
+        .args(args)
+        .current_dir(root())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run spindle: {e}"));
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        out.status.success(),
+    )
+}
+
+#[test]
+fn manual_shows_every_tool_and_parameter_in_every_protocol() {
+    let dir = plugins();
+    let dir = dir.to_str().unwrap_or_default();
+    let catalog = spindle::calls::ToolCatalog::load_plugins(Path::new(dir)).unwrap_or_else(|e| panic!("{e}"));
+    for protocol in ["tam", "tam-cjk", "action", "attp", "filament", "openai"] {
+        let (out, err, ok) = spindle(&["tools", "manual", "--tools", dir, "--protocol", protocol]);
+        assert!(ok, "{protocol}: {err}");
+        for tool in catalog.tools() {
+            let name = if protocol == "attp" {
+                spindle::tools::manual::python_name(&tool.id).to_string()
+            } else {
+                tool.id.clone()
+            };
+            assert!(out.contains(&name), "{protocol}: no {name}");
+            for p in spindle::tools::manual::params_of(tool) {
+                assert!(out.contains(&p.name), "{protocol}: {} lacks {}", tool.id, p.name);
+            }
+        }
+    }
+    let (out, _, ok) = spindle(&["tools", "manual", "--tools", dir, "--protocol", "openai", "--only", "Echo,Math.Add"]);
+    assert!(ok);
+    let tools: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let names: Vec<&str> =
+        tools.as_array().into_iter().flatten().filter_map(|t| t["function"]["name"].as_str()).collect();
+    assert_eq!(names, ["Math.Add", "Echo"], "catalog order");
+    let (_, err, ok) = spindle(&["tools", "manual", "--tools", dir, "--only", "Ecko"]);
+    assert!(!ok);
+    assert!(err.contains("did you mean \"Echo\""), "{err}");
+}
+
+#[test]
+fn manual_fills_prompt_placeholders() {
+    let prompt = std::env::temp_dir().join(format!("spindle-prompt-{}.md", std::process::id()));
+    std::fs::write(&prompt, "# Tools\n{{AVAILABLE_TOOLS}}\n# End\n").unwrap_or_else(|e| panic!("{e}"));
+    let dir = plugins();
+    let (out, err, ok) = spindle(&[
+        "tools",
+        "manual",
+        "--tools",
+        dir.to_str().unwrap_or_default(),
+        "--protocol",
+        "attp",
+        "--only",
+        "Math.Add",
+        "--prompt",
+        prompt.to_str().unwrap_or_default(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.starts_with("# Tools\n```python\n# ===== Available tools ====="), "{out}");
+    assert!(out.contains("def Add(a: int, b: int) -> Any:"), "{out}");
+    assert!(out.ends_with("# End\n"));
+    let _ = std::fs::remove_file(prompt);
+}
+
+#[test]
+fn list_as_json() {
+    let dir = plugins();
+    let (out, err, ok) = spindle(&["tools", "list", "--tools", dir.to_str().unwrap_or_default(), "--format", "json"]);
+    assert!(ok, "{err}");
+    let rows: Vec<Value> = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}"));
+    let render = rows.iter().find(|r| r["id"] == "Image.Render").unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(render["implementation"], "script");
+    assert_eq!(render["async"], true);
+    assert_eq!(render["plugin"], "basic");
+}
+
+/// The `tool_result` events of one parse, without the timing field.
+fn results(file: &str, profile: &str, chunk: Option<usize>) -> Vec<Value> {
+    let dir = plugins();
+    let path = root().join("tests/data/tool_transcripts").join(file);
+    let mut args = vec![
+        "parse".to_string(),
+        path.display().to_string(),
+        "--profile".into(),
+        profile.into(),
+        "--tools".into(),
+        dir.display().to_string(),
+        "--execute".into(),
+    ];
+    if let Some(n) = chunk {
+        args.extend(["--chunk-size".into(), n.to_string()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (out, err, ok) = spindle(&args);
+    assert!(ok, "{err}");
+    out.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["type"] == "tool_result")
+        .map(|mut v| {
+            if let Some(m) = v.as_object_mut() {
+                m.remove("duration_ms");
+            }
+            v
+        })
+        .collect()
+}
+
+fn summary(results: &[Value]) -> Vec<String> {
+    results
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {} {} {}",
+                r["call_id"].as_str().unwrap_or_default(),
+                r["tool_id"].as_str().unwrap_or_default(),
+                r["step"],
+                r["outcome"].as_str().unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+fn check(file: &str, profile: &str, expected: &[&str]) -> Vec<Value> {
+    let whole = results(file, profile, None);
+    assert_eq!(summary(&whole), expected, "{file}");
+    for n in [1, 7] {
+        assert_eq!(results(file, profile, Some(n)), whole, "{file} at chunk size {n}");
+    }
+    whole
+}
+
+#[test]
+fn execute_tam_steps_in_order_with_on_error_common_and_cut_off() {
+    let r = check(
+        "tam_steps.txt",
+        "tam",
+        &[
+            "call_1 Math.Add 1 success",
+            "call_1 Echo 2 success",
+            "call_1 Fail 3 failed",
+            "call_1 Greet 4 success",
+            "call_1 Fail 5 failed",
+            "call_1 Echo 6 not_run",
+            "call_2 Echo null not_run",
+        ],
+    );
+    assert_eq!(r[1]["result"]["echo"]["text"], "shared text", "common_text reaches the step that takes it");
+    assert_eq!(r[0]["result"], 42);
+    assert!(r[6]["observation"].as_str().unwrap_or_default().contains("cut off"));
+}
+
+#[test]
+fn execute_only_the_first_action_block() {
+    let r = check("action_two_blocks.txt", "action", &["call_1 Math.Add null success", "call_2 Greet null not_run"]);
+    assert_eq!(r[0]["observation"], "Observation: Tool Math.Add executed successfully. Result: 42");
+}
+
+#[test]
+fn execute_filament_and_hermes_tool_calls() {
+    let r = check(
+        "filament_calls.txt",
+        "filament",
+        &[
+            "call_1 Greet null success",
+            "call_2 Echo null success",
+            "call_3 Ech null unknown_tool",
+            "call_4 Echo null not_run",
+        ],
+    );
+    assert_eq!(r[2]["observation"], "Observation: Error - Unknown tool ID 'Ech', did you mean 'Echo'?");
+}
+
+#[test]
+fn execute_cjk_block_with_a_timeout() {
+    let r = check("cjk_hang.txt", "tam", &["call_1 Hang 1 timeout", "call_1 Math.Add 2 success"]);
+    assert_eq!(r[0]["observation"], "Observation: Error - Tool Hang timed out after 400 ms and was stopped");
+}
+
+#[test]
+fn tools_without_execute_check_filament_calls_too() {
+    let dir = plugins();
+    let path = root().join("tests/data/tool_transcripts/filament_calls.txt");
+    let (_, err, ok) = spindle(&[
+        "parse",
+        path.to_str().unwrap_or_default(),
+        "--profile",
+        "filament",
+        "--tools",
+        dir.to_str().unwrap_or_default(),
+    ]);
+    assert!(ok);
+    assert!(err.contains("Observation: Error - Unknown tool ID 'Ech', did you mean 'Echo'?"), "{err}");
+}
+
+#[test]
+fn manual_of_an_openai_tools_file() {
+    let file = std::env::temp_dir().join(format!("spindle-openai-tools-{}.json", std::process::id()));
+    let request = serde_json::json!({"model": "m", "tools": [{"type": "function", "function": {
+        "name": "get_weather", "description": "Weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "City"}}, "required": ["city"]}
+    }}]});
+    std::fs::write(&file, request.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let dir = plugins();
+    let (out, err, ok) = spindle(&[
+        "tools",
+        "manual",
+        "--tools",
+        dir.to_str().unwrap_or_default(),
+        "--openai-tools",
+        file.to_str().unwrap_or_default(),
+        "--only",
+        "get_weather",
+        "--protocol",
+        "action",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("*   `<get_weather>`: Weather for a city"), "{out}");
+    assert!(out.contains("*   `<city>` (string, required): City"), "{out}");
+    let _ = std::fs::remove_file(file);
+}

@@ -1,0 +1,436 @@
+//! The tool runner against real processes: the sample plugins in
+//! `examples/plugins/basic` (Python and shell scripts), every fault of
+//! issue 11 (hang, flood, non-zero exit, invalid JSON, a forked grandchild,
+//! a missing program, a command that climbs out of its plugin, shell
+//! injection, huge values), step semantics, async tasks, services and
+//! cancellation. "No leaked process" is checked in the process table.
+
+use serde_json::{Value, json};
+use spindle::calls::{CallFormat, OnError, Step, ToolCall, ToolCatalog};
+use spindle::tools::{Outcome, Runner, RunnerOptions, ToolConfig, ToolEvent, ToolResult};
+use spindle::{Registry, parse};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+fn plugins() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/plugins")
+}
+
+fn runner_with(options: RunnerOptions) -> Runner {
+    let catalog = ToolCatalog::load_plugins(&plugins()).unwrap_or_else(|e| panic!("{e}"));
+    Runner::with_options(catalog, options)
+}
+
+fn runner() -> Runner {
+    runner_with(RunnerOptions::default())
+}
+
+fn step(id: &str, params: Value) -> Step {
+    let mut s = Step::new(id);
+    if let Value::Object(m) = params {
+        s.params = m;
+    }
+    s
+}
+
+fn call(steps: Vec<Step>) -> ToolCall {
+    let mut c = ToolCall::new(CallFormat::Tam);
+    c.steps = steps;
+    c
+}
+
+async fn run(runner: &Runner, c: &ToolCall) -> Vec<ToolResult> {
+    runner.run_call(c, "call_1", &CancellationToken::new()).await
+}
+
+/// A marker unique to one test run, put in the command lines of the
+/// processes a tool starts.
+fn marker(name: &str) -> String {
+    format!("spindle-test-{name}-{}-{}", std::process::id(), Instant::now().elapsed().as_nanos())
+}
+
+/// Processes whose command line holds `marker` (zombies have none).
+fn processes_with(marker: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return out };
+    for entry in dir.flatten() {
+        let name = entry.file_name();
+        if !name.to_string_lossy().chars().all(|c| c.is_ascii_digit()) {
+            continue;
+        }
+        if let Ok(bytes) = std::fs::read(entry.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&bytes).replace('\0', " ");
+            if cmd.contains(marker) {
+                out.push(format!("{}: {cmd}", name.to_string_lossy()));
+            }
+        }
+    }
+    out
+}
+
+/// Waits up to 3 s for every process with `marker` to be gone.
+async fn assert_no_process(marker: &str) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let left = processes_with(marker);
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "leaked processes: {left:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn python_and_shell_tools_succeed() {
+    let r = runner();
+    let res = run(
+        &r,
+        &call(vec![
+            step("Math.Add", json!({"a": "2", "b": "40"})),
+            step("Echo", json!({"text": "héllo", "count": "3"})),
+            step("Greet", json!({"name": "Ann"})),
+        ]),
+    )
+    .await;
+    assert_eq!(res.len(), 3);
+    assert_eq!(res[0].result, json!(42));
+    assert_eq!(res[0].observation, "Observation: Tool Math.Add executed successfully. Result: 42");
+    assert_eq!(res[1].result, json!({"echo": {"text": "héllo", "count": 3}}));
+    assert_eq!(res[2].result, json!("hello from sh, got: {\"name\":\"Ann\"}"));
+    assert!(res.iter().all(|r| r.ok && r.outcome == Outcome::Success && r.attempts == 1));
+}
+
+#[tokio::test]
+async fn hang_times_out_and_leaves_no_process() {
+    let r = runner();
+    let m = marker("hang");
+    let started = Instant::now();
+    let res = run(&r, &call(vec![step("Hang", json!({"marker": m}))])).await;
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(res[0].outcome, Outcome::Timeout);
+    assert_eq!(res[0].observation, "Observation: Error - Tool Hang timed out after 400 ms and was stopped");
+    assert_no_process(&m).await;
+}
+
+#[tokio::test]
+async fn flood_is_capped_and_stopped() {
+    let r = runner_with(RunnerOptions { max_output: 64 * 1024, max_observation: 200, ..RunnerOptions::default() });
+    let started = Instant::now();
+    let res = run(&r, &call(vec![step("Flood", json!({}))])).await;
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(res[0].outcome, Outcome::OutputCapped);
+    assert!(res[0].truncated);
+    assert!(res[0].bytes > 64 * 1024);
+    assert_eq!(res[0].result.as_str().map(str::len), Some(64 * 1024));
+    assert!(
+        res[0].observation.starts_with("Observation: Error - Tool Flood wrote more than 65536 bytes"),
+        "{}",
+        res[0].observation
+    );
+    assert!(res[0].observation.len() < 600, "observation is bounded: {}", res[0].observation.len());
+}
+
+#[tokio::test]
+async fn non_zero_exit_quotes_stderr() {
+    let res = run(&runner(), &call(vec![step("Fail", json!({}))])).await;
+    assert_eq!(res[0].outcome, Outcome::Failed);
+    assert_eq!(
+        res[0].observation,
+        "Observation: Error - Tool Fail failed (exit status 3): disk quota exceeded while writing /tmp/x"
+    );
+}
+
+#[tokio::test]
+async fn invalid_json_output_is_text() {
+    let res = run(&runner(), &call(vec![step("BadJson", json!({}))])).await;
+    assert_eq!(res[0].outcome, Outcome::Success);
+    assert_eq!(res[0].result, json!("{\"status\": \"ok\", broken"));
+}
+
+#[tokio::test]
+async fn forked_grandchild_is_killed_when_the_tool_exits() {
+    let m = marker("fork");
+    let res = run(&runner(), &call(vec![step("Forker", json!({"marker": m}))])).await;
+    assert_eq!(res[0].outcome, Outcome::Success, "{}", res[0].observation);
+    assert_eq!(res[0].result, json!("forked"));
+    assert_no_process(&m).await;
+}
+
+#[tokio::test]
+async fn missing_program_and_escaping_command_fail_cleanly() {
+    let res = run(&runner(), &call(vec![step("Missing", json!({}))])).await;
+    assert_eq!(res[0].outcome, Outcome::Failed);
+    assert!(res[0].observation.contains("not found"), "{}", res[0].observation);
+    let res = run(&runner(), &call(vec![step("Escape", json!({}))])).await;
+    assert_eq!(res[0].outcome, Outcome::Failed);
+    assert!(res[0].observation.contains("climbs out of the plugin folder"), "{}", res[0].observation);
+}
+
+#[tokio::test]
+async fn shell_injection_is_only_data() {
+    let dir = tempdir("inject");
+    let victim = dir.join("victim.txt");
+    std::fs::write(&victim, "still here").unwrap_or_else(|e| panic!("{e}"));
+    let text = format!("x; rm -f {0} && touch {0}.pwned $(rm -f {0}) `rm -f {0}`", victim.display());
+    let res =
+        run(&runner(), &call(vec![step("Greet", json!({"name": text})), step("Echo", json!({"text": text}))])).await;
+    assert!(res.iter().all(|r| r.ok), "{res:?}");
+    assert_eq!(res[1].result["echo"]["text"], json!(text));
+    assert_eq!(std::fs::read_to_string(&victim).ok().as_deref(), Some("still here"));
+    assert!(!dir.join("victim.txt.pwned").exists());
+}
+
+#[tokio::test]
+async fn huge_values_are_refused_before_running() {
+    let r = runner_with(RunnerOptions { max_params_bytes: 1000, ..RunnerOptions::default() });
+    let res = run(&r, &call(vec![step("Echo", json!({"text": "x".repeat(5000)}))])).await;
+    assert_eq!(res[0].outcome, Outcome::InvalidParams);
+    assert_eq!(res[0].attempts, 0);
+    assert!(res[0].observation.contains("more than the 1000-byte limit"), "{}", res[0].observation);
+}
+
+#[tokio::test]
+async fn environment_is_only_path_lang_and_config() {
+    let mut r = runner();
+    let config = json!({"basic": {"apiToken": "t0k"}, "Env": {"unrelated": "x"}});
+    r.set_config(ToolConfig(config.as_object().cloned().unwrap_or_default()));
+    let res = run(&r, &call(vec![step("Env", json!({}))])).await;
+    let env = res[0].result.as_object().cloned().unwrap_or_default();
+    let keys: Vec<&str> = env.keys().map(String::as_str).collect();
+    assert_eq!(keys, ["API_TOKEN", "LANG", "PATH", "REGION"], "{env:?}");
+    assert_eq!(env["API_TOKEN"], "t0k");
+    assert_eq!(env["REGION"], "eu", "defaultValue of the configSchema");
+    assert_eq!(env["PATH"], RunnerOptions::default().path);
+}
+
+#[tokio::test]
+async fn unknown_tool_and_invalid_params_say_did_you_mean() {
+    let res = run(&runner(), &call(vec![step("Echoo", json!({"text": "a"}))])).await;
+    assert_eq!(res[0].outcome, Outcome::UnknownTool);
+    assert_eq!(res[0].observation, "Observation: Error - Unknown tool ID 'Echoo', did you mean 'Echo'?");
+    let res = run(&runner(), &call(vec![step("Echo", json!({"txt": "a"}))])).await;
+    assert_eq!(res[0].outcome, Outcome::InvalidParams);
+    assert_eq!(
+        res[0].observation,
+        "Observation: Error - Invalid parameters for Echo: Unknown parameter 'txt', did you mean 'text'?"
+    );
+}
+
+#[tokio::test]
+async fn on_error_continue_and_stop() {
+    let mut fail = step("Fail", json!({}));
+    fail.index = Some(1);
+    fail.on_error = OnError::Continue;
+    let mut add = step("Math.Add", json!({"a": 1, "b": 2}));
+    add.index = Some(2);
+    let mut fail2 = step("Fail", json!({}));
+    fail2.index = Some(3);
+    let mut greet = step("Greet", json!({"name": "x"}));
+    greet.index = Some(4);
+    let res = run(&runner(), &call(vec![fail, add, fail2, greet])).await;
+    let outcomes: Vec<Outcome> = res.iter().map(|r| r.outcome).collect();
+    assert_eq!(outcomes, [Outcome::Failed, Outcome::Success, Outcome::Failed, Outcome::NotRun]);
+    assert_eq!(
+        res[3].observation,
+        "Observation: Error - Tool Greet was not run: step 3 (Fail) did not succeed, and on_error for it is stop"
+    );
+    assert_eq!(res.iter().map(|r| r.step).collect::<Vec<_>>(), [Some(1), Some(2), Some(3), Some(4)]);
+}
+
+fn tempdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(marker(name));
+    std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("{e}"));
+    d
+}
+
+#[tokio::test]
+async fn retry_until_success_and_capped_retries() {
+    let dir = tempdir("retry");
+    let counter = dir.join("n");
+    let mut s = step("Flaky", json!({"counter_file": counter.display().to_string(), "succeed_on": 3}));
+    s.retry = 3;
+    let res = run(&runner(), &call(vec![s.clone()])).await;
+    assert_eq!((res[0].outcome, res[0].attempts), (Outcome::Success, 3));
+    assert_eq!(res[0].result, json!({"attempt": 3}));
+    // Too few retries: the failure says how many attempts were made.
+    let counter2 = dir.join("m");
+    s.params.insert("counter_file".into(), json!(counter2.display().to_string()));
+    s.retry = 1;
+    let res = run(&runner(), &call(vec![s])).await;
+    assert_eq!((res[0].outcome, res[0].attempts), (Outcome::Failed, 2));
+    assert!(res[0].observation.ends_with("(after 2 attempts)"), "{}", res[0].observation);
+}
+
+#[tokio::test]
+async fn cut_off_tam_block_and_second_action_block_are_not_run() {
+    let registry = Registry::profile("tam").unwrap_or_else(|| panic!("tam"));
+    let text = "<|[REQUEST_TOOL]|>\ncommand:»»»Math.Add«««\na:»»»1«««\nb:»»»2";
+    let events = parse(registry.clone(), text.as_bytes());
+    let mut col = spindle::tools::collect::CallCollector::new(registry.into());
+    let calls: Vec<_> = events.iter().filter_map(|e| col.observe(e)).collect();
+    let res = run(&runner(), &calls[0].1).await;
+    assert_eq!(res[0].outcome, Outcome::NotRun);
+    assert!(res[0].observation.contains("cut off"), "{}", res[0].observation);
+
+    let registry = Registry::profile("action").unwrap_or_else(|| panic!("action"));
+    let text =
+        "A.\n<ACTION><Greet><name>one</name></Greet></ACTION>\nB.\n<ACTION><Greet><name>two</name></Greet></ACTION>";
+    let events = parse(registry.clone(), text.as_bytes());
+    let mut col = spindle::tools::collect::CallCollector::new(registry.into());
+    let calls: Vec<_> = events.iter().filter_map(|e| col.observe(e)).collect();
+    let r = runner();
+    let first = run(&r, &calls[0].1).await;
+    let second = r.run_call(&calls[1].1, &calls[1].0, &CancellationToken::new()).await;
+    assert_eq!(first[0].outcome, Outcome::Success);
+    assert_eq!(second[0].outcome, Outcome::NotRun);
+    assert_eq!((second[0].call_id.as_str(), first[0].call_id.as_str()), ("call_2", "call_1"));
+    assert!(second[0].observation.contains("only the first <ACTION> block"), "{}", second[0].observation);
+}
+
+#[tokio::test]
+async fn async_tool_answers_with_a_task_id_then_completes() {
+    let mut r = runner();
+    let events: Arc<Mutex<Vec<ToolEvent>>> = Arc::default();
+    let sink = events.clone();
+    r.set_sink(Arc::new(move |e| sink.lock().map(|mut l| l.push(e)).unwrap_or(())));
+    let started = Instant::now();
+    let res = run(&r, &call(vec![step("Image.Render", json!({"prompt": "owl", "seconds": 0.3}))])).await;
+    assert!(started.elapsed() < Duration::from_millis(250), "answered at once");
+    assert_eq!(res[0].outcome, Outcome::Pending);
+    assert!(res[0].ok);
+    assert_eq!(res[0].task_id.as_deref(), Some("task_1"));
+    assert_eq!(
+        res[0].observation,
+        "Observation: Tool Image.Render started asynchronously. Task id: task_1. Its result will be reported when it completes."
+    );
+    assert_eq!(r.pending_tasks(), 1);
+    let done = r.wait_tasks().await;
+    assert_eq!(done[0].outcome, Outcome::Success);
+    assert_eq!(done[0].result, json!({"rendered": "owl"}));
+    assert_eq!(done[0].task_id.as_deref(), Some("task_1"));
+    let seen = events.lock().map(|l| l.clone()).unwrap_or_default();
+    assert!(seen.iter().any(|e| matches!(e, ToolEvent::TaskDone(t) if t.task_id.as_deref() == Some("task_1"))));
+    assert!(
+        seen.iter()
+            .any(|e| matches!(e, ToolEvent::Audit(a) if a.tool_id == "Image.Render" && a.outcome == Outcome::Success))
+    );
+}
+
+#[tokio::test]
+async fn cancel_token_and_drop_kill_the_running_tool() {
+    let catalog = ToolCatalog::load_plugins(&plugins()).unwrap_or_else(|e| panic!("{e}"));
+    let r = Runner::with_options(catalog, RunnerOptions::default());
+    // Hang has a 400 ms limit; cancel before it.
+    let m = marker("cancel");
+    let token = CancellationToken::new();
+    let t2 = token.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        t2.cancel();
+    });
+    let c = call(vec![step("Hang", json!({"marker": m})), step("Greet", json!({"name": "x"}))]);
+    let res = r.run_call(&c, "call_1", &token).await;
+    assert_eq!(res.iter().map(|r| r.outcome).collect::<Vec<_>>(), [Outcome::Cancelled, Outcome::Cancelled]);
+    assert_no_process(&m).await;
+    // Dropping the future mid-run.
+    let m = marker("drop");
+    let c = call(vec![step("Hang", json!({"marker": m}))]);
+    let fut = r.run_call(&c, "call_2", &token);
+    let _ = tokio::time::timeout(Duration::from_millis(150), fut).await;
+    assert_no_process(&m).await;
+}
+
+#[tokio::test]
+async fn service_tools_and_attp_code() {
+    let mut catalog = ToolCatalog::new();
+    catalog
+        .add(spindle::calls::ToolDef::new(
+            "Lookup",
+            json!({"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}),
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut r = Runner::new(catalog);
+    r.register_service("Lookup", |p| async move {
+        match p.get("key").and_then(Value::as_str) {
+            Some("weather") => Ok(json!("sunny")),
+            other => Err(format!("no entry for {other:?}")),
+        }
+    });
+    let res = run(&r, &call(vec![step("Lookup", json!({"key": "weather"}))])).await;
+    assert_eq!(res[0].observation, "Observation: Tool Lookup executed successfully. Result: sunny");
+    let res = run(&r, &call(vec![step("Lookup", json!({"key": "moon"}))])).await;
+    assert_eq!(
+        res[0].observation,
+        "Observation: Error - Tool Lookup failed (service error): no entry for Some(\"moon\")"
+    );
+    // ATTP code is not run without a `python` service...
+    let registry = Registry::profile("attp").unwrap_or_else(|| panic!("attp"));
+    let text = "thought = \"\"\"x\"\"\"\n[tool_call]\nstatus = \"success\"\ntarget = \"t\"\ncode = '''\n__result__ = Lookup(key=\"weather\")\n'''\n";
+    let events = parse(registry.clone(), text.as_bytes());
+    let mut col = spindle::tools::collect::CallCollector::new(registry.into());
+    let (_, attp) = events.iter().find_map(|e| col.observe(e)).unwrap_or_else(|| panic!("no call"));
+    let res = run(&r, &attp).await;
+    assert_eq!(res[0].outcome, Outcome::NotRun);
+    // ...and handed to one when registered.
+    r.register_service("python", |p| async move { Ok(json!({"ran": p.get("code").cloned()})) });
+    let res = run(&r, &attp).await;
+    assert_eq!(res[0].outcome, Outcome::Success, "{}", res[0].observation);
+}
+
+#[tokio::test]
+async fn process_table_check_sees_live_processes() {
+    // The leak checks above would pass vacuously if the scan saw nothing.
+    let m = marker("live");
+    let mut child = std::process::Command::new("sh")
+        .args(["-c", &format!("sleep 5; : {m}")])
+        .spawn()
+        .unwrap_or_else(|e| panic!("{e}"));
+    // Right after fork the child still shows the parent's command line.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while processes_with(&m).is_empty() {
+        assert!(Instant::now() < deadline, "the scan never saw the live process");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_no_process(&m).await;
+}
+
+#[tokio::test]
+async fn malformed_blocks_and_policy_breaches_run_nothing() {
+    let mut r = runner();
+    let ran = Arc::new(Mutex::new(0usize));
+    let counter = ran.clone();
+    r.register_service("python", move |_| {
+        let counter = counter.clone();
+        async move {
+            counter.lock().map(|mut n| *n += 1).unwrap_or(());
+            Ok(json!(null))
+        }
+    });
+    let calls_of = |profile: &str, text: &str| {
+        let registry = Registry::profile(profile).unwrap_or_else(|| panic!("{profile}"));
+        let events = parse(registry.clone(), text.as_bytes());
+        let mut col = spindle::tools::collect::CallCollector::new(registry.into());
+        events.iter().filter_map(|e| col.observe(e)).map(|(_, c)| c).collect::<Vec<_>>()
+    };
+    let action = calls_of("action", "<ACTION><Greet><name>x</nam></Greet></ACTION>");
+    let res = run(&r, &action[0]).await;
+    assert_eq!(res.len(), 1);
+    assert_eq!(res[0].outcome, Outcome::Malformed);
+    assert!(
+        res[0].observation.starts_with("Observation: Error - Malformed XML in ACTION block"),
+        "{}",
+        res[0].observation
+    );
+    let breach = "thought = \"\"\"x\"\"\"\n[tool_call]\nstatus = \"success\"\ntarget = \"t\"\ncode = '''\nimport os\n__result__ = os.system(\"rm -rf /\")\n'''\n";
+    let res = run(&r, &calls_of("attp", breach)[0]).await;
+    assert_eq!(res[0].outcome, Outcome::Malformed);
+    assert!(res[0].observation.contains("policy"), "{}", res[0].observation);
+    let declined = "thought = \"\"\"x\"\"\"\n[tool_call]\nstatus = \"fail\"\nmessage = \"no tool for that\"\n";
+    assert!(run(&r, &calls_of("attp", declined)[0]).await.is_empty());
+    assert_eq!(*ran.lock().unwrap_or_else(|e| e.into_inner()), 0, "the python service never ran");
+}
