@@ -261,6 +261,13 @@ async fn limits_stop_the_loop_and_say_why() {
         .filter(|(_, e)| matches!(e, AgentEvent::ToolResult { result, .. } if result.attempts > 0))
         .count();
     assert_eq!(run, 2);
+    // An answer larger than the limit.
+    let (url, _) = upstream(&[TAM_TURN_1], 0, 5).await;
+    let agent = Agent::new(&url, runner(), Protocol::Tam)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .with_limits(AgentLimits { max_answer_bytes: 20, ..AgentLimits::default() });
+    let (reason, _, _, _) = end(&collect(&agent, "big", CancellationToken::new()).await);
+    assert_eq!(reason, StopReason::AnswerTooLarge);
     // A time budget.
     let (url, _) = upstream(&[TAM_TURN_1], 30, 1).await;
     let agent = Agent::new(&url, runner(), Protocol::Tam)

@@ -67,11 +67,20 @@ pub struct AgentLimits {
     /// How many times the same failing call (tool and parameters) may be
     /// made before the loop stops.
     pub max_repeats: usize,
+    /// Most bytes of one answer's text kept (it is sent back as the
+    /// assistant message); a longer answer ends the run.
+    pub max_answer_bytes: usize,
 }
 
 impl Default for AgentLimits {
     fn default() -> Self {
-        AgentLimits { max_steps: 8, max_tool_calls: 32, max_time: Some(Duration::from_secs(600)), max_repeats: 3 }
+        AgentLimits {
+            max_steps: 8,
+            max_tool_calls: 32,
+            max_time: Some(Duration::from_secs(600)),
+            max_repeats: 3,
+            max_answer_bytes: 4 * 1024 * 1024,
+        }
     }
 }
 
@@ -103,6 +112,8 @@ pub enum StopReason {
     ToolBudget,
     /// The same failing call came back `max_repeats` times.
     RepeatedFailure,
+    /// An answer passed `max_answer_bytes`.
+    AnswerTooLarge,
     /// The caller cancelled.
     Cancelled,
     /// The upstream failed (status, connection, broken stream).
@@ -586,6 +597,14 @@ impl Agent {
             busy += busy_from.elapsed();
             for e in pending {
                 let _ = tx.send(e).await;
+            }
+            if text.len() > self.limits.max_answer_bytes {
+                drop(body);
+                drop(call_tx);
+                cancel.cancel();
+                let _ = worker.await;
+                let limit = self.limits.max_answer_bytes;
+                return Err((StopReason::AnswerTooLarge, Some(format!("the answer passed {limit} bytes"))));
             }
         }
         if cancelled {
