@@ -356,7 +356,7 @@ async fn spindle_agent_against_the_built_in_mock() {
     let server = mock.spawn("127.0.0.1:0").await.unwrap_or_else(|e| panic!("{e}"));
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_spindle"))
         .args(["agent", "--upstream", &format!("{}/v1", server.url().trim_end_matches('/'))])
-        .args(["--model", "demo", "--protocol", "tam", "--format", "jsonl"])
+        .args(["--model", "mock", "--protocol", "tam", "--format", "jsonl"])
         .arg("--tools")
         .arg(root.join("examples/plugins"))
         .arg("sum-question: what is 2 + 40?")
