@@ -80,6 +80,9 @@ pub enum ProxyErrorKind {
         /// The request field at fault (`tools`, `tool_choice`).
         param: &'static str,
     },
+    /// The agent loop (`--agent`) could not get an answer from the
+    /// upstream before anything was sent to the client.
+    Agent,
 }
 
 /// A proxy error: kind, side, retryability and a message.
@@ -129,7 +132,8 @@ impl ProxyError {
             | ProxyErrorKind::Stalled
             | ProxyErrorKind::Reset
             | ProxyErrorKind::InvalidResponse
-            | ProxyErrorKind::Truncated => Side::Upstream,
+            | ProxyErrorKind::Truncated
+            | ProxyErrorKind::Agent => Side::Upstream,
             ProxyErrorKind::NotFound
             | ProxyErrorKind::RequestTooLarge { .. }
             | ProxyErrorKind::RequestBody
@@ -152,6 +156,7 @@ impl ProxyError {
             | ProxyErrorKind::Overloaded { .. }
             | ProxyErrorKind::ShuttingDown => true,
             ProxyErrorKind::InvalidResponse
+            | ProxyErrorKind::Agent
             | ProxyErrorKind::NotFound
             | ProxyErrorKind::RequestTooLarge { .. }
             | ProxyErrorKind::RequestBody
@@ -169,6 +174,7 @@ impl ProxyError {
             | ProxyErrorKind::Reset
             | ProxyErrorKind::InvalidResponse
             | ProxyErrorKind::Truncated
+            | ProxyErrorKind::Agent
             | ProxyErrorKind::LineTooLong { .. } => 502,
             ProxyErrorKind::ConnectTimeout | ProxyErrorKind::Timeout | ProxyErrorKind::Stalled => 504,
             ProxyErrorKind::NotFound => 404,
@@ -196,6 +202,7 @@ impl ProxyError {
             ProxyErrorKind::ShuttingDown => "proxy_shutting_down",
             ProxyErrorKind::LineTooLong { .. } => "proxy_line_too_long",
             ProxyErrorKind::InvalidTools { .. } => "invalid_tools",
+            ProxyErrorKind::Agent => "agent_upstream_failed",
         }
     }
 

@@ -89,6 +89,7 @@
 //! # }
 //! ```
 
+mod agent;
 pub mod calling;
 mod error;
 mod metrics;
@@ -99,6 +100,7 @@ mod server;
 mod settings;
 mod sink;
 
+pub use agent::ProxyAgent;
 pub use calling::{InvalidCalls, TOOL_PROTOCOLS, ToolCalling};
 pub use error::{ProxyError, ProxyErrorKind, Side};
 pub use metrics::Metrics;
@@ -132,6 +134,10 @@ pub struct ProxyConfig {
     /// (`--tool-protocol`, see [`calling`]); `None` (the default) leaves
     /// requests and responses alone.
     pub tool_calling: Option<ToolCalling>,
+    /// Run the agent loop for requests without tools of their own, with
+    /// the tools the proxy owns (`--tools DIR --agent`, see
+    /// [`ProxyAgent`]); needs `tool_calling` for the protocol. Default none.
+    pub agent: Option<ProxyAgent>,
     /// Where parsed records go.
     pub sinks: Vec<SinkSpec>,
     /// The longest wait for the upstream's response head, its first body
@@ -165,6 +171,7 @@ impl ProxyConfig {
             rewrite: false,
             upstream_api_key: None,
             tool_calling: None,
+            agent: None,
             sinks: Vec::new(),
             idle_timeout: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(10),

@@ -264,6 +264,16 @@ async fn forward(State(app): State<Arc<App>>, request: Request) -> Response {
         match read_request(body, app.config.max_request_body).await {
             Ok(bytes) => {
                 app.metrics.bytes_request(bytes.len());
+                // The agent loop runs requests without tools of their own.
+                if let (Some(agent), Some(tc)) = (&app.config.agent, app.config.tool_calling)
+                    && endpoint == Endpoint::Chat
+                    && let Ok(req) = serde_json::from_slice::<serde_json::Value>(&bytes)
+                    && super::agent::runs(&req)
+                {
+                    watch.armed = false;
+                    let run = AgentRun { id, agent: agent.clone(), protocol: tc.protocol, url: app.target(&parts.uri) };
+                    return run_agent(&app, run, req, &parts.headers, (permit, request_gauge)).await;
+                }
                 let bytes = match app.config.tool_calling {
                     Some(tc) if endpoint == Endpoint::Chat => match prepare(&bytes, tc.protocol) {
                         Ok(prepared) => {
@@ -451,6 +461,124 @@ async fn forward(State(app): State<Arc<App>>, request: Request) -> Response {
     respond(status, response_headers, rx)
 }
 
+/// One request for the agent loop.
+struct AgentRun {
+    id: u64,
+    agent: super::ProxyAgent,
+    protocol: crate::tools::Protocol,
+    /// The upstream chat-completions URL.
+    url: String,
+}
+
+/// Runs the agent loop for one request and answers with its translation
+/// ([`super::agent`]): streamed when the request asks for a stream, whole
+/// otherwise. `held` (the in-flight permit and gauge) lives as long as the
+/// response.
+async fn run_agent(
+    app: &Arc<App>,
+    run: AgentRun,
+    request: serde_json::Value,
+    headers: &HeaderMap,
+    held: (tokio::sync::OwnedSemaphorePermit, super::metrics::GaugeGuard),
+) -> Response {
+    use super::agent::Translator;
+    use crate::tools::agent::{Agent, AgentEvent};
+    let AgentRun { id, agent: owned, protocol, url } = run;
+    app.metrics.request("agent");
+    let model = request.get("model").and_then(serde_json::Value::as_str).unwrap_or_default().to_string();
+    let streamed = request.get("stream").and_then(serde_json::Value::as_bool).unwrap_or(false);
+    let include_usage =
+        request.pointer("/stream_options/include_usage").and_then(serde_json::Value::as_bool) == Some(true);
+    let mut agent = match Agent::new("", owned.runner.clone(), protocol) {
+        Ok(a) => a.with_endpoint(url).with_http(app.http.clone()).with_limits(owned.limits.clone()),
+        Err(e) => return error_response(&ProxyError::new(ProxyErrorKind::Agent, e.to_string())),
+    };
+    // The client's own key goes upstream; else the configured one.
+    let client_key = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_string);
+    if let Some(key) = client_key.or_else(|| app.config.upstream_api_key.as_ref().map(|k| k.expose().to_string())) {
+        agent = agent.with_api_key(key);
+    }
+    let cancel = app.hard_stop.child_token();
+    let mut events = Box::pin(agent.run(request, cancel));
+    let mut t = Translator::new(&model, id);
+    if !streamed {
+        while let Some(event) = events.next().await {
+            t.on(event);
+        }
+        drop(held);
+        if let Some(err) = t.upstream_failure() {
+            tracing::warn!(id, "agent: {}", err.message());
+            return error_response(&err);
+        }
+        let body = t.whole().to_string();
+        let mut response = Response::new(Body::from(body));
+        response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        return response;
+    }
+    // Streamed: hold the status until the loop has something to say, so an
+    // upstream that fails at once still gets a proper error status.
+    let mut first: Vec<serde_json::Value> = vec![t.opening()];
+    let mut ended = false;
+    loop {
+        match events.next().await {
+            Some(event) => {
+                let is_end = matches!(event, AgentEvent::End { .. });
+                first.extend(t.on(event));
+                if is_end {
+                    ended = true;
+                    break;
+                }
+                if first.len() > 1 {
+                    break;
+                }
+            }
+            None => {
+                ended = true;
+                break;
+            }
+        }
+    }
+    if ended && let Some(err) = t.upstream_failure() {
+        tracing::warn!(id, "agent: {}", err.message());
+        return error_response(&err);
+    }
+    let (tx, rx) = mpsc::channel::<ClientItem>(app.config.channel_capacity.max(1));
+    let frame = |v: &serde_json::Value| Ok(Bytes::from(format!("data: {v}\n\n")));
+    tokio::spawn(async move {
+        let _held = held;
+        for v in &first {
+            if tx.send(frame(v)).await.is_err() {
+                return;
+            }
+        }
+        if !ended {
+            while let Some(event) = events.next().await {
+                for v in t.on(event) {
+                    // A client that went away drops the loop (and its tools).
+                    if tx.send(frame(&v)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+        for v in t.closing(include_usage) {
+            if tx.send(frame(&v)).await.is_err() {
+                return;
+            }
+        }
+        let _ = tx.send(Ok(Bytes::from_static(b"data: [DONE]\n\n"))).await;
+    });
+    let mut headers = HeaderMap::new();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert(HeaderName::from_static("x-accel-buffering"), HeaderValue::from_static("no"));
+    respond(StatusCode::OK, headers, rx)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn pump_ctx(
     app: &Arc<App>,
@@ -590,6 +718,10 @@ impl ProxyServer {
     ///
     /// Dropping the future before it completes binds nothing.
     pub async fn bind(config: ProxyConfig, addr: &str) -> Result<ProxyServer, ProxyStartError> {
+        if config.agent.is_some() && config.tool_calling.is_none() {
+            let why = "the agent loop needs a tool protocol (--tool-protocol) to tell the model how to call";
+            return Err(ProxyStartError::ToolCalling(why.to_string()));
+        }
         if let Some(tc) = &config.tool_calling {
             tc.check(&config.options.registry).map_err(ProxyStartError::ToolCalling)?;
         }

@@ -287,6 +287,19 @@ impl Agent {
         self
     }
 
+    /// Sends each turn's request to this chat-completions URL as it is
+    /// (instead of `BASE/chat/completions`).
+    pub fn with_endpoint(mut self, url: impl Into<String>) -> Agent {
+        self.endpoint = url.into();
+        self
+    }
+
+    /// Uses this HTTP client (its timeouts and connection pool).
+    pub fn with_http(mut self, http: reqwest::Client) -> Agent {
+        self.http = http;
+        self
+    }
+
     /// Uses these limits.
     pub fn with_limits(mut self, limits: AgentLimits) -> Agent {
         self.limits = limits;
@@ -540,7 +553,8 @@ impl Agent {
         let mut handle = |frame_events: Vec<SourceEvent>,
                           text_piece: Option<String>,
                           text: &mut String,
-                          pending: &mut Vec<AgentEvent>| {
+                          pending: &mut Vec<AgentEvent>,
+                          dispatch: &mut Vec<(String, ToolCall, Instant)>| {
             if let Some(t) = text_piece {
                 text.push_str(&t);
             }
@@ -557,7 +571,7 @@ impl Agent {
                         call: Box::new(call.clone()),
                         at_ms: ms(t0.elapsed()),
                     });
-                    let _ = call_tx.send((id, call, Instant::now()));
+                    dispatch.push((id, call, Instant::now()));
                 }
                 pending.push(AgentEvent::Source { turn, event: ev });
             }
@@ -582,6 +596,7 @@ impl Agent {
             frames.clear();
             tap.feed_frames(&bytes, &mut frames);
             let mut pending = Vec::new();
+            let mut dispatch = Vec::new();
             for f in frames.drain(..) {
                 let piece = f.chunk.as_ref().and_then(|c| {
                     c.choice_list()
@@ -592,11 +607,16 @@ impl Agent {
                         .and_then(|c| c.as_text())
                         .map(str::to_string)
                 });
-                handle(f.events, piece, &mut text, &mut pending);
+                handle(f.events, piece, &mut text, &mut pending, &mut dispatch);
             }
             busy += busy_from.elapsed();
+            // A call is reported started before it runs, so its result
+            // never overtakes the report.
             for e in pending {
                 let _ = tx.send(e).await;
+            }
+            for d in dispatch {
+                let _ = call_tx.send(d);
             }
             if text.len() > self.limits.max_answer_bytes {
                 drop(body);
@@ -616,9 +636,13 @@ impl Agent {
             return Err((StopReason::Cancelled, None));
         }
         let mut pending = Vec::new();
-        handle(tap.finish(), None, &mut text, &mut pending);
+        let mut dispatch = Vec::new();
+        handle(tap.finish(), None, &mut text, &mut pending, &mut dispatch);
         for e in pending {
             let _ = tx.send(e).await;
+        }
+        for d in dispatch {
+            let _ = call_tx.send(d);
         }
         drop(call_tx);
         let stream_end = Instant::now();

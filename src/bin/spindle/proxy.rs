@@ -4,8 +4,9 @@
 //! defaults, the secrets from the environment).
 
 use anyhow::{Context, Result};
-use spindle::proxy::{InvalidCalls, ProxyOverrides, ProxyServer, ProxySettings, SinkSpec, ToolCalling};
-use spindle::tools::Protocol;
+use spindle::proxy::{InvalidCalls, ProxyAgent, ProxyOverrides, ProxyServer, ProxySettings, SinkSpec, ToolCalling};
+use spindle::tools::agent::AgentLimits;
+use spindle::tools::{Protocol, Runner, RunnerOptions};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -53,6 +54,29 @@ pub(crate) struct ProxyArgs {
     /// did-you-mean) as content (calls go out whole, once checked).
     #[arg(long, value_enum, default_value = "pass", requires = "tool_protocol")]
     invalid_calls: InvalidCallsArg,
+    /// Run the tool loop in the proxy for requests that bring no tools of
+    /// their own: the model is taught the tools of --tools DIR, the proxy
+    /// runs its calls and sends the observations back, and the client gets
+    /// the final answer (intermediate calls and results in a `spindle`
+    /// field of the chunks). Needs --tool-protocol.
+    #[arg(long, requires_all = ["tools", "tool_protocol"])]
+    agent: bool,
+    /// The plugins directory whose tools the agent loop runs (plugin.yaml +
+    /// *.tool.json; MCP servers in plugin.yaml or mcp.json are started).
+    #[arg(long, value_name = "DIR", requires = "agent")]
+    tools: Option<PathBuf>,
+    /// Most model answers per agent request.
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    agent_max_steps: usize,
+    /// Most tool calls per agent request.
+    #[arg(long, value_name = "N", default_value_t = 32)]
+    agent_max_tool_calls: usize,
+    /// Most seconds per agent request.
+    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    agent_max_time: u64,
+    /// A tool's time limit unless its definition sets one (milliseconds).
+    #[arg(long, value_name = "MS", default_value_t = 30_000)]
+    tool_timeout_ms: u64,
     /// Where parsed elements go: `jsonl:FILE` (appended), `webhook:URL`
     /// (POSTed as JSON arrays) or `nats://HOST:PORT/SUBJECT[?jetstream=1&overflow=drop|block&...]`
     /// (published to NATS). Repeatable.
@@ -218,7 +242,27 @@ pub(crate) fn run(args: ProxyArgs) -> Result<ExitCode> {
     };
     let rewrite = config.rewrite;
     let tools = tool_calling.map(|t| format!(", tool protocol {}", t.protocol)).unwrap_or_default();
+    let agent_limits = AgentLimits {
+        max_steps: args.agent_max_steps,
+        max_tool_calls: args.agent_max_tool_calls,
+        max_time: Some(std::time::Duration::from_secs(args.agent_max_time)),
+        ..AgentLimits::default()
+    };
+    let tool_timeout = std::time::Duration::from_millis(args.tool_timeout_ms);
     runtime()?.block_on(async move {
+        // The agent's tools, and the MCP servers they need (the runner
+        // keeps them running as long as the proxy).
+        if let (true, Some(dir)) = (args.agent, &args.tools) {
+            let options = RunnerOptions { default_timeout: tool_timeout, ..RunnerOptions::default() };
+            let (catalog, pool) = crate::tools::load_tools(dir, &options).await?;
+            let mut runner = Runner::with_options(catalog, options);
+            runner.set_mcp(std::sync::Arc::new(pool));
+            config.agent = Some(ProxyAgent::new(std::sync::Arc::new(runner)).with_limits(agent_limits));
+        }
+        let tools = match &args.tools {
+            Some(dir) if args.agent => format!("{tools}, agent with the tools of {}", dir.display()),
+            _ => tools,
+        };
         let server = ProxyServer::bind(config, &settings.listen).await?;
         let addr = server.local_addr();
         eprintln!(

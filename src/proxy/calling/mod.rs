@@ -2,10 +2,10 @@
 //! (`spindle proxy --tool-protocol hermes|filament|tam|action`).
 //!
 //! This module owns the translation between the OpenAI tool-calling API
-//! and the call text a model writes: the request side ([`request`]: the
+//! and the call text a model writes: the request side (`request`: the
 //! request's `tools` become the protocol's manual in the system message,
 //! the history's `tool_calls` and `role: "tool"` messages become call and
-//! observation text) and the response side ([`response`]: call elements
+//! observation text) and the response side (`response`: call elements
 //! the parser reads become `tool_calls` deltas, the content loses their
 //! text, `finish_reason` becomes `tool_calls`). The renderings themselves
 //! (manual, call text, observation text) are [`crate::tools`]'; the

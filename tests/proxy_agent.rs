@@ -1,0 +1,249 @@
+//! The agent loop behind the proxy (`--tool-protocol P --tools DIR
+//! --agent`): a plain request in, the final answer of a tool conversation
+//! out, with the real script tools of `examples/plugins/basic`, a scripted
+//! upstream model (a real axum server on 127.0.0.1:0 that answers turn N
+//! with the N-th transcript and records every request), the proxy as a
+//! real server and, when `.ci/cache/venv` has it, the official `openai`
+//! Python client.
+
+mod proxy_support;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::response::Response;
+use axum::routing::post;
+use proxy_support::{chunks, client, content, url};
+use serde_json::{Value, json};
+use spindle::Registry;
+use spindle::calls::ToolCatalog;
+use spindle::proxy::{ProxyAgent, ProxyConfig, ProxyHandle, ProxyServer, ToolCalling};
+use spindle::sources::StreamOptions;
+use spindle::tools::agent::AgentLimits;
+use spindle::tools::{Protocol, Runner};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+#[derive(Clone)]
+struct Script {
+    turns: Arc<Vec<String>>,
+    requests: Arc<Mutex<Vec<Value>>>,
+    /// Answer with this status and no stream.
+    fail: Option<u16>,
+}
+
+/// Turn N (the number of assistant messages in the request) is the N-th
+/// text, streamed in 5-character pieces.
+async fn chat(State(s): State<Script>, body: String) -> Response {
+    let req: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let turn = req["messages"].as_array().map_or(0, |m| m.iter().filter(|m| m["role"] == "assistant").count());
+    s.requests.lock().map(|mut r| r.push(req)).unwrap_or(());
+    if let Some(status) = s.fail {
+        return Response::builder()
+            .status(status)
+            .body(Body::from(r#"{"error":{"message":"down for maintenance"}}"#))
+            .unwrap_or_default();
+    }
+    let text = s.turns.get(turn).or(s.turns.last()).cloned().unwrap_or_default();
+    let chars: Vec<char> = text.chars().collect();
+    let mut sse = String::new();
+    for piece in chars.chunks(5) {
+        let piece: String = piece.iter().collect();
+        let c = json!({"id": "up", "object": "chat.completion.chunk", "model": "m",
+            "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": null}]});
+        sse.push_str(&format!("data: {c}\n\n"));
+    }
+    let end = json!({"id": "up", "object": "chat.completion.chunk", "model": "m",
+        "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}});
+    sse.push_str(&format!("data: {end}\n\ndata: [DONE]\n\n"));
+    Response::builder().header("content-type", "text/event-stream").body(Body::from(sse)).unwrap_or_default()
+}
+
+async fn upstream(turns: &[&str], fail: Option<u16>) -> (String, Arc<Mutex<Vec<Value>>>) {
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let script =
+        Script { turns: Arc::new(turns.iter().map(|s| s.to_string()).collect()), requests: requests.clone(), fail };
+    let app = Router::new().route("/v1/chat/completions", post(chat)).with_state(script);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}"), requests)
+}
+
+async fn agent_proxy(upstream: &str, protocol: Protocol) -> ProxyHandle {
+    let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/plugins/basic");
+    let catalog = ToolCatalog::load_plugins(&plugins).unwrap();
+    let mut config = ProxyConfig::new(upstream);
+    let tc = ToolCalling::new(protocol);
+    config.options = StreamOptions::with_registry(Registry::profile(tc.default_profile()).unwrap());
+    config.tool_calling = Some(tc);
+    config.agent = Some(
+        ProxyAgent::new(Arc::new(Runner::new(catalog)))
+            .with_limits(AgentLimits { max_steps: 4, ..AgentLimits::default() }),
+    );
+    ProxyServer::bind(config, "127.0.0.1:0").await.unwrap().spawn()
+}
+
+const HERMES: [&str; 2] = [
+    "<think>I should add.</think>Let me add them.\n<tool_call>\n{\"name\": \"Math.Add\", \"arguments\": {\"a\": 2, \"b\": 40}}\n</tool_call>",
+    "The sum is 42.",
+];
+
+fn request(stream: bool) -> Value {
+    json!({"model": "m", "stream": stream, "stream_options": {"include_usage": true},
+        "messages": [{"role": "user", "content": "What is 2 + 40?"}]})
+}
+
+/// The `spindle` extension objects of a stream, in order.
+fn steps(body: &[u8]) -> Vec<Value> {
+    chunks(body).into_iter().filter_map(|c| c.get("spindle").cloned()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_request_gets_the_final_answer_of_the_tool_conversation() {
+    let (up, recorded) = upstream(&HERMES, None).await;
+    let proxy = agent_proxy(&up, Protocol::Hermes).await;
+    let endpoint = format!("{}/v1/chat/completions", url(&proxy));
+
+    // Streamed.
+    let response = client().post(&endpoint).json(&request(true)).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let body = response.bytes().await.unwrap();
+    assert_eq!(content(&body), "Let me add them.\n\nThe sum is 42.");
+    assert!(!String::from_utf8_lossy(&body).contains("<tool_call>"), "call text left out");
+    let all = chunks(&body);
+    let reasoning: String = all.iter().filter_map(|c| c["choices"][0]["delta"]["reasoning_content"].as_str()).collect();
+    assert_eq!(reasoning, "I should add.");
+    let steps = steps(&body);
+    let kinds: Vec<&str> = steps.iter().filter_map(|s| s["type"].as_str()).collect();
+    assert_eq!(kinds, ["tool_call", "tool_result", "agent_end"]);
+    assert_eq!(steps[0]["call"]["steps"][0]["tool_id"], "Math.Add", "{}", steps[0]);
+    assert_eq!(steps[1]["ok"], true, "{}", steps[1]);
+    assert!(steps[1]["observation"].as_str().unwrap_or_default().ends_with("Result: 42"), "{}", steps[1]);
+    assert_eq!((steps[2]["reason"].as_str(), steps[2]["turns"].as_u64()), (Some("answer"), Some(2)));
+    let finish: Vec<&str> = all.iter().filter_map(|c| c["choices"][0]["finish_reason"].as_str()).collect();
+    assert_eq!(finish, ["stop"]);
+    let usage = all.last().map(|c| c["usage"].clone()).unwrap_or_default();
+    assert_eq!(usage["total_tokens"], 30, "two turns' usage added up");
+    assert!(String::from_utf8_lossy(&body).ends_with("data: [DONE]\n\n"));
+
+    // The second upstream request carried the manual, the call and the
+    // observation in the protocol's text form.
+    {
+        let requests = recorded.lock().unwrap();
+        assert_eq!(requests.len(), 2);
+        let system = requests[0]["messages"][0]["content"].as_str().unwrap_or_default();
+        assert!(system.contains("Math.Add") && system.contains("<tool_call>"), "{system}");
+        assert!(requests[0].get("tools").is_none());
+        let second = requests[1]["messages"].to_string();
+        assert!(second.contains("<tool_response>") && second.contains("42"), "{second}");
+    }
+
+    // Whole.
+    let response = client().post(&endpoint).json(&request(false)).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let whole: Value = response.json().await.unwrap();
+    assert_eq!(whole["object"], "chat.completion");
+    assert_eq!(whole["choices"][0]["message"]["content"], "Let me add them.\n\nThe sum is 42.");
+    assert_eq!(whole["choices"][0]["message"]["reasoning_content"], "I should add.");
+    assert_eq!(whole["choices"][0]["finish_reason"], "stop");
+    assert_eq!(whole["usage"]["total_tokens"], 30);
+    assert_eq!(whole["spindle"]["reason"], "answer");
+    assert_eq!(whole["spindle"]["steps"].as_array().map(Vec::len), Some(2));
+    proxy.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tam_and_action_models_run_the_loop_too() {
+    let tam = "<|[REQUEST_TOOL]|>\ncommand:»»»Math.Add«««\na:»»»1«««\nb:»»»2«««\n<|[END_TOOL]|>";
+    let action = "<ACTION><Math.Add><a>1</a><b>2</b></Math.Add></ACTION>";
+    for (protocol, first) in [(Protocol::Tam, tam), (Protocol::Action, action)] {
+        let (up, recorded) = upstream(&[first, "It is 3."], None).await;
+        let proxy = agent_proxy(&up, protocol).await;
+        let endpoint = format!("{}/v1/chat/completions", url(&proxy));
+        let whole: Value = client().post(&endpoint).json(&request(false)).send().await.unwrap().json().await.unwrap();
+        assert_eq!(whole["choices"][0]["message"]["content"], "It is 3.", "{protocol}: {whole}");
+        let steps = whole["spindle"]["steps"].as_array().cloned().unwrap_or_default();
+        let kinds: Vec<&str> = steps.iter().filter_map(|s| s["type"].as_str()).collect();
+        assert_eq!(kinds, ["tool_call", "tool_result"], "{protocol}: {whole}");
+        assert_eq!(steps[1]["ok"], true, "{protocol}: {whole}");
+        assert_eq!(steps[1]["result"], 3, "{protocol}: {whole}");
+        assert_eq!(recorded.lock().unwrap().len(), 2, "{protocol}");
+        proxy.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_with_its_own_tools_gets_them_as_tool_calls() {
+    let (up, recorded) = upstream(&HERMES, None).await;
+    let proxy = agent_proxy(&up, Protocol::Hermes).await;
+    let mut req = request(true);
+    req["tools"] = json!([{"type": "function", "function": {"name": "Math.Add",
+        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}}]);
+    let body = client()
+        .post(format!("{}/v1/chat/completions", url(&proxy)))
+        .json(&req)
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    let all = chunks(&body);
+    assert!(all.iter().any(|c| c["choices"][0]["delta"]["tool_calls"].is_array()), "tool_calls for the client");
+    assert!(all.iter().all(|c| c.get("spindle").is_none()));
+    assert_eq!(recorded.lock().unwrap().len(), 1, "the proxy ran nothing");
+    proxy.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_failure_before_any_output_is_a_502() {
+    let (up, _) = upstream(&HERMES, Some(503)).await;
+    let proxy = agent_proxy(&up, Protocol::Hermes).await;
+    for stream in [true, false] {
+        let response =
+            client().post(format!("{}/v1/chat/completions", url(&proxy))).json(&request(stream)).send().await.unwrap();
+        assert_eq!(response.status(), 502, "stream {stream}");
+        let err: Value = response.json().await.unwrap();
+        assert_eq!(err["error"]["code"], "agent_upstream_failed");
+        assert!(err["error"]["message"].as_str().unwrap_or_default().contains("503"), "{err}");
+    }
+    proxy.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_agent_needs_a_tool_protocol() {
+    let catalog =
+        ToolCatalog::load_plugins(&Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/plugins/basic")).unwrap();
+    let mut config = ProxyConfig::new("http://127.0.0.1:9");
+    config.agent = Some(ProxyAgent::new(Arc::new(Runner::new(catalog))));
+    let err = ProxyServer::bind(config, "127.0.0.1:0").await.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(err.contains("--tool-protocol"), "{err}");
+}
+
+/// The official `openai` Python client, `base_url` changed only, streams
+/// and reads the whole answer; the `spindle` steps reach it as an extra
+/// field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_python_client_gets_the_final_answer() {
+    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join(".ci/cache/venv/bin/python");
+    let ok =
+        std::process::Command::new(&python).args(["-c", "import openai"]).output().is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("skipped: no openai client in .ci/cache/venv (.ci/run installs it)");
+        return;
+    }
+    let (up, _) = upstream(&HERMES, None).await;
+    let proxy = agent_proxy(&up, Protocol::Hermes).await;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/check_agent.py");
+    let out = tokio::process::Command::new(&python)
+        .arg(&script)
+        .args(["--base-url", &format!("{}/v1", url(&proxy))])
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    proxy.shutdown().await.unwrap();
+}
