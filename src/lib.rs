@@ -65,14 +65,32 @@
 //! | you have | use |
 //! | --- | --- |
 //! | bytes of one response, in any chunks | [`Parser`] (`feed` / `finish`), or [`parse`] for a whole buffer |
-//! | events, and handlers that should run as elements complete | [`route::Router`] |
-//! | a streamed OpenAI-compatible chat completion | [`sources`] |
+//! | events, and handlers that should run as elements complete | `route::Router` (feature `route`) |
+//! | a streamed OpenAI-compatible chat completion | `sources` (feature `sources`) |
 //! | tool calls written as TAM, ACTION or ATTP | [`calls`] (payloads arrive on the element events) |
 //! | only the tokens (tags, text runs), no structure | [`scan::Scanner`] |
 //!
 //! The core ([`scan`], [`machine`], [`payload`]) is synchronous and owns no
 //! I/O; everything async is built on top of it, so the core runs the same in
 //! a proxy, a CLI, a test or a benchmark.
+//!
+//! # Cargo features
+//!
+//! The default, `cli`, turns on everything (the `spindle` binary and every
+//! layer). With `default-features = false` the crate is the sans-IO core
+//! alone: [`scan`], [`machine`], [`registry`], [`payload`], [`calls`],
+//! [`state`] and [`event`], with no async runtime and no HTTP crate. Add the
+//! layers you need:
+//!
+//! | feature | adds | pulls in |
+//! | --- | --- | --- |
+//! | `sources` | `sources`: SSE and chat-completions stream decoding, `EventStream` | futures, bytes, tokio (timers) |
+//! | `client` | `sources::ChatClient` | reqwest, tokio |
+//! | `route` | `route`: handlers for completed elements | tokio |
+//! | `tools` | `tools`: manuals, the runner (scripts, MCP), the agent loop | `client`, rmcp |
+//! | `proxy` | `proxy`: the OpenAI-compatible proxy and its sinks | `tools`, axum, async-nats |
+//! | `mock` | `mock`: the mock upstream (test support) | axum |
+//! | `cli` | the `spindle` binary | all of the above, clap |
 //!
 //! # Guarantees
 //!
@@ -87,24 +105,36 @@
 //!   [`event::Repair`].
 //! * **No panics** on any input (fuzzed; see `fuzz/`).
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 #![warn(missing_debug_implementations, rust_2018_idioms, unreachable_pub)]
 #![doc(test(attr(deny(warnings))))]
 
 pub mod calls;
+#[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod check;
 pub mod event;
 pub mod machine;
+#[cfg(feature = "mock")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mock")))]
 pub mod mock;
 mod parser;
 pub mod payload;
+#[cfg(feature = "proxy")]
+#[cfg_attr(docsrs, doc(cfg(feature = "proxy")))]
 pub mod proxy;
 pub mod registry;
+#[cfg(feature = "route")]
+#[cfg_attr(docsrs, doc(cfg(feature = "route")))]
 pub mod route;
 pub mod scan;
+#[cfg(feature = "sources")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sources")))]
 pub mod sources;
 pub mod state;
+#[cfg(feature = "tools")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tools")))]
 pub mod tools;
 
 pub use event::Event;

@@ -50,7 +50,7 @@ pub enum ClientError {
     #[error("the request must be a JSON object, got {0}")]
     InvalidRequest(&'static str),
     /// The server could not be reached (refused, DNS, TLS, timeout).
-    #[error("cannot reach {url}: {}", chain(source))]
+    #[error("cannot reach {url}: {}", super::error_chain(source))]
     Connect {
         /// The endpoint.
         url: String,
@@ -103,22 +103,6 @@ impl ClientError {
             ClientError::Status { status, .. } => matches!(status, 408 | 409 | 429 | 500..=599),
         }
     }
-}
-
-/// An error and its causes, `: `-separated (reqwest's own message hides
-/// the cause, e.g. "connection refused").
-pub(crate) fn chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let message = cause.to_string();
-        if !text.contains(&message) {
-            text.push_str(": ");
-            text.push_str(&message);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// Largest error body read for a message.

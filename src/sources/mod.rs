@@ -55,8 +55,8 @@
 //! ```
 
 mod chunk;
+#[cfg(feature = "client")]
 mod client;
-pub(crate) use client::chain as error_chain;
 mod dialects;
 mod events;
 mod model;
@@ -66,9 +66,27 @@ mod tap;
 pub mod transcript;
 
 pub use chunk::{ChatChunk, Choice, Content, Delta, FunctionDelta, Nullable, ToolCallDelta};
+#[cfg(feature = "client")]
+#[cfg_attr(docsrs, doc(cfg(feature = "client")))]
 pub use client::{ChatClient, ClientError, ErrorSide};
 pub use events::{Channel, ChoiceEvent, ErrorOrigin, FinishReason, SourceEvent, Truncation};
 pub use model::{ChatStream, Framing, StreamOptions, StreamStats};
 pub use sse::{SseDecoder, SseEvent, SseFault, SseItem, SseLimits};
 pub use stream::{BoxError, EventStream};
 pub use tap::{StreamTap, TapEnd, TapFrame};
+
+/// An error and its causes, `: `-separated (reqwest's own message hides
+/// the cause, e.g. "connection refused").
+pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let message = cause.to_string();
+        if !text.contains(&message) {
+            text.push_str(": ");
+            text.push_str(&message);
+        }
+        source = cause.source();
+    }
+    text
+}

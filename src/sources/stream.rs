@@ -127,6 +127,8 @@ impl EventStream {
     /// Reads a `reqwest::Response`: SSE when its `Content-Type` is
     /// `text/event-stream`, otherwise a whole JSON response. The status is
     /// not checked here (see [`super::ChatClient`], which does).
+    #[cfg(feature = "client")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "client")))]
     pub fn from_response(response: reqwest::Response, options: StreamOptions) -> EventStream {
         let is_sse = response
             .headers()
@@ -258,7 +260,7 @@ impl Stream for EventStream {
                     this.feed(&bytes);
                 }
                 Poll::Ready(Some(Err(e))) => {
-                    let message = super::client::chain(&*e);
+                    let message = super::error_chain(&*e);
                     this.finish(Some(format!("reading the response body failed: {message}")));
                 }
                 Poll::Ready(None) => this.finish(None),
