@@ -90,6 +90,19 @@ impl Protocol {
         }
     }
 
+    /// One line that says what the model writes (for `--help`).
+    pub fn summary(self) -> &'static str {
+        match self {
+            Protocol::Tam => "TAM blocks: <|[REQUEST_TOOL]|> key:»»»value««« <|[END_TOOL]|>",
+            Protocol::TamCjk => "TAM blocks with the key:「始」value「末」 delimiters",
+            Protocol::Action => "<ACTION><ToolId><param>…</param></ToolId></ACTION>",
+            Protocol::Attp => "ATTP TOML with Python code that calls the tools",
+            Protocol::Filament => "Filament <tool_call name=\"…\">{…}</tool_call>",
+            Protocol::Hermes => "Hermes/Qwen <tool_call>{\"name\": …, \"arguments\": …}</tool_call>",
+            Protocol::Openai => "the OpenAI `tools` JSON array (manual only)",
+        }
+    }
+
     /// The protocol of a CLI name (case-insensitive).
     pub fn from_name(name: &str) -> Option<Protocol> {
         Protocol::ALL.into_iter().find(|p| p.as_str().eq_ignore_ascii_case(name.trim()))

@@ -1,7 +1,7 @@
 //! `spindle agent`: the tool loop against an OpenAI-compatible upstream,
 //! printed for a person or as JSONL.
 
-use crate::tools::{ProtocolArg, load_tools};
+use crate::tools::{load_tools, protocol_arg};
 use anyhow::{Context, Result, bail};
 use futures::StreamExt;
 use spindle::Event;
@@ -38,8 +38,8 @@ pub(crate) struct AgentArgs {
     #[arg(long, value_name = "DIR")]
     tools: PathBuf,
     /// How the model writes calls (the manual teaches it; the parser reads it).
-    #[arg(long, value_enum, default_value_t = ProtocolArg::Tam)]
-    protocol: ProtocolArg,
+    #[arg(long, value_parser = protocol_arg(&Protocol::ALL), default_value = "tam")]
+    protocol: Protocol,
     /// A system prompt file; {{AVAILABLE_TOOLS}} / {{{system:available_tools}}}
     /// become the manual (else the manual is appended).
     #[arg(long, value_name = "FILE")]
@@ -65,7 +65,7 @@ pub(crate) struct AgentArgs {
 }
 
 pub(crate) fn run(args: AgentArgs) -> Result<ExitCode> {
-    let protocol: Protocol = args.protocol.into();
+    let protocol = args.protocol;
     if protocol == Protocol::Openai {
         bail!(
             "--protocol openai is a manual form only; the loop needs a text protocol (tam, tam-cjk, action, attp, filament)"

@@ -4,7 +4,9 @@
 //! defaults, the secrets from the environment).
 
 use anyhow::{Context, Result};
-use spindle::proxy::{InvalidCalls, ProxyAgent, ProxyOverrides, ProxyServer, ProxySettings, SinkSpec, ToolCalling};
+use spindle::proxy::{
+    InvalidCalls, ProxyAgent, ProxyOverrides, ProxyServer, ProxySettings, SinkSpec, TOOL_PROTOCOLS, ToolCalling,
+};
 use spindle::tools::agent::AgentLimits;
 use spindle::tools::{Protocol, Runner, RunnerOptions};
 use std::path::PathBuf;
@@ -46,8 +48,8 @@ pub(crate) struct ProxyArgs {
     /// calls as text: a request's `tools` become this protocol's manual in
     /// the system message, the answer's calls come back as `tool_calls`.
     /// Requests without tools pass through unchanged.
-    #[arg(long, value_enum, value_name = "PROTOCOL")]
-    tool_protocol: Option<ToolProtocolArg>,
+    #[arg(long, value_name = "PROTOCOL", value_parser = crate::tools::protocol_arg(&TOOL_PROTOCOLS))]
+    tool_protocol: Option<Protocol>,
     /// What happens to a call of a tool the request does not list, or with
     /// arguments its schema rejects: `pass` it on as written (calls stream
     /// as they arrive), or `drop` it and answer its observation (with a
@@ -112,19 +114,6 @@ pub(crate) struct ProxyArgs {
     /// Log level (`error`, `warn`, `info`, `debug`, `trace`); RUST_LOG wins [default: info].
     #[arg(long, value_name = "LEVEL")]
     log: Option<String>,
-}
-
-/// `--tool-protocol` values.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-enum ToolProtocolArg {
-    /// Hermes/Qwen `<tool_call>{"name": …, "arguments": …}</tool_call>`.
-    Hermes,
-    /// Filament `<tool_call name="…">{…}</tool_call>`.
-    Filament,
-    /// TAM `<|[REQUEST_TOOL]|>` blocks.
-    Tam,
-    /// `<ACTION>` blocks.
-    Action,
 }
 
 /// `--invalid-calls` values.
@@ -198,13 +187,7 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 pub(crate) fn run(args: ProxyArgs) -> Result<ExitCode> {
-    let tool_calling = args.tool_protocol.map(|p| {
-        let protocol = match p {
-            ToolProtocolArg::Hermes => Protocol::Hermes,
-            ToolProtocolArg::Filament => Protocol::Filament,
-            ToolProtocolArg::Tam => Protocol::Tam,
-            ToolProtocolArg::Action => Protocol::Action,
-        };
+    let tool_calling = args.tool_protocol.map(|protocol| {
         let invalid_calls = match args.invalid_calls {
             InvalidCallsArg::Pass => InvalidCalls::Pass,
             InvalidCallsArg::Drop => InvalidCalls::Drop,

@@ -24,37 +24,12 @@ enum ToolsCommand {
     List(ListArgs),
 }
 
-/// A protocol name on the command line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum ProtocolArg {
-    /// TAM blocks, key:»»»value«««.
-    Tam,
-    /// TAM blocks with 「始」「末」.
-    TamCjk,
-    /// <ACTION> XML.
-    Action,
-    /// ATTP TOML with Python code.
-    Attp,
-    /// Filament <tool_call name="..."> with a JSON body.
-    Filament,
-    /// Hermes/Qwen <tool_call>{"name": ..., "arguments": ...}</tool_call>.
-    Hermes,
-    /// The OpenAI `tools` JSON array.
-    Openai,
-}
-
-impl From<ProtocolArg> for Protocol {
-    fn from(p: ProtocolArg) -> Protocol {
-        match p {
-            ProtocolArg::Tam => Protocol::Tam,
-            ProtocolArg::TamCjk => Protocol::TamCjk,
-            ProtocolArg::Action => Protocol::Action,
-            ProtocolArg::Attp => Protocol::Attp,
-            ProtocolArg::Filament => Protocol::Filament,
-            ProtocolArg::Hermes => Protocol::Hermes,
-            ProtocolArg::Openai => Protocol::Openai,
-        }
-    }
+/// A parser for the protocol names of `list` (the library's lists), each
+/// with its one-line summary in `--help`.
+pub(crate) fn protocol_arg(list: &'static [Protocol]) -> impl clap::builder::TypedValueParser<Value = Protocol> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    let values = list.iter().map(|p| PossibleValue::new(p.as_str()).help(p.summary()));
+    PossibleValuesParser::new(values).try_map(|name| Protocol::from_name(&name).ok_or("unknown protocol"))
 }
 
 #[derive(Debug, clap::Args)]
@@ -63,8 +38,8 @@ struct ManualArgs {
     #[arg(long, value_name = "DIR")]
     tools: PathBuf,
     /// The call protocol the manual teaches.
-    #[arg(long, value_enum, default_value_t = ProtocolArg::Tam)]
-    protocol: ProtocolArg,
+    #[arg(long, value_parser = protocol_arg(&Protocol::ALL), default_value = "tam")]
+    protocol: Protocol,
     /// Only these tool ids (comma-separated), in catalog order.
     #[arg(long, value_delimiter = ',', value_name = "ID,...")]
     only: Vec<String>,
