@@ -101,7 +101,7 @@ pub(crate) fn run(args: ToolsArgs) -> Result<ExitCode> {
                 Ok(t) => t,
                 Err(e) => bail!("--only: {e}"),
             };
-            let text = manual(tools, a.protocol.into());
+            let text = manual(tools, a.protocol);
             match &a.prompt {
                 Some(file) => {
                     let prompt =
