@@ -85,12 +85,12 @@ impl Default for LoadOptions {
 #[non_exhaustive]
 pub enum CatalogError {
     /// A file or directory could not be read.
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}: {cause}", path.display())]
     Io {
         /// The file or directory.
         path: PathBuf,
         /// The cause.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// A file is larger than [`LoadOptions::max_file_len`].
     #[error("{} is {len} bytes, more than the {limit}-byte limit", path.display())]
@@ -787,7 +787,7 @@ fn manifest_in(dir: &Path) -> Option<PathBuf> {
 }
 
 fn list_dir(dir: &Path) -> Result<Vec<PathBuf>, CatalogError> {
-    let io = |source| CatalogError::Io { path: dir.to_path_buf(), source };
+    let io = |cause| CatalogError::Io { path: dir.to_path_buf(), cause };
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(io)? {
         out.push(entry.map_err(io)?.path());
@@ -796,7 +796,7 @@ fn list_dir(dir: &Path) -> Result<Vec<PathBuf>, CatalogError> {
 }
 
 fn read_limited(path: &Path, options: LoadOptions) -> Result<String, CatalogError> {
-    let io = |source| CatalogError::Io { path: path.to_path_buf(), source };
+    let io = |cause| CatalogError::Io { path: path.to_path_buf(), cause };
     let len = std::fs::metadata(path).map_err(io)?.len();
     if len > options.max_file_len as u64 {
         return Err(CatalogError::TooLarge { path: path.to_path_buf(), len, limit: options.max_file_len });

@@ -25,13 +25,12 @@ const SERVED: [&str; 7] = [".sse", ".bin", ".event-stream", ".chunks", ".txt", "
 #[non_exhaustive]
 pub enum MockError {
     /// Reading the directory or a file failed.
-    #[error("{path}: {source}")]
+    #[error("{path}: {cause}")]
     Io {
         /// The path.
         path: PathBuf,
         /// The cause.
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// Nothing servable was found.
     #[error("no transcripts (.sse, .chunks.txt, .txt, chat-completion .json) under {0}")]
@@ -136,7 +135,7 @@ pub(crate) fn load_dir(dir: &Path) -> Result<Vec<Transcript>, MockError> {
     let mut files = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let entries = std::fs::read_dir(&d).map_err(|source| MockError::Io { path: d.clone(), source })?;
+        let entries = std::fs::read_dir(&d).map_err(|cause| MockError::Io { path: d.clone(), cause })?;
         for entry in entries.flatten() {
             let path = entry.path();
             let Ok(meta) = entry.metadata() else { continue };
@@ -152,7 +151,7 @@ pub(crate) fn load_dir(dir: &Path) -> Result<Vec<Transcript>, MockError> {
     files.sort();
     let mut out = Vec::new();
     for path in files {
-        let bytes = std::fs::read(&path).map_err(|source| MockError::Io { path: path.clone(), source })?;
+        let bytes = std::fs::read(&path).map_err(|cause| MockError::Io { path: path.clone(), cause })?;
         let relative = path.strip_prefix(dir).unwrap_or(&path);
         let file = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
         if let Some(t) = Transcript::from_bytes(name_of(relative), file, &bytes) {

@@ -100,13 +100,12 @@ pub enum ProxyStartError {
         why: String,
     },
     /// Binding the listen address failed.
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}: {cause}")]
     Bind {
         /// The address.
         addr: String,
         /// The cause.
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// A sink could not start (a file that cannot be opened).
     #[error(transparent)]
@@ -745,7 +744,7 @@ impl ProxyServer {
         let metrics = Arc::new(Metrics::default());
         let sinks = Sinks::start(&config.sinks, config.sink_queue, http.clone(), metrics.clone()).await?;
         let listener =
-            TcpListener::bind(addr).await.map_err(|source| ProxyStartError::Bind { addr: addr.to_string(), source })?;
+            TcpListener::bind(addr).await.map_err(|cause| ProxyStartError::Bind { addr: addr.to_string(), cause })?;
         let app = Arc::new(App {
             limit: Arc::new(Semaphore::new(config.max_streams.max(1))),
             config,

@@ -177,11 +177,10 @@ impl SinkSpec {
 
 /// Why a sink could not start.
 #[derive(Debug, thiserror::Error)]
-#[error("sink {label}: {source}")]
+#[error("sink {label}: {cause}")]
 pub struct SinkStartError {
     label: String,
-    #[source]
-    source: Box<dyn std::error::Error + Send + Sync>,
+    cause: Box<dyn std::error::Error + Send + Sync>,
 }
 
 type Queue = mpsc::Sender<Arc<SinkRecord>>;
@@ -230,7 +229,7 @@ impl Sinks {
                         .append(true)
                         .open(path)
                         .await
-                        .map_err(|e| SinkStartError { label: label.clone(), source: Box::new(e) })?;
+                        .map_err(|e| SinkStartError { label: label.clone(), cause: Box::new(e) })?;
                     let (tx, rx) = mpsc::channel(queue_len.max(1));
                     workers.push(tokio::spawn(jsonl_worker(file, rx, label.clone(), metrics.clone())));
                     tx
@@ -252,7 +251,7 @@ impl Sinks {
                     let worker = nats
                         .start(rx, label.clone(), metrics.clone())
                         .await
-                        .map_err(|e| SinkStartError { label: label.clone(), source: Box::new(e) })?;
+                        .map_err(|e| SinkStartError { label: label.clone(), cause: Box::new(e) })?;
                     workers.push(worker);
                     tx
                 }

@@ -174,24 +174,38 @@ pub struct Registry {
     lead_open: LeadOpen,
 }
 
+// The parse errors are in the message; they are not also `source()`, so a
+// chain printer shows each cause once.
+impl From<toml::de::Error> for RegistryError {
+    fn from(e: toml::de::Error) -> Self {
+        RegistryError::Toml(e)
+    }
+}
+
+impl From<serde_json::Error> for RegistryError {
+    fn from(e: serde_json::Error) -> Self {
+        RegistryError::Json(e)
+    }
+}
+
 /// Why a registry could not be built or loaded.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RegistryError {
     /// The file could not be read.
-    #[error("cannot read registry file {path}: {source}")]
+    #[error("cannot read registry file {path}: {cause}")]
     Io {
         /// The file.
         path: String,
         /// The cause.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The TOML did not parse or did not fit the schema.
     #[error("registry TOML is invalid: {0}")]
-    Toml(#[from] toml::de::Error),
+    Toml(toml::de::Error),
     /// The JSON did not parse or did not fit the schema.
     #[error("registry JSON is invalid: {0}")]
-    Json(#[from] serde_json::Error),
+    Json(serde_json::Error),
     /// `extends` names no built-in profile.
     #[error("unknown profile {0:?} (known: {known})", known = Registry::profile_names().join(", "))]
     UnknownProfile(String),
@@ -437,7 +451,7 @@ impl Registry {
     /// [`Registry::from_toml_str`] / [`Registry::from_json_str`].
     pub fn load(path: &Path) -> Result<Registry, RegistryError> {
         let text = std::fs::read_to_string(path)
-            .map_err(|source| RegistryError::Io { path: path.display().to_string(), source })?;
+            .map_err(|cause| RegistryError::Io { path: path.display().to_string(), cause })?;
         let is_json = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("json"));
         if is_json { Registry::from_json_str(&text) } else { Registry::from_toml_str(&text) }
     }

@@ -50,13 +50,12 @@ pub enum ClientError {
     #[error("the request must be a JSON object, got {0}")]
     InvalidRequest(&'static str),
     /// The server could not be reached (refused, DNS, TLS, timeout).
-    #[error("cannot reach {url}: {}", super::error_chain(source))]
+    #[error("cannot reach {url}: {}", super::error_chain(cause))]
     Connect {
         /// The endpoint.
         url: String,
         /// The cause.
-        #[source]
-        source: reqwest::Error,
+        cause: reqwest::Error,
     },
     /// The server answered with an error status.
     #[error("{url} answered {status}: {message}")]
@@ -89,7 +88,7 @@ impl ClientError {
     pub fn side(&self) -> ErrorSide {
         match self {
             ClientError::InvalidRequest(_) => ErrorSide::Local,
-            ClientError::Connect { source, .. } if source.is_builder() => ErrorSide::Local,
+            ClientError::Connect { cause, .. } if cause.is_builder() => ErrorSide::Local,
             ClientError::Status { status: 400 | 401 | 403 | 404 | 422, .. } => ErrorSide::Local,
             _ => ErrorSide::Upstream,
         }
@@ -99,7 +98,7 @@ impl ClientError {
     pub fn is_retryable(&self) -> bool {
         match self {
             ClientError::InvalidRequest(_) | ClientError::NotEventStream { .. } => false,
-            ClientError::Connect { source, .. } => !source.is_builder(),
+            ClientError::Connect { cause, .. } => !cause.is_builder(),
             ClientError::Status { status, .. } => matches!(status, 408 | 409 | 429 | 500..=599),
         }
     }
@@ -219,7 +218,7 @@ impl ChatClient {
         if let Some(key) = &self.api_key {
             req = req.bearer_auth(key);
         }
-        let mut response = req.send().await.map_err(|source| ClientError::Connect { url: url.clone(), source })?;
+        let mut response = req.send().await.map_err(|cause| ClientError::Connect { url: url.clone(), cause })?;
         let status = response.status();
         let content_type = response
             .headers()

@@ -56,7 +56,9 @@ fn main() -> ExitCode {
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
             // One line, the whole cause chain: what failed and why.
-            eprintln!("spindle: error: {err:#}");
+            // (A multi-line cause, such as a TOML diagnostic, keeps its
+            // lines but not its trailing newline.)
+            eprintln!("spindle: error: {}", format!("{err:#}").trim_end());
             ExitCode::from(2)
         }
     }

@@ -63,12 +63,12 @@ pub enum McpError {
         message: String,
     },
     /// A listed tool could not be added to the catalog.
-    #[error("plugin {plugin}: {source}")]
+    #[error("plugin {plugin}: {cause}")]
     Catalog {
         /// The plugin.
         plugin: String,
         /// The catalog's error.
-        source: CatalogError,
+        cause: CatalogError,
     },
 }
 
@@ -244,7 +244,7 @@ impl McpPool {
             def.display_name = tool.title.clone();
             def.implementation = Some(json!({"type": "mcp", "server": plugin, "name": name}));
             def.plugin = Some(plugin.to_string());
-            catalog.add(def).map_err(|source| McpError::Catalog { plugin: plugin.into(), source })?;
+            catalog.add(def).map_err(|cause| McpError::Catalog { plugin: plugin.into(), cause })?;
         }
         self.servers.push(Server {
             plugin: plugin.to_string(),
