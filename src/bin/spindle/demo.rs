@@ -29,7 +29,7 @@ pub(crate) struct DemoArgs {
     model: String,
     /// The registry profile (default: from the transcript name: `reasoning-*`
     /// reasoning, `tam-*`/`action-*`/`attp-*` those, else filament).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::profile_arg(&[]))]
     profile: Option<String>,
     /// Run the proxy with --rewrite (corrected text is streamed).
     #[arg(long)]

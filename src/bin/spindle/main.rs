@@ -1,6 +1,7 @@
 //! The `spindle` command: `parse` (one response), and the tools built on it.
 
 mod agent;
+mod cli;
 mod demo;
 mod mock;
 mod parse;
@@ -9,12 +10,53 @@ mod render;
 mod replay;
 mod tools;
 
-use clap::{Parser as ClapParser, Subcommand};
+use clap::{CommandFactory, Parser as ClapParser, Subcommand};
 use std::process::ExitCode;
+
+/// The version line: the package version and, when built from a git
+/// checkout, the commit and its date (see build.rs).
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), env!("SPINDLE_BUILD_INFO"));
+
+const EXAMPLES: &str = "Examples:
+  spindle replay corpora                                   # parse every bundled transcript, print a summary
+  spindle parse corpora/long-rp-en-lighthouse.txt --format pretty
+  spindle proxy --upstream https://api.openai.com          # parse streams on the side
+  spindle demo                                             # mock upstream + proxy, one request
+  spindle completions bash > ~/.local/share/bash-completion/completions/spindle";
+
+const PARSE_EXAMPLES: &str = "Examples:
+  spindle parse corpora/long-rp-en-lighthouse.txt --format pretty
+  curl -sN ... | spindle parse --profile reasoning --format jsonl
+  spindle parse answer.txt --registry my-tags.toml --chunk-size 7
+  spindle parse answer.txt --profile tam --tools examples/plugins/basic --execute";
+
+const REPLAY_EXAMPLES: &str = "Examples:
+  spindle replay corpora
+  spindle replay ../shared/recorded --check
+  spindle replay capture.sse --format jsonl | head";
+
+const PROXY_EXAMPLES: &str = "Examples:
+  spindle proxy --upstream https://api.openai.com
+  SPINDLE_UPSTREAM=http://127.0.0.1:8080 spindle proxy --listen 0.0.0.0:8787 --sink jsonl:events.jsonl
+  spindle proxy --upstream http://127.0.0.1:8080 --tool-protocol hermes
+  spindle proxy --config spindle.toml --print-config
+
+Precedence: a flag, then its SPINDLE_* variable, then the --config file, then the default.";
+
+const MOCK_EXAMPLES: &str = "Examples:
+  spindle mock-upstream --transcripts corpora --pace-ms 20
+  curl -sN localhost:8788/v1/chat/completions -d '{\"model\": \"missing-content-tags-en\", \"stream\": true}'";
+
+const TOOLS_EXAMPLES: &str = "Examples:
+  spindle tools list --tools examples/plugins/basic
+  spindle tools manual --tools examples/plugins/basic --protocol hermes";
+
+const AGENT_EXAMPLES: &str = "Examples:
+  spindle agent \"What is 2 + 40?\" --upstream http://127.0.0.1:8080/v1 --model qwen3 --tools examples/plugins/basic --protocol hermes";
 
 /// Structured, repaired events from LLM output, while it streams.
 #[derive(Debug, ClapParser)]
-#[command(name = "spindle", version, about)]
+#[command(name = "spindle", version = VERSION, about, after_help = EXAMPLES)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -23,19 +65,29 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Parse one response (a file or stdin) and print its events.
+    #[command(after_help = PARSE_EXAMPLES)]
     Parse(parse::ParseArgs),
     /// Replay recorded transcripts (SSE bodies, chunk files, JSON responses, text).
+    #[command(after_help = REPLAY_EXAMPLES)]
     Replay(replay::ReplayArgs),
     /// Run the OpenAI-compatible pipe-through proxy (parses streams on the side).
+    #[command(after_help = PROXY_EXAMPLES)]
     Proxy(proxy::ProxyArgs),
     /// Serve transcripts as a mock OpenAI-compatible endpoint (no API key needed).
+    #[command(after_help = MOCK_EXAMPLES)]
     MockUpstream(mock::MockArgs),
     /// Mock upstream + proxy on free ports, one streamed request, the parsed elements.
     Demo(demo::DemoArgs),
     /// Tool manuals and the tool list of a plugins directory.
+    #[command(after_help = TOOLS_EXAMPLES)]
     Tools(tools::ToolsArgs),
     /// Run the tool loop: ask the model, run its calls while it streams, send observations back.
+    #[command(after_help = AGENT_EXAMPLES)]
     Agent(agent::AgentArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(cli::CompletionsArgs),
+    /// Print the man page (roff): `spindle man > spindle.1`.
+    Man,
 }
 
 fn main() -> ExitCode {
@@ -48,6 +100,8 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(args),
         Command::Tools(args) => tools::run(args),
         Command::Agent(args) => agent::run(args),
+        Command::Completions(args) => cli::completions(args, Cli::command()),
+        Command::Man => cli::man(Cli::command()),
     };
     match result {
         Ok(code) => code,

@@ -20,11 +20,11 @@ use tokio_util::sync::CancellationToken;
 pub(crate) struct ParseArgs {
     /// The response to parse; `-` or nothing reads stdin.
     pub(crate) file: Option<PathBuf>,
-    /// A built-in registry profile (filament, reasoning, ...).
-    #[arg(long, conflicts_with = "registry", default_value = "filament")]
+    /// A built-in registry profile.
+    #[arg(long, conflicts_with = "registry", default_value = "filament", value_parser = crate::cli::profile_arg(&[]))]
     pub(crate) profile: String,
     /// A registry file (TOML, or JSON by extension) instead of a profile.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     pub(crate) registry: Option<PathBuf>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Jsonl)]
@@ -34,11 +34,11 @@ pub(crate) struct ParseArgs {
     #[arg(long, value_name = "N")]
     pub(crate) chunk_size: Option<usize>,
     /// Largest element text kept in an element event, in bytes.
-    #[arg(long, value_name = "BYTES")]
-    pub(crate) max_element: Option<usize>,
+    #[arg(long, value_name = "BYTES", default_value_t = spindle::machine::MachineLimits::default().max_element_len)]
+    pub(crate) max_element: usize,
     /// Longest tag or special marker, in bytes.
-    #[arg(long, value_name = "BYTES")]
-    pub(crate) max_marker: Option<usize>,
+    #[arg(long, value_name = "BYTES", default_value_t = spindle::scan::ScanLimits::default().max_marker_len)]
+    pub(crate) max_marker: usize,
     /// Check every completed tool call (TAM, ACTION, ATTP) against the tools
     /// of a plugins directory (plugin.yaml + *.tool.json); for each invalid
     /// call, its observation text goes to stderr, one line each (stdout
@@ -220,12 +220,8 @@ pub(crate) fn run(args: ParseArgs) -> Result<ExitCode> {
         bail!("--chunk-size must be at least 1");
     }
     let mut options = ParserOptions { rewrite: args.format == Format::Rewrite, ..ParserOptions::default() };
-    if let Some(n) = args.max_element {
-        options.machine.max_element_len = n;
-    }
-    if let Some(n) = args.max_marker {
-        options.scan.max_marker_len = n;
-    }
+    options.machine.max_element_len = args.max_element;
+    options.scan.max_marker_len = args.max_marker;
     let mut calls = match &args.tools {
         Some(dir) => Some(Calls::new(&args, dir, registry.clone())?),
         None => None,

@@ -18,27 +18,26 @@ pub(crate) struct ProxyArgs {
     /// The upstream base URL (`http://127.0.0.1:8788`, `https://api.openai.com`,
     /// `https://openrouter.ai/api/v1`); `/v1/*` requests go there unchanged.
     /// Required here or as `upstream.url` in the config file.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", env = "SPINDLE_UPSTREAM")]
     upstream: Option<String>,
     /// Address to listen on (port 0 picks a free port) [default: 127.0.0.1:8787].
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", env = "SPINDLE_LISTEN")]
     listen: Option<String>,
     /// A configuration file (TOML; every option has a key, options given
     /// here win; secrets from SPINDLE_UPSTREAM_API_KEY, SPINDLE_NATS_TOKEN).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "SPINDLE_CONFIG")]
     config: Option<PathBuf>,
     /// Print the effective configuration as TOML (secrets left out) and exit.
     #[arg(long)]
     print_config: bool,
     /// The registry profile the streams are parsed with (`chat`: plain
-    /// answers are content, `<think>…</think>` is a thought; `filament`,
-    /// `reasoning`, `tam`, `action`, `attp`). Default: `chat`, or with
-    /// `--tool-protocol` the profile that reads its calls (`chat` for
-    /// hermes and filament, `tam`, `action`).
-    #[arg(long, conflicts_with = "registry")]
+    /// answers are content, `<think>…</think>` is a thought). Default:
+    /// `chat`, or with `--tool-protocol` the profile that reads its calls
+    /// (`chat` for hermes and filament, `tam`, `action`).
+    #[arg(long, conflicts_with = "registry", env = "SPINDLE_PROFILE", value_parser = crate::cli::profile_arg(&[]))]
     profile: Option<String>,
     /// A registry file (TOML, or JSON by extension) instead of a profile.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "SPINDLE_REGISTRY")]
     registry: Option<PathBuf>,
     /// Send the corrected content instead of the raw content (synthetic
     /// closes added, merged tags removed; ids, model, created and usage kept).
@@ -48,7 +47,7 @@ pub(crate) struct ProxyArgs {
     /// calls as text: a request's `tools` become this protocol's manual in
     /// the system message, the answer's calls come back as `tool_calls`.
     /// Requests without tools pass through unchanged.
-    #[arg(long, value_name = "PROTOCOL", value_parser = crate::tools::protocol_arg(&TOOL_PROTOCOLS))]
+    #[arg(long, value_name = "PROTOCOL", env = "SPINDLE_TOOL_PROTOCOL", value_parser = crate::tools::protocol_arg(&TOOL_PROTOCOLS))]
     tool_protocol: Option<Protocol>,
     /// What happens to a call of a tool the request does not list, or with
     /// arguments its schema rejects: `pass` it on as written (calls stream
@@ -82,7 +81,12 @@ pub(crate) struct ProxyArgs {
     /// Where parsed elements go: `jsonl:FILE` (appended), `webhook:URL`
     /// (POSTed as JSON arrays) or `nats://HOST:PORT/SUBJECT[?jetstream=1&overflow=drop|block&...]`
     /// (published to NATS). Repeatable.
-    #[arg(long = "sink", value_name = "jsonl:FILE|webhook:URL|nats://HOST:PORT/SUBJECT")]
+    #[arg(
+        long = "sink",
+        value_name = "jsonl:FILE|webhook:URL|nats://HOST:PORT/SUBJECT",
+        env = "SPINDLE_SINK",
+        value_delimiter = ' '
+    )]
     sinks: Vec<SinkSpec>,
     /// Seconds of upstream silence (waiting for the head, the first byte or
     /// any later byte) before the request fails (504, or an in-band error
@@ -99,20 +103,22 @@ pub(crate) struct ProxyArgs {
     #[arg(long, value_name = "N")]
     max_streams: Option<usize>,
     /// Longest SSE line (and event) parsed, in bytes; longer ones are
-    /// forwarded unparsed and reported.
+    /// forwarded unparsed and reported [default: 4194304].
     #[arg(long, value_name = "BYTES")]
     max_line: Option<usize>,
-    /// Largest request body of a model endpoint, in bytes (more gets 413).
+    /// Largest request body of a model endpoint, in bytes (more gets 413)
+    /// [default: 33554432].
     #[arg(long, value_name = "BYTES")]
     max_request_body: Option<usize>,
-    /// Largest whole JSON response parsed (or rewritten), in bytes.
+    /// Largest whole JSON response parsed (or rewritten), in bytes
+    /// [default: 16777216].
     #[arg(long, value_name = "BYTES")]
     max_response_body: Option<usize>,
     /// Records queued per sink before records are dropped [default: 10000].
     #[arg(long, value_name = "N")]
     sink_queue: Option<usize>,
     /// Log level (`error`, `warn`, `info`, `debug`, `trace`); RUST_LOG wins [default: info].
-    #[arg(long, value_name = "LEVEL")]
+    #[arg(long, value_name = "LEVEL", env = "SPINDLE_LOG")]
     log: Option<String>,
 }
 

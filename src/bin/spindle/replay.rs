@@ -27,10 +27,10 @@ pub(crate) struct ReplayArgs {
     /// The registry profile for content. `auto`: plain-text transcripts use
     /// the profile their file name starts with (`reasoning-x.txt`), else
     /// `filament`; chat-completion transcripts use `chat`.
-    #[arg(long, conflicts_with = "registry", default_value = "auto")]
+    #[arg(long, conflicts_with = "registry", default_value = "auto", value_parser = crate::cli::profile_arg(&["auto"]))]
     pub(crate) profile: String,
     /// A registry file (TOML, or JSON by extension) instead of a profile.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     pub(crate) registry: Option<PathBuf>,
     /// Output: a summary table, or one JSON event per line (with `source`).
     #[arg(long, value_enum, default_value_t = ReplayFormat::Summary)]
@@ -49,8 +49,8 @@ pub(crate) struct ReplayArgs {
     #[arg(long, value_name = "N")]
     pub(crate) read_size: Option<usize>,
     /// Largest element text kept in an element event, in bytes.
-    #[arg(long, value_name = "BYTES")]
-    pub(crate) max_element: Option<usize>,
+    #[arg(long, value_name = "BYTES", default_value_t = spindle::machine::MachineLimits::default().max_element_len)]
+    pub(crate) max_element: usize,
 }
 
 /// How `spindle replay` prints.
@@ -182,7 +182,7 @@ pub(crate) fn run(args: ReplayArgs) -> Result<ExitCode> {
 struct Profiles {
     fixed: Option<Arc<StreamOptions>>,
     by_name: std::collections::HashMap<&'static str, Arc<StreamOptions>>,
-    max_element: Option<usize>,
+    max_element: usize,
 }
 
 impl Profiles {
@@ -197,9 +197,7 @@ impl Profiles {
 
     fn options(&self, registry: Registry) -> Arc<StreamOptions> {
         let mut options = StreamOptions::with_registry(registry);
-        if let Some(n) = self.max_element {
-            options.parser.machine.max_element_len = n;
-        }
+        options.parser.machine.max_element_len = self.max_element;
         Arc::new(options)
     }
 

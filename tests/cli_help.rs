@@ -1,0 +1,112 @@
+//! The command line's habits: profile names from the library's list in
+//! `--help`, examples, defaults, environment twins, completions, the man
+//! page and the version line.
+
+use spindle::Registry;
+use std::process::Command;
+
+fn spindle(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_spindle"));
+    cmd.args(args);
+    for var in ["SPINDLE_UPSTREAM", "SPINDLE_LISTEN", "SPINDLE_CONFIG", "SPINDLE_PROFILE", "SPINDLE_LOG"] {
+        cmd.env_remove(var);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn help_lists_every_built_in_profile_and_shows_examples() {
+    for sub in ["parse", "replay", "proxy", "demo"] {
+        let (ok, help, _) = spindle(&[sub, "--help"], &[]);
+        assert!(ok, "{sub}");
+        let listed: Vec<&str> = help
+            .split("[possible values: ")
+            .nth(1)
+            .and_then(|s| s.split(']').next())
+            .map(|s| s.split(", ").collect())
+            .unwrap_or_default();
+        for name in Registry::profile_names() {
+            assert!(listed.contains(name), "{sub}: {name} not in {listed:?}");
+        }
+    }
+    for sub in ["parse", "replay", "proxy", "mock-upstream", "tools", "agent"] {
+        let (_, help, _) = spindle(&[sub, "--help"], &[]);
+        assert!(help.contains("Examples:\n  spindle "), "{sub}:\n{help}");
+    }
+    let (_, help, _) = spindle(&["parse", "--help"], &[]);
+    assert!(help.contains("[default: 4194304]") && help.contains("[default: 4096]"), "{help}");
+    let (ok, _, err) = spindle(&["parse", "--profile", "nope", "x"], &[]);
+    assert!(!ok && err.contains("[possible values: filament,"), "{err}");
+}
+
+#[test]
+fn every_default_the_proxy_help_states_is_the_real_one() {
+    let (_, help, _) = spindle(&["proxy", "--help"], &[]);
+    let (ok, config, err) = spindle(&["proxy", "--upstream", "http://127.0.0.1:9", "--print-config"], &[]);
+    assert!(ok, "{err}");
+    for (flag, key) in [
+        ("--max-line", "max_line"),
+        ("--max-request-body", "max_request_body"),
+        ("--max-response-body", "max_response_body"),
+        ("--max-streams", "max_streams"),
+        ("--sink-queue", "queue"),
+        ("--listen", "listen"),
+    ] {
+        let section = help.split(&format!("      {flag} ")).nth(1).unwrap_or_default();
+        let stated = section.split("[default: ").nth(1).and_then(|s| s.split(']').next()).unwrap_or("missing");
+        let real = config
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{key} = ")))
+            .map(|v| v.trim_matches('"').to_string())
+            .unwrap_or_default();
+        assert_eq!(stated, real, "{flag}");
+    }
+}
+
+#[test]
+fn proxy_flags_have_environment_twins_and_flags_win() {
+    let env = [("SPINDLE_UPSTREAM", "http://127.0.0.1:9"), ("SPINDLE_LISTEN", "127.0.0.1:9999")];
+    let (ok, config, err) = spindle(&["proxy", "--print-config"], &env);
+    assert!(ok, "{err}");
+    assert!(
+        config.contains("url = \"http://127.0.0.1:9\"") && config.contains("listen = \"127.0.0.1:9999\""),
+        "{config}"
+    );
+    let (_, config, _) = spindle(&["proxy", "--print-config", "--listen", "127.0.0.1:1"], &env);
+    assert!(config.contains("listen = \"127.0.0.1:1\""), "{config}");
+    let (_, config, _) =
+        spindle(&["proxy", "--print-config"], &[("SPINDLE_UPSTREAM", "http://x"), ("SPINDLE_PROFILE", "tam")]);
+    assert!(config.contains("profile = \"tam\""), "{config}");
+}
+
+#[test]
+fn completions_and_man_page() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let (ok, script, err) = spindle(&["completions", shell], &[]);
+        assert!(ok, "{shell}: {err}");
+        for word in ["replay", "proxy", "mock-upstream", "--tool-protocol"] {
+            assert!(script.contains(word), "{shell}: {word}");
+        }
+    }
+    let (ok, script, _) = spindle(&["completions", "bash"], &[]);
+    assert!(ok && script.contains("reasoning-prefilled"), "profile names complete");
+    let (ok, man, _) = spindle(&["man"], &[]);
+    assert!(ok && man.contains(".TH spindle"), "{}", &man[..man.len().min(200)]);
+    assert!(man.contains("replay") && man.contains("proxy"));
+    let (ok, _, err) = spindle(&["completions", "tcsh"], &[]);
+    assert!(!ok && err.contains("possible values"), "{err}");
+}
+
+#[test]
+fn version_names_the_package_version() {
+    let (ok, out, _) = spindle(&["--version"], &[]);
+    assert!(ok && out.starts_with(&format!("spindle {}", env!("CARGO_PKG_VERSION"))), "{out}");
+}
