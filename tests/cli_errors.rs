@@ -60,11 +60,9 @@ fn missing_files_and_unknown_names_are_one_line() {
     let cases: Vec<(Vec<&str>, String)> = vec![
         (vec!["parse", "missing.txt"], format!("spindle: error: cannot read missing.txt: {NO_FILE}\n")),
         (
-            vec!["parse", &t, "--profile", "nope"],
-            "spindle: error: unknown profile \"nope\" (known: filament, reasoning, reasoning-prefilled, chat, tam, action, attp)\n"
-                .to_string(),
+            vec!["tools", "list", "--tools", "nope"],
+            format!("spindle: error: tools nope: cannot read nope: {NO_FILE}\n"),
         ),
-        (vec!["tools", "list", "--tools", "nope"], format!("spindle: error: tools nope: cannot read nope: {NO_FILE}\n")),
         (
             vec!["parse", "--execute", "--tools", "nope", &t],
             format!("spindle: error: tools nope: cannot read nope: {NO_FILE}\n"),
@@ -82,6 +80,13 @@ fn missing_files_and_unknown_names_are_one_line() {
         let (code, _, stderr) = spindle(&dir, &args);
         assert_eq!((code, stderr.as_str()), (Some(2), want.as_str()), "{args:?}");
     }
+}
+
+#[test]
+fn an_unknown_profile_is_a_usage_error_with_the_known_names() {
+    let (code, _, stderr) = spindle(&scratch("profile"), &["parse", &transcript(), "--profile", "nope"]);
+    let want = "error: invalid value 'nope' for '--profile <PROFILE>'\n  [possible values: filament, reasoning, reasoning-prefilled, chat, tam, action, attp]\n\nFor more information, try '--help'.\n";
+    assert_eq!((code, stderr.as_str()), (Some(2), want));
 }
 
 #[test]
