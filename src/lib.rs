@@ -140,3 +140,9 @@ pub mod tools;
 pub use event::Event;
 pub use parser::{CallText, Parser, ParserOptions, parse};
 pub use registry::Registry;
+
+/// The README's Rust examples, compiled and run as doctests so that they
+/// cannot drift from the API.
+#[cfg(all(doctest, feature = "cli"))]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

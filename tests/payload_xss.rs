@@ -209,6 +209,10 @@ fn problems(html: &str) -> Vec<String> {
 #[test]
 fn vectors_are_neutralised_and_whitelisted_markup_survives() {
     assert!(VECTORS.len() >= 60, "{} vectors", VECTORS.len());
+    // The README states the count.
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap_or_default();
+    let claim = format!("{} filter-evasion vectors", VECTORS.len());
+    assert!(readme.contains(&claim), "README.md should say \"{claim}\"");
     let mut failures = Vec::new();
     for (n, vector) in VECTORS.iter().enumerate() {
         let input = format!("<content>{BEFORE}{vector}{AFTER}</content>");

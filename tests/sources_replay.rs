@@ -254,6 +254,10 @@ fn recorded_tree_replays_and_keeps_every_content_byte() {
     }
     assert!(mismatches.is_empty(), "content lost or invented:\n{}", mismatches.join("\n"));
     assert!(streams_total > 400, "only {streams_total} streams replayed");
+    // The README states the count.
+    let readme = std::fs::read_to_string(manifest().join("README.md")).unwrap_or_default();
+    let claim = format!("all {streams_total} recorded third-party streams");
+    assert!(readme.contains(&claim), "README.md should say \"{claim}\"");
     assert!(checked > 1000, "only {checked} choices checked");
 }
 
