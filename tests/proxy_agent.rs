@@ -247,3 +247,32 @@ async fn openai_python_client_gets_the_final_answer() {
     assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     proxy.shutdown().await.unwrap();
 }
+
+/// The README's example: the mock's `agent-demo-hermes` script behind the
+/// agent proxy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_example_against_the_scripted_mock() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/agent-demo");
+    let mock = spindle::mock::MockUpstream::from_dir(&dir).unwrap().spawn("127.0.0.1:0").await.unwrap();
+    let proxy = agent_proxy(&mock.url(), Protocol::Hermes).await;
+    let req = json!({"model": "agent-demo-hermes", "messages": [{"role": "user", "content": "What is 2 + 40?"}]});
+    let whole: Value = client()
+        .post(format!("{}/v1/chat/completions", url(&proxy)))
+        .json(&req)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        whole["choices"][0]["message"]["content"],
+        "Let me add them with the calculator.\n\nThe calculator says 2 + 40 = 42.",
+        "{whole}"
+    );
+    let requests = mock.requests();
+    assert_eq!(requests.len(), 2);
+    assert!(requests[1]["messages"].to_string().contains("Result: 42"));
+    proxy.shutdown().await.unwrap();
+    mock.shutdown().await.unwrap();
+}

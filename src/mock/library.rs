@@ -35,6 +35,10 @@ pub enum MockError {
     /// Nothing servable was found.
     #[error("no transcripts (.sse, .chunks.txt, .txt, chat-completion .json) under {0}")]
     Empty(PathBuf),
+    /// A script could not be loaded, or names a transcript the mock does
+    /// not serve.
+    #[error("{0}")]
+    Script(String),
 }
 
 /// What a transcript holds.
@@ -131,8 +135,10 @@ fn name_of(relative: &Path) -> String {
 }
 
 /// Loads every servable file under `dir` (recursively, in name order).
-pub(crate) fn load_dir(dir: &Path) -> Result<Vec<Transcript>, MockError> {
+/// The transcripts under `dir`, and the paths of its `*.script.toml` files.
+pub(crate) fn load_dir(dir: &Path) -> Result<(Vec<Transcript>, Vec<PathBuf>), MockError> {
     let mut files = Vec::new();
+    let mut scripts = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
         let entries = std::fs::read_dir(&d).map_err(|cause| MockError::Io { path: d.clone(), cause })?;
@@ -143,6 +149,8 @@ pub(crate) fn load_dir(dir: &Path) -> Result<Vec<Transcript>, MockError> {
                 if !entry.file_name().to_string_lossy().starts_with('.') {
                     stack.push(path);
                 }
+            } else if entry.file_name().to_string_lossy().ends_with(".script.toml") {
+                scripts.push(path);
             } else if meta.len() <= MAX_FILE {
                 files.push(path);
             }
@@ -161,7 +169,8 @@ pub(crate) fn load_dir(dir: &Path) -> Result<Vec<Transcript>, MockError> {
     if out.is_empty() {
         return Err(MockError::Empty(dir.to_path_buf()));
     }
-    Ok(out)
+    scripts.sort();
+    Ok((out, scripts))
 }
 
 /// The transcripts served when no directory is given (copies of a few of
@@ -209,7 +218,7 @@ pub(crate) fn split_events(bytes: &[u8]) -> Vec<Bytes> {
 }
 
 /// The text of a message's `content` (a string, or the text parts).
-fn content_text(content: &Value) -> String {
+pub(crate) fn content_text(content: &Value) -> String {
     match content {
         Value::String(s) => s.clone(),
         Value::Array(parts) => parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect(),

@@ -32,9 +32,21 @@
 //!   * Synthesised ids are `chatcmpl-` and a hash of the transcript and
 //!     the request, `created` is the mock's start time, `model` is the
 //!     request's: identical requests get identical answers.
-//! * `GET /v1/models` lists the transcripts; `GET /v1/models/{name}`.
+//! * `GET /v1/models` lists the transcripts (and the scripts' models);
+//!   `GET /v1/models/{name}`.
 //! * `GET /healthz`, and `GET /mock/stats` (requests, streams started,
 //!   completed and cancelled by the client).
+//! * `GET /mock/requests`: the last chat-completions request bodies the mock
+//!   received (64 by default, [`MockUpstream::with_request_log`]), oldest
+//!   first, so a test can check what an agent or a proxy sent.
+//!
+//! # Scripted conversations
+//!
+//! A `model` that names a [`Script`] (a `*.script.toml` in the transcript
+//! directory, or `--script FILE`) plays a multi-turn conversation: each
+//! request is answered by the transcript of the first turn whose
+//! conditions hold (the turn number, text the last message contains);
+//! see [`Script`] for the format.
 //!
 //! # Pacing and faults
 //!
@@ -53,8 +65,10 @@
 //! event as it is written (the proxy benchmark measures latency with it).
 
 mod library;
+mod script;
 
 pub use library::{MockError, Transcript};
+pub use script::{Script, ScriptError, ScriptTurn};
 
 use axum::Router;
 use axum::body::Body;
@@ -64,6 +78,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
 use serde_json::{Value, json};
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -126,7 +141,43 @@ pub struct MockUpstream {
     created: i64,
     stats: Arc<MockStats>,
     models: ModelPolicy,
+    scripts: Arc<Vec<Script>>,
+    requests: Arc<RequestLog>,
 }
+
+/// The last request bodies a mock received (bounded), for tests.
+#[derive(Debug)]
+pub struct RequestLog {
+    keep: usize,
+    bodies: Mutex<VecDeque<Value>>,
+}
+
+impl RequestLog {
+    fn new(keep: usize) -> RequestLog {
+        RequestLog { keep, bodies: Mutex::new(VecDeque::new()) }
+    }
+
+    fn push(&self, body: Value) {
+        if self.keep == 0 {
+            return;
+        }
+        let mut bodies = self.bodies.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if bodies.len() == self.keep {
+            bodies.pop_front();
+        }
+        bodies.push_back(body);
+    }
+
+    /// The chat-completions request bodies received, oldest first (the last
+    /// N, N set by [`MockUpstream::with_request_log`]); a body that is not
+    /// JSON is kept as a string.
+    pub fn bodies(&self) -> Vec<Value> {
+        self.bodies.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter().cloned().collect()
+    }
+}
+
+/// How many request bodies a mock keeps by default.
+pub const REQUEST_LOG: usize = 64;
 
 /// What the mock does with a `model` that names no transcript.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -152,8 +203,17 @@ impl MockUpstream {
     /// # Errors
     ///
     /// A directory or file that cannot be read, or no servable file.
+    ///
+    /// The directory's `*.script.toml` files are loaded as scripts
+    /// ([`Script`]).
     pub fn from_dir(dir: &Path) -> Result<MockUpstream, MockError> {
-        Ok(MockUpstream::new(library::load_dir(dir)?))
+        let (transcripts, scripts) = library::load_dir(dir)?;
+        let mut mock = MockUpstream::new(transcripts);
+        for path in scripts {
+            let script = Script::load(&path).map_err(|e| MockError::Script(e.to_string()))?;
+            mock = mock.with_script(script)?;
+        }
+        Ok(mock)
     }
 
     /// Serves a few transcripts built into the binary (copies of some of
@@ -171,7 +231,35 @@ impl MockUpstream {
             created,
             stats: Arc::default(),
             models: ModelPolicy::Strict,
+            scripts: Arc::default(),
+            requests: Arc::new(RequestLog::new(REQUEST_LOG)),
         }
+    }
+
+    /// Plays `script` for its model name (see [`Script`]).
+    ///
+    /// # Errors
+    ///
+    /// [`MockError::Script`] when a turn names a transcript the mock does
+    /// not serve.
+    pub fn with_script(mut self, script: Script) -> Result<MockUpstream, MockError> {
+        script.check(&self.transcripts).map_err(MockError::Script)?;
+        let mut scripts: Vec<Script> = self.scripts.iter().filter(|s| s.model != script.model).cloned().collect();
+        scripts.push(script);
+        self.scripts = Arc::new(scripts);
+        Ok(self)
+    }
+
+    /// Keeps the last `n` request bodies (default [`REQUEST_LOG`]; 0 keeps
+    /// none).
+    pub fn with_request_log(mut self, n: usize) -> MockUpstream {
+        self.requests = Arc::new(RequestLog::new(n));
+        self
+    }
+
+    /// The request bodies received (also `GET /mock/requests`).
+    pub fn requests(&self) -> Arc<RequestLog> {
+        self.requests.clone()
     }
 
     /// What to do with a model that names no transcript (default:
@@ -205,6 +293,10 @@ impl MockUpstream {
             .route("/v1/models/{*id}", get(model))
             .route("/healthz", get(|| async { axum::Json(json!({"status": "ok"})) }))
             .route("/mock/stats", get(|State(m): State<MockUpstream>| async move { axum::Json(m.stats.to_json()) }))
+            .route(
+                "/mock/requests",
+                get(|State(m): State<MockUpstream>| async move { axum::Json(Value::Array(m.requests.bodies())) }),
+            )
             .fallback(|uri: axum::http::Uri| async move {
                 openai_error(StatusCode::NOT_FOUND, &format!("Unknown request URL: {}", uri.path()), "unknown_url")
             })
@@ -225,11 +317,12 @@ impl MockUpstream {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let stats = self.stats.clone();
+        let requests = self.requests.clone();
         let stop = CancellationToken::new();
         let signal = stop.clone().cancelled_owned();
         let router = self.router();
         let join = tokio::spawn(async move { axum::serve(listener, router).with_graceful_shutdown(signal).await });
-        Ok(MockServer { addr, stats, stop, join })
+        Ok(MockServer { addr, stats, requests, stop, join })
     }
 }
 
@@ -238,6 +331,7 @@ impl MockUpstream {
 pub struct MockServer {
     addr: SocketAddr,
     stats: Arc<MockStats>,
+    requests: Arc<RequestLog>,
     stop: CancellationToken,
     join: tokio::task::JoinHandle<std::io::Result<()>>,
 }
@@ -256,6 +350,11 @@ impl MockServer {
     /// The counters.
     pub fn stats(&self) -> Arc<MockStats> {
         self.stats.clone()
+    }
+
+    /// The request bodies received, oldest first.
+    pub fn requests(&self) -> Vec<Value> {
+        self.requests.bodies()
     }
 
     /// Stops accepting and waits for open responses to end (a stalled
@@ -292,6 +391,9 @@ async fn models(State(mock): State<MockUpstream>) -> Response {
         .transcripts
         .iter()
         .map(|t| json!({"id": t.name, "object": "model", "created": mock.created, "owned_by": "spindle-mock", "kind": t.kind()}))
+        .chain(mock.scripts.iter().map(|s| {
+            json!({"id": s.model, "object": "model", "created": mock.created, "owned_by": "spindle-mock", "kind": "script"})
+        }))
         .collect();
     axum::Json(json!({"object": "list", "data": data})).into_response()
 }
@@ -349,7 +451,12 @@ async fn chat(State(mock): State<MockUpstream>, headers: HeaderMap, body: Bytes)
         let page = "<!DOCTYPE html>\n<html><head><title>502 Bad Gateway</title></head><body><h1>Bad Gateway</h1><p>mock fault</p></body></html>\n";
         return (status, [(header::CONTENT_TYPE, "text/html; charset=utf-8")], page).into_response();
     }
-    let request: Value = match serde_json::from_slice(&body) {
+    let parsed = serde_json::from_slice::<Value>(&body);
+    mock.requests.push(match &parsed {
+        Ok(v) => v.clone(),
+        Err(_) => Value::String(String::from_utf8_lossy(&body).into_owned()),
+    });
+    let request: Value = match parsed {
         Ok(v @ Value::Object(_)) => v,
         _ => {
             return openai_error(
@@ -359,7 +466,19 @@ async fn chat(State(mock): State<MockUpstream>, headers: HeaderMap, body: Bytes)
             );
         }
     };
-    let Some((transcript, why)) = library::choose(&mock.transcripts, &request) else {
+    let script = request.get("model").and_then(Value::as_str).and_then(|m| mock.scripts.iter().find(|s| s.model == m));
+    let chosen = match script {
+        Some(script) => {
+            let Some(name) = script.choose(&request) else {
+                let turn = Script::turn_of(&request);
+                let message = format!("spindle mock: script {} has no turn that answers turn {turn}", script.model);
+                return openai_error(StatusCode::BAD_REQUEST, &message, "script_exhausted");
+            };
+            mock.transcripts.iter().find(|t| t.name == name || t.file == name).map(|t| (t, "model"))
+        }
+        None => library::choose(&mock.transcripts, &request),
+    };
+    let Some((transcript, why)) = chosen else {
         return openai_error(StatusCode::SERVICE_UNAVAILABLE, "the mock has no transcripts", "no_transcripts");
     };
     if why != "model"

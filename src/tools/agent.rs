@@ -356,6 +356,9 @@ impl Agent {
             _ => serde_json::Map::new(),
         };
         body.insert("stream".into(), Value::Bool(true));
+        // Usage per turn, so that a caller can add it up (a caller's own
+        // `stream_options` wins).
+        body.entry("stream_options").or_insert_with(|| json!({"include_usage": true}));
         let mut messages: Vec<Value> = body
             .remove("messages")
             .and_then(|m| if let Value::Array(a) = m { Some(a) } else { None })

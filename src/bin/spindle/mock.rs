@@ -3,7 +3,7 @@
 
 use crate::proxy::{init_logs, runtime, shutdown_signal};
 use anyhow::{Context, Result};
-use spindle::mock::{MockUpstream, ModelPolicy};
+use spindle::mock::{MockUpstream, ModelPolicy, Script};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -27,6 +27,14 @@ pub(crate) struct MockArgs {
     /// with 404 `model_not_found`, as OpenAI does.
     #[arg(long)]
     any_model: bool,
+    /// A scripted conversation (TOML, see `spindle::mock::Script`): its
+    /// model answers each turn with the transcript the script names.
+    /// Repeatable; `*.script.toml` files in --transcripts load by themselves.
+    #[arg(long = "script", value_name = "FILE")]
+    scripts: Vec<PathBuf>,
+    /// How many request bodies `GET /mock/requests` keeps.
+    #[arg(long, value_name = "N", default_value_t = spindle::mock::REQUEST_LOG)]
+    request_log: usize,
     /// Log level; RUST_LOG wins.
     #[arg(long, default_value = "info", value_name = "LEVEL")]
     log: String,
@@ -43,7 +51,13 @@ pub(crate) fn load(dir: Option<&PathBuf>) -> Result<MockUpstream> {
 pub(crate) fn run(args: MockArgs) -> Result<ExitCode> {
     init_logs(&args.log);
     let policy = if args.any_model { ModelPolicy::Any } else { ModelPolicy::Strict };
-    let mock = load(args.transcripts.as_ref())?.with_pace(Duration::from_millis(args.pace_ms)).with_models(policy);
+    let mut mock = load(args.transcripts.as_ref())?
+        .with_pace(Duration::from_millis(args.pace_ms))
+        .with_models(policy)
+        .with_request_log(args.request_log);
+    for path in &args.scripts {
+        mock = mock.with_script(Script::load(path)?)?;
+    }
     let names: Vec<String> = mock.transcripts().iter().map(|t| t.name.clone()).collect();
     runtime()?.block_on(async move {
         let server = mock.spawn(&args.listen).await.with_context(|| format!("listening on {}", args.listen))?;
