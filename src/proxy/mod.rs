@@ -94,21 +94,27 @@ pub mod calling;
 mod error;
 mod metrics;
 pub mod nats;
+#[cfg(feature = "otel")]
+mod otel;
 mod pump;
 mod relay;
 mod server;
 mod settings;
 mod sink;
+mod trace;
 
 pub use agent::ProxyAgent;
 pub use calling::{InvalidCalls, TOOL_PROTOCOLS, ToolCalling};
 pub use error::{ProxyError, ProxyErrorKind, Side};
 pub use metrics::Metrics;
 pub use nats::{NatsSink, NatsSpecError};
+#[cfg(feature = "otel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
+pub use otel::{OtelConfig, OtelError};
 pub use server::{ProxyHandle, ProxyServer, ProxyStartError};
 pub use settings::{
-    LimitSettings, ParseSettings, ProxyOverrides, ProxySettings, Seconds, Secret, SettingsError, SinkSettings,
-    SinkTarget, UpstreamSettings,
+    LimitSettings, OtelSettings, ParseSettings, ProxyOverrides, ProxySettings, Seconds, Secret, SettingsError,
+    SinkSettings, SinkTarget, UpstreamSettings,
 };
 pub use sink::{Overflow, SinkRecord, SinkSpec, SinkSpecError, SinkStartError, WEBHOOK_BATCH, is_sink_event};
 
@@ -138,6 +144,11 @@ pub struct ProxyConfig {
     /// the tools the proxy owns (`--tools DIR --agent`, see
     /// [`ProxyAgent`]); needs `tool_calling` for the protocol. Default none.
     pub agent: Option<ProxyAgent>,
+    /// Export a trace span per chat request over OTLP/HTTP (see
+    /// [`OtelConfig`]); `None` (the default) exports nothing.
+    #[cfg(feature = "otel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
+    pub otel: Option<OtelConfig>,
     /// Where parsed records go.
     pub sinks: Vec<SinkSpec>,
     /// The longest wait for the upstream's response head, its first body
@@ -172,6 +183,8 @@ impl ProxyConfig {
             upstream_api_key: None,
             tool_calling: None,
             agent: None,
+            #[cfg(feature = "otel")]
+            otel: None,
             sinks: Vec::new(),
             idle_timeout: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(10),

@@ -19,6 +19,7 @@ use super::metrics::GaugeGuard;
 use super::relay::{End, SseRelay};
 use super::server::App;
 use super::sink::{SinkRecord, is_sink_event};
+use super::trace::Trace;
 use crate::event::Event;
 use crate::sources::{ErrorOrigin, SourceEvent};
 use bytes::Bytes;
@@ -62,6 +63,8 @@ pub(crate) struct PumpCtx {
     pub(crate) _stream: Option<GaugeGuard>,
     /// Bytes of an error page kept for the log (non-2xx responses).
     pub(crate) error_excerpt: Option<Vec<u8>>,
+    /// The request's trace span, when traces are on.
+    pub(crate) trace: Option<Trace>,
 }
 
 /// How the pump stopped.
@@ -150,7 +153,7 @@ pub(crate) async fn pump(
                 out.push(bytes);
             }
         }
-        dispatch(&ctx, &mut events, &mut truncated).await;
+        dispatch(&mut ctx, &mut events, &mut truncated).await;
         for b in out.drain(..) {
             let len = b.len();
             if let Err(fail) = send(&app, &tx, Ok(b)).await {
@@ -162,6 +165,12 @@ pub(crate) async fn pump(
     // The upstream response is dropped here at the latest; on a client
     // that went away, right now, which closes the upstream connection.
     drop(upstream);
+    // The response's own model and id, for the trace.
+    let response = match &mode {
+        Mode::Sse(relay) => relay.response_model(),
+        Mode::Json { buf, overflowed: false, .. } => response_model_of(buf),
+        _ => None,
+    };
     let outcome = match stop {
         Stop::ClientGone => {
             app.metrics.client_disconnect();
@@ -221,9 +230,12 @@ pub(crate) async fn pump(
             outcome
         }
     };
-    dispatch(&ctx, &mut events, &mut truncated).await;
+    dispatch(&mut ctx, &mut events, &mut truncated).await;
     if truncated {
         app.metrics.truncated();
+    }
+    if let Some(trace) = ctx.trace.take() {
+        trace.end(ctx.status, &outcome, response.as_ref().map(|(m, i)| (m.as_str(), i.as_str())));
     }
     app.metrics.bytes_client(sent as usize);
     if let Some(excerpt) = ctx.error_excerpt.take() {
@@ -245,9 +257,14 @@ pub(crate) async fn pump(
 
 /// Accounts for a response the handler completed itself (a rewritten
 /// whole body): metrics, sinks, the log line.
-pub(crate) async fn account_whole(ctx: PumpCtx, mut events: Vec<SourceEvent>, len: usize) {
+pub(crate) async fn account_whole(mut ctx: PumpCtx, mut events: Vec<SourceEvent>, body: &[u8]) {
+    let len = body.len();
     let mut truncated = false;
-    dispatch(&ctx, &mut events, &mut truncated).await;
+    dispatch(&mut ctx, &mut events, &mut truncated).await;
+    if let Some(trace) = ctx.trace.take() {
+        let response = response_model_of(body);
+        trace.end(ctx.status, "rewritten", response.as_ref().map(|(m, i)| (m.as_str(), i.as_str())));
+    }
     if truncated {
         ctx.app.metrics.truncated();
     }
@@ -262,6 +279,17 @@ pub(crate) async fn account_whole(ctx: PumpCtx, mut events: Vec<SourceEvent>, le
         ms = ctx.started.elapsed().as_millis() as u64,
         "response done"
     );
+}
+
+/// The `model` and `id` of a whole chat-completion body.
+fn response_model_of(body: &[u8]) -> Option<(String, String)> {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        model: Option<String>,
+        id: Option<String>,
+    }
+    let head: Head = serde_json::from_slice(body).ok()?;
+    Some((head.model?, head.id.unwrap_or_default()))
 }
 
 fn shutdown_error() -> ProxyError {
@@ -292,11 +320,14 @@ async fn send(app: &App, tx: &mpsc::Sender<ClientItem>, item: ClientItem) -> Res
 
 /// Counts events in the metrics and queues the sink records (waiting only
 /// for sinks whose overflow policy is `block`).
-async fn dispatch(ctx: &PumpCtx, events: &mut Vec<SourceEvent>, truncated: &mut bool) {
-    let app = &ctx.app;
+async fn dispatch(ctx: &mut PumpCtx, events: &mut Vec<SourceEvent>, truncated: &mut bool) {
+    let app = ctx.app.clone();
     let to_sinks = !app.sinks.is_empty();
     let ts_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
     for event in events.drain(..) {
+        if let Some(trace) = ctx.trace.as_mut() {
+            trace.observe(&event);
+        }
         match &event {
             SourceEvent::Choice(c) => match &c.event {
                 Event::Element(el) => app.metrics.element(&el.tag),

@@ -283,6 +283,11 @@ impl SseRelay {
         self.rewrite
     }
 
+    /// The `model` and `id` the response's chunks name.
+    pub(crate) fn response_model(&self) -> Option<(String, String)> {
+        self.tap.stream().response_model().map(|(m, i)| (m.to_string(), i.to_string()))
+    }
+
     /// Whether the upstream sent `[DONE]` so far.
     pub(crate) fn done_seen(&self) -> bool {
         self.done_seen

@@ -15,6 +15,7 @@ use super::metrics::Metrics;
 use super::pump::{ClientItem, Mode, PumpCtx, UpstreamBody, pump};
 use super::relay::SseRelay;
 use super::sink::{SinkStartError, Sinks};
+use super::trace::{Telemetry, Trace};
 use crate::CallText;
 use axum::Router;
 use axum::body::Body;
@@ -85,6 +86,8 @@ pub(crate) struct App {
     stopping: CancellationToken,
     /// The grace period is over: cut running streams (with an error event).
     pub(crate) hard_stop: CancellationToken,
+    /// Request traces, when on.
+    pub(crate) telemetry: Option<Telemetry>,
 }
 
 /// Why the proxy could not start.
@@ -113,6 +116,9 @@ pub enum ProxyStartError {
     /// The HTTP client could not be built (TLS backend).
     #[error("cannot build the HTTP client: {0}")]
     Client(String),
+    /// The trace exporter could not start.
+    #[error("{0}")]
+    Telemetry(String),
     /// The tool-calling configuration does not fit the registry.
     #[error("tool calling: {0}")]
     ToolCalling(String),
@@ -325,10 +331,19 @@ async fn forward(State(app): State<Arc<App>>, request: Request) -> Response {
         // never compresses what it sends on).
         headers.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
     }
+    // The request's span (with the `otel` feature and an endpoint): a
+    // child of the client's traceparent; its own goes upstream.
+    let mut trace = match (&app.telemetry, endpoint.is_model()) {
+        (Some(t), true) => Some(t.request(&parts.headers, model.as_deref(), &mut headers)),
+        _ => None,
+    };
     let url = app.target(&parts.uri);
     let send = app.http.request(parts.method.clone(), &url).headers(headers).body(upstream_body).send();
     let idle = app.config.idle_timeout;
-    let fail = |err: ProxyError| {
+    let fail = |err: ProxyError, trace: Option<Trace>| {
+        if let Some(t) = trace {
+            t.end(err.status(), err.code(), None);
+        }
         app.metrics.upstream_error(err.code());
         tracing::warn!(id, path = %path, "{err}");
         error_response(&err)
@@ -343,11 +358,11 @@ async fn forward(State(app): State<Arc<App>>, request: Request) -> Response {
     let response = match response {
         Err(_) => {
             watch.armed = false;
-            return fail(ProxyError::idle(ProxyErrorKind::Timeout, idle, "response headers"));
+            return fail(ProxyError::idle(ProxyErrorKind::Timeout, idle, "response headers"), trace.take());
         }
         Ok(Err(e)) => {
             watch.armed = false;
-            return fail(from_send_error(&e));
+            return fail(from_send_error(&e), trace.take());
         }
         Ok(Ok(r)) => r,
     };
@@ -385,7 +400,7 @@ async fn forward(State(app): State<Arc<App>>, request: Request) -> Response {
     let first = match first {
         Err(_) => {
             watch.armed = false;
-            return fail(ProxyError::idle(ProxyErrorKind::Timeout, idle, "response body"));
+            return fail(ProxyError::idle(ProxyErrorKind::Timeout, idle, "response body"), trace.take());
         }
         Ok(Some(Err(e))) => {
             watch.armed = false;
@@ -393,7 +408,7 @@ async fn forward(State(app): State<Arc<App>>, request: Request) -> Response {
             if matches!(err.kind(), ProxyErrorKind::Stalled) {
                 err = ProxyError::new(ProxyErrorKind::Timeout, err.message().to_string());
             }
-            return fail(err);
+            return fail(err, trace.take());
         }
         Ok(Some(Ok(b))) => Some(b),
         Ok(None) => None,
@@ -422,7 +437,7 @@ async fn forward(State(app): State<Arc<App>>, request: Request) -> Response {
         app.metrics.request("chat");
         let body = match read_whole(&app, &mut upstream, first).await {
             Ok(b) => b,
-            Err(err) => return fail(err),
+            Err(err) => return fail(err, trace.take()),
         };
         let (events, rewritten) = super::relay::whole_response(options, &body, true, converter);
         let body = match rewritten {
@@ -430,9 +445,18 @@ async fn forward(State(app): State<Arc<App>>, request: Request) -> Response {
             None => body,
         };
         response_headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
-        let ctx =
-            pump_ctx(&app, id, &parts.method, &path, model, status.as_u16(), started, permit, request_gauge, None);
-        super::pump::account_whole(ctx, events, body.len()).await;
+        let ctx = pump_ctx(
+            &app,
+            id,
+            &parts.method,
+            &path,
+            model,
+            status.as_u16(),
+            started,
+            (permit, request_gauge, None),
+            trace,
+        );
+        super::pump::account_whole(ctx, events, &body).await;
         let mut response = Response::new(Body::from(body));
         *response.status_mut() = status;
         *response.headers_mut() = response_headers;
@@ -449,8 +473,17 @@ async fn forward(State(app): State<Arc<App>>, request: Request) -> Response {
         response_headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
         response_headers.insert(HeaderName::from_static("x-accel-buffering"), HeaderValue::from_static("no"));
     }
-    let mut ctx =
-        pump_ctx(&app, id, &parts.method, &path, model, status.as_u16(), started, permit, request_gauge, stream_gauge);
+    let mut ctx = pump_ctx(
+        &app,
+        id,
+        &parts.method,
+        &path,
+        model,
+        status.as_u16(),
+        started,
+        (permit, request_gauge, stream_gauge),
+        trace,
+    );
     if !status.is_success() {
         ctx.error_excerpt = Some(Vec::new());
     }
@@ -587,9 +620,12 @@ fn pump_ctx(
     model: Option<String>,
     status: u16,
     started: Instant,
-    permit: tokio::sync::OwnedSemaphorePermit,
-    request: super::metrics::GaugeGuard,
-    stream: Option<super::metrics::GaugeGuard>,
+    (permit, request, stream): (
+        tokio::sync::OwnedSemaphorePermit,
+        super::metrics::GaugeGuard,
+        Option<super::metrics::GaugeGuard>,
+    ),
+    trace: Option<Trace>,
 ) -> PumpCtx {
     PumpCtx {
         app: app.clone(),
@@ -603,6 +639,7 @@ fn pump_ctx(
         _request: request,
         _stream: stream,
         error_excerpt: None,
+        trace,
     }
 }
 
@@ -743,9 +780,17 @@ impl ProxyServer {
             .map_err(|e| ProxyStartError::Client(super::error::chain(&e)))?;
         let metrics = Arc::new(Metrics::default());
         let sinks = Sinks::start(&config.sinks, config.sink_queue, http.clone(), metrics.clone()).await?;
+        #[cfg(feature = "otel")]
+        let telemetry = match &config.otel {
+            Some(otel) => Some(Telemetry::start(otel).map_err(|e| ProxyStartError::Telemetry(e.to_string()))?),
+            None => None,
+        };
+        #[cfg(not(feature = "otel"))]
+        let telemetry: Option<Telemetry> = None;
         let listener =
             TcpListener::bind(addr).await.map_err(|cause| ProxyStartError::Bind { addr: addr.to_string(), cause })?;
         let app = Arc::new(App {
+            telemetry,
             limit: Arc::new(Semaphore::new(config.max_streams.max(1))),
             config,
             origin,
@@ -829,6 +874,10 @@ impl ProxyServer {
         };
         app.hard_stop.cancel();
         app.sinks.close(Duration::from_secs(5)).await;
+        if let Some(t) = app.telemetry.clone() {
+            // The exporter's flush blocks until its thread has sent.
+            let _ = tokio::task::spawn_blocking(move || t.shutdown()).await;
+        }
         tracing::info!("proxy stopped");
         result
     }

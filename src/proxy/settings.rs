@@ -35,6 +35,8 @@
 //! | `sink.targets` | `--sink` (repeatable; given flags replace the list) | `[]` |
 //! | `sink.queue` | `--sink-queue` | `10000` |
 //! | `sink.nats_token` | env `SPINDLE_NATS_TOKEN` (secret) | none |
+//! | `otel.endpoint` | `--otel-endpoint` | none: traces off, unless `OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set (feature `otel`) |
+//! | `otel.system` | none | `"openai"` (the `gen_ai.system` attribute) |
 //!
 //! Paths (`parse.registry`, `jsonl:` sinks) are relative to the working
 //! directory. An upstream API key is sent as `Authorization: Bearer KEY` on
@@ -181,6 +183,26 @@ pub struct ProxySettings {
     pub limits: LimitSettings,
     /// `[sink]`: where parsed records go.
     pub sink: SinkSettings,
+    /// `[otel]`: request traces (feature `otel`).
+    pub otel: OtelSettings,
+}
+
+/// `[otel]`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct OtelSettings {
+    /// The OTLP/HTTP base URL (`http://127.0.0.1:4318`); setting it turns
+    /// traces on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// The `gen_ai.system` attribute (default `openai`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    /// Traces are on because an `OTEL_EXPORTER_OTLP_*` endpoint variable
+    /// is set (the exporter reads it).
+    #[serde(skip)]
+    pub from_env: bool,
 }
 
 /// `[upstream]`.
@@ -263,6 +285,7 @@ impl Default for ProxySettings {
             parse: ParseSettings::default(),
             limits: LimitSettings::default(),
             sink: SinkSettings::default(),
+            otel: OtelSettings::default(),
         }
     }
 }
@@ -418,6 +441,8 @@ pub struct ProxyOverrides {
     pub sink_queue: Option<usize>,
     /// `--log`.
     pub log: Option<String>,
+    /// `--otel-endpoint`.
+    pub otel_endpoint: Option<String>,
 }
 
 impl ProxySettings {
@@ -482,6 +507,10 @@ impl ProxySettings {
         if let Some(token) = var("SPINDLE_NATS_TOKEN").filter(|k| !k.is_empty()) {
             self.sink.nats_token = Some(Secret(token));
         }
+        let set = |name: &str| var(name).is_some_and(|v| !v.trim().is_empty());
+        let disabled = var("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+        self.otel.from_env =
+            !disabled && (set("OTEL_EXPORTER_OTLP_ENDPOINT") || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"));
     }
 
     /// Lays command-line values over the settings.
@@ -541,6 +570,9 @@ impl ProxySettings {
         }
         if let Some(v) = o.log {
             self.log = v;
+        }
+        if let Some(v) = o.otel_endpoint {
+            self.otel.endpoint = Some(v);
         }
         Ok(())
     }
@@ -606,6 +638,11 @@ impl ProxySettings {
         config.max_response_body = self.limits.max_response_body;
         config.channel_capacity = self.limits.channel_capacity.get();
         config.sink_queue = self.sink.queue.get();
+        #[cfg(feature = "otel")]
+        if self.otel.endpoint.is_some() || self.otel.from_env {
+            config.otel =
+                Some(super::OtelConfig { endpoint: self.otel.endpoint.clone(), system: self.otel.system.clone() });
+        }
         config.sinks = self
             .sink
             .targets

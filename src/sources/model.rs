@@ -951,6 +951,8 @@ pub struct ChatStream {
     dialect: super::dialects::Dialects,
     /// Events that came after `[DONE]` (ignored; reported once).
     after_done: u32,
+    /// The `model` and `id` of the first chunk that names a model.
+    response: Option<(String, String)>,
 }
 
 impl ChatStream {
@@ -971,6 +973,7 @@ impl ChatStream {
             noted_unknown: 0,
             dialect: Default::default(),
             after_done: 0,
+            response: None,
         }
     }
 
@@ -982,6 +985,12 @@ impl ChatStream {
     /// Counters so far.
     pub fn stats(&self) -> StreamStats {
         self.stats
+    }
+
+    /// The `model` and `id` the response's chunks name (from the first
+    /// chunk that names a model).
+    pub fn response_model(&self) -> Option<(&str, &str)> {
+        self.response.as_ref().map(|(m, i)| (m.as_str(), i.as_str()))
     }
 
     /// Pushes the data of one SSE event (`event_type` is its `event` field,
@@ -1162,6 +1171,11 @@ impl ChatStream {
     /// Pushes one parsed chunk (streamed) or whole response
     /// ([`Framing::Response`]).
     pub fn push_chunk(&mut self, chunk: &ChatChunk, out: &mut Vec<SourceEvent>) {
+        if self.response.is_none()
+            && let Some(model) = chunk.model()
+        {
+            self.response = Some((model.to_string(), chunk.id().unwrap_or_default().to_string()));
+        }
         let other_dialect =
             chunk.choices.is_absent() && (chunk.type_field().is_some() || chunk.object() == Some("response"));
         let chat = !chunk.choices.is_absent()

@@ -120,6 +120,12 @@ pub(crate) struct ProxyArgs {
     /// Log level (`error`, `warn`, `info`, `debug`, `trace`); RUST_LOG wins [default: info].
     #[arg(long, value_name = "LEVEL", env = "SPINDLE_LOG")]
     log: Option<String>,
+    /// Export one OpenTelemetry span per chat request (GenAI attributes,
+    /// repairs and tool calls as events, `traceparent` sent upstream) to this
+    /// OTLP/HTTP endpoint (`http://127.0.0.1:4318`). Also on when
+    /// OTEL_EXPORTER_OTLP_ENDPOINT is set.
+    #[arg(long, value_name = "URL")]
+    otel_endpoint: Option<String>,
 }
 
 /// `--invalid-calls` values.
@@ -150,6 +156,7 @@ impl ProxyArgs {
         o.max_response_body = self.max_response_body;
         o.sink_queue = self.sink_queue;
         o.log.clone_from(&self.log);
+        o.otel_endpoint.clone_from(&self.otel_endpoint);
         o
     }
 }
