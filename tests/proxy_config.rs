@@ -69,7 +69,7 @@ fn a_bad_file_gives_one_line_naming_the_key_and_the_line() {
         (
             "section.toml",
             "[sinks]\nqueue = 5\n",
-            "line 1: sinks: unknown field `sinks`, expected one of `listen`, `log`, `upstream`, `parse`, `limits`, `sink`",
+            "line 1: sinks: unknown field `sinks`, expected one of `listen`, `log`, `upstream`, `parse`, `limits`, `sink`, `otel`, `ui`",
         ),
         ("syntax.toml", "[upstream\nurl = 1\n", "line 1: unclosed table, expected `]`"),
         (

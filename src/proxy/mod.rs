@@ -92,6 +92,7 @@
 mod agent;
 pub mod calling;
 mod error;
+mod inspect;
 mod metrics;
 pub mod nats;
 #[cfg(feature = "otel")]
@@ -106,6 +107,7 @@ mod trace;
 pub use agent::ProxyAgent;
 pub use calling::{InvalidCalls, TOOL_PROTOCOLS, ToolCalling};
 pub use error::{ProxyError, ProxyErrorKind, Side};
+pub use inspect::UiConfig;
 pub use metrics::Metrics;
 pub use nats::{NatsSink, NatsSpecError};
 #[cfg(feature = "otel")]
@@ -114,7 +116,7 @@ pub use otel::{OtelConfig, OtelError};
 pub use server::{ProxyHandle, ProxyServer, ProxyStartError};
 pub use settings::{
     LimitSettings, OtelSettings, ParseSettings, ProxyOverrides, ProxySettings, Seconds, Secret, SettingsError,
-    SinkSettings, SinkTarget, UpstreamSettings,
+    SinkSettings, SinkTarget, UiSettings, UpstreamSettings,
 };
 pub use sink::{Overflow, SinkRecord, SinkSpec, SinkSpecError, SinkStartError, WEBHOOK_BATCH, is_sink_event};
 
@@ -144,6 +146,9 @@ pub struct ProxyConfig {
     /// the tools the proxy owns (`--tools DIR --agent`, see
     /// [`ProxyAgent`]); needs `tool_calling` for the protocol. Default none.
     pub agent: Option<ProxyAgent>,
+    /// The live stream inspector page on its own listener
+    /// (`--ui`, see [`UiConfig`]); `None` (the default) serves no page.
+    pub ui: Option<UiConfig>,
     /// Export a trace span per chat request over OTLP/HTTP (see
     /// [`OtelConfig`]); `None` (the default) exports nothing.
     #[cfg(feature = "otel")]
@@ -183,6 +188,7 @@ impl ProxyConfig {
             upstream_api_key: None,
             tool_calling: None,
             agent: None,
+            ui: None,
             #[cfg(feature = "otel")]
             otel: None,
             sinks: Vec::new(),

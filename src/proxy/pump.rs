@@ -89,6 +89,10 @@ pub(crate) async fn pump(
     tx: mpsc::Sender<ClientItem>,
 ) {
     let app = ctx.app.clone();
+    let inspector = app.inspector.clone().filter(|_| ctx.path.ends_with("completions"));
+    if let Some(i) = &inspector {
+        i.start(ctx.id, ctx.model.as_deref(), &ctx.path, ctx.status, ctx.started);
+    }
     let idle = app.config.idle_timeout;
     let mut events = Vec::new();
     let mut out = Vec::new();
@@ -118,6 +122,9 @@ pub(crate) async fn pump(
         };
         received += bytes.len() as u64;
         app.metrics.bytes_upstream(bytes.len());
+        if let Some(i) = &inspector {
+            i.chunk(ctx.id, bytes.len());
+        }
         match &mut mode {
             Mode::Sse(relay) if !relay.rewrites() => {
                 // Forward first, parse after: parsing never delays a byte.
@@ -237,6 +244,9 @@ pub(crate) async fn pump(
     if let Some(trace) = ctx.trace.take() {
         trace.end(ctx.status, &outcome, response.as_ref().map(|(m, i)| (m.as_str(), i.as_str())));
     }
+    if let Some(i) = &inspector {
+        i.end(ctx.id, &outcome);
+    }
     app.metrics.bytes_client(sent as usize);
     if let Some(excerpt) = ctx.error_excerpt.take() {
         let text = String::from_utf8_lossy(&excerpt);
@@ -260,7 +270,15 @@ pub(crate) async fn pump(
 pub(crate) async fn account_whole(mut ctx: PumpCtx, mut events: Vec<SourceEvent>, body: &[u8]) {
     let len = body.len();
     let mut truncated = false;
+    let inspector = ctx.app.inspector.clone();
+    if let Some(i) = &inspector {
+        i.start(ctx.id, ctx.model.as_deref(), &ctx.path, ctx.status, ctx.started);
+        i.chunk(ctx.id, len);
+    }
     dispatch(&mut ctx, &mut events, &mut truncated).await;
+    if let Some(i) = &inspector {
+        i.end(ctx.id, "rewritten");
+    }
     if let Some(trace) = ctx.trace.take() {
         let response = response_model_of(body);
         trace.end(ctx.status, "rewritten", response.as_ref().map(|(m, i)| (m.as_str(), i.as_str())));
@@ -322,6 +340,9 @@ async fn send(app: &App, tx: &mpsc::Sender<ClientItem>, item: ClientItem) -> Res
 /// for sinks whose overflow policy is `block`).
 async fn dispatch(ctx: &mut PumpCtx, events: &mut Vec<SourceEvent>, truncated: &mut bool) {
     let app = ctx.app.clone();
+    if let Some(i) = &app.inspector {
+        i.events(ctx.id, events);
+    }
     let to_sinks = !app.sinks.is_empty();
     let ts_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
     for event in events.drain(..) {

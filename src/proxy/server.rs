@@ -88,6 +88,8 @@ pub(crate) struct App {
     pub(crate) hard_stop: CancellationToken,
     /// Request traces, when on.
     pub(crate) telemetry: Option<Telemetry>,
+    /// The inspector page's state, when on.
+    pub(crate) inspector: Option<Arc<super::inspect::Inspector>>,
 }
 
 /// Why the proxy could not start.
@@ -116,6 +118,9 @@ pub enum ProxyStartError {
     /// The HTTP client could not be built (TLS backend).
     #[error("cannot build the HTTP client: {0}")]
     Client(String),
+    /// The inspector page would be open to the network without a token.
+    #[error("{0}")]
+    Ui(String),
     /// The trace exporter could not start.
     #[error("{0}")]
     Telemetry(String),
@@ -703,6 +708,7 @@ async fn read_whole(app: &App, upstream: &mut UpstreamBody, first: Option<Bytes>
 #[derive(Debug)]
 pub struct ProxyServer {
     listener: TcpListener,
+    ui_listener: Option<TcpListener>,
     app: Arc<App>,
 }
 
@@ -710,6 +716,7 @@ pub struct ProxyServer {
 #[derive(Debug)]
 pub struct ProxyHandle {
     addr: SocketAddr,
+    ui_addr: Option<SocketAddr>,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
     join: tokio::task::JoinHandle<std::io::Result<()>>,
@@ -719,6 +726,11 @@ impl ProxyHandle {
     /// The address the proxy listens on.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The address of the inspector page, when it is on.
+    pub fn ui_addr(&self) -> Option<SocketAddr> {
+        self.ui_addr
     }
 
     /// The proxy's counters.
@@ -789,7 +801,18 @@ impl ProxyServer {
         let telemetry: Option<Telemetry> = None;
         let listener =
             TcpListener::bind(addr).await.map_err(|cause| ProxyStartError::Bind { addr: addr.to_string(), cause })?;
+        let (inspector, ui_listener) = match &config.ui {
+            Some(ui) => {
+                ui.check().map_err(ProxyStartError::Ui)?;
+                let l = TcpListener::bind(&ui.listen)
+                    .await
+                    .map_err(|cause| ProxyStartError::Bind { addr: ui.listen.clone(), cause })?;
+                (Some(Arc::new(super::inspect::Inspector::new(ui.clone()))), Some(l))
+            }
+            None => (None, None),
+        };
         let app = Arc::new(App {
+            inspector,
             telemetry,
             limit: Arc::new(Semaphore::new(config.max_streams.max(1))),
             config,
@@ -802,7 +825,7 @@ impl ProxyServer {
             stopping: CancellationToken::new(),
             hard_stop: CancellationToken::new(),
         });
-        Ok(ProxyServer { listener, app })
+        Ok(ProxyServer { listener, ui_listener, app })
     }
 
     /// The address the proxy listens on.
@@ -813,6 +836,11 @@ impl ProxyServer {
     /// The proxy's counters.
     pub fn metrics(&self) -> Arc<Metrics> {
         self.app.metrics.clone()
+    }
+
+    /// The address of the inspector page, when it is on (`/ui`).
+    pub fn ui_addr(&self) -> Option<SocketAddr> {
+        self.ui_listener.as_ref().and_then(|l| l.local_addr().ok())
     }
 
     /// Serves until `shutdown` completes, then shuts down gracefully: stops
@@ -831,6 +859,15 @@ impl ProxyServer {
     /// part; running pumps end when their clients or upstreams do.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
         let app = self.app;
+        // The inspector page: its own listener, stopped with the proxy.
+        if let (Some(l), Some(insp)) = (self.ui_listener, app.inspector.clone()) {
+            let stop = app.stopping.clone().cancelled_owned();
+            tokio::spawn(async move {
+                if let Err(e) = axum::serve(l, super::inspect::router(insp)).with_graceful_shutdown(stop).await {
+                    tracing::warn!("inspector page: {e}");
+                }
+            });
+        }
         let router = Router::new()
             .route("/healthz", get(healthz))
             .route("/metrics", get(metrics))
@@ -885,10 +922,11 @@ impl ProxyServer {
     /// Serves in a background task; [`ProxyHandle::shutdown`] stops it.
     pub fn spawn(self) -> ProxyHandle {
         let addr = self.local_addr();
+        let ui_addr = self.ui_addr();
         let metrics = self.metrics();
         let shutdown = CancellationToken::new();
         let signal = shutdown.clone().cancelled_owned();
         let join = tokio::spawn(self.run(signal));
-        ProxyHandle { addr, metrics, shutdown, join }
+        ProxyHandle { addr, ui_addr, metrics, shutdown, join }
     }
 }

@@ -35,6 +35,11 @@
 //! | `sink.targets` | `--sink` (repeatable; given flags replace the list) | `[]` |
 //! | `sink.queue` | `--sink-queue` | `10000` |
 //! | `sink.nats_token` | env `SPINDLE_NATS_TOKEN` (secret) | none |
+//! | `ui.enabled` | `--ui` | `false` (the live inspector page) |
+//! | `ui.listen` | `--ui-listen` | `"127.0.0.1:8789"` |
+//! | `ui.token` | env `SPINDLE_UI_TOKEN` (secret) | none (required when `ui.listen` is not loopback) |
+//! | `ui.recent` | none | `200` (streams kept) |
+//! | `ui.max_stream_bytes` | none | `262144` (event bytes kept per stream) |
 //! | `otel.endpoint` | `--otel-endpoint` | none: traces off, unless `OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set (feature `otel`) |
 //! | `otel.system` | none | `"openai"` (the `gen_ai.system` attribute) |
 //!
@@ -185,6 +190,39 @@ pub struct ProxySettings {
     pub sink: SinkSettings,
     /// `[otel]`: request traces (feature `otel`).
     pub otel: OtelSettings,
+    /// `[ui]`: the live inspector page.
+    pub ui: UiSettings,
+}
+
+/// `[ui]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct UiSettings {
+    /// Serve the page.
+    pub enabled: bool,
+    /// Where the page listens.
+    pub listen: String,
+    /// The page's token (secret; `SPINDLE_UI_TOKEN`).
+    #[serde(skip_serializing)]
+    pub token: Option<Secret>,
+    /// Streams kept.
+    pub recent: NonZeroUsize,
+    /// Event bytes kept per stream.
+    pub max_stream_bytes: usize,
+}
+
+impl Default for UiSettings {
+    fn default() -> UiSettings {
+        let d = super::UiConfig::default();
+        UiSettings {
+            enabled: false,
+            listen: d.listen,
+            token: None,
+            recent: nonzero(d.recent),
+            max_stream_bytes: d.max_stream_bytes,
+        }
+    }
 }
 
 /// `[otel]`.
@@ -286,6 +324,7 @@ impl Default for ProxySettings {
             limits: LimitSettings::default(),
             sink: SinkSettings::default(),
             otel: OtelSettings::default(),
+            ui: UiSettings::default(),
         }
     }
 }
@@ -443,6 +482,10 @@ pub struct ProxyOverrides {
     pub log: Option<String>,
     /// `--otel-endpoint`.
     pub otel_endpoint: Option<String>,
+    /// `--ui` (a flag can only turn it on).
+    pub ui: bool,
+    /// `--ui-listen`.
+    pub ui_listen: Option<String>,
 }
 
 impl ProxySettings {
@@ -506,6 +549,9 @@ impl ProxySettings {
         }
         if let Some(token) = var("SPINDLE_NATS_TOKEN").filter(|k| !k.is_empty()) {
             self.sink.nats_token = Some(Secret(token));
+        }
+        if let Some(token) = var("SPINDLE_UI_TOKEN").filter(|k| !k.is_empty()) {
+            self.ui.token = Some(Secret(token));
         }
         let set = |name: &str| var(name).is_some_and(|v| !v.trim().is_empty());
         let disabled = var("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
@@ -574,6 +620,10 @@ impl ProxySettings {
         if let Some(v) = o.otel_endpoint {
             self.otel.endpoint = Some(v);
         }
+        self.ui.enabled |= o.ui;
+        if let Some(v) = o.ui_listen {
+            self.ui.listen = v;
+        }
         Ok(())
     }
 
@@ -589,6 +639,7 @@ impl ProxySettings {
         for (key, var, set) in [
             ("upstream.api_key", "SPINDLE_UPSTREAM_API_KEY", self.upstream.api_key.is_some()),
             ("sink.nats_token", "SPINDLE_NATS_TOKEN", self.sink.nats_token.is_some()),
+            ("ui.token", "SPINDLE_UI_TOKEN", self.ui.token.is_some()),
         ] {
             let state = if set { "set, not printed" } else { "not set" };
             out.push_str(&format!("# {key}: {state} (secret; from {var})\n"));
@@ -638,6 +689,14 @@ impl ProxySettings {
         config.max_response_body = self.limits.max_response_body;
         config.channel_capacity = self.limits.channel_capacity.get();
         config.sink_queue = self.sink.queue.get();
+        if self.ui.enabled {
+            config.ui = Some(super::UiConfig {
+                listen: self.ui.listen.clone(),
+                token: self.ui.token.as_ref().map(|t| t.expose().to_string()),
+                recent: self.ui.recent.get(),
+                max_stream_bytes: self.ui.max_stream_bytes,
+            });
+        }
         #[cfg(feature = "otel")]
         if self.otel.endpoint.is_some() || self.otel.from_env {
             config.otel =

@@ -72,7 +72,7 @@ enum Command {
     Replay(replay::ReplayArgs),
     /// Run the OpenAI-compatible pipe-through proxy (parses streams on the side).
     #[command(after_help = PROXY_EXAMPLES)]
-    Proxy(proxy::ProxyArgs),
+    Proxy(Box<proxy::ProxyArgs>),
     /// Serve transcripts as a mock OpenAI-compatible endpoint (no API key needed).
     #[command(after_help = MOCK_EXAMPLES)]
     MockUpstream(mock::MockArgs),
@@ -95,7 +95,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Parse(args) => parse::run(args),
         Command::Replay(args) => replay::run(args),
-        Command::Proxy(args) => proxy::run(args),
+        Command::Proxy(args) => proxy::run(*args),
         Command::MockUpstream(args) => mock::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Tools(args) => tools::run(args),

@@ -126,6 +126,14 @@ pub(crate) struct ProxyArgs {
     /// OTEL_EXPORTER_OTLP_ENDPOINT is set.
     #[arg(long, value_name = "URL")]
     otel_endpoint: Option<String>,
+    /// Serve the live stream inspector page at http://UI-LISTEN/ui (streams,
+    /// their elements as they arrive, repairs, diagnostics, timing).
+    #[arg(long)]
+    ui: bool,
+    /// Where the inspector page listens [default: 127.0.0.1:8789]; an address
+    /// that is not loopback needs SPINDLE_UI_TOKEN (then open /ui?token=TOKEN).
+    #[arg(long, value_name = "ADDR", requires = "ui")]
+    ui_listen: Option<String>,
 }
 
 /// `--invalid-calls` values.
@@ -157,6 +165,8 @@ impl ProxyArgs {
         o.sink_queue = self.sink_queue;
         o.log.clone_from(&self.log);
         o.otel_endpoint.clone_from(&self.otel_endpoint);
+        o.ui = self.ui;
+        o.ui_listen.clone_from(&self.ui_listen);
         o
     }
 }
@@ -261,8 +271,9 @@ pub(crate) fn run(args: ProxyArgs) -> Result<ExitCode> {
         };
         let server = ProxyServer::bind(config, &settings.listen).await?;
         let addr = server.local_addr();
+        let ui = server.ui_addr().map(|a| format!("; inspector http://{a}/ui")).unwrap_or_default();
         eprintln!(
-            "spindle proxy: http://{addr}/v1 -> {upstream} ({parsing}{}{tools}); /healthz, /metrics",
+            "spindle proxy: http://{addr}/v1 -> {upstream} ({parsing}{}{tools}); /healthz, /metrics{ui}",
             if rewrite { ", rewriting" } else { "" },
         );
         server.run(shutdown_signal()).await.context("serving")?;
