@@ -176,3 +176,40 @@ async fn a_collector_that_is_down_never_slows_the_stream() {
     assert!(t.elapsed() < Duration::from_secs(5), "20 requests took {:?}", t.elapsed());
     proxy.shutdown().await.unwrap();
 }
+
+/// Agent mode (`--agent`): the span carries the loop's repairs, tool calls
+/// and tool runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_request_traces_its_tool_runs() {
+    use spindle::calls::ToolCatalog;
+    use spindle::proxy::{ProxyAgent, ToolCalling};
+    use spindle::tools::{Protocol, Runner};
+    let (collector, spans) = receiver().await;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mock = spindle::mock::MockUpstream::from_dir(&root.join("examples/agent-demo")).unwrap();
+    let mock = mock.spawn("127.0.0.1:0").await.unwrap();
+    let mut config = ProxyConfig::new(mock.url());
+    config.options = StreamOptions::with_registry(Registry::chat());
+    config.tool_calling = Some(ToolCalling::new(Protocol::Hermes));
+    let catalog = ToolCatalog::load_plugins(&root.join("examples/plugins/basic")).unwrap();
+    config.agent = Some(ProxyAgent::new(Arc::new(Runner::new(catalog))));
+    config.otel = Some(OtelConfig { endpoint: Some(collector), system: None });
+    let proxy = ProxyServer::bind(config, "127.0.0.1:0").await.unwrap().spawn();
+    let req = json!({"model": "agent-demo-hermes", "messages": [{"role": "user", "content": "What is 2 + 40?"}]});
+    let whole: serde_json::Value = client()
+        .post(format!("{}/v1/chat/completions", url(&proxy)))
+        .json(&req)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(whole["spindle"]["reason"], "answer", "{whole}");
+    proxy.shutdown().await.unwrap();
+    let spans = spans.lock().unwrap().clone();
+    assert_eq!(spans.len(), 1);
+    let names: Vec<&str> = spans[0].events.iter().map(|e| e.name.as_str()).collect();
+    assert!(names.contains(&"gen_ai.tool.run") && names.contains(&"gen_ai.tool.call"), "{names:?}");
+    mock.shutdown().await.unwrap();
+}

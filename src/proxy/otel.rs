@@ -222,6 +222,20 @@ impl RequestSpan {
         }
     }
 
+    /// Notes a tool run (agent mode) as a span event.
+    pub(crate) fn tool_run(&mut self, tool: &str, ok: bool, duration_ms: u64, observation: &str) {
+        let excerpt: String = observation.chars().take(200).collect();
+        self.cx.span().add_event(
+            "gen_ai.tool.run",
+            vec![
+                KeyValue::new("gen_ai.tool.name", tool.to_string()),
+                KeyValue::new("spindle.tool.ok", ok),
+                KeyValue::new("spindle.tool.duration_ms", i64::try_from(duration_ms).unwrap_or(i64::MAX)),
+                KeyValue::new("spindle.tool.observation", excerpt),
+            ],
+        );
+    }
+
     /// Ends the span with the response's status, outcome and response
     /// model/id (from the chunks).
     pub(crate) fn end(self, status: u16, outcome: &str, response: Option<(&str, &str)>) {

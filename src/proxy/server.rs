@@ -539,8 +539,23 @@ async fn run_agent(
     if let Some(key) = client_key.or_else(|| app.config.upstream_api_key.as_ref().map(|k| k.expose().to_string())) {
         agent = agent.with_api_key(key);
     }
+    // The request's span and inspector entry see every event of the loop.
+    let mut upstream_headers = HeaderMap::new();
+    let mut watch = AgentWatch {
+        id,
+        trace: app.telemetry.as_ref().map(|t| t.request(headers, Some(&model), &mut upstream_headers)),
+        inspector: app.inspector.clone(),
+        ended: false,
+    };
+    if let Some(i) = &watch.inspector {
+        i.start(id, Some(&model), "/v1/chat/completions (agent)", 200, Instant::now());
+    }
+    agent = agent.with_headers(upstream_headers);
     let cancel = app.hard_stop.child_token();
-    let mut events = Box::pin(agent.run(request, cancel));
+    let mut events = Box::pin(agent.run(request, cancel).map(move |e| {
+        watch.see(&e);
+        e
+    }));
     let mut t = Translator::new(&model, id);
     if !streamed {
         while let Some(event) = events.next().await {
@@ -614,6 +629,66 @@ async fn run_agent(
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     headers.insert(HeaderName::from_static("x-accel-buffering"), HeaderValue::from_static("no"));
     respond(StatusCode::OK, headers, rx)
+}
+
+/// The trace span and inspector entry of an agent request.
+struct AgentWatch {
+    id: u64,
+    trace: Option<Trace>,
+    inspector: Option<Arc<super::inspect::Inspector>>,
+    ended: bool,
+}
+
+impl AgentWatch {
+    fn see(&mut self, event: &crate::tools::agent::AgentEvent) {
+        use crate::tools::agent::AgentEvent;
+        match event {
+            AgentEvent::Source { event, .. } => {
+                if let Some(t) = self.trace.as_mut() {
+                    t.observe(event);
+                }
+                if let Some(i) = &self.inspector {
+                    i.events(self.id, std::slice::from_ref(event));
+                }
+            }
+            AgentEvent::ToolResult { result, .. } => {
+                if let Some(t) = self.trace.as_mut() {
+                    t.tool_run(&result.tool_id, result.ok, result.duration_ms, &result.observation);
+                }
+                if let Some(i) = &self.inspector {
+                    i.note(self.id, result.to_event_json("tool_result"));
+                }
+            }
+            AgentEvent::End { reason, .. } => {
+                let outcome = serde_json::to_value(reason).ok().and_then(|v| v.as_str().map(str::to_string));
+                let outcome = match outcome.as_deref() {
+                    Some("answer") | None => "ok".to_string(),
+                    Some(other) => other.to_string(),
+                };
+                self.finish(&outcome);
+            }
+            _ => {}
+        }
+    }
+
+    fn finish(&mut self, outcome: &str) {
+        if std::mem::replace(&mut self.ended, true) {
+            return;
+        }
+        if let Some(t) = self.trace.take() {
+            t.end(if outcome == "upstream" { 502 } else { 200 }, outcome, None);
+        }
+        if let Some(i) = &self.inspector {
+            i.end(self.id, outcome);
+        }
+    }
+}
+
+impl Drop for AgentWatch {
+    fn drop(&mut self) {
+        // The client went away before the loop ended.
+        self.finish("client_gone");
+    }
 }
 
 #[allow(clippy::too_many_arguments)]

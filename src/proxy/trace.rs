@@ -38,6 +38,8 @@ mod off {
     impl Trace {
         pub(crate) fn observe(&mut self, _event: &SourceEvent) {}
 
+        pub(crate) fn tool_run(&mut self, _tool: &str, _ok: bool, _duration_ms: u64, _observation: &str) {}
+
         pub(crate) fn end(self, _status: u16, _outcome: &str, _response: Option<(&str, &str)>) {}
     }
 }

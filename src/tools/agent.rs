@@ -245,6 +245,8 @@ pub struct Agent {
     registry: Arc<Registry>,
     limits: AgentLimits,
     tasks: AsyncTasks,
+    /// Headers sent with every upstream request (`traceparent`, ...).
+    headers: reqwest::header::HeaderMap,
 }
 
 /// Why an agent could not be built.
@@ -278,6 +280,7 @@ impl Agent {
             registry: Arc::new(registry),
             limits: AgentLimits::default(),
             tasks: AsyncTasks::default(),
+            headers: reqwest::header::HeaderMap::new(),
         })
     }
 
@@ -291,6 +294,13 @@ impl Agent {
     /// (instead of `BASE/chat/completions`).
     pub fn with_endpoint(mut self, url: impl Into<String>) -> Agent {
         self.endpoint = url.into();
+        self
+    }
+
+    /// Sends these headers with every upstream request (a `traceparent`,
+    /// an organisation header); they replace headers of the same name.
+    pub fn with_headers(mut self, headers: reqwest::header::HeaderMap) -> Agent {
+        self.headers.extend(headers);
         self
     }
 
@@ -476,8 +486,12 @@ impl Agent {
         tx: &mpsc::Sender<AgentEvent>,
     ) -> Result<TurnDone, (StopReason, Option<String>)> {
         let t0 = Instant::now();
-        let mut req =
-            self.http.post(&self.endpoint).header(reqwest::header::ACCEPT, "text/event-stream").json(&request);
+        let mut req = self
+            .http
+            .post(&self.endpoint)
+            .header(reqwest::header::ACCEPT, "text/event-stream")
+            .headers(self.headers.clone())
+            .json(&request);
         if let Some(key) = &self.api_key {
             req = req.bearer_auth(key);
         }

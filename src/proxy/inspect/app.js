@@ -144,6 +144,9 @@ function showEvent(ev) {
     case "stream_error":
       add(el("div", "diag", "stream error: " + JSON.stringify(ev.error)));
       break;
+    case "tool_result":
+      add(el("div", ev.ok ? "meta" : "diag", "tool " + ev.tool_id + " (" + ev.duration_ms + " ms): " + ev.observation));
+      break;
     case "truncated":
       add(el("div", "diag", "truncated: " + ev.why));
       break;

@@ -246,6 +246,26 @@ impl Inspector {
         }
     }
 
+    /// A note that is not a parser event (a tool's result in agent mode):
+    /// kept and sent like one.
+    pub(crate) fn note(&self, id: u64, value: Value) {
+        {
+            let mut ring = self.ring();
+            let Some(v) = ring.views.get_mut(&id) else { return };
+            if value.get("type").and_then(Value::as_str) == Some("tool_result") {
+                v.summary.tool_calls += 1;
+            }
+            let size = value.to_string().len();
+            if v.kept_bytes + size > self.config.max_stream_bytes {
+                v.summary.dropped_events += 1;
+                return;
+            }
+            v.kept_bytes += size;
+            v.events.push(value.clone());
+        }
+        self.publish(json!({"type": "event", "stream": id, "event": value}));
+    }
+
     /// The stream ended.
     pub(crate) fn end(&self, id: u64, outcome: &str) {
         let summary = {
