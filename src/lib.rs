@@ -89,6 +89,7 @@
 //! | `route` | `route`: handlers for completed elements | tokio |
 //! | `tools` | `tools`: manuals, the runner (scripts, MCP), the agent loop | `client`, rmcp |
 //! | `proxy` | `proxy`: the OpenAI-compatible proxy and its sinks | `tools`, axum, async-nats |
+//! | `prompt` | `prompt`: Skein blocks, world books, cards, sandboxed Jinja2, `<use_protocol>` registries | minijinja, png, chrono |
 //! | `mock` | `mock`: the mock upstream (test support) | axum |
 //! | `cli` | the `spindle` binary | all of the above, clap |
 //!
@@ -121,6 +122,9 @@ pub mod machine;
 pub mod mock;
 mod parser;
 pub mod payload;
+#[cfg(feature = "prompt")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prompt")))]
+pub mod prompt;
 #[cfg(feature = "proxy")]
 #[cfg_attr(docsrs, doc(cfg(feature = "proxy")))]
 pub mod proxy;

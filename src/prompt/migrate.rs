@@ -1,0 +1,499 @@
+//! SillyTavern macros → Jinja2 (spec 003 §2.3.4, every table): a prompt or
+//! card text in SillyTavern's `{{macro}}` language becomes a template for
+//! [`super::Renderer`], with a report of every macro converted and every
+//! macro that has no equivalent (kept visibly in the output, never
+//! dropped), each with its line.
+//!
+//! This module owns the macro table and the conversion. `{{setvar::x::v}}`
+//! becomes `{% set x = v %}` (a block `{% set x %}…{% endset %}` when the
+//! value spans lines), and later `{{x}}` / `{{getvar::x}}` read that
+//! template variable, as in the spec's worked example (§2.3.2); other
+//! variables read the read-only `state`.
+
+use serde::Serialize;
+use std::collections::HashSet;
+
+/// What happened to one macro.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoteKind {
+    /// Converted to its Jinja2 equivalent.
+    Converted,
+    /// Converted, but the result needs something a template alone cannot do
+    /// (a host value, a global write); the note says what.
+    NeedsHost,
+    /// No equivalent: kept in the output as its original text.
+    Unsupported,
+}
+
+/// One macro of the input.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MigrationNote {
+    /// 1-based line of the macro in the input.
+    pub line: usize,
+    /// The macro as written.
+    pub from: String,
+    /// What it became.
+    pub to: String,
+    /// Converted, needs the host, or unsupported.
+    pub kind: NoteKind,
+    /// Why, for the last two.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// A converted text and its report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Migration {
+    /// The Jinja2 template.
+    pub text: String,
+    /// Every macro, in order.
+    pub notes: Vec<MigrationNote>,
+}
+
+/// Converts SillyTavern text to Jinja2.
+///
+/// ```
+/// use spindle::prompt::migrate;
+///
+/// let m = migrate("{{char}} waves at {{user}}. {{random:a,b}}");
+/// assert_eq!(m.text, "{{ char }} waves at {{ user }}. {{ random(['a', 'b']) }}");
+/// assert_eq!(m.notes.len(), 3);
+/// ```
+pub fn migrate(input: &str) -> Migration {
+    let mut m = Migrator { locals: HashSet::new(), notes: Vec::new(), out: String::new() };
+    m.run(input);
+    Migration { text: m.out, notes: m.notes }
+}
+
+struct Migrator {
+    /// Variables set with `setvar` so far (template variables from then on).
+    locals: HashSet<String>,
+    notes: Vec<MigrationNote>,
+    out: String,
+}
+
+/// `{{ expr }}`.
+fn expr(e: &str) -> String {
+    format!("{{{{ {e} }}}}")
+}
+
+/// A Jinja string literal.
+fn lit(s: &str) -> String {
+    format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'").replace('\n', "\\n"))
+}
+
+/// A Jinja literal for a `setvar` value: a number as a number, else a string.
+fn value_lit(s: &str) -> String {
+    let t = s.trim();
+    if !t.is_empty() && t.parse::<f64>().is_ok() && !t.starts_with('+') { t.to_string() } else { lit(s) }
+}
+
+/// A template variable name for an ST variable name (letters, digits, `_`).
+fn ident(name: &str) -> String {
+    let mut out: String = name.trim().chars().map(|c| if c.is_alphanumeric() || c == '_' { c } else { '_' }).collect();
+    if out.is_empty() || out.starts_with(|c: char| c.is_ascii_digit()) {
+        out.insert(0, '_');
+    }
+    out
+}
+
+/// A state path (`a.b[0]` kept; other characters made safe).
+fn path(p: &str) -> String {
+    p.trim()
+        .split('.')
+        .map(|seg| match seg.split_once('[') {
+            Some((head, tail)) => format!("{}[{tail}", ident(head)),
+            None => ident(seg),
+        })
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+fn list(items: &[&str]) -> String {
+    format!("[{}]", items.iter().map(|s| lit(s.trim())).collect::<Vec<_>>().join(", "))
+}
+
+impl Migrator {
+    fn note(&mut self, line: usize, from: &str, to: &str, kind: NoteKind, note: Option<&str>) {
+        self.notes.push(MigrationNote {
+            line,
+            from: from.to_string(),
+            to: to.to_string(),
+            kind,
+            note: note.map(str::to_string),
+        });
+    }
+
+    fn run(&mut self, input: &str) {
+        let mut rest = input;
+        let mut consumed = 0usize;
+        let line_at = |offset: usize| input[..offset].matches('\n').count() + 1;
+        loop {
+            // The next `{{` or `<USER>`-style name.
+            let next_brace = rest.find("{{");
+            let next_angle = ["<USER>", "<BOT>", "<CHAR>"]
+                .iter()
+                .filter_map(|n| rest.find(n).map(|i| (i, *n)))
+                .min_by_key(|(i, _)| *i);
+            match (next_brace, next_angle) {
+                (_, Some((i, name))) if next_brace.is_none_or(|b| i < b) => {
+                    self.out.push_str(&rest[..i]);
+                    let to = if name == "<USER>" { expr("user") } else { expr("char") };
+                    self.note(line_at(consumed + i), name, &to, NoteKind::Converted, None);
+                    self.out.push_str(&to);
+                    rest = &rest[i + name.len()..];
+                    consumed += i + name.len();
+                }
+                (Some(b), _) => {
+                    self.out.push_str(&rest[..b]);
+                    let Some(end) = closing(&rest[b..]) else {
+                        // An unclosed `{{`: kept as text.
+                        let tail = &rest[b..];
+                        self.note(
+                            line_at(consumed + b),
+                            "{{",
+                            "{{ '{{' }}",
+                            NoteKind::Unsupported,
+                            Some("an unclosed {{ is kept as text"),
+                        );
+                        self.out.push_str(&format!("{{% raw %}}{tail}{{% endraw %}}"));
+                        return;
+                    };
+                    let whole = &rest[b..b + end];
+                    let inner = &whole[2..whole.len() - 2];
+                    let line = line_at(consumed + b);
+                    let converted = self.convert(inner, whole, line);
+                    self.out.push_str(&converted);
+                    rest = &rest[b + end..];
+                    consumed += b + end;
+                }
+                (None, _) => {
+                    self.out.push_str(rest);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// One macro (`inner` is between the braces).
+    fn convert(&mut self, inner: &str, whole: &str, line: usize) -> String {
+        // The value of a `setvar` keeps its whitespace (a block set's
+        // newlines); everything else is read trimmed.
+        let full = inner.trim_start();
+        let t = inner.trim();
+        // Nested macros in arguments (`{{setvar::x::{{user}}}}`): convert
+        // the inside first, as text.
+        let converted_inner;
+        let t = if t.contains("{{") {
+            let sub = migrate(t);
+            for mut n in sub.notes {
+                n.line += line - 1;
+                self.notes.push(n);
+            }
+            converted_inner = sub.text;
+            converted_inner.as_str()
+        } else {
+            t
+        };
+        let args: Vec<&str> = if t.contains("{{") || full.len() == t.len() { t.split("::").collect() } else { full.split("::").collect() };
+        let name = args[0].trim();
+        let lower = name.to_ascii_lowercase();
+        let done = |m: &mut Migrator, to: String| {
+            m.note(line, whole, &to, NoteKind::Converted, None);
+            to
+        };
+        let host = |m: &mut Migrator, to: String, why: &str| {
+            m.note(line, whole, &to, NoteKind::NeedsHost, Some(why));
+            to
+        };
+        // Comments, conditionals.
+        if let Some(c) = t.strip_prefix("//") {
+            return done(self, format!("{{# {} #}}", c.trim()));
+        }
+        if let Some(cond) = t.strip_prefix("#if ").or_else(|| t.strip_prefix("#if\t")) {
+            let cond = self.condition(cond);
+            return done(self, format!("{{% if {cond} %}}"));
+        }
+        if t == "/if" {
+            return done(self, "{% endif %}".into());
+        }
+        if t == "else" {
+            return done(self, "{% else %}".into());
+        }
+        // `name:arg` forms (single colon).
+        if let Some((head, arg)) = t.split_once(':')
+            && !t.contains("::")
+        {
+            match head.trim().to_ascii_lowercase().as_str() {
+                "random" => return done(self, expr(&format!("random({})", list(&arg.split(',').collect::<Vec<_>>())))),
+                "roll" => return done(self, expr(&format!("roll({})", lit(arg.trim())))),
+                "reverse" => return done(self, expr(&format!("{} | reverse", lit(arg)))),
+                _ => {}
+            }
+        }
+        if let Some(arg) = lower.strip_prefix("roll ").map(|_| t[5..].trim()) {
+            return done(self, expr(&format!("roll({})", lit(arg))));
+        }
+        if let Some(fmt) = t.strip_prefix("datetimeformat ") {
+            return done(self, expr(&format!("now | date_format({})", lit(fmt.trim()))));
+        }
+        if let Some(word) = t.strip_prefix("banned ") {
+            let to = format!("{{# banned {} (safety filter) #}}", word.trim());
+            self.note(
+                line,
+                whole,
+                &to,
+                NoteKind::NeedsHost,
+                Some("word filtering is the host's safety filter, not the template's"),
+            );
+            return to;
+        }
+        if let Some(off) = t.strip_prefix("time_UTC").or_else(|| t.strip_prefix("time_utc")) {
+            let hours = off.trim().trim_start_matches('+');
+            if hours.parse::<f64>().is_ok() {
+                return done(self, expr(&format!("now | utc_offset({hours}) | time_format")));
+            }
+        }
+        let var = |args: &[&str], i: usize| args.get(i).map(|s| s.trim()).unwrap_or_default().to_string();
+        match (lower.as_str(), args.len()) {
+            ("user", 1) => done(self, expr("user")),
+            ("char", 1) => done(self, expr("char")),
+            ("group", 1) => done(self, expr("group")),
+            ("groupnotmuted", 1) => done(self, expr("group | filter_not_muted")),
+            ("notchar", 1) => done(self, expr("not_char")),
+            ("description", 1) => done(self, expr("char.description")),
+            ("personality", 1) => done(self, expr("char.personality")),
+            ("persona", 1) => done(self, expr("user.persona")),
+            ("scenario", 1) => done(self, expr("char.scenario")),
+            ("charversion", 1) | ("char_version", 1) => done(self, expr("char.version")),
+            ("charprompt", 1) => done(self, expr("char.main_prompt")),
+            ("charjailbreak", 1) => done(self, expr("char.jailbreak")),
+            ("chardepthprompt", 1) => done(self, expr("char.depth_prompt")),
+            ("creatornotes", 1) => done(self, expr("char.creator_notes")),
+            ("model", 1) => done(self, expr("config.model")),
+            ("mesexamples", 1) => done(self, expr("char.examples | format_examples")),
+            ("mesexamplesraw", 1) => done(self, expr("char.examples_raw")),
+            ("lastmessage", 1) => done(self, expr("history[-1].content")),
+            ("lastmessageid", 1) => done(self, expr("history[-1].id")),
+            ("lastusermessage", 1) => {
+                done(self, expr("history | selectattr('role', 'eq', 'user') | map(attribute='content') | last"))
+            }
+            ("lastcharmessage", 1) => {
+                done(self, expr("history | selectattr('role', 'eq', 'assistant') | map(attribute='content') | last"))
+            }
+            ("firstincludedmessageid", 1) => done(self, expr("context[0].id")),
+            ("firstdisplayedmessageid", 1) => done(self, expr("display_context[0].id")),
+            ("lastswipeid", 1) => done(self, expr("history[-1].swipe_count")),
+            ("currentswipeid", 1) => done(self, expr("history[-1].current_swipe")),
+            ("lastgenerationtype", 1) => done(self, expr("last_generation.type")),
+            ("input", 1) => done(self, expr("user_input")),
+            ("time", 1) => done(self, expr("now | time_format('LT')")),
+            ("date", 1) => done(self, expr("now | date_format('LL')")),
+            ("weekday", 1) => done(self, expr("now | date_format('dddd')")),
+            ("isotime", 1) => done(self, expr("now | time_format('HH:mm')")),
+            ("isodate", 1) => done(self, expr("now | date_format('YYYY-MM-DD')")),
+            ("idle_duration", 1) => done(self, expr("idle_duration")),
+            ("timediff", 3) => {
+                done(self, expr(&format!("time_diff({}, {})", lit(args[1].trim()), lit(args[2].trim()))))
+            }
+            ("getvar", 2) => {
+                let name = var(&args, 1);
+                let to = if self.locals.contains(&name) {
+                    expr(&ident(&name))
+                } else {
+                    expr(&format!("state.{}", path(&name)))
+                };
+                done(self, to)
+            }
+            ("setvar", 3) | ("setvar", _) if args.len() >= 3 => {
+                let name = var(&args, 1);
+                let value = args[2..].join("::");
+                self.locals.insert(name.clone());
+                let id = ident(&name);
+                let to = if value.contains('\n') {
+                    format!("{{% set {id} %}}{value}{{% endset %}}")
+                } else {
+                    format!("{{% set {id} = {} %}}", value_lit(&value))
+                };
+                done(self, to)
+            }
+            ("addvar", 3) => {
+                let name = var(&args, 1);
+                let cur = if self.locals.contains(&name) { ident(&name) } else { format!("state.{}", path(&name)) };
+                self.locals.insert(name.clone());
+                done(self, format!("{{% set {} = {cur} + {} %}}", ident(&name), value_lit(args[2])))
+            }
+            ("incvar", 2) | ("decvar", 2) => {
+                let name = var(&args, 1);
+                let cur = if self.locals.contains(&name) { ident(&name) } else { format!("state.{}", path(&name)) };
+                self.locals.insert(name.clone());
+                let op = if lower == "incvar" { "+" } else { "-" };
+                done(self, format!("{{% set {} = {cur} {op} 1 %}}", ident(&name)))
+            }
+            ("getglobalvar", 2) => done(self, expr(&format!("global_state.{}", path(&var(&args, 1))))),
+            ("setglobalvar", 3) | ("addglobalvar", 3) | ("incglobalvar", 2) | ("decglobalvar", 2) => {
+                let name = path(&var(&args, 1));
+                let to = match lower.as_str() {
+                    "setglobalvar" => format!("{{% set_global {name} = {} %}}", value_lit(args[2])),
+                    "addglobalvar" => {
+                        format!("{{% set_global {name} = global_state.{name} + {} %}}", value_lit(args[2]))
+                    }
+                    "incglobalvar" => format!("{{% set_global {name} = global_state.{name} + 1 %}}"),
+                    _ => format!("{{% set_global {name} = global_state.{name} - 1 %}}"),
+                };
+                host(
+                    self,
+                    to,
+                    "writes a global variable: templates cannot write state (the sandbox refuses set_global); the host must apply it",
+                )
+            }
+            ("newline", 1) => done(self, expr("'\\n'")),
+            ("trim", 1) => done(self, expr("content | trim")),
+            ("noop", 1) => done(self, "{# no-op #}".into()),
+            ("random", n) if n > 1 => done(self, expr(&format!("random({})", list(&args[1..])))),
+            ("pick", n) if n > 1 => done(self, expr(&format!("pick({})", list(&args[1..])))),
+            ("ismobile", 1) => done(self, expr("is_mobile")),
+            ("outlet", 2) => host(
+                self,
+                expr(&format!("outlet({})", lit(args[1].trim()))),
+                "the outlet's text comes from the host's world info (the `outlets` variable)",
+            ),
+            ("maxprompt", 1) => done(self, expr("config.max_context")),
+            ("pipe", 1) => host(self, expr("pipe_result"), "slash-command pipes are the host's"),
+            ("anchorbefore", 1) => done(self, expr("anchor_before")),
+            ("anchorafter", 1) => done(self, expr("anchor_after")),
+            ("wibefore", 1) | ("lorebefore", 1) => done(self, expr("lore_before")),
+            ("wiafter", 1) | ("loreafter", 1) => done(self, expr("lore_after")),
+            ("system", 1) => done(self, expr("system_prompt")),
+            ("instructsystemprompt", 1) => done(self, expr("instruct.system_prompt")),
+            ("instructuserprefix", 1) => done(self, expr("instruct.user_prefix")),
+            ("instructusersuffix", 1) => done(self, expr("instruct.user_suffix")),
+            ("instructassistantprefix", 1) => done(self, expr("instruct.assistant_prefix")),
+            ("instructassistantsuffix", 1) => done(self, expr("instruct.assistant_suffix")),
+            ("useravatar", 1) => done(self, expr("user.avatar_path")),
+            (helper, 2) if helper.starts_with("get_") && helper.ends_with("_variable") => {
+                let scope = &helper[4..helper.len() - 9];
+                if matches!(scope, "message" | "chat" | "character" | "preset" | "global") {
+                    done(self, expr(&format!("state.{scope}.{}", path(args[1]))))
+                } else {
+                    self.unsupported(whole, line)
+                }
+            }
+            (helper, 2) if helper.starts_with("format_") && helper.ends_with("_variable") => {
+                let scope = &helper[7..helper.len() - 9];
+                if matches!(scope, "message" | "chat" | "character" | "preset" | "global") {
+                    done(self, expr(&format!("state.{scope}.{} | to_yaml", path(args[1]))))
+                } else {
+                    self.unsupported(whole, line)
+                }
+            }
+            (_, 1) if is_identifier(name) => {
+                // A variable set earlier, or a dynamic variable of the state.
+                if self.locals.contains(name) {
+                    done(self, expr(&ident(name)))
+                } else {
+                    let to = expr(&format!("state.{}", ident(name)));
+                    self.note(
+                        line,
+                        whole,
+                        &to,
+                        NoteKind::Converted,
+                        Some("not a known macro: read as a state variable ({{var_name}} → state.var_name)"),
+                    );
+                    to
+                }
+            }
+            _ => self.unsupported(whole, line),
+        }
+    }
+
+    /// `{{#if x}}`'s condition: a variable set earlier as is, a known macro
+    /// converted, anything else as written.
+    fn condition(&mut self, cond: &str) -> String {
+        let c = cond.trim();
+        if c.starts_with("{{") {
+            let sub = migrate(c);
+            return sub.text.trim_start_matches("{{").trim_end_matches("}}").trim().to_string();
+        }
+        if is_identifier(c) && !self.locals.contains(c) && !matches!(c, "user" | "char") {
+            return format!("state.{}", ident(c));
+        }
+        c.to_string()
+    }
+
+    fn unsupported(&mut self, whole: &str, line: usize) -> String {
+        let to = format!("{{% raw %}}{whole}{{% endraw %}}");
+        self.note(line, whole, &to, NoteKind::Unsupported, Some("no Jinja2 equivalent; kept as written"));
+        to
+    }
+}
+
+fn is_identifier(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars().next().is_some_and(|c| c.is_alphabetic() || c == '_')
+        && s.chars().all(|c| c.is_alphanumeric() || c == '_')
+}
+
+/// The length of the macro starting at `s` (`{{…}}`, nested ones counted).
+fn closing(s: &str) -> Option<usize> {
+    let b = s.as_bytes();
+    let (mut depth, mut i) = (0usize, 0usize);
+    while i + 1 < b.len() {
+        if b[i] == b'{' && b[i + 1] == b'{' {
+            depth += 1;
+            i += 2;
+        } else if b[i] == b'}' && b[i + 1] == b'}' {
+            depth -= 1;
+            i += 2;
+            if depth == 0 {
+                return Some(i);
+            }
+        } else {
+            i += 1;
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::prompt::Renderer;
+    use serde_json::json;
+
+    /// Spec 003 §2.3.2's worked example, migrated and rendered.
+    #[test]
+    fn setvar_block_and_later_use() {
+        let st = "{{setvar::灰魂4::\n- 灰魂会在任何用户需要的情况下合理的出现在用户所处场景，但不一定会帮助用户\n}}\n...\n{{灰魂4}}";
+        let m = migrate(st);
+        assert_eq!(
+            m.text,
+            "{% set 灰魂4 %}\n- 灰魂会在任何用户需要的情况下合理的出现在用户所处场景，但不一定会帮助用户\n{% endset %}\n...\n{{ 灰魂4 }}"
+        );
+        assert!(m.notes.iter().all(|n| n.kind == NoteKind::Converted), "{:?}", m.notes);
+        assert_eq!(m.notes.iter().map(|n| n.line).collect::<Vec<_>>(), [1, 5]);
+        let out = Renderer::new().render(&m.text, &json!({}), &json!({})).unwrap();
+        // The set block writes nothing; the later use writes the value.
+        assert_eq!(out, "\n...\n\n- 灰魂会在任何用户需要的情况下合理的出现在用户所处场景，但不一定会帮助用户\n");
+    }
+
+    #[test]
+    fn variables_conditions_and_unknowns() {
+        let m = migrate(
+            "{{setvar::hp::10}}{{incvar::hp}}{{getvar::hp}} {{getvar::gold}} {{#if gold}}rich{{else}}poor{{/if}}{{// note}}",
+        );
+        assert_eq!(
+            m.text,
+            "{% set hp = 10 %}{% set hp = hp + 1 %}{{ hp }} {{ state.gold }} {% if state.gold %}rich{% else %}poor{% endif %}{# note #}"
+        );
+        let out = Renderer::new().render(&m.text, &json!({}), &json!({"gold": 3})).unwrap();
+        assert_eq!(out, "11 3 rich");
+        let m = migrate("a {{frobnicate::x}} b {{setglobalvar::g::1}}");
+        assert_eq!(m.notes[0].kind, NoteKind::Unsupported);
+        assert!(m.text.contains("{% raw %}{{frobnicate::x}}{% endraw %}"));
+        assert_eq!(m.notes[1].kind, NoteKind::NeedsHost);
+        let out = Renderer::new().render("a {% raw %}{{frobnicate::x}}{% endraw %} b", &json!({}), &json!({})).unwrap();
+        assert_eq!(out, "a {{frobnicate::x}} b", "kept visibly");
+    }
+}

@@ -1,0 +1,554 @@
+//! The sandboxed Jinja2 renderer (spec 003 §2.3.1–§2.3.3, §2.3.5) on
+//! minijinja: prompts with `{{ user }}`, `{{ char }}`, `{{ state.hp }}`,
+//! `{% set x %}…{% endset %}` and the helper functions and filters of the
+//! spec's tables, rendered to plain text before they go to the model.
+//!
+//! This module owns the environment (functions, filters, limits) and the
+//! render. The sandbox:
+//!
+//! * `state` and `state_desc` are read-only: the values are immutable, and a
+//!   template that assigns to them (`{% set state = … %}`,
+//!   `{% set state.hp = 0 %}`) is refused before it runs;
+//! * no file system or network: there is no template loader (so `include`,
+//!   `import` and `extends` find nothing) and no function that reads or
+//!   fetches anything;
+//! * only the functions below exist;
+//! * limits ([`RenderLimits`]): instructions (fuel: a loop that runs too
+//!   long ends), recursion depth (macros calling themselves), output size.
+//!   A template past a limit ends with a [`RenderError`] that says which.
+//!
+//! # Context
+//!
+//! The variables given (`user`, `char`, `group`, `history`, `config`, …, as
+//! the host has them), `state` (the variable state that `variable_update`
+//! maintains, [`crate::state`]), `state_desc`, and `now` (an RFC 3339 time;
+//! fixed with [`Renderer::with_now`] for reproducible renders).
+//!
+//! # Functions and filters
+//!
+//! | name | what |
+//! |---|---|
+//! | `random(list)` | one item, from a seeded generator ([`Renderer::with_seed`]) |
+//! | `pick(list)` | one item chosen by a hash of the list and the seed: the same list gives the same item |
+//! | `roll('2d6+1')` | dice: `NdM`, `dM`, `+`/`-` constants |
+//! | `time_diff(a, b)` | the time between two RFC 3339 times, in words (`2 hours`) |
+//! | `outlet(name)` | the text of world-info outlet `name` (from the `outlets` variable) |
+//! | `x \| time_format(fmt)` | a time in moment.js tokens (default `LT`: `9:05 PM`) |
+//! | `x \| date_format(fmt)` | the same, default `LL` (`November 24, 2026`) |
+//! | `x \| utc_offset(hours)` | the time at that UTC offset |
+//! | `x \| to_yaml` | 2-space YAML |
+//! | `x \| format_examples` | SillyTavern example dialogue (`<START>` blocks), numbered |
+//! | `x \| filter_not_muted` | the names of the group members that are not muted, comma-separated |
+//!
+//! The standard Jinja2 filters and tests (`trim`, `reverse`, `join`,
+//! `default`, …) are there too.
+
+use super::yaml::to_yaml;
+use chrono::{DateTime, Datelike, FixedOffset, Timelike};
+use minijinja::value::{Rest, Value};
+use minijinja::{Environment, Error, ErrorKind, State};
+use rand_chacha::ChaCha8Rng;
+use rand_chacha::rand_core::{RngCore, SeedableRng};
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// The renderer's limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RenderLimits {
+    /// Most template instructions one render may run (default 1,000,000).
+    pub fuel: u64,
+    /// Deepest nesting of macro calls and blocks (default 64).
+    pub recursion: usize,
+    /// Most bytes of output (default 4 MiB).
+    pub max_output: usize,
+}
+
+impl Default for RenderLimits {
+    fn default() -> Self {
+        RenderLimits { fuel: 1_000_000, recursion: 64, max_output: 4 * 1024 * 1024 }
+    }
+}
+
+/// Why a render failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RenderError {
+    /// The template is not valid Jinja2 (line in the message).
+    #[error("template error: {0}")]
+    Template(String),
+    /// The template tried something the sandbox forbids.
+    #[error("sandbox: {0}")]
+    Sandbox(String),
+    /// A limit ended the render.
+    #[error("limit: {0}")]
+    Limit(String),
+}
+
+/// A sandboxed Jinja2 renderer.
+///
+/// ```
+/// use spindle::prompt::Renderer;
+/// use serde_json::json;
+///
+/// let r = Renderer::new().with_seed(7);
+/// let text = r.render(
+///     "{{ char }} greets {{ user }} (HP {{ state.hp }}).{% set mood %}calm{% endset %} Mood: {{ mood }}",
+///     &json!({"user": "Ann", "char": "Seraphina"}),
+///     &json!({"hp": 18}),
+/// ).unwrap();
+/// assert_eq!(text, "Seraphina greets Ann (HP 18). Mood: calm");
+/// ```
+#[derive(Debug)]
+pub struct Renderer {
+    limits: RenderLimits,
+    seed: u64,
+    now: Option<DateTime<FixedOffset>>,
+}
+
+impl Default for Renderer {
+    fn default() -> Self {
+        Renderer::new()
+    }
+}
+
+impl Renderer {
+    /// A renderer with the default limits, seed 0 and the clock's time.
+    pub fn new() -> Renderer {
+        Renderer { limits: RenderLimits::default(), seed: 0, now: None }
+    }
+
+    /// Uses these limits.
+    pub fn with_limits(mut self, limits: RenderLimits) -> Renderer {
+        self.limits = limits;
+        self
+    }
+
+    /// Seeds `random` and `pick` (the same seed gives the same render).
+    pub fn with_seed(mut self, seed: u64) -> Renderer {
+        self.seed = seed;
+        self
+    }
+
+    /// Fixes `now` (reproducible renders of time macros).
+    pub fn with_now(mut self, now: DateTime<FixedOffset>) -> Renderer {
+        self.now = Some(now);
+        self
+    }
+
+    fn environment(&self) -> Environment<'static> {
+        let mut env = Environment::new();
+        env.set_fuel(Some(self.limits.fuel));
+        env.set_recursion_limit(self.limits.recursion);
+        let rng = Arc::new(Mutex::new(ChaCha8Rng::seed_from_u64(self.seed)));
+        let seed = self.seed;
+        env.add_function("random", move |args: Rest<Value>| -> Result<Value, Error> {
+            let items = items_of(&args)?;
+            if items.is_empty() {
+                return Ok(Value::from(""));
+            }
+            let n = rng.lock().unwrap_or_else(PoisonError::into_inner).next_u64();
+            Ok(items[(n % items.len() as u64) as usize].clone())
+        });
+        env.add_function("pick", move |args: Rest<Value>| -> Result<Value, Error> {
+            let items = items_of(&args)?;
+            if items.is_empty() {
+                return Ok(Value::from(""));
+            }
+            let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ seed;
+            for item in &items {
+                for b in item.to_string().bytes() {
+                    h ^= u64::from(b);
+                    h = h.wrapping_mul(0x0100_0000_01b3);
+                }
+            }
+            Ok(items[(h % items.len() as u64) as usize].clone())
+        });
+        let dice = Arc::new(Mutex::new(ChaCha8Rng::seed_from_u64(self.seed ^ 0x5eed)));
+        env.add_function("roll", move |formula: String| -> Result<i64, Error> {
+            roll(&formula, &mut dice.lock().unwrap_or_else(PoisonError::into_inner))
+        });
+        env.add_function("time_diff", |a: String, b: String| -> Result<String, Error> {
+            let (a, b) = (parse_time(&a)?, parse_time(&b)?);
+            Ok(humanize((a - b).num_seconds().abs()))
+        });
+        env.add_function("outlet", |state: &State<'_, '_>, name: String| -> Value {
+            state.lookup("outlets").and_then(|o| o.get_attr(&name).ok()).unwrap_or(Value::from(""))
+        });
+        env.add_filter("time_format", |v: String, fmt: Option<String>| -> Result<String, Error> {
+            Ok(moment(&parse_time(&v)?, fmt.as_deref().unwrap_or("LT")))
+        });
+        env.add_filter("date_format", |v: String, fmt: Option<String>| -> Result<String, Error> {
+            Ok(moment(&parse_time(&v)?, fmt.as_deref().unwrap_or("LL")))
+        });
+        env.add_filter("utc_offset", |v: String, hours: f64| -> Result<String, Error> {
+            let secs = (hours * 3600.0).round() as i32;
+            let offset = FixedOffset::east_opt(secs).ok_or_else(|| {
+                Error::new(ErrorKind::InvalidOperation, format!("UTC offset {hours} is out of range"))
+            })?;
+            Ok(parse_time(&v)?.with_timezone(&offset).to_rfc3339())
+        });
+        env.add_filter("to_yaml", |v: Value| -> String {
+            let json = serde_json::to_value(&v).unwrap_or(serde_json::Value::Null);
+            to_yaml(&json).trim_end().to_string()
+        });
+        env.add_filter("format_examples", |v: Value| -> String {
+            let text = v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string());
+            let blocks: Vec<&str> = text.split("<START>").map(str::trim).filter(|b| !b.is_empty()).collect();
+            blocks.iter().enumerate().map(|(i, b)| format!("Example {}:\n{b}", i + 1)).collect::<Vec<_>>().join("\n\n")
+        });
+        env.add_filter("filter_not_muted", |v: Value| -> Result<String, Error> {
+            let mut names = Vec::new();
+            for m in v.try_iter()? {
+                let muted = m.get_attr("muted").map(|x| x.is_true()).unwrap_or(false);
+                if muted {
+                    continue;
+                }
+                let name = match m.get_attr("name") {
+                    Ok(n) if !n.is_undefined() && !n.is_none() => n.to_string(),
+                    _ => m.to_string(),
+                };
+                names.push(name);
+            }
+            Ok(names.join(", "))
+        });
+        env
+    }
+
+    /// Renders `template` with the variables `vars` (an object) and the
+    /// read-only `state`.
+    ///
+    /// # Errors
+    ///
+    /// [`RenderError`]: invalid template, a sandbox violation, a limit hit.
+    pub fn render(
+        &self,
+        template: &str,
+        vars: &serde_json::Value,
+        state: &serde_json::Value,
+    ) -> Result<String, RenderError> {
+        if let Some(why) = writes_state(template) {
+            return Err(RenderError::Sandbox(why));
+        }
+        let env = self.environment();
+        let tmpl = env.template_from_str(template).map_err(|e| classify(&e))?;
+        let mut ctx = match vars {
+            serde_json::Value::Object(m) => m.clone(),
+            _ => serde_json::Map::new(),
+        };
+        ctx.insert("state".into(), state.clone());
+        if !ctx.contains_key("state_desc") {
+            ctx.insert("state_desc".into(), serde_json::Value::Object(serde_json::Map::new()));
+        }
+        let now = self.now.unwrap_or_else(|| chrono::Local::now().fixed_offset());
+        ctx.insert("now".into(), serde_json::Value::String(now.to_rfc3339()));
+        let mut out = Limited { buf: Vec::new(), max: self.limits.max_output };
+        match tmpl.render_captured_to(Value::from(minijinja::value::Serde(&ctx)), &mut out) {
+            Ok(_) => Ok(String::from_utf8_lossy(&out.buf).into_owned()),
+            Err(e) if e.kind() == ErrorKind::WriteFailure => Err(RenderError::Limit(format!(
+                "the output passed {} bytes (RenderLimits::max_output)",
+                self.limits.max_output
+            ))),
+            Err(e) => Err(classify(&e)),
+        }
+    }
+}
+
+/// Output with a size limit (the write past it fails, which ends the
+/// render).
+struct Limited {
+    buf: Vec<u8>,
+    max: usize,
+}
+
+impl std::io::Write for Limited {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if self.buf.len() + data.len() > self.max {
+            return Err(std::io::Error::other("output limit"));
+        }
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn classify(e: &Error) -> RenderError {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    match e.kind() {
+        ErrorKind::OutOfFuel => RenderError::Limit(format!("the template ran too long (RenderLimits::fuel): {text}")),
+        _ if ["include", "import", "extends", "from"].iter().any(|s| text.contains(&format!("unknown statement {s}"))) => {
+            RenderError::Sandbox(format!("templates cannot load other files: {text}"))
+        }
+        ErrorKind::TemplateNotFound | ErrorKind::BadInclude => {
+            RenderError::Sandbox(format!("templates cannot load other files: {text}"))
+        }
+        _ if text.contains("recursion") => {
+            RenderError::Limit(format!("the template nests too deep (RenderLimits::recursion): {text}"))
+        }
+        _ => RenderError::Template(text),
+    }
+}
+
+/// `{% set state … %}` / `{% set state_desc … %}` anywhere in the source.
+fn writes_state(template: &str) -> Option<String> {
+    let mut rest = template;
+    while let Some(i) = rest.find("{%") {
+        rest = &rest[i + 2..];
+        let tag = rest.trim_start_matches(['-', '+']).trim_start();
+        if let Some(after) = tag.strip_prefix("set").filter(|a| a.starts_with(char::is_whitespace)) {
+            let target = after.trim_start();
+            for name in ["state_desc", "state"] {
+                if let Some(tail) = target.strip_prefix(name)
+                    && tail.starts_with(|c: char| {
+                        c.is_whitespace() || c == '.' || c == '=' || c == '[' || c == '%' || c == '-'
+                    })
+                {
+                    return Some(format!("templates cannot write `{name}` (it is read-only)"));
+                }
+            }
+        }
+    }
+    None
+}
+
+fn items_of(args: &[Value]) -> Result<Vec<Value>, Error> {
+    match args {
+        [one] if one.as_str().is_none() && one.try_iter().is_ok() => Ok(one.try_iter()?.collect()),
+        _ => Ok(args.to_vec()),
+    }
+}
+
+fn roll(formula: &str, rng: &mut ChaCha8Rng) -> Result<i64, Error> {
+    let bad = || Error::new(ErrorKind::InvalidOperation, format!("cannot read dice formula {formula:?} (NdM+K)"));
+    let f: String = formula.chars().filter(|c| !c.is_whitespace()).collect::<String>().to_ascii_lowercase();
+    if f.is_empty() {
+        return Err(bad());
+    }
+    let mut total: i64 = 0;
+    let mut sign = 1i64;
+    for (i, term) in f.split_inclusive(['+', '-']).enumerate() {
+        let (body, next) = match term.strip_suffix('+') {
+            Some(b) => (b, 1),
+            None => match term.strip_suffix('-') {
+                Some(b) => (b, -1),
+                None => (term, 1),
+            },
+        };
+        if body.is_empty() {
+            if i == 0 && next == -1 {
+                sign = -1;
+                continue;
+            }
+            return Err(bad());
+        }
+        let value = match body.split_once('d') {
+            Some((n, m)) => {
+                let n: u32 = if n.is_empty() { 1 } else { n.parse().map_err(|_| bad())? };
+                let m: u64 = m.parse().map_err(|_| bad())?;
+                if n == 0 || n > 1000 || m == 0 || m > 1_000_000 {
+                    return Err(bad());
+                }
+                (0..n).map(|_| (rng.next_u64() % m) as i64 + 1).sum::<i64>()
+            }
+            None => body.parse::<i64>().map_err(|_| bad())?,
+        };
+        total += sign * value;
+        sign = next;
+    }
+    Ok(total)
+}
+
+fn parse_time(s: &str) -> Result<DateTime<FixedOffset>, Error> {
+    DateTime::parse_from_rfc3339(s.trim())
+        .or_else(|_| DateTime::parse_from_str(s.trim(), "%Y-%m-%d %H:%M:%S %z"))
+        .map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("cannot read time {s:?} (RFC 3339): {e}")))
+}
+
+/// moment.js-style `humanize` of a duration in seconds.
+fn humanize(secs: i64) -> String {
+    let m = secs as f64 / 60.0;
+    let h = m / 60.0;
+    let d = h / 24.0;
+    match secs {
+        s if s < 45 => "a few seconds".into(),
+        s if s < 90 => "a minute".into(),
+        _ if m < 45.0 => format!("{} minutes", m.round() as i64),
+        _ if m < 90.0 => "an hour".into(),
+        _ if h < 22.0 => format!("{} hours", h.round() as i64),
+        _ if h < 36.0 => "a day".into(),
+        _ if d < 26.0 => format!("{} days", d.round() as i64),
+        _ if d < 45.0 => "a month".into(),
+        _ if d < 320.0 => format!("{} months", (d / 30.4).round() as i64),
+        _ if d < 548.0 => "a year".into(),
+        _ => format!("{} years", (d / 365.25).round() as i64),
+    }
+}
+
+const MONTHS: [&str; 12] = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+];
+const DAYS: [&str; 7] = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"];
+
+/// A time in moment.js format tokens (the ones SillyTavern's macros use):
+/// `YYYY YY MMMM MMM MM M DD D dddd ddd HH H hh h mm m ss s A a` and the
+/// locale forms `LT LTS L LL LLL LLLL` (English); text in `[brackets]` is
+/// literal.
+fn moment(t: &DateTime<FixedOffset>, fmt: &str) -> String {
+    let expanded = match fmt {
+        "LT" => "h:mm A",
+        "LTS" => "h:mm:ss A",
+        "L" => "MM/DD/YYYY",
+        "LL" => "MMMM D, YYYY",
+        "LLL" => "MMMM D, YYYY h:mm A",
+        "LLLL" => "dddd, MMMM D, YYYY h:mm A",
+        other => other,
+    };
+    const TOKENS: [&str; 21] = [
+        "YYYY", "YY", "MMMM", "MMM", "MM", "M", "DD", "D", "dddd", "ddd", "HH", "H", "hh", "h", "mm", "m", "ss", "s",
+        "A", "a", "Z",
+    ];
+    let month = t.month0() as usize;
+    let day = t.weekday().num_days_from_monday() as usize;
+    let h12 = match t.hour() % 12 {
+        0 => 12,
+        h => h,
+    };
+    let mut out = String::new();
+    let mut rest = expanded;
+    while !rest.is_empty() {
+        if let Some(lit) = rest.strip_prefix('[')
+            && let Some(end) = lit.find(']')
+        {
+            out.push_str(&lit[..end]);
+            rest = &lit[end + 1..];
+            continue;
+        }
+        let Some(tok) = TOKENS.iter().find(|t| rest.starts_with(**t)) else {
+            let c = rest.chars().next().unwrap_or(' ');
+            out.push(c);
+            rest = &rest[c.len_utf8()..];
+            continue;
+        };
+        let piece = match *tok {
+            "YYYY" => format!("{:04}", t.year()),
+            "YY" => format!("{:02}", t.year().rem_euclid(100)),
+            "MMMM" => MONTHS[month].to_string(),
+            "MMM" => MONTHS[month][..3].to_string(),
+            "MM" => format!("{:02}", month + 1),
+            "M" => (month + 1).to_string(),
+            "DD" => format!("{:02}", t.day()),
+            "D" => t.day().to_string(),
+            "dddd" => DAYS[day].to_string(),
+            "ddd" => DAYS[day][..3].to_string(),
+            "HH" => format!("{:02}", t.hour()),
+            "H" => t.hour().to_string(),
+            "hh" => format!("{h12:02}"),
+            "h" => h12.to_string(),
+            "mm" => format!("{:02}", t.minute()),
+            "m" => t.minute().to_string(),
+            "ss" => format!("{:02}", t.second()),
+            "s" => t.second().to_string(),
+            "A" => if t.hour() < 12 { "AM" } else { "PM" }.to_string(),
+            "a" => if t.hour() < 12 { "am" } else { "pm" }.to_string(),
+            _ => t.offset().to_string(),
+        };
+        out.push_str(&piece);
+        rest = &rest[tok.len()..];
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn fixed() -> Renderer {
+        let now = DateTime::parse_from_rfc3339("2026-11-24T21:05:09+00:00").unwrap_or_default();
+        Renderer::new().with_seed(42).with_now(now)
+    }
+
+    fn render(t: &str) -> Result<String, RenderError> {
+        fixed().render(t, &json!({"user": "Ann", "char": "Sera"}), &json!({"hp": 18, "inventory": [{"name": "lamp"}]}))
+    }
+
+    /// Spec 003 §2.3.2's worked example.
+    #[test]
+    fn block_set_and_injection() {
+        let t = "{# 1. 定义复杂内容块 (Block Assignment) #}\n{% set grey_soul_fragment %}\n- 灰魂会在任何用户需要的情况下合理的出现在用户所处场景，但不一定会帮助用户\n{% endset %}\n{{ grey_soul_fragment }}";
+        let out = render(t).unwrap();
+        assert_eq!(out.trim(), "- 灰魂会在任何用户需要的情况下合理的出现在用户所处场景，但不一定会帮助用户");
+        assert_eq!(render("{{ state.inventory[0].name }} {{ state.hp }}").unwrap(), "lamp 18");
+    }
+
+    #[test]
+    fn helpers_are_reproducible_with_a_seed() {
+        let a =
+            render("{{ random(['a', 'b', 'c', 'd']) }}{{ random(['a', 'b', 'c', 'd']) }}{{ roll('2d6+1') }}").unwrap();
+        assert_eq!(
+            a,
+            render("{{ random(['a', 'b', 'c', 'd']) }}{{ random(['a', 'b', 'c', 'd']) }}{{ roll('2d6+1') }}").unwrap()
+        );
+        assert_eq!(render("{{ pick(['x', 'y', 'z']) }}").unwrap(), render("{{ pick(['x', 'y', 'z']) }}").unwrap());
+        let r: i64 = render("{{ roll('3d6-2') }}").unwrap().parse().unwrap_or(-99);
+        assert!((1..=16).contains(&r), "{r}");
+        assert_eq!(render("{{ now | time_format('LT') }}").unwrap(), "9:05 PM");
+        assert_eq!(render("{{ now | date_format('LL') }}").unwrap(), "November 24, 2026");
+        assert_eq!(render("{{ now | date_format('dddd') }}").unwrap(), "Tuesday");
+        assert_eq!(render("{{ now | date_format('YYYY-MM-DD') }}").unwrap(), "2026-11-24");
+        assert_eq!(render("{{ now | utc_offset(8) | time_format('HH:mm') }}").unwrap(), "05:05");
+        assert_eq!(render("{{ time_diff('2026-11-24T21:00:00Z', '2026-11-24T19:00:00Z') }}").unwrap(), "2 hours");
+        assert_eq!(render("{{ state | to_yaml }}").unwrap(), "hp: 18\ninventory:\n  - name: lamp");
+        assert_eq!(
+            render("{{ [{'name': 'a'}, {'name': 'b', 'muted': true}, 'c'] | filter_not_muted }}").unwrap(),
+            "a, c"
+        );
+        let ex = fixed().render("{{ ex | format_examples }}", &json!({"ex": "<START>\nA: hi\n<START>\nB: yo"}), &json!({}));
+        assert_eq!(ex.unwrap(), "Example 1:\nA: hi\n\nExample 2:\nB: yo");
+        assert_eq!(render("{{ 'abc' | reverse }}").unwrap(), "cba");
+    }
+
+    #[test]
+    fn hostile_templates_are_stopped() {
+        let limit = |t: &str| match render(t) {
+            Err(RenderError::Limit(m)) => m,
+            other => panic!("{t}: {other:?}"),
+        };
+        assert!(
+            limit("{% for a in range(100000) %}{% for b in range(100000) %}x{% endfor %}{% endfor %}").contains("fuel")
+        );
+        assert!(limit("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}").contains("deep"));
+        let small = fixed().with_limits(RenderLimits { max_output: 1000, ..RenderLimits::default() });
+        let big = small.render("{% for i in range(10000) %}xxxxxxxxxx{% endfor %}", &json!({}), &json!({}));
+        assert!(matches!(big, Err(RenderError::Limit(m)) if m.contains("max_output")));
+        for t in ["{% set state = {} %}", "{% set state.hp = 0 %}", "{%- set state_desc = 1 -%}"] {
+            assert!(matches!(render(t), Err(RenderError::Sandbox(m)) if m.contains("read-only")), "{t}");
+        }
+        for t in ["{% include '/etc/passwd' %}", "{% import 'x.html' as x %}", "{% extends 'base' %}"] {
+            assert!(matches!(render(t), Err(RenderError::Sandbox(_))), "{t}: {:?}", render(t));
+        }
+        assert!(
+            matches!(render("{{ open('/etc/passwd') }}"), Err(RenderError::Template(m)) if m.contains("unknown function"))
+        );
+        assert!(matches!(render("{% if %}"), Err(RenderError::Template(_))));
+        // State is untouched whatever the template does.
+        assert_eq!(render("{% set hp = 0 %}{{ hp }} {{ state.hp }}").unwrap(), "0 18");
+    }
+}

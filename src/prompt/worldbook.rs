@@ -1,0 +1,311 @@
+//! World-book normalisation (spec 003 §2.1.2): every entry becomes
+//! "XML around 2-space YAML", whatever it was written in.
+//!
+//! This module owns the detection of an entry's format (JSON, YAML,
+//! Markdown, plain text), the conversion, and the report of what could not
+//! be converted (kept as text, never dropped).
+//!
+//! * JSON: parsed and written as 2-space YAML; invalid JSON is kept as text
+//!   and reported.
+//! * YAML: re-indented to 2 spaces (parsed and written back).
+//! * Markdown: headings become keys (nested by level), lists become
+//!   sequences (nested lists under their item), `key: value` and
+//!   `**key**: value` lines become mappings; prose under a heading becomes
+//!   its text; what fits none of these is kept as text and reported.
+
+use super::yaml::to_yaml;
+use serde_json::{Map, Value};
+
+/// What an entry was written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryFormat {
+    /// A JSON object or array.
+    Json,
+    /// A YAML mapping or sequence.
+    Yaml,
+    /// Markdown (headings, lists, `key: value` lines).
+    Markdown,
+    /// Prose: kept as it is.
+    Text,
+}
+
+/// A normalised entry.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Normalized {
+    /// The tag around it.
+    pub tag: String,
+    /// What it was written in.
+    pub format: EntryFormat,
+    /// The structured value (when it was converted).
+    pub value: Option<Value>,
+    /// `<tag>` + the body indented by 2 + `</tag>`.
+    pub text: String,
+    /// What could not be converted, by line (1-based) and text, with why;
+    /// all of it is still in `text`.
+    pub kept: Vec<(usize, String)>,
+}
+
+/// Normalises one world-book entry. `tag` names it (`location_forest`);
+/// an entry already wrapped in one XML tag keeps that tag.
+///
+/// ```
+/// use spindle::prompt::{EntryFormat, normalize_entry};
+///
+/// let n = normalize_entry("location_forest", r#"{"name": "Dark Forest", "creatures": ["Shadow Wolves"]}"#);
+/// assert_eq!(n.format, EntryFormat::Json);
+/// assert_eq!(n.text, "<location_forest>\n  name: Dark Forest\n  creatures:\n    - Shadow Wolves\n</location_forest>");
+/// ```
+pub fn normalize_entry(tag: &str, text: &str) -> Normalized {
+    let (tag, inner) = unwrap_tag(text).unwrap_or((tag.to_string(), text));
+    let tag = sanitize_tag(&tag);
+    let trimmed = inner.trim();
+    let mut kept = Vec::new();
+    let (format, value) = if trimmed.starts_with('{') || trimmed.starts_with('[') {
+        match serde_json::from_str::<Value>(trimmed) {
+            Ok(v) => (EntryFormat::Json, Some(v)),
+            Err(e) => {
+                kept.push((e.line(), format!("invalid JSON ({e}); the entry is kept as text")));
+                (EntryFormat::Text, None)
+            }
+        }
+    } else if looks_like_markdown(trimmed) {
+        let (v, notes) = markdown(trimmed);
+        kept.extend(notes);
+        (EntryFormat::Markdown, Some(v))
+    } else {
+        match serde_saphyr::from_str::<Value>(trimmed) {
+            Ok(v @ (Value::Object(_) | Value::Array(_))) => (EntryFormat::Yaml, Some(v)),
+            Ok(_) | Err(_) if trimmed.lines().any(|l| key_value(l).is_some()) => {
+                // Looks like YAML but does not parse: read it as Markdown-ish
+                // `key: value` lines, keep the rest.
+                let (v, notes) = markdown(trimmed);
+                kept.extend(notes);
+                (EntryFormat::Markdown, Some(v))
+            }
+            _ => (EntryFormat::Text, None),
+        }
+    };
+    let body = match &value {
+        Some(v) => to_yaml(v),
+        None => format!("{}\n", trimmed),
+    };
+    let indented: String =
+        body.lines().map(|l| if l.is_empty() { "\n".to_string() } else { format!("  {l}\n") }).collect();
+    let text = format!("<{tag}>\n{indented}</{tag}>");
+    Normalized { tag, format, value, text, kept }
+}
+
+/// `<name>…</name>` around the whole text: the name and the inside.
+fn unwrap_tag(text: &str) -> Option<(String, &str)> {
+    let t = text.trim();
+    let rest = t.strip_prefix('<')?;
+    let end = rest.find('>')?;
+    let name = &rest[..end];
+    if name.is_empty() || !name.chars().all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | ':')) {
+        return None;
+    }
+    let inner = rest[end + 1..].strip_suffix(&format!("</{name}>"))?;
+    Some((name.to_string(), inner))
+}
+
+/// A tag name from an entry's name: letters, digits and `_`, lowercase.
+fn sanitize_tag(name: &str) -> String {
+    let mut out: String = name
+        .trim()
+        .chars()
+        .map(|c| if c.is_alphanumeric() || c == '_' || c == '-' { c.to_ascii_lowercase() } else { '_' })
+        .collect();
+    if out.is_empty() || out.starts_with(|c: char| c.is_ascii_digit() || c == '-') {
+        out.insert_str(0, "entry_");
+    }
+    out
+}
+
+fn looks_like_markdown(t: &str) -> bool {
+    t.lines().any(|l| {
+        let l = l.trim_start();
+        l.starts_with("# ")
+            || l.starts_with("## ")
+            || l.starts_with("### ")
+            || l.starts_with("* ")
+            || l.starts_with("**")
+            || ordered_item(l).is_some()
+    })
+}
+
+fn ordered_item(l: &str) -> Option<&str> {
+    let digits = l.find(|c: char| !c.is_ascii_digit())?;
+    (digits > 0).then(|| l[digits..].strip_prefix(". ")).flatten()
+}
+
+/// `key: value` (or `**key**: value`) on one line: the key and the value.
+fn key_value(line: &str) -> Option<(String, String)> {
+    let l = line.trim();
+    let l = l.strip_prefix("- ").unwrap_or(l);
+    let (k, v) = l.split_once(':')?;
+    let k = k.trim().trim_matches('*').trim();
+    if k.is_empty() || k.len() > 60 || k.contains("http") || k.chars().filter(|c| c.is_whitespace()).count() > 4 {
+        return None;
+    }
+    Some((k.to_string(), v.trim().trim_start_matches("**").trim().to_string()))
+}
+
+fn list_item(line: &str) -> Option<(usize, &str)> {
+    let indent = line.len() - line.trim_start().len();
+    let l = line.trim_start();
+    let item = l
+        .strip_prefix("- ")
+        .or_else(|| l.strip_prefix("* "))
+        .or_else(|| l.strip_prefix("+ "))
+        .or_else(|| ordered_item(l))?;
+    Some((indent, item.trim()))
+}
+
+/// One section under construction.
+#[derive(Default)]
+struct Section {
+    map: Map<String, Value>,
+    items: Vec<Value>,
+    text: Vec<String>,
+}
+
+impl Section {
+    fn into_value(self) -> Value {
+        match (self.map.is_empty(), self.items.is_empty(), self.text.is_empty()) {
+            (true, true, true) => Value::Null,
+            (true, true, false) => Value::String(self.text.join("\n")),
+            (true, false, true) => Value::Array(self.items),
+            (false, true, true) => Value::Object(self.map),
+            _ => {
+                let mut map = self.map;
+                if !self.items.is_empty() {
+                    map.insert("items".into(), Value::Array(self.items));
+                }
+                if !self.text.is_empty() {
+                    map.insert("text".into(), Value::String(self.text.join("\n")));
+                }
+                Value::Object(map)
+            }
+        }
+    }
+}
+
+/// Markdown to a value, with the lines kept as text.
+fn markdown(text: &str) -> (Value, Vec<(usize, String)>) {
+    // A stack of (heading level, key, section); level 0 is the root.
+    let mut stack: Vec<(usize, String, Section)> = vec![(0, String::new(), Section::default())];
+    let mut notes = Vec::new();
+    let close = |stack: &mut Vec<(usize, String, Section)>| {
+        if stack.len() > 1
+            && let Some((_, key, section)) = stack.pop()
+            && let Some((_, _, parent)) = stack.last_mut()
+        {
+            parent.map.insert(key, section.into_value());
+        }
+    };
+    for (n, line) in text.lines().enumerate() {
+        let trimmed = line.trim();
+        if trimmed.is_empty() || trimmed.chars().all(|c| c == '-' || c == '=' || c == '*') {
+            continue;
+        }
+        let hashes = trimmed.chars().take_while(|&c| c == '#').count();
+        if hashes > 0 && trimmed[hashes..].starts_with(' ') {
+            while stack.last().is_some_and(|(level, _, _)| *level >= hashes) && stack.len() > 1 {
+                close(&mut stack);
+            }
+            let key = trimmed[hashes..].trim().trim_matches('*').trim().to_string();
+            stack.push((hashes, key, Section::default()));
+            continue;
+        }
+        let Some((_, _, section)) = stack.last_mut() else { continue };
+        if let Some((indent, item)) = list_item(line) {
+            let value = match key_value(item) {
+                Some((k, v)) if !v.is_empty() => {
+                    let mut m = Map::new();
+                    m.insert(k, Value::String(v));
+                    Value::Object(m)
+                }
+                _ => Value::String(item.trim_matches('*').to_string()),
+            };
+            if indent >= 2 && !section.items.is_empty() {
+                // A nested item: under the previous one.
+                if let Some(last) = section.items.last_mut() {
+                    match last {
+                        Value::Object(m) if m.len() == 1 => {
+                            if let Some((_, v)) = m.iter_mut().next() {
+                                match v {
+                                    Value::Array(a) => a.push(value),
+                                    other => *other = Value::Array(vec![std::mem::take(other), value]),
+                                }
+                            }
+                        }
+                        Value::String(s) => {
+                            let mut m = Map::new();
+                            m.insert(std::mem::take(s), Value::Array(vec![value]));
+                            *last = Value::Object(m);
+                        }
+                        _ => section.items.push(value),
+                    }
+                }
+            } else {
+                section.items.push(value);
+            }
+        } else if let Some((k, v)) = key_value(line) {
+            section.map.insert(k, if v.is_empty() { Value::Null } else { Value::String(v) });
+        } else {
+            notes.push((n + 1, format!("kept as text: {trimmed}")));
+            section.text.push(trimmed.to_string());
+        }
+    }
+    while stack.len() > 1 {
+        close(&mut stack);
+    }
+    let root = stack.pop().map(|(_, _, s)| s.into_value()).unwrap_or(Value::Null);
+    (root, notes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FOREST: &str = "<location_forest>\n  name: Dark Forest\n  atmosphere: Eerie, misty\n  creatures:\n    - Shadow Wolves\n    - Forest Spirits\n  loot:\n    - Ancient Bark\n    - Moon Petals\n</location_forest>";
+
+    /// Spec 003 §2.1.2: the same entry from JSON, badly indented YAML and
+    /// Markdown.
+    #[test]
+    fn the_spec_example_from_every_format() {
+        let json = r#"{"name": "Dark Forest", "atmosphere": "Eerie, misty", "creatures": ["Shadow Wolves", "Forest Spirits"], "loot": ["Ancient Bark", "Moon Petals"]}"#;
+        let n = normalize_entry("location_forest", json);
+        assert_eq!((n.format, n.text.as_str()), (EntryFormat::Json, FOREST));
+        let yaml = "name: Dark Forest\natmosphere: Eerie, misty\ncreatures:\n    - Shadow Wolves\n    - Forest Spirits\nloot:\n- Ancient Bark\n- Moon Petals\n";
+        let n = normalize_entry("location_forest", yaml);
+        assert_eq!((n.format, n.text.as_str()), (EntryFormat::Yaml, FOREST));
+        let md = "**name**: Dark Forest\n**atmosphere**: Eerie, misty\n## creatures\n- Shadow Wolves\n- Forest Spirits\n## loot\n* Ancient Bark\n* Moon Petals\n";
+        let n = normalize_entry("location_forest", md);
+        assert_eq!((n.format, n.text.as_str()), (EntryFormat::Markdown, FOREST), "{:?}", n.kept);
+        assert!(n.kept.is_empty());
+        let wrapped = format!("<location_forest>{json}</location_forest>");
+        assert_eq!(normalize_entry("other", &wrapped).text, FOREST);
+    }
+
+    #[test]
+    fn what_cannot_be_converted_is_kept_and_reported() {
+        let n = normalize_entry("lore", "{\"name\": \"x\",");
+        assert_eq!(n.format, EntryFormat::Text);
+        assert!(n.text.contains("{\"name\": \"x\","));
+        assert!(n.kept[0].1.contains("invalid JSON"));
+        let n = normalize_entry("lore", "# Town\nThe town is old.\n- market\n  - fish stall\nmayor: Orin\n");
+        assert_eq!(n.format, EntryFormat::Markdown);
+        assert_eq!(
+            n.value,
+            Some(
+                serde_json::json!({"Town": {"mayor": "Orin", "items": [{"market": ["fish stall"]}], "text": "The town is old."}})
+            )
+        );
+        assert_eq!(n.kept, [(2, "kept as text: The town is old.".to_string())]);
+        let n = normalize_entry("9 lives!", "Just a sentence.");
+        assert_eq!((n.format, n.tag.as_str()), (EntryFormat::Text, "entry_9_lives_"));
+        assert_eq!(n.text, "<entry_9_lives_>\n  Just a sentence.\n</entry_9_lives_>");
+    }
+}
