@@ -196,7 +196,11 @@ impl Migrator {
         } else {
             t
         };
-        let args: Vec<&str> = if t.contains("{{") || full.len() == t.len() { t.split("::").collect() } else { full.split("::").collect() };
+        let args: Vec<&str> = if t.contains("{{") || full.len() == t.len() {
+            t.split("::").collect()
+        } else {
+            full.split("::").collect()
+        };
         let name = args[0].trim();
         let lower = name.to_ascii_lowercase();
         let done = |m: &mut Migrator, to: String| {
@@ -413,8 +417,8 @@ impl Migrator {
     fn condition(&mut self, cond: &str) -> String {
         let c = cond.trim();
         if c.starts_with("{{") {
-            let sub = migrate(c);
-            return sub.text.trim_start_matches("{{").trim_end_matches("}}").trim().to_string();
+            // A macro as the condition, already converted by `convert`.
+            return c.trim_start_matches("{{").trim_end_matches("}}").trim().to_string();
         }
         if is_identifier(c) && !self.locals.contains(c) && !matches!(c, "user" | "char") {
             return format!("state.{}", ident(c));

@@ -20,7 +20,8 @@
 //! # Context
 //!
 //! The variables given (`user`, `char`, `group`, `history`, `config`, …, as
-//! the host has them), `state` (the variable state that `variable_update`
+//! the host has them; one it did not give prints as nothing, and so do its
+//! attributes), `state` (the variable state that `variable_update`
 //! maintains, [`crate::state`]), `state_desc`, and `now` (an RFC 3339 time;
 //! fixed with [`Renderer::with_now`] for reproducible renders).
 //!
@@ -138,6 +139,9 @@ impl Renderer {
         let mut env = Environment::new();
         env.set_fuel(Some(self.limits.fuel));
         env.set_recursion_limit(self.limits.recursion);
+        // What the host did not provide prints as nothing, attributes of it
+        // too (as SillyTavern's macros do), instead of failing the render.
+        env.set_undefined_behavior(minijinja::UndefinedBehavior::Chainable);
         let rng = Arc::new(Mutex::new(ChaCha8Rng::seed_from_u64(self.seed)));
         let seed = self.seed;
         env.add_function("random", move |args: Rest<Value>| -> Result<Value, Error> {
@@ -240,8 +244,20 @@ impl Renderer {
         }
         let now = self.now.unwrap_or_else(|| chrono::Local::now().fixed_offset());
         ctx.insert("now".into(), serde_json::Value::String(now.to_rfc3339()));
+        // `user` and `char` given as objects print as their names and keep
+        // their fields (`{{ char }}` and `{{ char.description }}` both work).
+        let mut root: std::collections::BTreeMap<String, Value> =
+            ctx.iter().map(|(k, v)| (k.clone(), Value::from(minijinja::value::Serde(v)))).collect();
+        for key in ["user", "char"] {
+            if let Some(serde_json::Value::Object(fields)) = ctx.get(key)
+                && let Some(name) = fields.get("name").and_then(serde_json::Value::as_str)
+            {
+                let fields = Value::from(minijinja::value::Serde(fields));
+                root.insert(key.into(), Value::from_object(Named { name: name.to_string(), fields }));
+            }
+        }
         let mut out = Limited { buf: Vec::new(), max: self.limits.max_output };
-        match tmpl.render_captured_to(Value::from(minijinja::value::Serde(&ctx)), &mut out) {
+        match tmpl.render_captured_to(Value::from(root), &mut out) {
             Ok(_) => Ok(String::from_utf8_lossy(&out.buf).into_owned()),
             Err(e) if e.kind() == ErrorKind::WriteFailure => Err(RenderError::Limit(format!(
                 "the output passed {} bytes (RenderLimits::max_output)",
@@ -249,6 +265,23 @@ impl Renderer {
             ))),
             Err(e) => Err(classify(&e)),
         }
+    }
+}
+
+/// A person given as an object: prints as its name, fields by attribute.
+#[derive(Debug)]
+struct Named {
+    name: String,
+    fields: Value,
+}
+
+impl minijinja::value::Object for Named {
+    fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
+        self.fields.get_item(key).ok().filter(|v| !v.is_undefined())
+    }
+
+    fn render(self: &Arc<Self>, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name)
     }
 }
 
@@ -282,7 +315,10 @@ fn classify(e: &Error) -> RenderError {
     }
     match e.kind() {
         ErrorKind::OutOfFuel => RenderError::Limit(format!("the template ran too long (RenderLimits::fuel): {text}")),
-        _ if ["include", "import", "extends", "from"].iter().any(|s| text.contains(&format!("unknown statement {s}"))) => {
+        _ if ["include", "import", "extends", "from"]
+            .iter()
+            .any(|s| text.contains(&format!("unknown statement {s}"))) =>
+        {
             RenderError::Sandbox(format!("templates cannot load other files: {text}"))
         }
         ErrorKind::TemplateNotFound | ErrorKind::BadInclude => {
@@ -520,9 +556,15 @@ mod tests {
             render("{{ [{'name': 'a'}, {'name': 'b', 'muted': true}, 'c'] | filter_not_muted }}").unwrap(),
             "a, c"
         );
-        let ex = fixed().render("{{ ex | format_examples }}", &json!({"ex": "<START>\nA: hi\n<START>\nB: yo"}), &json!({}));
+        let ex =
+            fixed().render("{{ ex | format_examples }}", &json!({"ex": "<START>\nA: hi\n<START>\nB: yo"}), &json!({}));
         assert_eq!(ex.unwrap(), "Example 1:\nA: hi\n\nExample 2:\nB: yo");
         assert_eq!(render("{{ 'abc' | reverse }}").unwrap(), "cba");
+        let card =
+            json!({"char": {"name": "Sera", "description": "a mage"}, "user": {"name": "Ann", "persona": "a bard"}});
+        let out =
+            fixed().render("{{ char }} is {{ char.description }}; {{ user }} is {{ user.persona }}", &card, &json!({}));
+        assert_eq!(out.unwrap(), "Sera is a mage; Ann is a bard");
     }
 
     #[test]

@@ -5,6 +5,7 @@ mod cli;
 mod demo;
 mod mock;
 mod parse;
+mod prompt;
 mod proxy;
 mod render;
 mod replay;
@@ -47,6 +48,13 @@ const MOCK_EXAMPLES: &str = "Examples:
   spindle mock-upstream --transcripts corpora --pace-ms 20
   curl -sN localhost:8788/v1/chat/completions -d '{\"model\": \"missing-content-tags-en\", \"stream\": true}'";
 
+const PROMPT_EXAMPLES: &str = "Examples:
+  spindle prompt render prompt.j2 --vars vars.yaml --state state.json --seed 7
+  spindle prompt migrate st-preset.txt > prompt.j2          # report on stderr
+  spindle prompt migrate card.png --report json > card.json
+  spindle prompt import card.png                              # Skein blocks
+  spindle prompt registry prompt.txt > expected.toml && spindle parse answer.txt --registry expected.toml";
+
 const TOOLS_EXAMPLES: &str = "Examples:
   spindle tools list --tools examples/plugins/basic
   spindle tools manual --tools examples/plugins/basic --protocol hermes";
@@ -84,6 +92,9 @@ enum Command {
     /// Run the tool loop: ask the model, run its calls while it streams, send observations back.
     #[command(after_help = AGENT_EXAMPLES)]
     Agent(agent::AgentArgs),
+    /// The prompt side: render sandboxed Jinja2, migrate SillyTavern macros, import cards, registries from <use_protocol>.
+    #[command(after_help = PROMPT_EXAMPLES)]
+    Prompt(prompt::PromptArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(cli::CompletionsArgs),
     /// Print the man page (roff): `spindle man > spindle.1`.
@@ -100,6 +111,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(args),
         Command::Tools(args) => tools::run(args),
         Command::Agent(args) => agent::run(args),
+        Command::Prompt(args) => prompt::run(args),
         Command::Completions(args) => cli::completions(args, Cli::command()),
         Command::Man => cli::man(Cli::command()),
     };

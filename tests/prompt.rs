@@ -1,0 +1,329 @@
+//! The prompt side (spec 003 §2): every row of the §2.3.4 migration
+//! tables, `spindle prompt render|migrate|import|registry` run as a user
+//! would, hostile templates, broken cards, and a `<use_protocol>` registry
+//! under which the matching answer parses without `missing_mandatory`.
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+use spindle::prompt::{NoteKind, migrate};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/prompt").join(name)
+}
+
+fn spindle(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_spindle")).args(args).output().expect("runs");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Every row of every table of spec 003 §2.3.4, with the Jinja2 it
+/// becomes.
+const ROWS: &[(&str, &str)] = &[
+    // Basic.
+    ("{{user}}", "{{ user }}"),
+    ("<USER>", "{{ user }}"),
+    ("{{char}}", "{{ char }}"),
+    ("<BOT>", "{{ char }}"),
+    ("<CHAR>", "{{ char }}"),
+    ("{{getvar::x}}", "{{ state.x }}"),
+    ("{{setvar::x::y}}", "{% set x = 'y' %}"),
+    ("{{#if x}}a{{/if}}", "{% if state.x %}a{% endif %}"),
+    ("{{random:a,b}}", "{{ random(['a', 'b']) }}"),
+    ("{{// comment}}", "{# comment #}"),
+    // Core/identity.
+    ("{{group}}", "{{ group }}"),
+    ("{{groupNotMuted}}", "{{ group | filter_not_muted }}"),
+    ("{{notChar}}", "{{ not_char }}"),
+    ("{{description}}", "{{ char.description }}"),
+    ("{{personality}}", "{{ char.personality }}"),
+    ("{{persona}}", "{{ user.persona }}"),
+    ("{{scenario}}", "{{ char.scenario }}"),
+    ("{{charVersion}}", "{{ char.version }}"),
+    ("{{charPrompt}}", "{{ char.main_prompt }}"),
+    ("{{charJailbreak}}", "{{ char.jailbreak }}"),
+    ("{{charDepthPrompt}}", "{{ char.depth_prompt }}"),
+    ("{{creatorNotes}}", "{{ char.creator_notes }}"),
+    ("{{model}}", "{{ config.model }}"),
+    ("{{mesExamples}}", "{{ char.examples | format_examples }}"),
+    ("{{mesExamplesRaw}}", "{{ char.examples_raw }}"),
+    // Message/conversation.
+    ("{{lastMessage}}", "{{ history[-1].content }}"),
+    ("{{lastMessageId}}", "{{ history[-1].id }}"),
+    ("{{lastUserMessage}}", "{{ history | selectattr('role', 'eq', 'user') | map(attribute='content') | last }}"),
+    ("{{lastCharMessage}}", "{{ history | selectattr('role', 'eq', 'assistant') | map(attribute='content') | last }}"),
+    ("{{firstIncludedMessageId}}", "{{ context[0].id }}"),
+    ("{{firstDisplayedMessageId}}", "{{ display_context[0].id }}"),
+    ("{{lastSwipeId}}", "{{ history[-1].swipe_count }}"),
+    ("{{currentSwipeId}}", "{{ history[-1].current_swipe }}"),
+    ("{{lastGenerationType}}", "{{ last_generation.type }}"),
+    ("{{input}}", "{{ user_input }}"),
+    // Time/date.
+    ("{{time}}", "{{ now | time_format('LT') }}"),
+    ("{{date}}", "{{ now | date_format('LL') }}"),
+    ("{{weekday}}", "{{ now | date_format('dddd') }}"),
+    ("{{isotime}}", "{{ now | time_format('HH:mm') }}"),
+    ("{{isodate}}", "{{ now | date_format('YYYY-MM-DD') }}"),
+    ("{{datetimeformat DD.MM.YYYY}}", "{{ now | date_format('DD.MM.YYYY') }}"),
+    ("{{time_UTC+2}}", "{{ now | utc_offset(2) | time_format }}"),
+    ("{{time_UTC-5}}", "{{ now | utc_offset(-5) | time_format }}"),
+    ("{{idle_duration}}", "{{ idle_duration }}"),
+    (
+        "{{timeDiff::2026-11-24T10:00:00Z::2026-11-24T12:00:00Z}}",
+        "{{ time_diff('2026-11-24T10:00:00Z', '2026-11-24T12:00:00Z') }}",
+    ),
+    // Variables/logic.
+    ("{{getvar::name}}", "{{ state.name }}"),
+    ("{{setvar::name::value}}", "{% set name = 'value' %}"),
+    ("{{addvar::name::5}}", "{% set name = state.name + 5 %}"),
+    ("{{incvar::name}}", "{% set name = state.name + 1 %}"),
+    ("{{decvar::name}}", "{% set name = state.name - 1 %}"),
+    ("{{getglobalvar::name}}", "{{ global_state.name }}"),
+    ("{{setglobalvar::name::value}}", "{% set_global name = 'value' %}"),
+    ("{{addglobalvar::name::2}}", "{% set_global name = global_state.name + 2 %}"),
+    ("{{incglobalvar::name}}", "{% set_global name = global_state.name + 1 %}"),
+    ("{{decglobalvar::name}}", "{% set_global name = global_state.name - 1 %}"),
+    ("{{var_name}}", "{{ state.var_name }}"),
+    // Formatting/utility.
+    ("{{newline}}", "{{ '\\n' }}"),
+    ("{{trim}}", "{{ content | trim }}"),
+    ("{{noop}}", "{# no-op #}"),
+    ("{{random:arg1,arg2}}", "{{ random(['arg1', 'arg2']) }}"),
+    ("{{random::arg1::arg2}}", "{{ random(['arg1', 'arg2']) }}"),
+    ("{{pick::arg1::arg2}}", "{{ pick(['arg1', 'arg2']) }}"),
+    ("{{roll:2d6}}", "{{ roll('2d6') }}"),
+    ("{{reverse:abc}}", "{{ 'abc' | reverse }}"),
+    ("{{banned \"word\"}}", "{# banned \"word\" (safety filter) #}"),
+    ("{{isMobile}}", "{{ is_mobile }}"),
+    // Extension/system.
+    ("{{outlet::lore}}", "{{ outlet('lore') }}"),
+    ("{{maxPrompt}}", "{{ config.max_context }}"),
+    ("{{pipe}}", "{{ pipe_result }}"),
+    ("{{anchorBefore}}", "{{ anchor_before }}"),
+    ("{{anchorAfter}}", "{{ anchor_after }}"),
+    ("{{wiBefore}}", "{{ lore_before }}"),
+    ("{{loreBefore}}", "{{ lore_before }}"),
+    ("{{wiAfter}}", "{{ lore_after }}"),
+    ("{{loreAfter}}", "{{ lore_after }}"),
+    // Instruct/context template.
+    ("{{system}}", "{{ system_prompt }}"),
+    ("{{instructSystemPrompt}}", "{{ instruct.system_prompt }}"),
+    ("{{instructUserPrefix}}", "{{ instruct.user_prefix }}"),
+    ("{{instructUserSuffix}}", "{{ instruct.user_suffix }}"),
+    ("{{instructAssistantPrefix}}", "{{ instruct.assistant_prefix }}"),
+    ("{{instructAssistantSuffix}}", "{{ instruct.assistant_suffix }}"),
+    // Tavern-Helper.
+    ("{{get_message_variable::a.b}}", "{{ state.message.a.b }}"),
+    ("{{get_chat_variable::a.b}}", "{{ state.chat.a.b }}"),
+    ("{{get_character_variable::a}}", "{{ state.character.a }}"),
+    ("{{get_preset_variable::a}}", "{{ state.preset.a }}"),
+    ("{{get_global_variable::a}}", "{{ state.global.a }}"),
+    ("{{format_message_variable::a}}", "{{ state.message.a | to_yaml }}"),
+    ("{{format_chat_variable::a}}", "{{ state.chat.a | to_yaml }}"),
+    ("{{format_character_variable::a}}", "{{ state.character.a | to_yaml }}"),
+    ("{{format_preset_variable::a}}", "{{ state.preset.a | to_yaml }}"),
+    ("{{format_global_variable::a}}", "{{ state.global.a | to_yaml }}"),
+    ("{{userAvatar}}", "{{ user.avatar_path }}"),
+];
+
+#[test]
+fn every_row_of_the_migration_tables() {
+    let mut count = 0;
+    for (st, want) in ROWS {
+        let m = migrate(st);
+        assert_eq!(m.text, *want, "{st}");
+        assert!(!m.notes.is_empty(), "{st}: reported");
+        assert!(m.notes.iter().all(|n| n.kind != NoteKind::Unsupported), "{st}: {:?}", m.notes);
+        count += 1;
+    }
+    assert!(count >= 90, "{count} rows");
+    // Every converted row that needs no host renders in the sandbox.
+    let r = spindle::prompt::Renderer::new();
+    for (st, want) in ROWS {
+        if want.contains("set_global") {
+            continue;
+        }
+        let ctx = json!({"history": [{"role": "user", "content": "hi", "id": 1}], "content": " x ", "context": [{"id": 0}], "display_context": [{"id": 0}]});
+        assert!(
+            r.render(want, &ctx, &json!({"x": 1, "name": 2})).is_ok(),
+            "{st} -> {want}: {:?}",
+            r.render(want, &ctx, &json!({}))
+        );
+    }
+}
+
+#[test]
+fn render_is_reproducible_with_a_seed_and_a_fixed_time() {
+    let args = |seed: &str| {
+        spindle(&[
+            "prompt",
+            "render",
+            data("scene.j2").to_str().unwrap(),
+            "--vars",
+            data("vars.yaml").to_str().unwrap(),
+            "--state",
+            data("state.json").to_str().unwrap(),
+            "--seed",
+            seed,
+            "--now",
+            "2026-11-24T21:05:00+01:00",
+        ])
+    };
+    let (code, out, err) = args("7");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("narrator: Seraphina\n"), "{out}");
+    assert!(out.contains("time: 2026-11-24 21:05\n"), "{out}");
+    assert!(out.contains("Seraphina looks at Ann. HP 7/20.\nSeraphina is worried."), "{out}");
+    assert_eq!(args("7").1, out, "same seed, same render");
+}
+
+#[test]
+fn hostile_templates_end_with_a_clear_error() {
+    let dir = std::env::temp_dir().join(format!("spindle-prompt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, t, want) in [
+        ("loop.j2", "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}", "limit"),
+        ("rec.j2", "{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "limit"),
+        ("big.j2", "{% for a in range(100000) %}{{ 'x' * 1000 }}{% endfor %}", "limit"),
+        ("write.j2", "{% set state.hp = 0 %}", "sandbox"),
+        ("file.j2", "{% include '/etc/passwd' %}", "sandbox"),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, t).unwrap();
+        let t0 = std::time::Instant::now();
+        let (code, _, err) = spindle(&["prompt", "render", path.to_str().unwrap(), "--max-output", "100000"]);
+        assert_eq!(code, Some(2), "{name}: {err}");
+        assert!(err.starts_with("spindle: error: ") && err.contains(want), "{name}: {err}");
+        assert!(t0.elapsed() < std::time::Duration::from_secs(20), "{name} stopped in time");
+    }
+}
+
+#[test]
+fn migrate_a_preset_with_a_line_numbered_report() {
+    let (code, out, err) = spindle(&["prompt", "migrate", data("st-preset.txt").to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("You are {{ char }}, talking with {{ user }} ({{ user }}, {{ char }})."), "{out}");
+    assert!(out.contains("{% set mood %}wary\nand tired{% endset %}"), "{out}");
+    assert!(out.contains("Mood: {{ mood }}. Gold: {{ state.gold }}."), "{out}");
+    assert!(out.contains("{% raw %}{{frobnicate::x}}{% endraw %}"), "unknown macro kept visibly: {out}");
+    assert!(
+        err.contains("line 7: {{frobnicate::x}} -> {% raw %}{{frobnicate::x}}{% endraw %} [no equivalent, kept]"),
+        "{err}"
+    );
+    assert!(err.contains("line 3: {{setvar::mood::wary\\nand tired}}"), "{err}");
+    let summary = err.lines().last().unwrap_or_default();
+    assert!(summary.ends_with("1 without equivalent"), "{summary}");
+    // The migrated text renders.
+    let r = spindle::prompt::Renderer::new().render(
+        &out,
+        &json!({"user": "Ann", "char": "Sera"}),
+        &json!({"gold": 5, "trusted": true}),
+    );
+    let r = r.unwrap();
+    assert!(r.contains("Sera trusts you.") && r.contains("Mood: wary\nand tired. Gold: 5."), "{r}");
+}
+
+fn png_card(chunks: &[(&str, String)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    {
+        let mut enc = png::Encoder::new(&mut out, 1, 1);
+        enc.set_color(png::ColorType::Grayscale);
+        enc.set_depth(png::BitDepth::Eight);
+        for (k, v) in chunks {
+            enc.add_text_chunk((*k).to_string(), v.clone()).unwrap();
+        }
+        let mut w = enc.write_header().unwrap();
+        w.write_image_data(&[0]).unwrap();
+    }
+    out
+}
+
+#[test]
+fn import_cards_and_world_info() {
+    let dir = std::env::temp_dir().join(format!("spindle-prompt-import-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let v3 = json!({"spec": "chara_card_v3", "spec_version": "3.0", "data": {
+        "name": "Seraphina", "description": "Guardian of {{user}}.", "first_mes": "*She bows.*",
+        "character_book": {"entries": [{"keys": ["forest"], "comment": "location_forest",
+            "content": "name: Dark Forest\ncreatures:\n    - Shadow Wolves\n"}]}}});
+    let b64 = base64::engine::general_purpose::STANDARD.encode(v3.to_string());
+    let png = dir.join("card.png");
+    std::fs::write(&png, png_card(&[("ccv3", b64)])).unwrap();
+    let (code, out, err) = spindle(&["prompt", "import", png.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.starts_with("<character_card>\nname: Seraphina\ndescription: Guardian of {{user}}.\nfirst_message: \"*She bows.*\"\n</character_card>"), "{out}");
+    assert!(
+        out.contains("<location_forest>\n  name: Dark Forest\n  creatures:\n    - Shadow Wolves\n</location_forest>"),
+        "{out}"
+    );
+    assert!(err.contains("macro"), "{err}");
+    // Broken PNGs.
+    let none = dir.join("none.png");
+    std::fs::write(&none, png_card(&[("Software", "paint".into())])).unwrap();
+    let (code, _, err) = spindle(&["prompt", "import", none.to_str().unwrap()]);
+    assert_eq!(
+        (code, err.trim()),
+        (
+            Some(2),
+            format!(
+                "spindle: error: {}: the PNG has no character card (no `chara` or `ccv3` text chunk)",
+                none.display()
+            )
+            .as_str()
+        )
+    );
+    let bad = dir.join("bad.png");
+    std::fs::write(&bad, png_card(&[("chara", "!!!".into())])).unwrap();
+    let (code, _, err) = spindle(&["prompt", "import", bad.to_str().unwrap()]);
+    assert!(code == Some(2) && err.contains("corrupt"), "{err}");
+    // World info, with a malformed entry reported.
+    let world = dir.join("world.json");
+    std::fs::write(
+        &world,
+        json!({"entries": {"0": {"key": ["inn"], "comment": "inn", "content": "{\"beds\": 3"}}}).to_string(),
+    )
+    .unwrap();
+    let (code, out, err) = spindle(&["prompt", "import", world.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("<inn>\n  {\"beds\": 3\n</inn>") && err.contains("invalid JSON"), "{out}\n{err}");
+    // migrate on a card converts its text fields.
+    let (code, out, _) = spindle(&["prompt", "migrate", png.to_str().unwrap(), "--report", "json"]);
+    assert_eq!(code, Some(0));
+    let card: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(card["description"], "Guardian of {{ user }}.");
+}
+
+#[test]
+fn use_protocol_builds_the_registry_the_answer_needs() {
+    let (code, toml, err) = spindle(&["prompt", "registry", data("scene.j2").to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(toml.contains("extends = \"filament\""), "{toml}");
+    let dir = std::env::temp_dir().join(format!("spindle-prompt-reg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let reg = dir.join("expected.toml");
+    std::fs::write(&reg, &toml).unwrap();
+    let (code, out, err) = spindle(&[
+        "parse",
+        data("answer.txt").to_str().unwrap(),
+        "--registry",
+        reg.to_str().unwrap(),
+        "--format",
+        "jsonl",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let events: Vec<Value> = out.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let tags: Vec<&str> = events.iter().filter(|e| e["type"] == "element").filter_map(|e| e["tag"].as_str()).collect();
+    assert_eq!(tags, ["thought", "content", "variable_update", "status_bar"]);
+    assert!(!out.contains("missing_mandatory"), "{out}");
+    // An unknown protocol is reported, not fatal.
+    let p = dir.join("p.txt");
+    std::fs::write(&p, "<use_protocol>sparkles</use_protocol>").unwrap();
+    let (code, _, err) = spindle(&["prompt", "registry", p.to_str().unwrap()]);
+    assert_eq!(code, Some(0));
+    assert!(err.contains("unknown protocol \"sparkles\""), "{err}");
+}
