@@ -6,7 +6,13 @@
 //! * `scaling/1KiB` .. `scaling/64MiB`: time per byte must stay flat
 //!   (linear time); criterion reports throughput, compare the MiB/s;
 //! * `naive/*`: what applications do today, re-running a tag regex over the
-//!   whole accumulated text on every delta, vs spindle on the same deltas.
+//!   whole accumulated text on every delta, vs spindle on the same deltas;
+//! * `corpus/memchr`: a plain byte scan of the same bytes (the limit);
+//! * `dense/*`: markup-dense output (an element every ~160 bytes: status
+//!   bars, choices, variable updates between short content), whole and at
+//!   4 bytes; divide the time by the element count for the cost per element;
+//! * `hostile/*`: 1 MiB of `<`, an endless attribute, an endless comment,
+//!   `<b>` repeated, next to 1 MiB of prose: within 2x of prose.
 //!
 //! Run: `cargo bench --bench throughput` (add `-- --quick` for a fast pass).
 
@@ -55,6 +61,59 @@ fn bench_corpus(c: &mut Criterion) {
     g.bench_function("chunk4", |b| {
         b.iter(|| files.iter().map(|(r, input)| parse(r, black_box(input), 4)).sum::<usize>())
     });
+    g.bench_function("memchr", |b| {
+        b.iter(|| files.iter().map(|(_, input)| memchr::memchr_iter(b'<', black_box(input)).count()).sum::<usize>())
+    });
+    g.finish();
+}
+
+/// Markup-dense output: an element every ~160 bytes.
+fn dense(size: usize) -> (Vec<u8>, usize) {
+    let pieces = [
+        "<content>She nods and steps closer to the fire.</content>\n",
+        "<status_bar><hp>41/60</hp><mood>calm</mood></status_bar>\n",
+        "<variable_update>[[\"ADD\", \"player.fear\", -1]]</variable_update>\n",
+        "<choice><option>Ask about the wolves</option><option>Rest</option></choice>\n",
+    ];
+    let mut out = String::new();
+    let mut n = 0;
+    while out.len() < size {
+        out.push_str(pieces[n % pieces.len()]);
+        n += 1;
+    }
+    (out.into_bytes(), n)
+}
+
+fn bench_dense(c: &mut Criterion) {
+    let registry = Arc::new(Registry::filament());
+    let (input, elements) = dense(1 << 20);
+    let mut g = c.benchmark_group("dense");
+    g.throughput(Throughput::Elements(elements as u64));
+    g.sample_size(10);
+    g.bench_function("whole", |b| b.iter(|| parse(&registry, black_box(&input), input.len())));
+    g.bench_function("chunk4", |b| b.iter(|| parse(&registry, black_box(&input), 4)));
+    g.finish();
+}
+
+fn bench_hostile(c: &mut Criterion) {
+    let registry = Arc::new(Registry::filament());
+    let mib = 1 << 20;
+    let prose = "The lamp turned slowly above the dark water, and the keeper counted the steps. ".repeat(mib / 80 + 1);
+    let inputs: Vec<(&str, Vec<u8>)> = vec![
+        ("prose", format!("<content>{prose}</content>").into_bytes()),
+        ("lt_flood", vec![b'<'; mib]),
+        ("endless_attribute", format!("<content x=\"{}", "a".repeat(mib)).into_bytes()),
+        ("endless_comment", format!("<content><!--{}", "a".repeat(mib)).into_bytes()),
+        ("b_repeated", "<b>".repeat(mib / 3).into_bytes()),
+    ];
+    let mut g = c.benchmark_group("hostile");
+    g.sample_size(10);
+    for (name, input) in &inputs {
+        g.throughput(Throughput::Bytes(input.len() as u64));
+        g.bench_with_input(BenchmarkId::from_parameter(name), input, |b, input| {
+            b.iter(|| parse(&registry, black_box(input), 4096))
+        });
+    }
     g.finish();
 }
 
@@ -127,5 +186,5 @@ fn bench_naive(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_corpus, bench_scaling, bench_naive);
+criterion_group!(benches, bench_corpus, bench_dense, bench_hostile, bench_scaling, bench_naive);
 criterion_main!(benches);

@@ -90,6 +90,7 @@
 //! ```
 
 mod agent;
+mod app;
 pub mod calling;
 mod error;
 mod inspect;

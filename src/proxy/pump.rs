@@ -14,10 +14,10 @@
 //! upstream, so a slow client slows the upstream down (TCP backpressure)
 //! instead of filling the proxy.
 
+use super::app::App;
 use super::error::{ProxyError, ProxyErrorKind, from_body_error};
 use super::metrics::GaugeGuard;
 use super::relay::{End, SseRelay};
-use super::server::App;
 use super::sink::{SinkRecord, is_sink_event};
 use super::trace::Trace;
 use crate::event::Event;

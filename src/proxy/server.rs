@@ -8,6 +8,7 @@
 //! phase is [`super::pump`]'s.
 
 use super::ProxyConfig;
+use super::app::App;
 use super::calling::request::prepare;
 use super::calling::response::CallConverter;
 use super::error::{ProxyError, ProxyErrorKind, from_body_error, from_send_error};
@@ -20,7 +21,7 @@ use crate::CallText;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::serve::ListenerExt;
@@ -69,27 +70,6 @@ impl Endpoint {
     fn done_framing(self) -> bool {
         matches!(self, Endpoint::Chat | Endpoint::Completions)
     }
-}
-
-/// State shared by all requests of one proxy.
-#[derive(Debug)]
-pub(crate) struct App {
-    pub(crate) config: ProxyConfig,
-    origin: String,
-    base_path: String,
-    http: reqwest::Client,
-    pub(crate) metrics: Arc<Metrics>,
-    pub(crate) sinks: Sinks,
-    limit: Arc<Semaphore>,
-    next_id: AtomicU64,
-    /// Shutdown asked: refuse new requests, let running ones finish.
-    stopping: CancellationToken,
-    /// The grace period is over: cut running streams (with an error event).
-    pub(crate) hard_stop: CancellationToken,
-    /// Request traces, when on.
-    pub(crate) telemetry: Option<Telemetry>,
-    /// The inspector page's state, when on.
-    pub(crate) inspector: Option<Arc<super::inspect::Inspector>>,
 }
 
 /// Why the proxy could not start.
@@ -198,22 +178,6 @@ impl Drop for RequestWatch {
             self.metrics.client_disconnect();
             tracing::info!(id = self.id, "client went away before the response started; upstream request cancelled");
         }
-    }
-}
-
-impl App {
-    /// The upstream URL for a request URI: the upstream's origin and path
-    /// prefix, then the request path (its `/v1` not repeated when the
-    /// prefix already ends in `/v1`), then the query as it came.
-    fn target(&self, uri: &Uri) -> String {
-        let path = uri.path();
-        let path = if self.base_path.ends_with("/v1") { path.strip_prefix("/v1").unwrap_or(path) } else { path };
-        let mut url = format!("{}{}{}", self.origin, self.base_path, path);
-        if let Some(q) = uri.query() {
-            url.push('?');
-            url.push_str(q);
-        }
-        url
     }
 }
 
