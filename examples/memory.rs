@@ -18,9 +18,9 @@ fn main() {
     let n: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(10_000);
     let registry = Arc::new(Registry::filament());
     // Warm up the allocator and the registry before measuring.
-    drop((0..100).map(|_| Parser::new(registry.clone())).collect::<Vec<_>>());
+    drop((0..100).map(|_| Parser::with_options(registry.clone(), Default::default())).collect::<Vec<_>>());
     let before = rss_bytes().unwrap_or(0);
-    let mut parsers: Vec<Parser> = (0..n).map(|_| Parser::new(registry.clone())).collect();
+    let mut parsers: Vec<Parser> = (0..n).map(|_| Parser::with_options(registry.clone(), Default::default())).collect();
     let idle = rss_bytes().unwrap_or(0);
     // Each stream has started: a thought open, some content streamed.
     for p in &mut parsers {

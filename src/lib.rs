@@ -112,6 +112,8 @@
 #![doc(test(attr(deny(warnings))))]
 
 pub mod calls;
+#[cfg(any(feature = "sources", feature = "route", feature = "prompt"))]
+mod chain;
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod check;

@@ -13,7 +13,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::response::Response;
 use axum::routing::post;
-use proxy_support::{chunks, client, content, url};
+use proxy_support::{chat_bytes, chat_json, chunks, client, content, url};
 use serde_json::{Value, json};
 use spindle::Registry;
 use spindle::calls::ToolCatalog;
@@ -182,15 +182,7 @@ async fn a_request_with_its_own_tools_gets_them_as_tool_calls() {
     let mut req = request(true);
     req["tools"] = json!([{"type": "function", "function": {"name": "Math.Add",
         "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}}]);
-    let body = client()
-        .post(format!("{}/v1/chat/completions", url(&proxy)))
-        .json(&req)
-        .send()
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap();
+    let body = chat_bytes(&url(&proxy), &req).await;
     let all = chunks(&body);
     assert!(all.iter().any(|c| c["choices"][0]["delta"]["tool_calls"].is_array()), "tool_calls for the client");
     assert!(all.iter().all(|c| c.get("spindle").is_none()));
@@ -256,15 +248,7 @@ async fn the_readme_example_against_the_scripted_mock() {
     let mock = spindle::mock::MockUpstream::from_dir(&dir).unwrap().spawn("127.0.0.1:0").await.unwrap();
     let proxy = agent_proxy(&mock.url(), Protocol::Hermes).await;
     let req = json!({"model": "agent-demo-hermes", "messages": [{"role": "user", "content": "What is 2 + 40?"}]});
-    let whole: Value = client()
-        .post(format!("{}/v1/chat/completions", url(&proxy)))
-        .json(&req)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let whole: Value = chat_json(&url(&proxy), &req).await;
     assert_eq!(
         whole["choices"][0]["message"]["content"],
         "Let me add them with the calculator.\n\nThe calculator says 2 + 40 = 42.",

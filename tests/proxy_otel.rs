@@ -15,7 +15,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
-use proxy_support::{client, content, url};
+use proxy_support::{chat_json, client, content, url};
 use serde_json::json;
 use spindle::Registry;
 use spindle::proxy::{OtelConfig, ProxyConfig, ProxyHandle, ProxyServer};
@@ -196,15 +196,7 @@ async fn an_agent_request_traces_its_tool_runs() {
     config.otel = Some(OtelConfig { endpoint: Some(collector), system: None });
     let proxy = ProxyServer::bind(config, "127.0.0.1:0").await.unwrap().spawn();
     let req = json!({"model": "agent-demo-hermes", "messages": [{"role": "user", "content": "What is 2 + 40?"}]});
-    let whole: serde_json::Value = client()
-        .post(format!("{}/v1/chat/completions", url(&proxy)))
-        .json(&req)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let whole: serde_json::Value = chat_json(&url(&proxy), &req).await;
     assert_eq!(whole["spindle"]["reason"], "answer", "{whole}");
     proxy.shutdown().await.unwrap();
     let spans = spans.lock().unwrap().clone();

@@ -307,12 +307,7 @@ impl std::io::Write for Limited {
 }
 
 fn classify(e: &Error) -> RenderError {
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        text.push_str(&format!(": {s}"));
-        source = s.source();
-    }
+    let text = crate::chain::error_chain(e);
     match e.kind() {
         ErrorKind::OutOfFuel => RenderError::Limit(format!("the template ran too long (RenderLimits::fuel): {text}")),
         _ if ["include", "import", "extends", "from"]

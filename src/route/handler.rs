@@ -46,17 +46,7 @@ where
             Ok(_) => Ok(()),
             Err(e) => {
                 let e: Box<dyn std::error::Error + Send + Sync> = e.into();
-                let mut message = e.to_string();
-                let mut source = e.source();
-                while let Some(s) = source {
-                    let s_text = s.to_string();
-                    // anyhow-style errors may already print their chain.
-                    if !message.contains(&s_text) {
-                        message.push_str(": ");
-                        message.push_str(&s_text);
-                    }
-                    source = s.source();
-                }
+                let message = crate::chain::error_chain(&*e);
                 Err(message)
             }
         }

@@ -75,18 +75,4 @@ pub use sse::{SseDecoder, SseEvent, SseFault, SseItem, SseLimits};
 pub use stream::{BoxError, EventStream};
 pub use tap::{StreamTap, TapEnd, TapFrame};
 
-/// An error and its causes, `: `-separated (reqwest's own message hides
-/// the cause, e.g. "connection refused").
-pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let message = cause.to_string();
-        if !text.contains(&message) {
-            text.push_str(": ");
-            text.push_str(&message);
-        }
-        source = cause.source();
-    }
-    text
-}
+pub(crate) use crate::chain::error_chain;

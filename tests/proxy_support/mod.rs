@@ -88,3 +88,15 @@ pub fn sample(text: &str, series: &str) -> f64 {
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0.0)
 }
+
+/// POSTs `body` to `BASE/v1/chat/completions` and reads the JSON answer.
+pub async fn chat_json(base: &str, body: &serde_json::Value) -> serde_json::Value {
+    let response = client().post(format!("{base}/v1/chat/completions")).json(body).send().await.expect("request");
+    response.json().await.expect("a JSON answer")
+}
+
+/// POSTs `body` to `BASE/v1/chat/completions` and reads the raw answer.
+pub async fn chat_bytes(base: &str, body: &serde_json::Value) -> Vec<u8> {
+    let response = client().post(format!("{base}/v1/chat/completions")).json(body).send().await.expect("request");
+    response.bytes().await.expect("a body").to_vec()
+}
