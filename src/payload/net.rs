@@ -295,6 +295,16 @@ fn is_candidate(b: u8) -> bool {
 /// Whether `buf` (starting with `<`) starts a whitelisted tag as the
 /// allowlist pass writes them.
 fn check_tag(buf: &[u8], last: bool) -> Decision {
+    // A tag starts `<name` or `</name`: a `<` followed by anything else is
+    // text, whatever comes later. Deciding it here, without looking for a
+    // `>` up to MAX_TAG bytes ahead, keeps a flood of `<` linear (the
+    // decision is the one the scan below would reach).
+    match buf.get(1) {
+        None if !last => return Decision::NeedMore,
+        None => return Decision::Escape,
+        Some(&next) if !(next.is_ascii_alphabetic() || next == b'/') => return Decision::Escape,
+        Some(_) => {}
+    }
     let window = &buf[..buf.len().min(MAX_TAG)];
     let Some(gt) = window.iter().position(|&b| b == b'>') else {
         return if last || buf.len() >= MAX_TAG { Decision::Escape } else { Decision::NeedMore };
