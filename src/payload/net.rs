@@ -246,6 +246,21 @@ impl Net {
                 i += 1;
                 continue;
             }
+            // Most candidate letters in prose are followed by a letter that
+            // no pattern starting with them has second: pass them without
+            // the pattern matcher (the decision it would reach). Ignorable
+            // bytes and `&` (an entity) between the first two characters
+            // still go to the matcher.
+            if b != b'<'
+                && b != b'&'
+                && let Some(&next) = buf.get(i + 1)
+            {
+                let next = next.to_ascii_lowercase();
+                if !ignorable(next) && next != b'&' && !second_chars(b.to_ascii_lowercase()).contains(&next) {
+                    i += 1;
+                    continue;
+                }
+            }
             let decision = if b == b'<' { check_tag(&buf[i..], last) } else { match_pattern(&buf, i, last) };
             match decision {
                 Decision::NeedMore => break,
@@ -285,6 +300,20 @@ impl Net {
             self.last = buf.get(i - 1).copied();
         }
         self.pending = buf[i..].to_vec();
+    }
+}
+
+/// The second characters of the patterns (and of `on…=`) that start with
+/// `first`.
+fn second_chars(first: u8) -> &'static [u8] {
+    match first {
+        b'j' => b"a",
+        b'v' => b"b",
+        b'l' => b"i",
+        b'e' => b"x",
+        b'u' => b"r",
+        b'o' => b"n",
+        _ => b"",
     }
 }
 
