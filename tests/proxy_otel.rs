@@ -15,7 +15,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
-use proxy_support::{chat_json, client, content, url};
+use proxy_support::{chat_bytes, chat_json, client, content, url};
 use serde_json::json;
 use spindle::Registry;
 use spindle::proxy::{OtelConfig, ProxyConfig, ProxyHandle, ProxyServer};
@@ -162,15 +162,7 @@ async fn a_collector_that_is_down_never_slows_the_stream() {
     let proxy = proxy(&up, &dead).await;
     let t = Instant::now();
     for _ in 0..20 {
-        let body = client()
-            .post(format!("{}/v1/chat/completions", url(&proxy)))
-            .json(&json!({"model": "m", "stream": true, "messages": []}))
-            .send()
-            .await
-            .unwrap()
-            .bytes()
-            .await
-            .unwrap();
+        let body = chat_bytes(&url(&proxy), &json!({"model": "m", "stream": true, "messages": []})).await;
         assert!(content(&body).contains("Hello there"));
     }
     assert!(t.elapsed() < Duration::from_secs(5), "20 requests took {:?}", t.elapsed());
