@@ -567,9 +567,23 @@ impl TagCloser {
 
 /// One `lol_html` pass over a run of text, with the hold buffer for an
 /// unclosed removed element.
+/// The lol_html rewriter of a pass: built only when the first `<` arrives.
+/// Text before any tag is what lol_html would pass unchanged (the pre-pass
+/// and the handlers only act on markup), so markup-free content never pays
+/// for a rewriter: neither its memory nor its per-byte work.
+enum Rewriting {
+    /// No `<` yet: bytes pass as they are.
+    Waiting,
+    /// The rewriter, and the input offset it started at (its source
+    /// locations count from there).
+    Running(Box<Rewriter>, usize),
+    /// The rewriter gave up (a limit); the caller escapes what follows.
+    Gone,
+}
+
 struct Pass {
     closer: TagCloser,
-    rewriter: Option<Rewriter>,
+    rewriter: Rewriting,
     shared: Arc<Mutex<Shared>>,
     limits: FilterLimits,
     fed: usize,
@@ -588,10 +602,9 @@ impl std::fmt::Debug for Pass {
 impl Pass {
     fn new(limits: FilterLimits) -> Pass {
         let shared = Arc::new(Mutex::new(Shared::default()));
-        let rewriter = build_rewriter(&shared, limits);
         Pass {
             closer: TagCloser::new(),
-            rewriter: Some(rewriter),
+            rewriter: Rewriting::Waiting,
             shared,
             limits,
             fed: 0,
@@ -612,26 +625,33 @@ impl Pass {
     fn write_closed(&mut self, bytes: &[u8]) -> Vec<u8> {
         let base = self.fed;
         self.fed += bytes.len();
-        match &mut self.rewriter {
-            Some(rw) => {
+        if matches!(self.rewriter, Rewriting::Waiting) {
+            if memchr::memchr(b'<', bytes).is_none() {
+                return bytes.to_vec();
+            }
+            self.rewriter = Rewriting::Running(Box::new(build_rewriter(&self.shared, self.limits)), base);
+        }
+        let origin = match &mut self.rewriter {
+            Rewriting::Running(rw, origin) => {
                 if let Err(e) = rw.write(bytes) {
                     // With graceful bail-out, the bytes lol_html held were
                     // flushed to the sink unchanged; the caller escapes them
                     // and everything after.
-                    self.rewriter = None;
+                    self.rewriter = Rewriting::Gone;
                     lock(&self.shared).report.degraded = Some(e.to_string());
                     return std::mem::take(&mut lock(&self.shared).out);
                 }
+                *origin
             }
-            None => return bytes.to_vec(),
-        }
-        self.hold(bytes, base);
+            Rewriting::Waiting | Rewriting::Gone => return bytes.to_vec(),
+        };
+        self.hold(bytes, base, origin);
         std::mem::take(&mut lock(&self.shared).out)
     }
 
     /// Keeps the bytes after the start tag of the removed element that is
     /// still open.
-    fn hold(&mut self, bytes: &[u8], base: usize) {
+    fn hold(&mut self, bytes: &[u8], base: usize, origin: usize) {
         let dropping = lock(&self.shared).dropping.clone();
         let Some(d) = dropping else {
             self.held.clear();
@@ -644,7 +664,7 @@ impl Pass {
         let start = if d.generation != self.held_generation {
             self.held.clear();
             self.held_generation = d.generation;
-            d.from.saturating_sub(base).min(bytes.len())
+            (d.from + origin).saturating_sub(base).min(bytes.len())
         } else {
             0
         };
@@ -665,7 +685,7 @@ impl Pass {
         if !rest.is_empty() {
             early = self.write_closed(&rest);
         }
-        if let Some(rw) = self.rewriter.take()
+        if let Rewriting::Running(rw, _) = std::mem::replace(&mut self.rewriter, Rewriting::Gone)
             && let Err(e) = rw.end()
         {
             lock(&self.shared).report.degraded = Some(e.to_string());
@@ -858,7 +878,7 @@ impl HtmlFilter {
         match &mut self.pass {
             Some(pass) if !self.degraded => {
                 let out = pass.write(chunk.as_bytes());
-                if pass.rewriter.is_none() {
+                if matches!(pass.rewriter, Rewriting::Gone) {
                     self.degraded = true;
                 }
                 self.net.push(&out, &mut bytes);
