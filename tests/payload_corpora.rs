@@ -22,7 +22,7 @@ fn actual(input: &[u8], chunk: usize) -> Value {
         let codes: Vec<String> = events
             .iter()
             .filter_map(|e| match e {
-                Event::Diagnostic(d) if d.element == Some(el.id) => Some(d.code.clone()),
+                Event::Diagnostic(d) if d.element == Some(el.id) => Some(d.code.to_string()),
                 Event::Repair(r) if r.element == Some(el.id) && r.kind == RepairKind::FallbackToContent => {
                     Some(format!("repair:{}", r.kind.as_str()))
                 }

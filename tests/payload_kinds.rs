@@ -43,7 +43,7 @@ fn codes(events: &[Event]) -> Vec<String> {
     events
         .iter()
         .filter_map(|e| match e {
-            Event::Diagnostic(d) => Some(d.code.clone()),
+            Event::Diagnostic(d) => Some(d.code.to_string()),
             _ => None,
         })
         .collect()
@@ -127,7 +127,7 @@ fn ui_component_view_must_be_namespaced() {
         let (_, evs) = payload_in(&Registry::filament(), input, "ui_component");
         evs.iter()
             .filter_map(|e| match e {
-                Event::Diagnostic(d) => Some(d.code.clone()),
+                Event::Diagnostic(d) => Some(d.code.to_string()),
                 _ => None,
             })
             .filter(|c| c.starts_with("ui_component"))
@@ -183,7 +183,7 @@ fn leniencies_are_reported_on_the_element() {
     let el_id = evs.iter().filter_map(Event::as_element).find(|e| &*e.tag == "tool_call").map(|e| e.id);
     for e in &evs {
         if let Event::Diagnostic(d) = e
-            && d.code.starts_with("json_")
+            && d.code.as_str().starts_with("json_")
         {
             assert_eq!(d.element, el_id);
             assert_eq!(d.tag.as_deref(), Some("tool_call"));

@@ -58,9 +58,9 @@ fn diagnostics(events: &[SourceEvent]) -> Vec<String> {
     events
         .iter()
         .filter_map(|e| match e {
-            SourceEvent::Diagnostic(d) => Some(d.code.clone()),
+            SourceEvent::Diagnostic(d) => Some(d.code.to_string()),
             SourceEvent::Choice(c) => match &c.event {
-                Event::Diagnostic(d) => Some(d.code.clone()),
+                Event::Diagnostic(d) => Some(d.code.to_string()),
                 _ => None,
             },
             _ => None,

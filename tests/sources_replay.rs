@@ -202,7 +202,7 @@ fn corpora_replay_as_expected() {
         let codes: Vec<String> = events
             .iter()
             .filter_map(|ev| match ev {
-                SourceEvent::Diagnostic(d) => Some(d.code.clone()),
+                SourceEvent::Diagnostic(d) => Some(d.code.to_string()),
                 _ => None,
             })
             .collect();

@@ -35,6 +35,7 @@
 //! warning `unclosed_elements`, so a truncated block keeps what it wrote.
 
 use super::{CallFormat, Findings, Lines, Step, ToolCall};
+use crate::event::DiagnosticCode;
 use crate::scan::{ScanLimits, Scanner, TagKind, Token, TokenSink, UnfinishedKind, decode_entities};
 use serde_json::Value;
 
@@ -130,7 +131,10 @@ impl Node {
         }
         let stray: String = self.text_value();
         if !stray.is_empty() {
-            f.warn("mixed_content", format!("{path} holds both text and elements; the text is kept under \"#text\""));
+            f.warn(
+                DiagnosticCode::MixedContent,
+                format!("{path} holds both text and elements; the text is kept under \"#text\""),
+            );
         }
         let all_items = self.children.iter().all(|c| c.name.eq_ignore_ascii_case("item"));
         if all_items {
@@ -210,7 +214,7 @@ fn tree(text: &str, pieces: Vec<Piece>, f: &mut Findings) -> Result<Node, String
             Piece::Open { name, at, attrs, empty } => {
                 if attrs {
                     f.warn(
-                        "attributes_ignored",
+                        DiagnosticCode::AttributesIgnored,
                         format!(
                             "line {}: the attributes of <{name}> were ignored (parameters are child elements)",
                             line_of(text, at)
@@ -238,7 +242,7 @@ fn tree(text: &str, pieces: Vec<Piece>, f: &mut Findings) -> Result<Node, String
                 if open != name {
                     if open.eq_ignore_ascii_case(&name) {
                         f.warn(
-                            "close_tag_case_mismatch",
+                            DiagnosticCode::CloseTagCaseMismatch,
                             format!("line {line}: </{name}> closes <{open}> (different case)"),
                         );
                     } else {
@@ -257,7 +261,10 @@ fn tree(text: &str, pieces: Vec<Piece>, f: &mut Findings) -> Result<Node, String
         // close them there and keep what was written.
         let open: Vec<String> =
             stack.iter().skip(1).map(|n| format!("<{}> (line {})", n.name, line_of(text, n.at))).collect();
-        f.warn("unclosed_elements", format!("{} never closed; closed at the end of the block", open.join(", ")));
+        f.warn(
+            DiagnosticCode::UnclosedElements,
+            format!("{} never closed; closed at the end of the block", open.join(", ")),
+        );
         while stack.len() > 1 {
             let Some(done) = stack.pop() else { break };
             if let Some(parent) = stack.last_mut() {
@@ -295,7 +302,7 @@ pub fn parse_action(text: &str) -> (ToolCall, Findings) {
     scanner.feed(text.as_bytes(), &mut sink);
     scanner.finish(&mut sink);
     if let Some(cut) = sink.cut.take() {
-        f.warn("truncated_markup", format!("the block ends inside a tag or comment; {cut:?} was dropped"));
+        f.warn(DiagnosticCode::TruncatedMarkup, format!("the block ends inside a tag or comment; {cut:?} was dropped"));
     }
     let root = match tree(text, sink.pieces, &mut f) {
         Ok(root) => root,
@@ -306,7 +313,10 @@ pub fn parse_action(text: &str) -> (ToolCall, Findings) {
     };
     let stray: String = root.text.iter().map(|(t, _)| t.as_str()).collect();
     if !is_fence_or_space(&stray) {
-        f.warn("stray_text", format!("text inside ACTION outside any tool element was ignored: {:?}", stray.trim()));
+        f.warn(
+            DiagnosticCode::StrayText,
+            format!("text inside ACTION outside any tool element was ignored: {:?}", stray.trim()),
+        );
     }
     if root.children.is_empty() {
         malformed(&mut call, &mut f, "the block holds no tool element");
@@ -314,7 +324,7 @@ pub fn parse_action(text: &str) -> (ToolCall, Findings) {
     }
     if root.children.len() > 1 {
         f.warn(
-            "multiple_tools",
+            DiagnosticCode::MultipleTools,
             format!(
                 "the ACTION block holds {} tool elements; spec 004 suggests one. They run in order",
                 root.children.len()
@@ -326,7 +336,7 @@ pub fn parse_action(text: &str) -> (ToolCall, Findings) {
         let text = tool.text_value();
         if !text.is_empty() {
             f.warn(
-                "tool_text_ignored",
+                DiagnosticCode::ToolTextIgnored,
                 format!("text directly inside <{}> (not in a parameter element) was ignored: {text:?}", tool.name),
             );
         }
@@ -337,7 +347,7 @@ pub fn parse_action(text: &str) -> (ToolCall, Findings) {
 }
 
 fn malformed(call: &mut ToolCall, f: &mut Findings, detail: &str) {
-    f.error("malformed_xml", format!("{MALFORMED}: {detail}"));
+    f.error(DiagnosticCode::MalformedXml, format!("{MALFORMED}: {detail}"));
     call.error = Some(format!("{MALFORMED}: {detail}"));
     call.observation = Some(format!("Observation: Error - {MALFORMED}: {detail}"));
 }

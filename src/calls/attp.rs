@@ -25,6 +25,7 @@
 //! result) and `f(open=True)` (a keyword argument) are allowed.
 
 use super::{AttpCall, CallFormat, Findings, Step, ToolCall};
+use crate::event::DiagnosticCode;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -442,10 +443,13 @@ pub fn parse_attp(text: &str) -> (ToolCall, Findings) {
     let mut call = ToolCall::new(CallFormat::Attp);
     let (doc, outside, unclosed) = unfence(text);
     if unclosed {
-        f.warn("unclosed_fence", "the ``` fence around the TOML is never closed".into());
+        f.warn(DiagnosticCode::UnclosedFence, "the ``` fence around the TOML is never closed".into());
     }
     if !outside.is_empty() {
-        f.warn("text_outside_toml", format!("text outside the TOML fence was ignored: {:?}", truncate(&outside, 200)));
+        f.warn(
+            DiagnosticCode::TextOutsideToml,
+            format!("text outside the TOML fence was ignored: {:?}", truncate(&outside, 200)),
+        );
     }
     let mut attp = AttpCall {
         thought: None,
@@ -464,7 +468,7 @@ pub fn parse_attp(text: &str) -> (ToolCall, Findings) {
                 .map(|s| format!(" at line {}", doc.get(..s.start).unwrap_or(&doc).matches('\n').count() + 1))
                 .unwrap_or_default();
             let msg = format!("Invalid TOML{at}: {}", e.message());
-            f.error("invalid_toml", msg.clone());
+            f.error(DiagnosticCode::InvalidToml, msg.clone());
             // The thought is still worth showing: read it the lenient way.
             let mut ts = ThoughtStream::new();
             let mut thought = ts.feed(&doc);
@@ -477,16 +481,16 @@ pub fn parse_attp(text: &str) -> (ToolCall, Findings) {
         }
     };
     for key in table.keys().filter(|k| !k.eq_ignore_ascii_case("thought") && !k.eq_ignore_ascii_case("tool_call")) {
-        f.warn("unknown_key", format!("top-level key {key:?} is not part of ATTP and was ignored"));
+        f.warn(DiagnosticCode::UnknownKey, format!("top-level key {key:?} is not part of ATTP and was ignored"));
     }
     match get_ci(&table, "thought", &mut f) {
         Some(toml::Value::String(s)) => attp.thought = Some(s.clone()),
-        Some(_) => f.warn("missing_thought", "`thought` is not a string".into()),
-        None => f.warn("missing_thought", "the document has no `thought`".into()),
+        Some(_) => f.warn(DiagnosticCode::MissingThought, "`thought` is not a string".into()),
+        None => f.warn(DiagnosticCode::MissingThought, "the document has no `thought`".into()),
     }
     let Some(toml::Value::Table(tc)) = get_ci(&table, "tool_call", &mut f) else {
         let msg = "the document has no [tool_call] table".to_string();
-        f.error("missing_tool_call", msg.clone());
+        f.error(DiagnosticCode::MissingToolCall, msg.clone());
         call.observation = Some(format!("Observation: Error - Invalid ATTP output: {msg}"));
         call.error = Some(msg);
         call.attp = Some(attp);
@@ -498,7 +502,7 @@ pub fn parse_attp(text: &str) -> (ToolCall, Findings) {
         None => None,
     };
     for key in tc.keys().filter(|k| !matches!(k.as_str(), "status" | "target" | "code" | "message")) {
-        f.warn("unknown_key", format!("[tool_call] key {key:?} is not part of ATTP and was ignored"));
+        f.warn(DiagnosticCode::UnknownKey, format!("[tool_call] key {key:?} is not part of ATTP and was ignored"));
     }
     attp.target = string("target");
     attp.code = string("code");
@@ -514,7 +518,7 @@ pub fn parse_attp(text: &str) -> (ToolCall, Findings) {
                 None => "[tool_call] has no status".to_string(),
             };
             f.warn(
-                "missing_status",
+                DiagnosticCode::MissingStatus,
                 format!("{what}; read as {}", if inferred { "success (it has code)" } else { "fail" }),
             );
             inferred
@@ -523,13 +527,13 @@ pub fn parse_attp(text: &str) -> (ToolCall, Findings) {
     attp.status = Some(if success { "success" } else { "fail" }.to_string());
     if success {
         if attp.target.is_none() {
-            f.warn("missing_target", "a successful [tool_call] has no `target`".into());
+            f.warn(DiagnosticCode::MissingTarget, "a successful [tool_call] has no `target`".into());
         }
         match &attp.code {
             Some(code) => {
                 let report = check_code(code);
                 for v in &report.violations {
-                    f.warn("policy_violation", v.message.clone());
+                    f.warn(DiagnosticCode::PolicyViolation, v.message.clone());
                 }
                 if !report.violations.is_empty() {
                     let list: Vec<&str> = report.violations.iter().map(|v| v.message.as_str()).collect();
@@ -548,13 +552,13 @@ pub fn parse_attp(text: &str) -> (ToolCall, Findings) {
             }
             None => {
                 let msg = "a successful [tool_call] has no `code`".to_string();
-                f.error("missing_code", msg.clone());
+                f.error(DiagnosticCode::MissingCode, msg.clone());
                 call.observation = Some(format!("Observation: Error - Invalid ATTP output: {msg}"));
                 call.error = Some(msg);
             }
         }
     } else if attp.message.is_none() {
-        f.warn("missing_message", "a failed [tool_call] has no `message`".into());
+        f.warn(DiagnosticCode::MissingMessage, "a failed [tool_call] has no `message`".into());
     }
     call.attp = Some(attp);
     (call, f)
@@ -566,7 +570,7 @@ fn get_ci<'a>(table: &'a toml::Table, name: &str, f: &mut Findings) -> Option<&'
         return Some(v);
     }
     let (key, v) = table.iter().find(|(k, _)| k.eq_ignore_ascii_case(name))?;
-    f.warn("key_case", format!("`{key}` was read as `{name}`"));
+    f.warn(DiagnosticCode::KeyCase, format!("`{key}` was read as `{name}`"));
     Some(v)
 }
 

@@ -79,6 +79,7 @@ pub mod tam;
 
 pub use catalog::{CallProblem, CatalogError, ParamProblem, ToolCatalog, ToolDef};
 
+use crate::event::DiagnosticCode;
 use crate::event::{Diagnostic, Element, Event, Level};
 use crate::payload::Payload;
 use crate::registry::{BodyKind, Registry, TagId};
@@ -290,27 +291,20 @@ pub struct Findings {
 
 impl Findings {
     /// Records a finding; `code` goes to `warnings` once.
-    pub(crate) fn warn(&mut self, code: &str, message: String) {
+    pub(crate) fn warn(&mut self, code: DiagnosticCode, message: String) {
         self.push(Level::Warning, code, message);
     }
 
     /// Records an error-level finding.
-    pub(crate) fn error(&mut self, code: &str, message: String) {
+    pub(crate) fn error(&mut self, code: DiagnosticCode, message: String) {
         self.push(Level::Error, code, message);
     }
 
-    fn push(&mut self, level: Level, code: &str, message: String) {
-        if !self.warnings.iter().any(|w| w == code) {
-            self.warnings.push(code.to_string());
+    fn push(&mut self, level: Level, code: DiagnosticCode, message: String) {
+        if !self.warnings.iter().any(|w| w == code.as_str()) {
+            self.warnings.push(code.as_str().to_string());
         }
-        self.diagnostics.push(Diagnostic {
-            level,
-            code: code.to_string(),
-            tag: None,
-            element: None,
-            at: None,
-            message,
-        });
+        self.diagnostics.push(Diagnostic { level, code, tag: None, element: None, at: None, message });
     }
 
     /// Turns a call and its findings into a payload.
@@ -460,7 +454,7 @@ fn finish_call(mut call: ToolCall, findings: &mut Findings, ctx: &CallContext, w
     }
     if ctx.cut_off {
         findings.warn(
-            "unterminated_block",
+            DiagnosticCode::UnterminatedBlock,
             format!("the {what} was still open at the end of the output; it was read up to there"),
         );
         // Its last value may have been cut anywhere: nothing in it runs.
@@ -471,14 +465,14 @@ fn finish_call(mut call: ToolCall, findings: &mut Findings, ctx: &CallContext, w
     }
     if ctx.text_truncated {
         findings.warn(
-            "response_text_truncated",
+            DiagnosticCode::ResponseTextTruncated,
             "the text before the block passed the tracker's limit; response_text holds its latest part".into(),
         );
     }
     if ctx.previous_blocks > 0 && call.format == CallFormat::Action {
         let n = ctx.previous_blocks + 1;
         findings.warn(
-            "second_action_block",
+            DiagnosticCode::SecondActionBlock,
             format!(
                 "this is ACTION block number {n} in one output; spec 004 §3.2.1 runs only the first, so this one is not run"
             ),

@@ -49,6 +49,7 @@
 //! `@{...}` references are plain text.
 
 use super::{CallFormat, Findings, Lines, OnError, Step, ToolCall};
+use crate::event::DiagnosticCode;
 use base64::Engine;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -409,7 +410,7 @@ fn scan(s: &str, f: &mut Findings) -> Scan {
         }
         let Some(kl) = key_line(s, pos) else {
             f.warn(
-                "stray_text",
+                DiagnosticCode::StrayText,
                 format!("line {} is not a `key:»»»value«««` line and was ignored: {trimmed:?}", line_of(s, pos)),
             );
             pos = next_line(s, pos);
@@ -430,7 +431,7 @@ fn scan(s: &str, f: &mut Findings) -> Scan {
                     }
                 }
                 f.warn(
-                    "missing_delimiters",
+                    DiagnosticCode::MissingDelimiters,
                     format!(
                         "line {line_no}: key {:?} has no »»» ««« delimiters; its value was read to the end of the line",
                         kl.key
@@ -444,7 +445,7 @@ fn scan(s: &str, f: &mut Findings) -> Scan {
                 });
             } else {
                 f.warn(
-                    "stray_text",
+                    DiagnosticCode::StrayText,
                     format!("line {line_no} is not a `key:»»»value«««` line and was ignored: {trimmed:?}"),
                 );
             }
@@ -462,7 +463,7 @@ fn scan(s: &str, f: &mut Findings) -> Scan {
                     Some((c, d)) => {
                         out.style(d);
                         f.warn(
-                            "mixed_delimiters_used",
+                            DiagnosticCode::MixedDelimitersUsed,
                             format!(
                                 "line {line_no}: the value of {:?} opens with {} and closes with {}",
                                 kl.key,
@@ -475,7 +476,7 @@ fn scan(s: &str, f: &mut Findings) -> Scan {
                     None => {
                         let what = if next_key.is_some() { "the next key line" } else { "the end of the block" };
                         f.warn(
-                            "missing_close_delimiter",
+                            DiagnosticCode::MissingCloseDelimiter,
                             format!(
                                 "line {line_no}: the value of {:?} has no closing {}; it was read up to {what}",
                                 kl.key,
@@ -516,7 +517,10 @@ fn scan(s: &str, f: &mut Findings) -> Scan {
             } else if key_line(s, pos).is_some_and(|k| k.open.is_some()) {
                 // `a:»»»x«««b:»»»y«««`: go on reading at `b`.
             } else {
-                f.warn("stray_text", format!("line {}: text after a value was ignored: {rest:?}", line_of(s, pos)));
+                f.warn(
+                    DiagnosticCode::StrayText,
+                    format!("line {}: text after a value was ignored: {rest:?}", line_of(s, pos)),
+                );
                 pos = next_line(s, pos);
             }
         }
@@ -579,10 +583,16 @@ pub fn parse_tam(text: &str) -> (ToolCall, Findings) {
     if scanned.styles.len() > 1 {
         if !f.warnings.iter().any(|w| w == "mixed_delimiters_used") {
             let names: Vec<&str> = scanned.styles.iter().map(|d| d.name()).collect();
-            f.warn("mixed_delimiters_used", format!("the block mixes delimiter styles: {}", names.join(", ")));
+            f.warn(
+                DiagnosticCode::MixedDelimitersUsed,
+                format!("the block mixes delimiter styles: {}", names.join(", ")),
+            );
         }
     } else if scanned.styles == [Delimiter::Angle] {
-        f.warn("alternate_delimiters_used", "the block uses >>> <<< instead of the standard »»» «««".to_string());
+        f.warn(
+            DiagnosticCode::AlternateDelimitersUsed,
+            "the block uses >>> <<< instead of the standard »»» «««".to_string(),
+        );
     }
     let mut call = ToolCall::new(CallFormat::Tam);
     call.comments = scanned.comments;
@@ -601,7 +611,7 @@ fn assemble(entries: Vec<Entry>, call: &mut ToolCall, f: &mut Findings) {
     }
     if steps.is_empty() {
         let msg = "the block has no `command` key, so it names no tool".to_string();
-        f.error("missing_command", msg.clone());
+        f.error(DiagnosticCode::MissingCommand, msg.clone());
         for e in entries {
             match e.key.name.as_str() {
                 "request_id" => call.request_id = Some(e.value),
@@ -624,7 +634,7 @@ fn assemble(entries: Vec<Entry>, call: &mut ToolCall, f: &mut Findings) {
     for e in entries {
         if let Some(first) = seen.insert(e.key.name.clone(), e.line) {
             f.warn(
-                "duplicate_key",
+                DiagnosticCode::DuplicateKey,
                 format!(
                     "line {}: key {:?} ({}) repeats line {first}; the later value wins",
                     e.line, e.raw_key, e.key.name
@@ -638,7 +648,7 @@ fn assemble(entries: Vec<Entry>, call: &mut ToolCall, f: &mut Findings) {
             Some(_) if e.key.implicit => (e.key.joined(), unnumbered_target(has_unnumbered, &numbered)),
             Some(n) if has_unnumbered && numbered.is_empty() => {
                 f.warn(
-                    "step_number_mismatch",
+                    DiagnosticCode::StepNumberMismatch,
                     format!(
                         "line {}: key {:?} names step {n} but the block has one unnumbered command; given to it",
                         e.line, e.raw_key
@@ -648,7 +658,7 @@ fn assemble(entries: Vec<Entry>, call: &mut ToolCall, f: &mut Findings) {
             }
             Some(n) => {
                 f.warn(
-                    "params_without_command",
+                    DiagnosticCode::ParamsWithoutCommand,
                     format!(
                         "line {}: key {:?} belongs to step {n}, which has no command_{n}; kept in `unassigned`",
                         e.line, e.raw_key
@@ -668,7 +678,7 @@ fn assemble(entries: Vec<Entry>, call: &mut ToolCall, f: &mut Findings) {
             _ => {
                 if target == Target::All && !is_modifier(&base) {
                     f.warn(
-                        "unnumbered_param_applied_to_all",
+                        DiagnosticCode::UnnumberedParamAppliedToAll,
                         format!(
                             "line {}: {:?} has no step number in a block of numbered steps; given to every step",
                             e.line, e.raw_key
@@ -686,7 +696,7 @@ fn assemble(entries: Vec<Entry>, call: &mut ToolCall, f: &mut Findings) {
 
     if has_unnumbered && !numbered.is_empty() {
         f.warn(
-            "mixed_numbered_commands",
+            DiagnosticCode::MixedNumberedCommands,
             "the block has both an unnumbered `command` and numbered ones; the unnumbered step runs first".to_string(),
         );
     }
@@ -752,7 +762,7 @@ fn build_step(
             "continue" => OnError::Continue,
             other => {
                 f.warn(
-                    "invalid_on_error",
+                    DiagnosticCode::InvalidOnError,
                     format!("{label}: on_error {other:?} is neither `stop` nor `continue`; `stop` is used"),
                 );
                 OnError::Stop
@@ -762,7 +772,9 @@ fn build_step(
     if let Some(v) = parts.retry.or_else(|| all.retry.clone()) {
         match v.trim().parse::<u32>() {
             Ok(n) => step.retry = n,
-            Err(_) => f.warn("invalid_retry", format!("{label}: retry {v:?} is not a whole number; 0 is used")),
+            Err(_) => {
+                f.warn(DiagnosticCode::InvalidRetry, format!("{label}: retry {v:?} is not a whole number; 0 is used"))
+            }
         }
     }
     for (param, hint) in &step.type_hints {
@@ -785,7 +797,7 @@ fn apply_hint(hint: &str, text: &str, label: &str, param: &str, f: &mut Findings
             Ok(v) => Some(v),
             Err(e) => {
                 f.warn(
-                    "type_hint_failed",
+                    DiagnosticCode::TypeHintFailed,
                     format!("{label}: {param} is hinted json but does not parse ({e}); kept as text"),
                 );
                 None
@@ -800,7 +812,7 @@ fn apply_hint(hint: &str, text: &str, label: &str, param: &str, f: &mut Findings
                 Ok(Ok(s)) => Some(Value::String(s)),
                 Ok(Err(_)) => {
                     f.warn(
-                        "type_hint_failed",
+                        DiagnosticCode::TypeHintFailed,
                         format!(
                             "{label}: {param} decodes from base64 to bytes that are not UTF-8 text; kept as base64"
                         ),
@@ -809,7 +821,7 @@ fn apply_hint(hint: &str, text: &str, label: &str, param: &str, f: &mut Findings
                 }
                 Err(e) => {
                     f.warn(
-                        "type_hint_failed",
+                        DiagnosticCode::TypeHintFailed,
                         format!("{label}: {param} is hinted base64 but does not decode ({e}); kept as text"),
                     );
                     None
@@ -820,7 +832,7 @@ fn apply_hint(hint: &str, text: &str, label: &str, param: &str, f: &mut Findings
             Ok(v @ Value::Number(_)) => Some(v),
             _ => {
                 f.warn(
-                    "type_hint_failed",
+                    DiagnosticCode::TypeHintFailed,
                     format!("{label}: {param} is hinted {hint} but is not a number; kept as text"),
                 );
                 None
@@ -831,7 +843,7 @@ fn apply_hint(hint: &str, text: &str, label: &str, param: &str, f: &mut Findings
             "false" => Some(Value::Bool(false)),
             _ => {
                 f.warn(
-                    "type_hint_failed",
+                    DiagnosticCode::TypeHintFailed,
                     format!("{label}: {param} is hinted boolean but is not true/false; kept as text"),
                 );
                 None
@@ -839,7 +851,7 @@ fn apply_hint(hint: &str, text: &str, label: &str, param: &str, f: &mut Findings
         },
         other => {
             f.warn(
-                "unknown_type_hint",
+                DiagnosticCode::UnknownTypeHint,
                 format!("{label}: type hint {other:?} for {param} is not known (json, base64, text); kept as text"),
             );
             None

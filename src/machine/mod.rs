@@ -45,6 +45,7 @@
 mod fence;
 mod rewrite;
 
+use crate::event::DiagnosticCode;
 use crate::event::{
     AttrMap, Close, Comment, Delta, Diagnostic, Element, Event, Gap, Level, Open, Repair, RepairKind, TagName,
 };
@@ -291,7 +292,7 @@ impl Machine {
                     // lead tag and say so.
                     self.diagnostic(
                         Level::Warning,
-                        "lead_undecided",
+                        DiagnosticCode::LeadUndecided,
                         None,
                         "the implicit lead element stayed undecided past the element size limit; kept as the lead tag",
                     );
@@ -351,7 +352,7 @@ impl Machine {
         if self.invalid_utf8_seen {
             let d = Diagnostic {
                 level: Level::Warning,
-                code: "invalid_utf8".into(),
+                code: DiagnosticCode::InvalidUtf8,
                 tag: None,
                 element: None,
                 at: None,
@@ -374,16 +375,9 @@ impl Machine {
         self.emit(Event::Repair(Repair { kind, tag, at, element, span, from, text: None }));
     }
 
-    fn diagnostic(&mut self, level: Level, code: &str, tag: Option<TagId>, message: &str) {
+    fn diagnostic(&mut self, level: Level, code: DiagnosticCode, tag: Option<TagId>, message: &str) {
         let tag = tag.map(|t| self.name(t));
-        self.emit(Event::Diagnostic(Diagnostic {
-            level,
-            code: code.into(),
-            tag,
-            element: None,
-            at: None,
-            message: message.into(),
-        }));
+        self.emit(Event::Diagnostic(Diagnostic { level, code, tag, element: None, at: None, message: message.into() }));
     }
 
     fn rewrite_raw(&mut self, bytes: &[u8]) {
@@ -488,7 +482,7 @@ impl Machine {
             el.truncated = true;
             let d = Diagnostic {
                 level: Level::Warning,
-                code: "element_too_large".into(),
+                code: DiagnosticCode::ElementTooLarge,
                 tag: Some(self.name(el.tag)),
                 element: Some(el.id),
                 at: None,
@@ -644,7 +638,7 @@ impl Machine {
         } else if example {
             self.emit(Event::Diagnostic(Diagnostic {
                 level: Level::Info,
-                code: "call_in_code_block".into(),
+                code: DiagnosticCode::CallInCodeBlock,
                 tag: Some(self.name(tag)),
                 element: Some(el.id),
                 at: Some(span.start),
@@ -1042,7 +1036,7 @@ impl Machine {
             let id = TagId(i as u16);
             if spec.mandatory && self.first_seen[i].is_none() {
                 let msg = format!("the response has no <{}> element", spec.name);
-                self.diagnostic(Level::Warning, "missing_mandatory", Some(id), &msg);
+                self.diagnostic(Level::Warning, DiagnosticCode::MissingMandatory, Some(id), &msg);
             }
             let Some(me) = self.first_seen[i] else { continue };
             for &before in &spec.after {
@@ -1051,7 +1045,7 @@ impl Machine {
                 {
                     let msg =
                         format!("<{}> appeared before <{}>, which it should follow", spec.name, reg.tag(before).name);
-                    self.diagnostic(Level::Warning, "order_violation", Some(id), &msg);
+                    self.diagnostic(Level::Warning, DiagnosticCode::OrderViolation, Some(id), &msg);
                 }
             }
         }
@@ -1351,7 +1345,7 @@ impl TokenSink for Machine {
             Token::Notice(ScanNotice::MarkerTooLong { at, limit }) => {
                 let d = Diagnostic {
                     level: Level::Warning,
-                    code: "marker_too_long".into(),
+                    code: DiagnosticCode::MarkerTooLong,
                     tag: None,
                     element: None,
                     at: Some(at),

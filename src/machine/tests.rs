@@ -1,6 +1,7 @@
 //! One test per row of DESIGN §4's table, and the edges around each, each
 //! checked whole, byte by byte and at 7-byte chunks.
 
+use crate::event::DiagnosticCode;
 use crate::event::{Event, RepairKind};
 use crate::{Parser, ParserOptions, Registry};
 use std::sync::Arc;
@@ -34,7 +35,7 @@ fn diagnostics(events: &[Event]) -> Vec<String> {
     events
         .iter()
         .filter_map(|e| match e {
-            Event::Diagnostic(d) => Some(d.code.clone()),
+            Event::Diagnostic(d) => Some(d.code.to_string()),
             _ => None,
         })
         .collect()
@@ -663,8 +664,10 @@ fn rewrite_can_omit_call_elements() {
         let (rest, tail) = p.finish_with_rewrite();
         events.extend(rest);
         text.extend(tail);
-        let examples =
-            events.iter().filter(|e| matches!(e, Event::Diagnostic(d) if d.code == "call_in_code_block")).count();
+        let examples = events
+            .iter()
+            .filter(|e| matches!(e, Event::Diagnostic(d) if d.code == DiagnosticCode::CallInCodeBlock))
+            .count();
         (String::from_utf8(text).unwrap(), examples)
     };
     let chat = Registry::chat();

@@ -59,6 +59,7 @@
 //! ]);
 //! ```
 
+use crate::event::DiagnosticCode;
 use serde::Serialize;
 use serde_json::{Map, Number, Value};
 
@@ -110,6 +111,30 @@ pub enum Leniency {
 }
 
 impl Leniency {
+    /// The diagnostic code of this leniency (`json_` and its name).
+    pub fn code(self) -> DiagnosticCode {
+        match self {
+            Leniency::CodeFence => DiagnosticCode::JsonCodeFence,
+            Leniency::SurroundingProse => DiagnosticCode::JsonSurroundingProse,
+            Leniency::Comment => DiagnosticCode::JsonComment,
+            Leniency::TrailingComma => DiagnosticCode::JsonTrailingComma,
+            Leniency::MissingComma => DiagnosticCode::JsonMissingComma,
+            Leniency::SingleQuotes => DiagnosticCode::JsonSingleQuotes,
+            Leniency::SmartQuotes => DiagnosticCode::JsonSmartQuotes,
+            Leniency::UnquotedKey => DiagnosticCode::JsonUnquotedKey,
+            Leniency::UnquotedString => DiagnosticCode::JsonUnquotedString,
+            Leniency::PythonLiteral => DiagnosticCode::JsonPythonLiteral,
+            Leniency::JsLiteral => DiagnosticCode::JsonJsLiteral,
+            Leniency::NumberFormat => DiagnosticCode::JsonNumberFormat,
+            Leniency::ControlCharacter => DiagnosticCode::JsonControlCharacter,
+            Leniency::InvalidEscape => DiagnosticCode::JsonInvalidEscape,
+            Leniency::UnescapedQuote => DiagnosticCode::JsonUnescapedQuote,
+            Leniency::FullwidthPunctuation => DiagnosticCode::JsonFullwidthPunctuation,
+            Leniency::MismatchedBracket => DiagnosticCode::JsonMismatchedBracket,
+            Leniency::Truncated => DiagnosticCode::JsonTruncated,
+        }
+    }
+
     /// The snake_case name, also the suffix of the diagnostic code
     /// (`json_trailing_comma`).
     pub fn as_str(self) -> &'static str {

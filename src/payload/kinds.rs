@@ -7,6 +7,7 @@
 
 use super::tree::{self, ElementNode, Node};
 use super::{Payload, diag, read_json};
+use crate::event::DiagnosticCode;
 use crate::event::{Element, Level};
 use crate::registry::BodyKind;
 use serde_json::{Map, Value, json};
@@ -34,6 +35,8 @@ pub(crate) fn tool_call(el: &Element) -> Payload {
             body_names: &["name", "tool", "function"],
             body_args: &["arguments", "args", "parameters", "params", "input"],
             args_key: "arguments",
+            not_object: DiagnosticCode::ArgumentsNotObject,
+            without_name: DiagnosticCode::ToolCallWithoutName,
         },
     )
 }
@@ -51,6 +54,8 @@ pub(crate) fn ui_component(el: &Element) -> Payload {
             body_names: &["view", "component"],
             body_args: &["props", "properties", "data"],
             args_key: "props",
+            not_object: DiagnosticCode::PropsNotObject,
+            without_name: DiagnosticCode::UiComponentWithoutView,
         },
     );
     if let Some(view) = out.value.get("view").and_then(Value::as_str)
@@ -60,7 +65,7 @@ pub(crate) fn ui_component(el: &Element) -> Payload {
             "ui_component view {:?} is not `namespace.component` (spec 003 §6.3), e.g. \"rpg.inventory\"",
             cut(view, 60)
         );
-        out.diagnostics.push(diag(Level::Warning, "ui_component_view_invalid", &message));
+        out.diagnostics.push(diag(Level::Warning, DiagnosticCode::UiComponentViewInvalid, &message));
     }
     out
 }
@@ -105,6 +110,10 @@ struct NamedJson {
     body_args: &'static [&'static str],
     /// Payload key of the arguments (`arguments`, `props`).
     args_key: &'static str,
+    /// The diagnostic when the arguments are not an object.
+    not_object: DiagnosticCode,
+    /// The diagnostic when no name is given.
+    without_name: DiagnosticCode,
 }
 
 fn named_json(el: &Element, how: NamedJson) -> Payload {
@@ -162,7 +171,7 @@ fn named_json(el: &Element, how: NamedJson) -> Payload {
             other => {
                 out.diagnostics.push(diag(
                     Level::Warning,
-                    &format!("{}_not_object", how.args_key),
+                    how.not_object,
                     &format!(
                         "the <{}> body is {}, not a JSON object; kept as it is",
                         how.tag,
@@ -176,7 +185,7 @@ fn named_json(el: &Element, how: NamedJson) -> Payload {
     if name.is_none() {
         out.diagnostics.push(diag(
             Level::Warning,
-            &format!("{}_without_{}", how.tag, how.name_key),
+            how.without_name,
             &format!(
                 "the <{}> has no {} (no attribute and no {:?} key in its body)",
                 how.tag, how.name_key, how.name_key
@@ -195,7 +204,11 @@ fn unwrap_args(args: Value, out: &mut Payload) -> Value {
     match args {
         Value::String(s) if s.trim_start().starts_with(['{', '[']) => match read_json(&s, 0, &mut out.diagnostics) {
             Ok(v) => {
-                out.diagnostics.push(diag(Level::Info, "arguments_string", "the arguments were a JSON string; parsed"));
+                out.diagnostics.push(diag(
+                    Level::Info,
+                    DiagnosticCode::ArgumentsString,
+                    "the arguments were a JSON string; parsed",
+                ));
                 v
             }
             Err(_) => Value::String(s),
@@ -237,7 +250,7 @@ pub(crate) fn media(el: &Element) -> Payload {
     {
         out.diagnostics.push(diag(
             Level::Warning,
-            "media_src_refused",
+            DiagnosticCode::MediaSrcRefused,
             &format!("media source {:?} uses a scheme that can run script; src set to null", cut(s, 80)),
         ));
         src = None;
@@ -247,13 +260,17 @@ pub(crate) fn media(el: &Element) -> Payload {
     {
         out.diagnostics.push(diag(
             Level::Info,
-            "media_type_inferred",
+            DiagnosticCode::MediaTypeInferred,
             &format!("media type {k:?} inferred from the source's extension"),
         ));
         kind = Some(k.to_string());
     }
     if src.is_none() {
-        out.diagnostics.push(diag(Level::Warning, "media_without_src", "the <media> element has no usable src"));
+        out.diagnostics.push(diag(
+            Level::Warning,
+            DiagnosticCode::MediaWithoutSrc,
+            "the <media> element has no usable src",
+        ));
     }
     out.value = json!({"type": kind, "src": src, "alt": alt});
     out
@@ -314,14 +331,18 @@ pub(crate) fn choice(el: &Element) -> Payload {
         if !lines.is_empty() {
             out.diagnostics.push(diag(
                 Level::Info,
-                "choice_plain_lines",
+                DiagnosticCode::ChoicePlainLines,
                 "options were read from plain lines (no <option> tags)",
             ));
         }
         options = lines;
     }
     if options.is_empty() {
-        out.diagnostics.push(diag(Level::Warning, "choice_without_options", "the <choice> element has no options"));
+        out.diagnostics.push(diag(
+            Level::Warning,
+            DiagnosticCode::ChoiceWithoutOptions,
+            "the <choice> element has no options",
+        ));
     }
     let options: Vec<Value> = options.into_iter().map(|(id, label)| json!({"id": id, "label": label})).collect();
     out.value = json!({"prompt": prompt.filter(|p| !p.is_empty()), "options": options});
@@ -465,7 +486,7 @@ pub(crate) fn details(el: &Element) -> Payload {
         None => {
             out.diagnostics.push(diag(
                 Level::Info,
-                "details_without_summary",
+                DiagnosticCode::DetailsWithoutSummary,
                 "the <details> element has no <summary>",
             ));
             (None, el.text.clone())
@@ -502,7 +523,7 @@ pub(crate) fn status_bar(el: &Element) -> Payload {
     if !map.is_empty() {
         out.diagnostics.push(diag(
             Level::Info,
-            "status_bar_lines",
+            DiagnosticCode::StatusBarLines,
             "the status bar was read from `key: value` lines (no child tags)",
         ));
     }

@@ -76,6 +76,7 @@ mod style;
 mod tree;
 mod variable;
 
+use crate::event::DiagnosticCode;
 use crate::event::{Delta, Diagnostic, Element, Event, Level, Repair, RepairKind};
 use crate::registry::{BodyKind, Registry, TagSpec};
 use serde_json::{Value, json};
@@ -108,14 +109,14 @@ impl Payload {
             _ => serde_json::Map::new(),
         };
         value.shift_insert(0, "error".into(), Value::String(message.into()));
-        diagnostics.push(diag(Level::Error, "payload_unparsable", message));
+        diagnostics.push(diag(Level::Error, DiagnosticCode::PayloadUnparsable, message));
         Payload { value: Value::Object(value), diagnostics, failed: true }
     }
 }
 
 /// A diagnostic without a place; the stage fills in the element and tag.
-pub(crate) fn diag(level: Level, code: &str, message: &str) -> Diagnostic {
-    Diagnostic { level, code: code.into(), tag: None, element: None, at: None, message: message.into() }
+pub(crate) fn diag(level: Level, code: DiagnosticCode, message: &str) -> Diagnostic {
+    Diagnostic { level, code, tag: None, element: None, at: None, message: message.into() }
 }
 
 /// Reads a JSON body leniently, reporting each leniency used. `base` is the
@@ -140,7 +141,7 @@ pub(crate) fn leniency_diagnostics(used: &[json::Used], base: usize) -> Vec<Diag
             let times = if u.count > 1 { format!(", {} times", u.count) } else { String::new() };
             diag(
                 Level::Warning,
-                &format!("json_{}", u.kind.as_str()),
+                u.kind.code(),
                 &format!(
                     "JSON read leniently: {} (first at byte {} of the element text{times})",
                     u.kind.describe(),
@@ -412,7 +413,7 @@ impl Stage {
                     out.push(Event::Comment(c));
                 }
                 Event::Diagnostic(d) => {
-                    if d.code == "element_too_large"
+                    if d.code == DiagnosticCode::ElementTooLarge
                         && let Some(BodyState::Content(c)) =
                             d.element.and_then(|id| self.open.get_mut(&id)).map(|s| &mut s.body)
                     {
@@ -469,7 +470,7 @@ impl Stage {
             if outcome == crate::calls::stream::StreamOutcome::Differs {
                 let mut d = diag(
                     Level::Warning,
-                    "call_arguments_streamed_differ",
+                    DiagnosticCode::CallArgumentsStreamedDiffer,
                     "the arguments streamed as call_delta fragments are the text as written, which only the lenient reader accepts; the element's payload has the arguments as read",
                 );
                 d.element = Some(el.id);
@@ -550,7 +551,7 @@ fn content_payload(el: &Element, body: BodyState, comments: Vec<String>, out: &m
     if !notable.is_clean() {
         payload.diagnostics.push(diag(
             Level::Warning,
-            "html_filtered",
+            DiagnosticCode::HtmlFiltered,
             &format!("content HTML filtered: {}", report.summary()),
         ));
     }
@@ -583,7 +584,7 @@ fn filament_payload(spec: &TagSpec, el: &Element) -> Payload {
         return Payload {
             diagnostics: vec![diag(
                 Level::Error,
-                "payload_truncated",
+                DiagnosticCode::PayloadTruncated,
                 &format!(
                     "the <{}> element passed the element size limit ({} bytes kept); its payload was not parsed from a cut body",
                     spec.name,

@@ -29,6 +29,7 @@
 
 use super::json::{self, Leniency};
 use super::{Payload, diag, extract_child, leniency_diagnostics};
+use crate::event::DiagnosticCode;
 use crate::event::{Diagnostic, Element, Level};
 use crate::state::{Op, OpCode, Path, Segment};
 use serde_json::{Value, json};
@@ -42,18 +43,18 @@ pub(crate) fn variable_update(el: &Element) -> Payload {
     let mut candidates: Vec<Value> = Vec::new();
     let mut invalid: Vec<Value> = Vec::new();
     if trimmed.is_empty() {
-        out.diagnostics.push(diag(Level::Warning, "no_ops", "the variable update holds no ops"));
+        out.diagnostics.push(diag(Level::Warning, DiagnosticCode::NoOps, "the variable update holds no ops"));
     } else if is_mvu(trimmed) {
         out.diagnostics.push(diag(
             Level::Info,
-            "mvu_format",
+            DiagnosticCode::MvuFormat,
             "ops were read from the MVU/SillyTavern `_.set(...)` form",
         ));
         mvu_ops(trimmed, &mut candidates, &mut invalid);
         for bad in &invalid {
             let call = bad.get("op").and_then(Value::as_str).unwrap_or_default();
             let error = bad.get("error").and_then(Value::as_str).unwrap_or_default();
-            out.diagnostics.push(diag(Level::Warning, "invalid_op", &format!("{call}: {error}")));
+            out.diagnostics.push(diag(Level::Warning, DiagnosticCode::InvalidOp, &format!("{call}: {error}")));
         }
     } else {
         let mut attempt = json_ops(&ops_text, ops_base, &mut analysis);
@@ -78,7 +79,7 @@ pub(crate) fn variable_update(el: &Element) -> Payload {
                             "JSON read leniently: text before the ops was ignored (the ops start at byte {} of the element text)",
                             ops_base + from
                         );
-                        diags.insert(0, diag(Level::Warning, "json_surrounding_prose", &message));
+                        diags.insert(0, diag(Level::Warning, DiagnosticCode::JsonSurroundingProse, &message));
                         (list, diags)
                     });
                     analysis = retry_analysis;
@@ -103,12 +104,16 @@ pub(crate) fn variable_update(el: &Element) -> Payload {
         }
         let (candidate, alias) = normalise_alias(candidate);
         if let Some((from, to)) = alias {
-            out.diagnostics.push(diag(Level::Warning, "op_alias", &format!("op {from:?} read as {to}")));
+            out.diagnostics.push(diag(Level::Warning, DiagnosticCode::OpAlias, &format!("op {from:?} read as {to}")));
         }
         match Op::from_json(&candidate) {
             Ok(op) => ops.push(op.to_json()),
             Err(e) => {
-                out.diagnostics.push(diag(Level::Warning, "invalid_op", &format!("op {index} {candidate}: {e}")));
+                out.diagnostics.push(diag(
+                    Level::Warning,
+                    DiagnosticCode::InvalidOp,
+                    &format!("op {index} {candidate}: {e}"),
+                ));
                 invalid.push(json!({"index": index, "op": candidate, "error": e.to_string()}));
             }
         }
@@ -127,7 +132,7 @@ fn split_analysis(text: &str, diagnostics: &mut Vec<Diagnostic>) -> (Option<Stri
             if !found.closed {
                 diagnostics.push(diag(
                     Level::Warning,
-                    "analysis_unclosed",
+                    DiagnosticCode::AnalysisUnclosed,
                     "<analysis> was not closed; it was taken to end where the ops begin",
                 ));
             }
@@ -187,7 +192,7 @@ fn json_ops(text: &str, base: usize, analysis: &mut Option<String>) -> Result<(V
     if unwrapped {
         diags.push(diag(
             Level::Warning,
-            "ops_not_wrapped",
+            DiagnosticCode::OpsNotWrapped,
             "the ops were not inside one JSON array; read them one by one",
         ));
     }

@@ -204,7 +204,7 @@ impl RequestSpan {
                     );
                 }
                 Event::Diagnostic(d) if d.level != Level::Info => {
-                    span.add_event("spindle.diagnostic", vec![KeyValue::new("spindle.code", d.code.clone())]);
+                    span.add_event("spindle.diagnostic", vec![KeyValue::new("spindle.code", d.code.as_str())]);
                 }
                 _ => {}
             },

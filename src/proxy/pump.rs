@@ -353,10 +353,10 @@ async fn dispatch(ctx: &mut PumpCtx, events: &mut Vec<SourceEvent>, truncated: &
             SourceEvent::Choice(c) => match &c.event {
                 Event::Element(el) => app.metrics.element(&el.tag),
                 Event::Repair(r) => app.metrics.repair(r.kind.as_str()),
-                Event::Diagnostic(d) => app.metrics.diagnostic(&d.code),
+                Event::Diagnostic(d) => app.metrics.diagnostic(d.code.as_str()),
                 _ => {}
             },
-            SourceEvent::Diagnostic(d) => app.metrics.diagnostic(&d.code),
+            SourceEvent::Diagnostic(d) => app.metrics.diagnostic(d.code.as_str()),
             SourceEvent::Truncated { .. } => *truncated = true,
             SourceEvent::StreamError { origin: ErrorOrigin::InBand | ErrorOrigin::ErrorEvent, .. } => {
                 app.metrics.upstream_error("in_band");

@@ -19,6 +19,7 @@
 use super::chunk::ChatChunk;
 use super::events::{ErrorOrigin, FinishReason, SourceEvent};
 use super::model::ChatStream;
+use crate::event::DiagnosticCode;
 use crate::event::Level;
 use serde_json::Value;
 
@@ -111,7 +112,7 @@ fn anthropic(stream: &mut ChatStream, kind: &str, v: &Value, out: &mut Vec<Sourc
                 "thinking" => c.reasoning(str_of(block, "thinking").unwrap_or(""), "thinking"),
                 "redacted_thinking" => c.diagnostic(
                     Level::Info,
-                    "redacted_thinking",
+                    DiagnosticCode::RedactedThinking,
                     "a redacted thinking block carries no readable text".to_string(),
                 ),
                 t if t.ends_with("tool_use") => {

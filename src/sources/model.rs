@@ -12,6 +12,7 @@
 use super::chunk::{ChatChunk, Choice, Content, Delta, FunctionDelta, ToolCallDelta};
 use super::events::{Channel, ChoiceEvent, ErrorOrigin, FinishReason, SourceEvent, Truncation};
 use super::sse::SseLimits;
+use crate::event::DiagnosticCode;
 use crate::event::{AttrMap, Close, Diagnostic, Element, Event, Level, Open, TagName};
 use crate::parser::{Parser, ParserOptions};
 use crate::registry::Registry;
@@ -113,8 +114,8 @@ impl Out<'_> {
     }
 }
 
-fn diagnostic(level: Level, code: &str, message: String, at: Option<usize>) -> Diagnostic {
-    Diagnostic { level, code: code.to_string(), tag: None, element: None, at, message }
+fn diagnostic(level: Level, code: DiagnosticCode, message: String, at: Option<usize>) -> Diagnostic {
+    Diagnostic { level, code, tag: None, element: None, at, message }
 }
 
 /// At most `max` bytes of `text` for a message, cut at a char boundary.
@@ -202,7 +203,7 @@ impl TextRun {
                 run.truncated = true;
                 let mut d = diagnostic(
                     Level::Warning,
-                    "element_too_large",
+                    DiagnosticCode::ElementTooLarge,
                     format!(
                         "{tag} element is larger than {limit} bytes; its text was cut (the deltas carry all of it)"
                     ),
@@ -409,7 +410,7 @@ impl ToolCalls {
                 let limit = shared.element_limit();
                 let mut d = diagnostic(
                     Level::Warning,
-                    "element_too_large",
+                    DiagnosticCode::ElementTooLarge,
                     format!("tool_call arguments are larger than {limit} bytes; the rest was not kept"),
                     Some(self.offset),
                 );
@@ -423,7 +424,12 @@ impl ToolCalls {
             && !call.noted_repeat
         {
             call.noted_repeat = true;
-            let mut d = diagnostic(Level::Info, "tool_call_repeated", format!("the server {note}"), Some(self.offset));
+            let mut d = diagnostic(
+                Level::Info,
+                DiagnosticCode::ToolCallRepeated,
+                format!("the server {note}"),
+                Some(self.offset),
+            );
             d.tag = Some(shared.tags.tool_call.clone());
             d.element = Some(call.element);
             out.push(Channel::ToolCalls, Event::Diagnostic(d));
@@ -441,7 +447,7 @@ impl ToolCalls {
         if late {
             let mut d = diagnostic(
                 Level::Warning,
-                "tool_call_fragment_after_complete",
+                DiagnosticCode::ToolCallFragmentAfterComplete,
                 format!(
                     "a tool-call fragment (index {:?}, id {:?}) arrived after its call was complete; it starts a new tool_call element",
                     f.index, f.id
@@ -554,7 +560,7 @@ fn parse_arguments(raw: &str, truncated: bool) -> (Value, Vec<Diagnostic>) {
     if truncated {
         let d = diagnostic(
             Level::Error,
-            "invalid_arguments",
+            DiagnosticCode::InvalidArguments,
             "tool_call arguments were cut at the element size limit and not parsed".to_string(),
             None,
         );
@@ -563,7 +569,7 @@ fn parse_arguments(raw: &str, truncated: bool) -> (Value, Vec<Diagnostic>) {
     if raw.trim().is_empty() {
         let d = diagnostic(
             Level::Info,
-            "empty_arguments",
+            DiagnosticCode::EmptyArguments,
             "the tool call has no argument text; arguments taken as {}".to_string(),
             None,
         );
@@ -578,7 +584,7 @@ fn parse_arguments(raw: &str, truncated: bool) -> (Value, Vec<Diagnostic>) {
         let used: Vec<&str> = read.leniencies.iter().map(|u| u.kind.describe()).collect();
         let d = diagnostic(
             Level::Warning,
-            "arguments_repaired",
+            DiagnosticCode::ArgumentsRepaired,
             format!("tool_call arguments are not valid JSON ({strict_error}); read leniently: {}", used.join("; ")),
             None,
         );
@@ -586,7 +592,7 @@ fn parse_arguments(raw: &str, truncated: bool) -> (Value, Vec<Diagnostic>) {
     }
     let d = diagnostic(
         Level::Error,
-        "invalid_arguments",
+        DiagnosticCode::InvalidArguments,
         format!(
             "tool_call arguments are not JSON even leniently ({strict_error}); arguments is null, the raw text is the element text"
         ),
@@ -639,7 +645,7 @@ impl ChoiceState {
                 self.noted_late = true;
                 let d = diagnostic(
                     Level::Warning,
-                    "data_after_finish",
+                    DiagnosticCode::DataAfterFinish,
                     "the choice received more data after its finish_reason; it is read as a continuation".to_string(),
                     None,
                 );
@@ -746,7 +752,7 @@ impl ChoiceState {
                     if !self.noted_parts.contains(&other) && self.noted_parts.len() < 16 {
                         let d = diagnostic(
                             Level::Info,
-                            "unsupported_content_part",
+                            DiagnosticCode::UnsupportedContentPart,
                             format!("a content part of type {other:?} carries no text; it was not parsed"),
                             None,
                         );
@@ -1012,7 +1018,7 @@ impl ChatStream {
             if self.after_done == 1 {
                 out.push(SourceEvent::Diagnostic(diagnostic(
                     Level::Warning,
-                    "data_after_done",
+                    DiagnosticCode::DataAfterDone,
                     format!("an event came after data: [DONE] and was ignored: {:?}", cut_text(data, 80)),
                     Some(at),
                 )));
@@ -1049,7 +1055,7 @@ impl ChatStream {
                 Ok(chunk) => {
                     out.push(SourceEvent::Diagnostic(diagnostic(
                         Level::Warning,
-                        "chunk_rejoined",
+                        DiagnosticCode::ChunkRejoined,
                         "a JSON chunk was split over several SSE events; they were joined".to_string(),
                         Some(self.pending_at),
                     )));
@@ -1083,7 +1089,7 @@ impl ChatStream {
                 {
                     out.push(SourceEvent::Diagnostic(diagnostic(
                         Level::Warning,
-                        "chunk_fields_coerced",
+                        DiagnosticCode::ChunkFieldsCoerced,
                         format!("a chunk has fields of unexpected types ({e}): {}", notes.join("; ")),
                         Some(at),
                     )));
@@ -1092,8 +1098,8 @@ impl ChatStream {
                 }
                 self.stats.bad_chunks += 1;
                 let (code, what) = match serde_json::from_str::<serde::de::IgnoredAny>(data) {
-                    Ok(_) => ("unexpected_chunk_shape", "is JSON but not a chat-completion chunk"),
-                    Err(_) => ("invalid_chunk_json", "is not valid JSON"),
+                    Ok(_) => (DiagnosticCode::UnexpectedChunkShape, "is JSON but not a chat-completion chunk"),
+                    Err(_) => (DiagnosticCode::InvalidChunkJson, "is not valid JSON"),
                 };
                 out.push(SourceEvent::Diagnostic(diagnostic(
                     Level::Error,
@@ -1114,7 +1120,7 @@ impl ChatStream {
         let pending = std::mem::take(&mut self.pending);
         out.push(SourceEvent::Diagnostic(diagnostic(
             Level::Error,
-            "invalid_chunk_json",
+            DiagnosticCode::InvalidChunkJson,
             format!(
                 "an SSE data payload is an unfinished JSON document and {why}; skipped it: {}",
                 excerpt(&pending, 200)
@@ -1237,7 +1243,7 @@ impl ChatStream {
             let text = serde_json::to_string(chunk).unwrap_or_default();
             out.push(SourceEvent::Diagnostic(diagnostic(
                 Level::Warning,
-                "unrecognized_chunk",
+                DiagnosticCode::UnrecognizedChunk,
                 format!(
                     "a chunk has no choices, usage or error and is of no known dialect; skipped it: {}",
                     excerpt(&text, 200)
@@ -1286,7 +1292,7 @@ impl ChatStream {
                 self.noted_choice_limit = true;
                 out.push(SourceEvent::Diagnostic(diagnostic(
                     Level::Error,
-                    "too_many_choices",
+                    DiagnosticCode::TooManyChoices,
                     format!(
                         "the stream has more than {} choices; data of choice {index} and further new choices is dropped",
                         self.shared.options.max_choices
@@ -1353,7 +1359,7 @@ impl ChatStream {
             let pending = std::mem::take(&mut self.pending);
             out.push(SourceEvent::Diagnostic(diagnostic(
                 Level::Error,
-                "truncated_chunk",
+                DiagnosticCode::TruncatedChunk,
                 format!("the stream ended inside a JSON chunk; its text was not read: {}", excerpt(&pending, 200)),
                 Some(self.pending_at),
             )));
@@ -1391,7 +1397,7 @@ impl ChatStream {
                     } else {
                         out.push(SourceEvent::Diagnostic(diagnostic(
                             Level::Warning,
-                            "no_finish_reason",
+                            DiagnosticCode::NoFinishReason,
                             format!("choice {} ended without a finish_reason", c.index),
                             None,
                         )));
@@ -1464,7 +1470,7 @@ impl ChoiceOps<'_, '_> {
     }
 
     /// A diagnostic about this choice.
-    pub(super) fn diagnostic(&mut self, level: Level, code: &str, message: String) {
+    pub(super) fn diagnostic(&mut self, level: Level, code: DiagnosticCode, message: String) {
         let d = diagnostic(level, code, message, None);
         self.out.push(Channel::Content, Event::Diagnostic(d));
     }

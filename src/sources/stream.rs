@@ -34,6 +34,7 @@ use super::chunk::ChatChunk;
 use super::events::SourceEvent;
 use super::model::{ChatStream, Framing, StreamOptions};
 use super::tap::StreamTap;
+use crate::event::DiagnosticCode;
 use crate::event::{Diagnostic, Level};
 use bytes::Bytes;
 use futures::Stream;
@@ -175,7 +176,7 @@ impl EventStream {
                     *buf = Vec::new();
                     self.queue.push_back(SourceEvent::Diagnostic(Diagnostic {
                         level: Level::Error,
-                        code: "response_too_large".into(),
+                        code: DiagnosticCode::ResponseTooLarge,
                         tag: None,
                         element: None,
                         at: None,
@@ -229,7 +230,7 @@ pub(crate) fn read_response(stream: &mut ChatStream, body: &[u8], out: &mut Vec<
             let text = String::from_utf8_lossy(body);
             out.push(SourceEvent::Diagnostic(Diagnostic {
                 level: Level::Error,
-                code: "invalid_response_json".into(),
+                code: DiagnosticCode::InvalidResponseJson,
                 tag: None,
                 element: None,
                 at: None,

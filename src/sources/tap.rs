@@ -28,6 +28,7 @@ use super::chunk::{ChatChunk, Choice, Content, Delta, Nullable};
 use super::events::SourceEvent;
 use super::model::{ChatStream, StreamOptions};
 use super::sse::{SseDecoder, SseFault, SseItem};
+use crate::event::DiagnosticCode;
 use crate::event::{Diagnostic, Level};
 
 /// One SSE item with what it produced (see [`StreamTap::feed_frames`]).
@@ -226,7 +227,7 @@ impl StreamTap {
             SseItem::Unterminated(e) => {
                 out.push(SourceEvent::Diagnostic(Diagnostic {
                     level: Level::Warning,
-                    code: "sse_unterminated_event".into(),
+                    code: DiagnosticCode::SseUnterminatedEvent,
                     tag: None,
                     element: None,
                     at: Some(e.at),
@@ -238,15 +239,15 @@ impl StreamTap {
             SseItem::Comment { .. } => None,
             SseItem::Fault(fault) => {
                 let (level, code) = match fault {
-                    SseFault::LineTooLong { .. } => (Level::Error, "sse_line_too_long"),
-                    SseFault::EventTooLarge { .. } => (Level::Error, "sse_event_too_large"),
-                    SseFault::InvalidUtf8 { .. } => (Level::Warning, "sse_invalid_utf8"),
+                    SseFault::LineTooLong { .. } => (Level::Error, DiagnosticCode::SseLineTooLong),
+                    SseFault::EventTooLarge { .. } => (Level::Error, DiagnosticCode::SseEventTooLarge),
+                    SseFault::InvalidUtf8 { .. } => (Level::Warning, DiagnosticCode::SseInvalidUtf8),
                     SseFault::IgnoredField { .. } => {
                         self.ignored_fields += 1;
                         if self.ignored_fields > 3 {
                             return None;
                         }
-                        (Level::Warning, "sse_ignored_field")
+                        (Level::Warning, DiagnosticCode::SseIgnoredField)
                     }
                 };
                 let at = match fault {
@@ -257,7 +258,7 @@ impl StreamTap {
                 };
                 out.push(SourceEvent::Diagnostic(Diagnostic {
                     level,
-                    code: code.into(),
+                    code,
                     tag: None,
                     element: None,
                     at,

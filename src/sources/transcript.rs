@@ -34,6 +34,7 @@ use super::events::{Channel, SourceEvent};
 use super::model::excerpt;
 use super::model::{ChatStream, Framing, StreamOptions};
 use super::tap::StreamTap;
+use crate::event::DiagnosticCode;
 use crate::event::Event;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -543,7 +544,7 @@ fn check_choice(events: &[&Event], expected: &str) -> CheckResult {
                     pieces.push(Piece { start: span.start, end: span.end, element: None });
                 }
             }
-            Event::Diagnostic(d) if d.code == "data_after_finish" => late = true,
+            Event::Diagnostic(d) if d.code == DiagnosticCode::DataAfterFinish => late = true,
             Event::Element(el) => {
                 if el.truncated {
                     return CheckResult::Skipped("an element was cut at the size limit".into());

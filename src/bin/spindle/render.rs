@@ -124,7 +124,7 @@ impl Renderer {
         match event {
             Event::Element(e) => *c.elements.entry(e.tag.to_string()).or_default() += 1,
             Event::Repair(r) => *c.repairs.entry(r.kind.as_str()).or_default() += 1,
-            Event::Diagnostic(d) => *c.diagnostics.entry(d.code.clone()).or_default() += 1,
+            Event::Diagnostic(d) => *c.diagnostics.entry(d.code.to_string()).or_default() += 1,
             Event::Delta(_) => c.deltas += 1,
             Event::Comment(_) => c.comments += 1,
             _ => {}

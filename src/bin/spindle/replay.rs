@@ -112,10 +112,10 @@ impl Totals {
                 SourceEvent::Choice(c) => match &c.event {
                     Event::Element(el) => *self.elements.entry(el.tag.to_string()).or_default() += 1,
                     Event::Repair(r) => *self.repairs.entry(r.kind.as_str()).or_default() += 1,
-                    Event::Diagnostic(d) => *self.diagnostics.entry(d.code.clone()).or_default() += 1,
+                    Event::Diagnostic(d) => *self.diagnostics.entry(d.code.to_string()).or_default() += 1,
                     _ => {}
                 },
-                SourceEvent::Diagnostic(d) => *self.diagnostics.entry(d.code.clone()).or_default() += 1,
+                SourceEvent::Diagnostic(d) => *self.diagnostics.entry(d.code.to_string()).or_default() += 1,
                 SourceEvent::Truncated { why, .. } => {
                     if !truncated {
                         *self.truncated_why.entry(why.as_str()).or_default() += 1;

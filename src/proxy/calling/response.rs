@@ -8,6 +8,7 @@
 
 use super::InvalidCalls;
 use crate::calls::{CallFormat, ToolCall, ToolCatalog, call_of};
+use crate::event::DiagnosticCode;
 use crate::event::{Event, RepairKind};
 use crate::registry::{BodyKind, Registry};
 use crate::sources::{FinishReason, FunctionDelta, Nullable, SourceEvent, ToolCallDelta};
@@ -117,7 +118,7 @@ impl CallConverter {
             let Some(ce) = event.as_choice_event() else { continue };
             let choice = ce.choice;
             match &ce.event {
-                Event::Diagnostic(d) if d.code == "call_in_code_block" => {
+                Event::Diagnostic(d) if d.code == DiagnosticCode::CallInCodeBlock => {
                     if let Some(id) = d.element {
                         self.state(choice).slots.push((id, Slot::Example));
                     }
