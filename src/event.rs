@@ -4,7 +4,7 @@
 //! may be added.
 //!
 //! This module owns the shapes only; which events are emitted and when is
-//! [`crate::machine`]'s business, and payloads are filled in by
+//! the state machine (`machine`)'s business, and payloads are filled in by
 //! [`crate::payload`].
 
 use crate::scan::Span;

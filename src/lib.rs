@@ -70,7 +70,7 @@
 //! | tool calls written as TAM, ACTION or ATTP | [`calls`] (payloads arrive on the element events) |
 //! | only the tokens (tags, text runs), no structure | [`scan::Scanner`] |
 //!
-//! The core ([`scan`], [`machine`], [`payload`]) is synchronous and owns no
+//! The core ([`scan`], the state machine behind [`Parser`], [`payload`]) is synchronous and owns no
 //! I/O; everything async is built on top of it, so the core runs the same in
 //! a proxy, a CLI, a test or a benchmark.
 //!
@@ -78,7 +78,7 @@
 //!
 //! The default, `cli`, turns on everything (the `spindle` binary and every
 //! layer). With `default-features = false` the crate is the sans-IO core
-//! alone: [`scan`], [`machine`], [`registry`], [`payload`], [`calls`],
+//! alone: [`scan`], [`Parser`], [`registry`], [`payload`], [`calls`],
 //! [`state`] and [`event`], with no async runtime and no HTTP crate. Add the
 //! layers you need:
 //!
@@ -118,7 +118,7 @@ mod chain;
 #[doc(hidden)]
 pub mod check;
 pub mod event;
-pub mod machine;
+mod machine;
 #[cfg(feature = "mock")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mock")))]
 pub mod mock;
@@ -144,6 +144,7 @@ pub mod state;
 pub mod tools;
 
 pub use event::Event;
+pub use machine::MachineLimits;
 pub use parser::{CallText, Parser, ParserOptions, parse};
 pub use registry::Registry;
 

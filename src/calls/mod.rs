@@ -4,7 +4,7 @@
 //!
 //! This module owns the reading of a *completed* call element's text and
 //! the checking of the call against tool definitions. It must not decide
-//! where a block starts or ends (that is [`crate::machine`]'s, driven by the
+//! where a block starts or ends (that is the state machine (`machine`)'s, driven by the
 //! `tam`, `action` and `attp` profiles of [`crate::registry`]), and it runs
 //! no tool: a checked call goes to a handler.
 //!

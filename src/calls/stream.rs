@@ -5,7 +5,7 @@
 //! order, as OpenAI's `function.arguments` deltas carry them.
 //!
 //! This module owns the incremental reading of one body. It must not decide
-//! where the element starts or ends (that is [`crate::machine`]'s), and it is
+//! where the element starts or ends (that is the state machine (`machine`)'s), and it is
 //! not the authority on what the call says: the element's payload, read from
 //! the whole text with every leniency, is. [`ArgumentStream::finish`]
 //! reconciles the two and says when they differ.

@@ -168,7 +168,7 @@ enum TextTarget {
 /// The machine. Create it with a registry; feed it tokens through
 /// [`TokenSink`]; collect events with [`Machine::drain`].
 #[derive(Debug)]
-pub struct Machine {
+pub(crate) struct Machine {
     registry: Arc<Registry>,
     /// Canonical names, one per tag, shared by all events.
     names: Vec<TagName>,
@@ -202,7 +202,7 @@ enum CallOmit {
 
 impl Machine {
     /// A machine for one response.
-    pub fn new(registry: Arc<Registry>, limits: MachineLimits) -> Machine {
+    pub(crate) fn new(registry: Arc<Registry>, limits: MachineLimits) -> Machine {
         let names = registry.tags().iter().map(|t| TagName::from(t.name.as_str())).collect();
         let n = registry.tags().len();
         let fence = if registry.tags().iter().any(|t| is_call_block(t.body)) {
@@ -230,7 +230,7 @@ impl Machine {
 
     /// Leaves tool-call elements (and the fences around them) out of the
     /// corrected text ([`crate::CallText::Omit`]).
-    pub fn omit_calls(&mut self) {
+    pub(crate) fn omit_calls(&mut self) {
         self.call_omit = CallOmit::Idle;
     }
 
@@ -241,24 +241,24 @@ impl Machine {
 
     /// Also produce the corrected text (`--format rewrite`), collected with
     /// [`Machine::take_rewrite`].
-    pub fn enable_rewrite(&mut self) {
+    pub(crate) fn enable_rewrite(&mut self) {
         self.rewrite = Some(Rewrite::default());
     }
 
     /// Corrected text that is final so far.
-    pub fn take_rewrite(&mut self) -> Vec<u8> {
+    pub(crate) fn take_rewrite(&mut self) -> Vec<u8> {
         self.rewrite.as_mut().map(Rewrite::take).unwrap_or_default()
     }
 
     /// Moves the events produced so far into `out`. Text that may still
     /// continue in the next chunk (an unfinished UTF-8 character) stays.
-    pub fn drain(&mut self, out: &mut Vec<Event>) {
+    pub(crate) fn drain(&mut self, out: &mut Vec<Event>) {
         self.flush_text(false);
         out.append(&mut self.events);
     }
 
     /// Bytes held for pending decisions, for memory accounting in tests.
-    pub fn held_bytes(&self) -> usize {
+    pub(crate) fn held_bytes(&self) -> usize {
         let el = match &self.state {
             State::Open(el) | State::CloseHeld(el, _) | State::VoidOpen(el, _) => el.text.capacity(),
             _ => 0,
@@ -999,7 +999,7 @@ impl Machine {
     }
 
     /// Ends the input at offset `end`.
-    pub fn finish(&mut self, end: usize) {
+    pub(crate) fn finish(&mut self, end: usize) {
         self.settle_fence(None);
         // A pending void element ends first: the text it held may open an
         // element that the end of input must then close.

@@ -3,7 +3,7 @@
 //! This module owns the byte-level grammar of markers (tags, comments,
 //! CDATA sections, `<|[NAME]|>` special markers) and nothing else. It does
 //! not know which tags matter: deciding what a tag *means* belongs to
-//! [`crate::machine`], which receives every [`Token`] through a
+//! the state machine (`machine`), which receives every [`Token`] through a
 //! [`TokenSink`]. It must not allocate per byte, must not look back at text
 //! it has already released, and must never hold more than one unfinished
 //! marker (bounded by [`ScanLimits`]).

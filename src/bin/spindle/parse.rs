@@ -34,7 +34,7 @@ pub(crate) struct ParseArgs {
     #[arg(long, value_name = "N")]
     pub(crate) chunk_size: Option<usize>,
     /// Largest element text kept in an element event, in bytes.
-    #[arg(long, value_name = "BYTES", default_value_t = spindle::machine::MachineLimits::default().max_element_len)]
+    #[arg(long, value_name = "BYTES", default_value_t = spindle::MachineLimits::default().max_element_len)]
     pub(crate) max_element: usize,
     /// Longest tag or special marker, in bytes.
     #[arg(long, value_name = "BYTES", default_value_t = spindle::scan::ScanLimits::default().max_marker_len)]

@@ -49,7 +49,7 @@ pub(crate) struct ReplayArgs {
     #[arg(long, value_name = "N")]
     pub(crate) read_size: Option<usize>,
     /// Largest element text kept in an element event, in bytes.
-    #[arg(long, value_name = "BYTES", default_value_t = spindle::machine::MachineLimits::default().max_element_len)]
+    #[arg(long, value_name = "BYTES", default_value_t = spindle::MachineLimits::default().max_element_len)]
     pub(crate) max_element: usize,
 }
 
