@@ -78,7 +78,7 @@ mod variable;
 
 use crate::event::DiagnosticCode;
 use crate::event::{Delta, Diagnostic, Element, Event, Level, Repair, RepairKind};
-use crate::registry::{BodyKind, Registry, TagSpec};
+use crate::registry::{BodyKind, Registry, TagId, TagSpec};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -292,6 +292,8 @@ impl Kept {
 /// Per-element state kept between `open` and `element`.
 #[derive(Debug)]
 struct OpenState {
+    /// The element's tag, looked up once when it opened.
+    tag: Option<TagId>,
     body: BodyState,
     /// Bodies of the element's comments, in order.
     comments: Vec<String>,
@@ -342,14 +344,10 @@ impl Stage {
             self.calls.observe(&event);
             match event {
                 Event::Open(o) => {
-                    let attp = self
-                        .registry
-                        .lookup(o.tag.as_bytes())
-                        .is_some_and(|id| self.registry.tag(id).body == BodyKind::Attp);
-                    let json = self
-                        .registry
-                        .lookup(o.tag.as_bytes())
-                        .is_some_and(|id| self.registry.tag(id).body == BodyKind::Json);
+                    let tag = self.registry.lookup(o.tag.as_bytes());
+                    let kind = tag.map(|id| self.registry.tag(id).body);
+                    let attp = kind == Some(BodyKind::Attp);
+                    let json = kind == Some(BodyKind::Json);
                     let body = if attp {
                         BodyState::Attp(Box::default())
                     } else if json && is_call_tag(&o.tag) {
@@ -367,7 +365,7 @@ impl Stage {
                     } else {
                         BodyState::Plain
                     };
-                    self.open.insert(o.id, OpenState { body, comments: Vec::new() });
+                    self.open.insert(o.id, OpenState { tag, body, comments: Vec::new() });
                     out.push(Event::Open(o));
                 }
                 Event::Delta(d) => match self.open.get_mut(&d.id).map(|s| &mut s.body) {
@@ -443,6 +441,13 @@ impl Stage {
                 out.push(Event::Delta(Delta { id: el.id, tag: THOUGHT.into(), text }));
             }
         }
+        // The tag as looked up when the element opened (by name only for an
+        // element that never had an open).
+        let tag_id = match &state {
+            Some(s) => s.tag,
+            None => self.registry.lookup(el.tag.as_bytes()),
+        };
+        let spec = tag_id.map(|id| self.registry.tag(id));
         let mut payload = if let Some(call) = self.calls.payload(&el) {
             call
         } else if self.is_content(&el.tag) {
@@ -452,7 +457,7 @@ impl Stage {
             };
             content_payload(&el, body, comments, out)
         } else {
-            match self.registry.tags().iter().find(|t| *t.name == *el.tag) {
+            match spec {
                 Some(spec) => element_payload(spec, &el),
                 None => Payload::none(),
             }
@@ -479,8 +484,7 @@ impl Stage {
         }
         let id = el.id;
         let tag = el.tag.clone();
-        let fallback = payload.failed
-            && self.registry.tags().iter().find(|t| *t.name == *el.tag).is_some_and(|spec| spec.fallback_to_content);
+        let fallback = payload.failed && spec.is_some_and(|spec| spec.fallback_to_content);
         let repair = fallback.then(|| Repair {
             kind: RepairKind::FallbackToContent,
             tag: Some(tag.clone()),
