@@ -200,29 +200,68 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
 }
 
 /// Everything that is not `/healthz` or `/metrics`.
+/// Phase 1, admit: only `/v1/*` is proxied, nothing new while shutting
+/// down, at most `max_streams` in flight. The permit lives as long as the
+/// response.
+fn admit(app: &App, path: &str) -> Result<tokio::sync::OwnedSemaphorePermit, ProxyError> {
+    if path != "/v1" && !path.starts_with("/v1/") {
+        return Err(ProxyError::new(
+            ProxyErrorKind::NotFound,
+            format!("spindle proxies /v1/* to the upstream; {path} is not proxied (local: /healthz, /metrics)"),
+        ));
+    }
+    if app.stopping.is_cancelled() {
+        app.metrics.rejected();
+        return Err(ProxyError::new(ProxyErrorKind::ShuttingDown, "the proxy is shutting down"));
+    }
+    app.limit.clone().try_acquire_owned().map_err(|_| {
+        app.metrics.rejected();
+        let limit = app.config.max_streams;
+        ProxyError::new(
+            ProxyErrorKind::Overloaded { limit },
+            format!("more than {limit} requests in flight; retry shortly"),
+        )
+    })
+}
+
+/// Phase 2, the upstream request's headers: the end-to-end headers of the
+/// client's request, the configured key when the client sent none, and
+/// `Accept-Encoding: identity` for the bodies the proxy reads.
+fn upstream_headers(app: &App, client: &HeaderMap, buffered: bool, endpoint: Endpoint) -> HeaderMap {
+    let mut headers = end_to_end(client);
+    headers.remove(header::EXPECT);
+    if buffered {
+        headers.remove(header::CONTENT_LENGTH);
+    }
+    if let Some(key) = &app.config.upstream_api_key
+        && !headers.contains_key(header::AUTHORIZATION)
+        && let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {}", key.expose()))
+    {
+        value.set_sensitive(true);
+        headers.insert(header::AUTHORIZATION, value);
+    }
+    if endpoint.is_model() {
+        // The proxy reads these bodies; ask for them uncompressed (and it
+        // never compresses what it sends on).
+        headers.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+    }
+    headers
+}
+
+/// One proxied request, in phases: admit ([`admit`]); read the body (model
+/// endpoints: buffered, tool calling prepared, or handed to the agent loop);
+/// build the upstream request ([`upstream_headers`], the trace span); wait
+/// for the response head and its first byte; choose the mode (pass-through
+/// or rewrite of SSE, whole JSON, opaque); relay in the pump
+/// ([`super::pump`]), which finishes the metrics, sinks, trace and
+/// inspector entry.
 async fn forward(State(app): State<Arc<App>>, request: Request) -> Response {
     let id = app.next_id.fetch_add(1, Ordering::Relaxed);
     let (parts, body) = request.into_parts();
     let path = parts.uri.path().to_string();
-    if path != "/v1" && !path.starts_with("/v1/") {
-        let err = ProxyError::new(
-            ProxyErrorKind::NotFound,
-            format!("spindle proxies /v1/* to the upstream; {path} is not proxied (local: /healthz, /metrics)"),
-        );
-        return error_response(&err);
-    }
-    if app.stopping.is_cancelled() {
-        app.metrics.rejected();
-        return error_response(&ProxyError::new(ProxyErrorKind::ShuttingDown, "the proxy is shutting down"));
-    }
-    let Ok(permit) = app.limit.clone().try_acquire_owned() else {
-        app.metrics.rejected();
-        let limit = app.config.max_streams;
-        let err = ProxyError::new(
-            ProxyErrorKind::Overloaded { limit },
-            format!("more than {limit} requests in flight; retry shortly"),
-        );
-        return error_response(&err);
+    let permit = match admit(&app, &path) {
+        Ok(permit) => permit,
+        Err(err) => return error_response(&err),
     };
     let request_gauge = app.metrics.request_active();
     let started = Instant::now();
@@ -283,23 +322,7 @@ async fn forward(State(app): State<Arc<App>>, request: Request) -> Response {
         }))
     };
 
-    let mut headers = end_to_end(&parts.headers);
-    headers.remove(header::EXPECT);
-    if buffered {
-        headers.remove(header::CONTENT_LENGTH);
-    }
-    if let Some(key) = &app.config.upstream_api_key
-        && !headers.contains_key(header::AUTHORIZATION)
-        && let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {}", key.expose()))
-    {
-        value.set_sensitive(true);
-        headers.insert(header::AUTHORIZATION, value);
-    }
-    if endpoint.is_model() {
-        // The proxy reads these bodies; ask for them uncompressed (and it
-        // never compresses what it sends on).
-        headers.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
-    }
+    let mut headers = upstream_headers(&app, &parts.headers, buffered, endpoint);
     // The request's span (with the `otel` feature and an endpoint): a
     // child of the client's traceparent; its own goes upstream.
     let mut trace = match (&app.telemetry, endpoint.is_model()) {
