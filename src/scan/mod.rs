@@ -528,7 +528,21 @@ impl Scanner {
         while i < chunk.len() {
             match self.state {
                 ScanState::Text => {
-                    let Some(lt) = memchr::memchr(b'<', &chunk[i..]) else {
+                    // The next `<` that can start a candidate. A `<` whose
+                    // next byte already fails (`<<`, `<3`) is text, as the
+                    // candidate machine would decide one byte later: it stays
+                    // in this text run instead of becoming a token of its own
+                    // (a flood of `<` is one text token, not one per byte).
+                    let mut from = i;
+                    let found = loop {
+                        let Some(off) = memchr::memchr(b'<', &chunk[from..]) else { break None };
+                        let at = from + off;
+                        match chunk.get(at + 1) {
+                            Some(&next) if matches!(step(Candidate::Lt, next), Step::Fail) => from = at + 1,
+                            _ => break Some(at - i),
+                        }
+                    };
+                    let Some(lt) = found else {
                         emit_text(sink, base + i, &chunk[i..]);
                         return;
                     };
