@@ -14,6 +14,14 @@
 //! * replay throughput: every transcript of `../shared/recorded/` through
 //!   `spindle::sources::transcript` (the stream model and parser), in MB/s.
 //!
+//! * CPU per chunk: the process CPU time (`/proc/self/stat`) of 32
+//!   streams of 64 chunks through the proxy minus the same streams direct,
+//!   per chunk, with chunks 20 ms apart (paced, as models send them) and
+//!   back to back: the proxy's fixed cost per wake-up shows as their ratio;
+//! * streams/s: 64-chunk streams, 64 at a time for 3 s, direct and through
+//!   the proxy (generator, mock and proxy share this process and its two
+//!   worker threads, so this is a floor of the proxy's own ceiling).
+//!
 //! Run: `cargo bench --bench proxy` (release). `PROXY_BENCH_PACE_MS`
 //! (default 2) sets the time between events.
 
@@ -85,6 +93,27 @@ async fn load_body(http: &reqwest::Client, base: &str, body: &serde_json::Value,
     }
     all.sort_by(f64::total_cmp);
     all
+}
+
+/// This process's CPU time (user + system), in seconds (Linux; 0 elsewhere).
+fn cpu_secs() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return 0.0 };
+    // Fields after the command name (which may hold spaces) start at ")".
+    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { return 0.0 };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15 (11 and 12 after the state).
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// `n` concurrent streams of `model` from `base`; the CPU seconds they cost
+/// this process and the events they carried.
+async fn cpu_of(http: &reqwest::Client, base: &str, model: &str, n: usize) -> (f64, usize) {
+    let body = serde_json::json!({"model": model, "stream": true, "messages": [{"role": "user", "content": "go"}]});
+    let before = cpu_secs();
+    let runs = (0..n).map(|_| stream_body(http, base, true, &body));
+    let events: usize = futures::future::join_all(runs).await.iter().map(|(d, _)| d.len()).sum();
+    (cpu_secs() - before, events)
 }
 
 fn pct(sorted: &[f64], p: f64) -> f64 {
@@ -214,6 +243,46 @@ fn main() {
         }
         let _ = plain.shutdown().await;
         let _ = tooled.shutdown().await;
+
+        // CPU per chunk, paced vs back to back, and streams/s, on a short
+        // transcript of about 64 chunks.
+        let words = "The keeper climbed the stairs and lit the lamp above the water tonight. ".repeat(12);
+        let short = format!("<content>{}</content>", words.trim_end());
+        let t = spindle::mock::Transcript::from_bytes("short".into(), "short.txt".into(), short.as_bytes())
+            .expect("a text transcript");
+        let slow = MockUpstream::new(vec![t.clone()]).with_pace(Duration::from_millis(20)).spawn("127.0.0.1:0").await.expect("mock");
+        let quick = MockUpstream::new(vec![t]).spawn("127.0.0.1:0").await.expect("mock");
+        let via_slow = ProxyServer::bind(config(slow.url()), "127.0.0.1:0").await.expect("proxy").spawn();
+        let via_quick = ProxyServer::bind(config(quick.url()), "127.0.0.1:0").await.expect("proxy").spawn();
+        let (via_slow, via_quick) = (format!("http://{}", via_slow.local_addr()), format!("http://{}", via_quick.local_addr()));
+        let _ = cpu_of(&http, &via_quick, "short", 8).await;
+        let (d_paced, n_paced) = cpu_of(&http, &slow.url(), "short", 32).await;
+        let (p_paced, _) = cpu_of(&http, &via_slow, "short", 32).await;
+        let (d_fast, n_fast) = cpu_of(&http, &quick.url(), "short", 32).await;
+        let (p_fast, _) = cpu_of(&http, &via_quick, "short", 32).await;
+        let per = |p: f64, d: f64, n: usize| (p - d).max(0.0) / n.max(1) as f64 * 1e6;
+        let (paced_us, fast_us) = (per(p_paced, d_paced, n_paced), per(p_fast, d_fast, n_fast));
+        println!("\nCPU added by the proxy per chunk (32 streams of {} chunks): paced 20 ms {paced_us:.1} µs, back to back {fast_us:.1} µs, ratio {:.2}", n_fast / 32, paced_us / fast_us.max(0.001));
+        println!("streams/s, 64-chunk streams, 64 at a time for 3 s (generator, mock and proxy in this process):");
+        for (label, base) in [("direct", quick.url()), ("proxy", via_quick.clone())] {
+            let deadline = Instant::now() + Duration::from_secs(3);
+            let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let workers = (0..64).map(|_| {
+                let (http, base, done) = (http.clone(), base.clone(), done.clone());
+                async move {
+                    let body = serde_json::json!({"model": "short", "stream": true, "messages": [{"role": "user", "content": "go"}]});
+                    while Instant::now() < deadline {
+                        if stream_body(&http, &base, false, &body).await.1 > 0 {
+                            done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
+                }
+            });
+            let start = Instant::now();
+            futures::future::join_all(workers).await;
+            let n = done.load(std::sync::atomic::Ordering::Relaxed);
+            println!("  {label:<8} {:>8.0} streams/s", n as f64 / start.elapsed().as_secs_f64());
+        }
         let _ = proxy.shutdown().await;
         let _ = fast_proxy.shutdown().await;
     });
