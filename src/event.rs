@@ -31,9 +31,9 @@ pub enum Event {
     /// An element ended (explicitly, or synthetically by a repair).
     Close(Close),
     /// An element is complete: its whole inner text and its payload.
-    Element(Element),
+    Element(Box<Element>),
     /// The parser changed the structure it was given.
-    Repair(Repair),
+    Repair(Box<Repair>),
     /// Something worth knowing that changed nothing (missing tags, limits).
     Diagnostic(Diagnostic),
     /// An HTML comment `<!-- -->`, inside an element or between elements.

@@ -70,8 +70,6 @@ pub struct Parser {
     scanner: Scanner,
     machine: Machine,
     stage: Stage,
-    /// Machine events on their way through the stage (reused buffer).
-    staged: Vec<Event>,
 }
 
 impl Parser {
@@ -93,7 +91,6 @@ impl Parser {
             scanner: Scanner::new(options.scan),
             machine,
             stage: Stage::new(registry, options.machine.max_element_len),
-            staged: Vec::new(),
         }
     }
 
@@ -107,8 +104,7 @@ impl Parser {
     /// Like [`Parser::feed`], appending to `out` (no allocation per call).
     pub fn feed_into(&mut self, chunk: &[u8], out: &mut Vec<Event>) {
         self.scanner.feed(chunk, &mut self.machine);
-        self.machine.drain(&mut self.staged);
-        self.stage.process(self.staged.drain(..), out);
+        self.stage.process(self.machine.drain(), out);
     }
 
     /// Ends the input: closes what is open, settles pending decisions, and
@@ -126,9 +122,8 @@ impl Parser {
     pub fn finish_with_rewrite(mut self) -> (Vec<Event>, Vec<u8>) {
         self.scanner.finish(&mut self.machine);
         self.machine.finish(self.scanner.offset());
-        self.machine.drain(&mut self.staged);
         let mut out = Vec::new();
-        self.stage.process(self.staged.drain(..), &mut out);
+        self.stage.process(self.machine.drain(), &mut out);
         let rest = self.machine.take_rewrite();
         (out, rest)
     }

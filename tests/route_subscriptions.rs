@@ -173,7 +173,7 @@ async fn repair_diagnostic_and_comment_topics() {
     let want_repairs: Vec<_> = oracle
         .iter()
         .filter_map(|e| match e {
-            Event::Repair(r) => Some(r.clone()),
+            Event::Repair(r) => Some((**r).clone()),
             _ => None,
         })
         .collect();

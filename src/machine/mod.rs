@@ -252,9 +252,9 @@ impl Machine {
 
     /// Moves the events produced so far into `out`. Text that may still
     /// continue in the next chunk (an unfinished UTF-8 character) stays.
-    pub(crate) fn drain(&mut self, out: &mut Vec<Event>) {
+    pub(crate) fn drain(&mut self) -> std::vec::Drain<'_, Event> {
         self.flush_text(false);
-        out.append(&mut self.events);
+        self.events.drain(..)
     }
 
     /// Bytes held for pending decisions, for memory accounting in tests.
@@ -372,7 +372,7 @@ impl Machine {
         from: Option<String>,
     ) {
         let tag = tag.map(|t| self.name(t));
-        self.emit(Event::Repair(Repair { kind, tag, at, element, span, from, text: None }));
+        self.emit(Event::Repair(Box::new(Repair { kind, tag, at, element, span, from, text: None })));
     }
 
     fn diagnostic(&mut self, level: Level, code: DiagnosticCode, tag: Option<TagId>, message: &str) {
@@ -474,29 +474,37 @@ impl Machine {
     /// the limit), to its deltas (streaming bodies, or overflow), and to the
     /// rewrite.
     fn element_text(&mut self, el: &mut OpenElement, bytes: &[u8]) {
-        let body = self.registry.tag(el.tag).body;
-        let room = self.limits.max_element_len.saturating_sub(el.text.len());
-        let kept = bytes.len().min(room);
-        el.text.extend_from_slice(&bytes[..kept]);
-        if kept < bytes.len() && !el.truncated {
-            el.truncated = true;
-            let d = Diagnostic {
-                level: Level::Warning,
-                code: DiagnosticCode::ElementTooLarge,
-                tag: Some(self.name(el.tag)),
-                element: Some(el.id),
-                at: None,
-                message: format!(
-                    "element text passed the {}-byte limit; the element keeps the first part, the rest arrives as deltas",
-                    self.limits.max_element_len
-                ),
-            };
-            self.emit(Event::Diagnostic(d));
-        }
+        let kept = keep_text(self.limits, el, bytes);
+        self.text_kept(el.id, el.tag, bytes, kept);
+    }
+
+    /// The events of text added to an element: the diagnostic when the text
+    /// first passes the size limit (`Kept::Cut`), the delta, the rewrite.
+    fn text_kept(&mut self, id: u32, tag: TagId, bytes: &[u8], kept: Kept) {
+        let body = self.registry.tag(tag).body;
+        let kept = match kept {
+            Kept::All => bytes.len(),
+            Kept::Part(n) => n,
+            Kept::Cut(n) => {
+                let d = Diagnostic {
+                    level: Level::Warning,
+                    code: DiagnosticCode::ElementTooLarge,
+                    tag: Some(self.name(tag)),
+                    element: Some(id),
+                    at: None,
+                    message: format!(
+                        "element text passed the {}-byte limit; the element keeps the first part, the rest arrives as deltas",
+                        self.limits.max_element_len
+                    ),
+                };
+                self.emit(Event::Diagnostic(d));
+                n
+            }
+        };
         if body.machine_deltas() {
-            self.push_text(TextTarget::Delta { id: el.id, tag: el.tag }, bytes);
+            self.push_text(TextTarget::Delta { id, tag }, bytes);
         } else if kept < bytes.len() {
-            self.push_text(TextTarget::Delta { id: el.id, tag: el.tag }, &bytes[kept..]);
+            self.push_text(TextTarget::Delta { id, tag }, &bytes[kept..]);
         }
         self.rewrite_raw(bytes);
     }
@@ -540,7 +548,7 @@ impl Machine {
         };
         let tag = self.name(el.tag);
         self.emit(Event::Close(Close { id: el.id, tag: tag.clone(), synthetic, at: close_at }));
-        self.emit(Event::Element(Element {
+        self.emit(Event::Element(Box::new(Element {
             id: el.id,
             tag,
             raw_tag: el.raw_tag,
@@ -549,7 +557,7 @@ impl Machine {
             payload: serde_json::Value::Null,
             span: Span::new(el.start, end),
             truncated: el.truncated,
-        }));
+        })));
     }
 
     /// Ends `el` because something else begins at `at` (auto-close) or the
@@ -773,6 +781,13 @@ impl Machine {
     }
 
     fn on_text(&mut self, span: Span, bytes: &[u8]) {
+        if let State::Open(el) = &mut self.state {
+            // The common case, without moving the element out and back.
+            let (id, tag) = (el.id, el.tag);
+            let kept = keep_text(self.limits, el, bytes);
+            self.text_kept(id, tag, bytes, kept);
+            return;
+        }
         let state = std::mem::replace(&mut self.state, State::Between);
         match state {
             State::Open(mut el) => {
@@ -1154,7 +1169,7 @@ impl Machine {
                             _ => {}
                         }
                     }
-                    self.events.push(Event::Repair(Repair {
+                    self.events.push(Event::Repair(Box::new(Repair {
                         kind: RepairKind::Reclassified,
                         tag: Some(name),
                         at,
@@ -1162,7 +1177,7 @@ impl Machine {
                         span: None,
                         from,
                         text: None,
-                    }));
+                    })));
                 }
                 self.events.append(&mut queue);
             }
@@ -1377,6 +1392,31 @@ fn leading_space(bytes: &[u8]) -> usize {
 
 fn prefix_of(prefix: &[u8], name: &[u8]) -> bool {
     name.len() >= prefix.len() && name[..prefix.len()].eq_ignore_ascii_case(prefix)
+}
+
+/// How much of a piece of text an element kept (its size limit).
+#[derive(Debug, Clone, Copy)]
+enum Kept {
+    All,
+    /// The first bytes; the element was already cut before.
+    Part(usize),
+    /// The first bytes; the element passes its limit with this piece.
+    Cut(usize),
+}
+
+/// Adds text to an element's kept text, up to the size limit.
+fn keep_text(limits: MachineLimits, el: &mut OpenElement, bytes: &[u8]) -> Kept {
+    let room = limits.max_element_len.saturating_sub(el.text.len());
+    let kept = bytes.len().min(room);
+    el.text.extend_from_slice(&bytes[..kept]);
+    if kept == bytes.len() {
+        Kept::All
+    } else if el.truncated {
+        Kept::Part(kept)
+    } else {
+        el.truncated = true;
+        Kept::Cut(kept)
+    }
 }
 
 /// Decodes UTF-8; `Err` carries the lossy text when some bytes were invalid.

@@ -310,7 +310,19 @@ impl TagCloser {
 
     fn transform(&mut self, bytes: &[u8], out: &mut Vec<u8>) {
         out.reserve(bytes.len());
-        for &b in bytes {
+        let mut i = 0;
+        while i < bytes.len() {
+            if self.is_idle() {
+                // Text: only a `<` changes anything; copy up to it.
+                let run = memchr::memchr(b'<', &bytes[i..]).unwrap_or(bytes.len() - i);
+                out.extend_from_slice(&bytes[i..i + run]);
+                i += run;
+                if i == bytes.len() {
+                    break;
+                }
+            }
+            let b = bytes[i];
+            i += 1;
             let name_ends = matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b'\x0c' | b'/' | b'>' | b'<');
             if self.state == Pre::TagName && name_ends {
                 self.decide(out);
@@ -354,6 +366,11 @@ impl TagCloser {
             self.state = Pre::Text;
         }
         self.long_name = false;
+    }
+
+    /// In text, with nothing held: bytes other than `<` pass unchanged.
+    fn is_idle(&self) -> bool {
+        self.state == Pre::Text && self.pending.is_empty()
     }
 
     /// Releases a tag start still held at the end of the input.
@@ -615,10 +632,16 @@ impl Pass {
     }
 
     /// Feeds bytes; returns the allowlisted output so far.
-    fn write(&mut self, bytes: &[u8]) -> Vec<u8> {
+    fn write<'a>(&mut self, bytes: &'a [u8]) -> Cow<'a, [u8]> {
+        if matches!(self.rewriter, Rewriting::Waiting) && self.closer.is_idle() && memchr::memchr(b'<', bytes).is_none()
+        {
+            // No markup yet and none in these bytes: they pass as they are.
+            self.fed += bytes.len();
+            return Cow::Borrowed(bytes);
+        }
         let mut closed = Vec::new();
         self.closer.transform(bytes, &mut closed);
-        self.write_closed(&closed)
+        Cow::Owned(self.write_closed(&closed))
     }
 
     /// Feeds bytes that went through the [`TagCloser`].
@@ -874,7 +897,7 @@ impl HtmlFilter {
     /// Filters the next chunk of raw text; returns the filtered text that is
     /// certain so far (possibly empty).
     pub fn push(&mut self, chunk: &str) -> String {
-        let mut bytes = Vec::new();
+        let mut bytes = Vec::with_capacity(chunk.len());
         match &mut self.pass {
             Some(pass) if !self.degraded => {
                 let out = pass.write(chunk.as_bytes());
@@ -937,15 +960,26 @@ impl HtmlFilter {
     /// Turns output bytes into text, keeping an unfinished UTF-8 character
     /// for the next call.
     fn text(&mut self, bytes: Vec<u8>) -> String {
-        let mut all = std::mem::take(&mut self.tail);
-        all.extend_from_slice(&bytes);
-        let valid = match std::str::from_utf8(&all) {
-            Ok(_) => all.len(),
-            Err(e) if e.error_len().is_none() => e.valid_up_to(),
-            Err(_) => return String::from_utf8_lossy(&all).into_owned(),
+        let all = if self.tail.is_empty() {
+            bytes
+        } else {
+            let mut all = std::mem::take(&mut self.tail);
+            all.extend_from_slice(&bytes);
+            all
         };
-        self.tail = all.split_off(valid);
-        String::from_utf8(all).unwrap_or_default()
+        // One validation in the common case (whole characters).
+        match String::from_utf8(all) {
+            Ok(text) => text,
+            Err(e) => {
+                let error = e.utf8_error();
+                let mut all = e.into_bytes();
+                if error.error_len().is_some() {
+                    return String::from_utf8_lossy(&all).into_owned();
+                }
+                self.tail = all.split_off(error.valid_up_to());
+                String::from_utf8(all).unwrap_or_default()
+            }
+        }
     }
 }
 

@@ -80,7 +80,6 @@ use crate::event::DiagnosticCode;
 use crate::event::{Delta, Diagnostic, Element, Event, Level, Repair, RepairKind};
 use crate::registry::{BodyKind, Registry, TagId, TagSpec};
 use serde_json::{Value, json};
-use std::collections::HashMap;
 use std::sync::Arc;
 
 /// What a payload parser returns for one element.
@@ -303,7 +302,7 @@ struct OpenState {
 #[derive(Debug)]
 pub(crate) struct Stage {
     registry: Arc<Registry>,
-    open: HashMap<u32, OpenState>,
+    open: OpenStates,
     /// Context for tool-call payloads (the text before a call, repeated
     /// blocks, blocks cut off by the end of input).
     calls: crate::calls::CallTracker,
@@ -324,7 +323,7 @@ impl Stage {
         Stage {
             calls: crate::calls::CallTracker::new(registry.clone()),
             registry,
-            open: HashMap::new(),
+            open: OpenStates::default(),
             default_stream,
             max_element_len,
         }
@@ -433,7 +432,7 @@ impl Stage {
 
     /// Fills the payload of a completed element and emits it with its
     /// repairs and diagnostics.
-    fn element(&mut self, mut el: Element, out: &mut Vec<Event>) {
+    fn element(&mut self, mut el: Box<Element>, out: &mut Vec<Event>) {
         let mut state = self.open.remove(&el.id);
         if let Some(OpenState { body: BodyState::Attp(thought), .. }) = &mut state {
             let text = thought.finish();
@@ -496,7 +495,7 @@ impl Stage {
         });
         out.push(Event::Element(el));
         if let Some(r) = repair {
-            out.push(Event::Repair(r));
+            out.push(Event::Repair(Box::new(r)));
         }
         for mut d in payload.diagnostics {
             d.element.get_or_insert(id);
@@ -608,6 +607,28 @@ fn filament_payload(spec: &TagSpec, el: &Element) -> Payload {
         "details" => kinds::details(el),
         "status_bar" => kinds::status_bar(el),
         _ => kinds::custom(el, spec.body),
+    }
+}
+
+/// The state of each open element, by id. Few elements are open at once
+/// (one top-level element, in practice), so a vector searched from the
+/// newest end beats hashing the id on every delta.
+#[derive(Debug, Default)]
+struct OpenStates(Vec<(u32, OpenState)>);
+
+impl OpenStates {
+    fn insert(&mut self, id: u32, state: OpenState) {
+        self.remove(&id);
+        self.0.push((id, state));
+    }
+
+    fn get_mut(&mut self, id: &u32) -> Option<&mut OpenState> {
+        self.0.iter_mut().rev().find(|(k, _)| k == id).map(|(_, s)| s)
+    }
+
+    fn remove(&mut self, id: &u32) -> Option<OpenState> {
+        let at = self.0.iter().rposition(|(k, _)| k == id)?;
+        Some(self.0.remove(at).1)
     }
 }
 

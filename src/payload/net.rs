@@ -222,13 +222,24 @@ enum Decision {
 impl Net {
     /// Filters `bytes`, appending what is certain to `out`.
     pub(crate) fn push(&mut self, bytes: &[u8], out: &mut Vec<u8>) {
-        self.pending.extend_from_slice(bytes);
-        self.run(false, out);
+        if self.pending.is_empty() {
+            // The common case: nothing held, the input is read in place.
+            let used = self.run(bytes, false, out);
+            self.pending.extend_from_slice(&bytes[used..]);
+        } else {
+            let mut buf = std::mem::take(&mut self.pending);
+            buf.extend_from_slice(bytes);
+            let used = self.run(&buf, false, out);
+            buf.drain(..used);
+            self.pending = buf;
+        }
     }
 
     /// Flushes everything held.
     pub(crate) fn finish(&mut self, out: &mut Vec<u8>) {
-        self.run(true, out);
+        let buf = std::mem::take(&mut self.pending);
+        let used = self.run(&buf, true, out);
+        self.pending = buf[used..].to_vec();
     }
 
     /// Bytes held back.
@@ -236,11 +247,21 @@ impl Net {
         self.pending.len()
     }
 
-    fn run(&mut self, last: bool, out: &mut Vec<u8>) {
-        let buf = std::mem::take(&mut self.pending);
+    /// Filters `buf` into `out`; returns how many bytes it decided (the rest
+    /// is held for more input).
+    fn run(&mut self, buf: &[u8], last: bool, out: &mut Vec<u8>) -> usize {
         let mut i = 0;
         let mut copied = 0;
+        let mut specials = Specials::new(buf);
         while i < buf.len() {
+            // A decision other than `Pass` needs a special byte (or the end
+            // of the input) within `WINDOW` bytes: positions further from
+            // one pass without a look (the prose fast path).
+            let skip_to = specials.next(i).saturating_sub(WINDOW);
+            if skip_to > i {
+                i = skip_to;
+                continue;
+            }
             let b = buf[i];
             if !is_candidate(b) {
                 i += 1;
@@ -261,7 +282,7 @@ impl Net {
                     continue;
                 }
             }
-            let decision = if b == b'<' { check_tag(&buf[i..], last) } else { match_pattern(&buf, i, last) };
+            let decision = if b == b'<' { check_tag(&buf[i..], last) } else { match_pattern(buf, i, last) };
             match decision {
                 Decision::NeedMore => break,
                 Decision::Pass => i += 1,
@@ -299,7 +320,43 @@ impl Net {
         if i > 0 {
             self.last = buf.get(i - 1).copied();
         }
-        self.pending = buf[i..].to_vec();
+        i
+    }
+}
+
+/// Farthest a pattern match or a held tag start reaches from its first byte
+/// before it meets a special byte: a pattern holds at most `MAX_IGNORED`
+/// ignorables and, for `on<word>=`, a word of at most 40 characters, so any
+/// match reads a special byte (its last character, an entity's `&`, a
+/// tag's `<`) or the end of the input within fewer bytes than this.
+const WINDOW: usize = 128;
+const _: () = assert!(WINDOW > 2 + 40 + MAX_IGNORED + 1 && WINDOW > 11 + MAX_IGNORED);
+
+/// The next special byte of a buffer: `<` and `&` (tags, entities) and the
+/// last characters of the patterns (`:`, `(`, `=`), or the buffer's end.
+/// Each of the two searches is cached until it is passed, so finding the
+/// next special byte over a whole buffer is linear.
+struct Specials<'a> {
+    buf: &'a [u8],
+    markup: Option<usize>,
+    ends: Option<usize>,
+}
+
+impl<'a> Specials<'a> {
+    fn new(buf: &'a [u8]) -> Specials<'a> {
+        Specials { buf, markup: None, ends: None }
+    }
+
+    fn next(&mut self, from: usize) -> usize {
+        let len = self.buf.len();
+        let rest = self.buf.get(from..).unwrap_or_default();
+        if self.markup.is_none_or(|p| p < from) {
+            self.markup = Some(memchr::memchr2(b'<', b'&', rest).map_or(len, |p| p + from));
+        }
+        if self.ends.is_none_or(|p| p < from) {
+            self.ends = Some(memchr::memchr3(b':', b'(', b'=', rest).map_or(len, |p| p + from));
+        }
+        self.markup.unwrap_or(len).min(self.ends.unwrap_or(len))
     }
 }
 
@@ -685,6 +742,36 @@ mod tests {
         for (input, want) in table {
             for chunk in [usize::MAX, 1, 2, 3, 7] {
                 assert_eq!(&net(input, chunk), want, "{input:?} at chunk {chunk}");
+            }
+        }
+    }
+
+    /// The prose fast path skips positions far from a special byte: the
+    /// longest matches the net knows (40-letter handler names, 16 ignorables,
+    /// entities) still meet one within the window, at every distance from
+    /// the start of a long buffer and at every chunking.
+    #[test]
+    fn long_prose_around_patterns_is_filtered_like_short_input() {
+        let patterns: &[(&str, &str)] = &[
+            ("javascript:", "javascript&#8203;:"),
+            ("java\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\tscript:", "java\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\tscript&#8203;:"),
+            ("jav&#x61;script&colon;", "jav&#x61;script&#8203;&colon;"),
+            (
+                "onabcdefghijabcdefghijabcdefghijabcdefghij\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t=",
+                "onabcdefghijabcdefghijabcdefghijabcdefghij\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t&#8203;=",
+            ),
+            ("<xss>", "&lt;xss>"),
+            ("url(", "url&#8203;("),
+        ];
+        let filler = "The keeper counted the steps in the dark ";
+        for (pattern, want) in patterns {
+            for before in [0, 1, 63, 127, 128, 129, 300] {
+                let lead: String = filler.chars().cycle().take(before).collect();
+                let input = format!("{lead}{pattern}{}", filler.repeat(5));
+                let expected = format!("{lead}{want}{}", filler.repeat(5));
+                for chunk in [usize::MAX, 1, 4, 61, 128, 200] {
+                    assert_eq!(net(&input, chunk), expected, "{pattern:?} after {before} bytes at chunk {chunk}");
+                }
             }
         }
     }

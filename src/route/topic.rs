@@ -399,11 +399,11 @@ impl AnyPermit<'_> {
     pub(crate) fn send(self, event: &Event, element: &mut Option<Arc<Element>>) -> bool {
         match (self, event) {
             (AnyPermit::Element(p), Event::Element(e)) => {
-                let shared = element.get_or_insert_with(|| Arc::new(e.clone()));
+                let shared = element.get_or_insert_with(|| Arc::new((**e).clone()));
                 p.send(shared.clone());
             }
             (AnyPermit::Delta(p), Event::Delta(d)) => p.send(d.clone()),
-            (AnyPermit::Repair(p), Event::Repair(r)) => p.send(r.clone()),
+            (AnyPermit::Repair(p), Event::Repair(r)) => p.send((**r).clone()),
             (AnyPermit::Diagnostic(p), Event::Diagnostic(d)) => p.send(d.clone()),
             (AnyPermit::Comment(p), Event::Comment(c)) => p.send(c.clone()),
             (AnyPermit::Event(p), e) => p.send(e.clone()),

@@ -222,7 +222,7 @@ impl TextRun {
         out.push(self.channel, Event::Close(Close { id: run.id, tag: tag.clone(), synthetic: false, at: self.offset }));
         out.push(
             self.channel,
-            Event::Element(Element {
+            Event::Element(Box::new(Element {
                 id: run.id,
                 tag: tag.clone(),
                 raw_tag: run.raw_tag,
@@ -231,7 +231,7 @@ impl TextRun {
                 payload: Value::Null,
                 span: Span::new(run.start, self.offset),
                 truncated: run.truncated,
-            }),
+            })),
         );
     }
 }
@@ -533,7 +533,7 @@ impl ToolCalls {
         );
         out.push(
             Channel::ToolCalls,
-            Event::Element(Element {
+            Event::Element(Box::new(Element {
                 id: call.element,
                 tag: tag.clone(),
                 raw_tag: call.raw_tag.to_string(),
@@ -542,7 +542,7 @@ impl ToolCalls {
                 payload: Value::Object(payload),
                 span: Span::new(call.start, self.offset),
                 truncated: call.truncated,
-            }),
+            })),
         );
         for mut d in diagnostics {
             d.tag = Some(tag.clone());
