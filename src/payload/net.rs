@@ -257,7 +257,7 @@ impl Net {
             // A decision other than `Pass` needs a special byte (or the end
             // of the input) within `WINDOW` bytes: positions further from
             // one pass without a look (the prose fast path).
-            let skip_to = specials.next(i).saturating_sub(WINDOW);
+            let skip_to = specials.next(i);
             if skip_to > i {
                 i = skip_to;
                 continue;
@@ -324,39 +324,45 @@ impl Net {
     }
 }
 
-/// Farthest a pattern match or a held tag start reaches from its first byte
-/// before it meets a special byte: a pattern holds at most `MAX_IGNORED`
-/// ignorables and, for `on<word>=`, a word of at most 40 characters, so any
-/// match reads a special byte (its last character, an entity's `&`, a
-/// tag's `<`) or the end of the input within fewer bytes than this.
-const WINDOW: usize = 128;
+/// Farthest a pattern match reaches from its first byte before it meets a
+/// special byte: a pattern holds at most `MAX_IGNORED` ignorables and, for
+/// `on<word>=`, a word of at most 40 characters, so any match reads an
+/// entity's `&`, its last character (`:`, `(`, `=`) or the end of the input
+/// within fewer bytes than this. A `<` decides only at itself (no pattern
+/// holds one).
+const WINDOW: usize = 64;
 const _: () = assert!(WINDOW > 2 + 40 + MAX_IGNORED + 1 && WINDOW > 11 + MAX_IGNORED);
 
-/// The next special byte of a buffer: `<` and `&` (tags, entities) and the
-/// last characters of the patterns (`:`, `(`, `=`), or the buffer's end.
-/// Each of the two searches is cached until it is passed, so finding the
-/// next special byte over a whole buffer is linear.
+/// Where the next decision that may not be `Pass` can be, from any
+/// position: at the next `<`, or `WINDOW` bytes before the next `&`, `:`,
+/// `(`, `=` or the end of the buffer. Each search is cached until it is
+/// passed, so walking a whole buffer is linear.
 struct Specials<'a> {
     buf: &'a [u8],
-    markup: Option<usize>,
+    lt: Option<usize>,
+    amp: Option<usize>,
     ends: Option<usize>,
 }
 
 impl<'a> Specials<'a> {
     fn new(buf: &'a [u8]) -> Specials<'a> {
-        Specials { buf, markup: None, ends: None }
+        Specials { buf, lt: None, amp: None, ends: None }
     }
 
+    /// The first position at or after `from` that needs a look.
     fn next(&mut self, from: usize) -> usize {
-        let len = self.buf.len();
-        let rest = self.buf.get(from..).unwrap_or_default();
-        if self.markup.is_none_or(|p| p < from) {
-            self.markup = Some(memchr::memchr2(b'<', b'&', rest).map_or(len, |p| p + from));
-        }
-        if self.ends.is_none_or(|p| p < from) {
-            self.ends = Some(memchr::memchr3(b':', b'(', b'=', rest).map_or(len, |p| p + from));
-        }
-        self.markup.unwrap_or(len).min(self.ends.unwrap_or(len))
+        let buf = self.buf;
+        let len = buf.len();
+        let find = |cached: &mut Option<usize>, search: &dyn Fn(&[u8]) -> Option<usize>| {
+            if cached.is_none_or(|p| p < from) {
+                *cached = Some(search(buf.get(from..).unwrap_or_default()).map_or(len, |p| p + from));
+            }
+            cached.unwrap_or(len)
+        };
+        let lt = find(&mut self.lt, &|b| memchr::memchr(b'<', b));
+        let amp = find(&mut self.amp, &|b| memchr::memchr(b'&', b));
+        let ends = find(&mut self.ends, &|b| memchr::memchr3(b':', b'(', b'=', b));
+        lt.min(amp.min(ends).min(len).saturating_sub(WINDOW))
     }
 }
 
@@ -765,7 +771,7 @@ mod tests {
         ];
         let filler = "The keeper counted the steps in the dark ";
         for (pattern, want) in patterns {
-            for before in [0, 1, 63, 127, 128, 129, 300] {
+            for before in [0, 1, 63, 64, 65, 127, 128, 129, 300] {
                 let lead: String = filler.chars().cycle().take(before).collect();
                 let input = format!("{lead}{pattern}{}", filler.repeat(5));
                 let expected = format!("{lead}{want}{}", filler.repeat(5));
