@@ -9,6 +9,9 @@ use crate::registry::Registry;
 use crate::scan::{ScanLimits, Scanner};
 use std::sync::Arc;
 
+/// Largest piece of a chunk read before its events move on.
+const PIECE: usize = 16 * 1024;
+
 /// Limits and switches for a [`Parser`]. Every limit bounds memory; past a
 /// limit the parser degrades and says so in a `diagnostic` event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -103,7 +106,16 @@ impl Parser {
 
     /// Like [`Parser::feed`], appending to `out` (no allocation per call).
     pub fn feed_into(&mut self, chunk: &[u8], out: &mut Vec<Event>) {
-        self.scanner.feed(chunk, &mut self.machine);
+        // A large chunk is read in pieces, each piece's events passed on
+        // before the next: the machine's event buffer stays small and warm
+        // instead of growing to the whole chunk's events.
+        let mut pieces = chunk.chunks(PIECE).peekable();
+        while let Some(piece) = pieces.next() {
+            self.scanner.feed(piece, &mut self.machine);
+            if pieces.peek().is_some() {
+                self.stage.process(self.machine.drain_events(), out);
+            }
+        }
         self.stage.process(self.machine.drain(), out);
     }
 

@@ -257,6 +257,13 @@ impl Machine {
         self.events.drain(..)
     }
 
+    /// The events so far, keeping pending text for the next delta (between
+    /// pieces of one chunk, so a chunk gives the same deltas however it is
+    /// cut).
+    pub(crate) fn drain_events(&mut self) -> std::vec::Drain<'_, Event> {
+        self.events.drain(..)
+    }
+
     /// Bytes held for pending decisions, for memory accounting in tests.
     pub(crate) fn held_bytes(&self) -> usize {
         let el = match &self.state {

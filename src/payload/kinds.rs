@@ -6,7 +6,7 @@
 //! none of them sees other elements or changes structure.
 
 use super::tree::{self, ElementNode, Node};
-use super::{Payload, diag, read_json};
+use super::{Payload, diag, object, read_json};
 use crate::event::DiagnosticCode;
 use crate::event::{Element, Level};
 use crate::registry::BodyKind;
@@ -344,8 +344,12 @@ pub(crate) fn choice(el: &Element) -> Payload {
             "the <choice> element has no options",
         ));
     }
-    let options: Vec<Value> = options.into_iter().map(|(id, label)| json!({"id": id, "label": label})).collect();
-    out.value = json!({"prompt": prompt.filter(|p| !p.is_empty()), "options": options});
+    let options: Vec<Value> = options
+        .into_iter()
+        .map(|(id, label)| object([("id", Value::String(id)), ("label", Value::String(label))]))
+        .collect();
+    let prompt = prompt.filter(|p| !p.is_empty()).map_or(Value::Null, Value::String);
+    out.value = object([("prompt", prompt), ("options", Value::Array(options))]);
     out
 }
 
@@ -594,10 +598,10 @@ pub(crate) fn custom(el: &Element, body: BodyKind) -> Payload {
                     Err(failed) => return *failed,
                 }
             };
-            json!({"attrs": attrs, "value": value})
+            object([("attrs", Value::Object(attrs)), ("value", value)])
         }
-        BodyKind::Raw => json!({"attrs": attrs, "text": el.text}),
-        _ => json!({"attrs": attrs, "children": nodes_json(&tree::parse(&el.text))}),
+        BodyKind::Raw => object([("attrs", Value::Object(attrs)), ("text", Value::String(el.text.clone()))]),
+        _ => object([("attrs", Value::Object(attrs)), ("children", Value::Array(nodes_json(&tree::parse(&el.text))))]),
     };
     out
 }
@@ -612,7 +616,11 @@ fn nodes_json(nodes: &[Node]) -> Vec<Value> {
             Node::Element(e) => {
                 let attrs: Map<String, Value> =
                     e.attrs.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
-                Some(json!({"tag": e.name, "attrs": attrs, "children": nodes_json(&e.children)}))
+                Some(object([
+                    ("tag", Value::String(e.name.clone())),
+                    ("attrs", Value::Object(attrs)),
+                    ("children", Value::Array(nodes_json(&e.children))),
+                ]))
             }
         })
         .collect()

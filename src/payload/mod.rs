@@ -558,7 +558,8 @@ fn content_payload(el: &Element, body: BodyState, comments: Vec<String>, out: &m
             &format!("content HTML filtered: {}", report.summary()),
         ));
     }
-    let mut value = json!({"html": html, "comments": comments});
+    let comments = Value::Array(comments.into_iter().map(Value::String).collect());
+    let mut value = object([("html", Value::String(html)), ("comments", comments)]);
     if el.truncated
         && let Value::Object(map) = &mut value
     {
@@ -608,6 +609,13 @@ fn filament_payload(spec: &TagSpec, el: &Element) -> Payload {
         "status_bar" => kinds::status_bar(el),
         _ => kinds::custom(el, spec.body),
     }
+}
+
+/// A JSON object from owned values, in this key order. `json!` would
+/// serialize its arguments again (a deep copy of every nested value); this
+/// moves them.
+pub(crate) fn object<const N: usize>(pairs: [(&str, Value); N]) -> Value {
+    Value::Object(pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
 }
 
 /// The state of each open element, by id. Few elements are open at once

@@ -28,7 +28,7 @@
 //! expressions like `10 + 2`) are listed under `invalid`.
 
 use super::json::{self, Leniency};
-use super::{Payload, diag, extract_child, leniency_diagnostics};
+use super::{Payload, diag, extract_child, leniency_diagnostics, object};
 use crate::event::DiagnosticCode;
 use crate::event::{Diagnostic, Element, Level};
 use crate::state::{Op, OpCode, Path, Segment};
@@ -119,7 +119,7 @@ pub(crate) fn variable_update(el: &Element) -> Payload {
         }
     }
     invalid.sort_by_key(|v| v.get("index").and_then(Value::as_u64).unwrap_or(0));
-    out.value = json!({"analysis": analysis, "ops": ops, "invalid": invalid});
+    out.value = object([("analysis", json!(analysis)), ("ops", Value::Array(ops)), ("invalid", Value::Array(invalid))]);
     out
 }
 

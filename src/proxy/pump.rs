@@ -126,18 +126,20 @@ pub(crate) async fn pump(
             i.chunk(ctx.id, bytes.len());
         }
         match &mut mode {
-            Mode::Sse(relay) if !relay.rewrites() => {
-                // Forward first, parse after: parsing never delays a byte.
-                if let Some(now) = relay.forward(&bytes) {
-                    let len = now.len();
-                    if let Err(fail) = send(&app, &tx, Ok(now)).await {
-                        break 'run fail.into_stop();
+            Mode::Sse(relay) => match relay.as_mut() {
+                SseRelay::Pass(relay) => {
+                    // Forward first, parse after: parsing never delays a byte.
+                    if let Some(now) = relay.forward(&bytes) {
+                        let len = now.len();
+                        if let Err(fail) = send(&app, &tx, Ok(now)).await {
+                            break 'run fail.into_stop();
+                        }
+                        sent += len as u64;
                     }
-                    sent += len as u64;
+                    relay.observe(&bytes, &mut events);
                 }
-                relay.observe(&bytes, &mut events);
-            }
-            Mode::Sse(relay) => relay.feed(bytes, &mut out, &mut events),
+                SseRelay::Rewrite(relay) => relay.feed(bytes, &mut out, &mut events),
+            },
             Mode::Json { buf, limit, overflowed } => {
                 if !*overflowed {
                     if buf.len() + bytes.len() > *limit {

@@ -2,9 +2,10 @@
 //! parsed events out. Synchronous and I/O-free; the pump drives it.
 //!
 //! This module owns what the client receives for a stream: in pass-through
-//! mode every upstream read, unchanged, in the order it came; in rewrite
-//! mode one re-serialised event per upstream event, carrying the corrected
-//! content ([`crate::sources::TapFrame::rewritten_chunk`]). In both modes
+//! mode ([`PassRelay`]) every upstream read, unchanged, in the order it
+//! came; in rewrite mode ([`RewriteRelay`]) one re-serialised event per
+//! upstream event, carrying the corrected content
+//! ([`crate::sources::TapFrame::rewritten_chunk`]). In both modes
 //! it owns the ending (and, with tool calling, puts each frame's
 //! `tool_calls` into the chunk it re-serialises): a stream that breaks, stalls or (for chat
 //! completions) ends without `data: [DONE]` gets an in-band error event
@@ -36,7 +37,7 @@ use super::calling::response::{CallConverter, ChoiceCalls, assemble};
 use super::error::{ProxyError, ProxyErrorKind};
 use crate::sources::{
     ChatChunk, Choice, Content, Delta, ErrorOrigin, Nullable, SourceEvent, SseEvent, SseFault, SseItem, StreamOptions,
-    StreamTap, TapFrame,
+    StreamTap, TapEnd, TapFrame,
 };
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
@@ -69,34 +70,14 @@ pub(crate) const HOLD_LIMIT: usize = 64 * 1024;
 /// Fields of a chunk that every chunk of a stream repeats.
 const TEMPLATE_KEYS: [&str; 5] = ["id", "object", "created", "model", "system_fingerprint"];
 
-/// The relay of one SSE response.
+/// The relay of one SSE response: a [`PassRelay`] or a [`RewriteRelay`],
+/// chosen once when the response starts (the pump's "choose mode" phase).
 #[derive(Debug)]
-pub(crate) struct SseRelay {
-    tap: StreamTap,
-    rewrite: bool,
-    done_framing: bool,
-    done_seen: bool,
-    error_seen: bool,
-    /// Rewrite mode holds `[DONE]` back until the corrected tail is out.
-    held_done: bool,
-    /// The last bytes written to the client (pass-through), to find out
-    /// whether the stream stands between events.
-    tail: [u8; 4],
-    tail_len: usize,
-    template: Option<Map<String, Value>>,
-    last_id: String,
-    /// Corrected text that became final with an event that had no chunk.
-    carry: Vec<(u32, String)>,
-    /// Pass-through: the start of a line not yet ended (see `forward`).
-    held: Vec<u8>,
-    /// Pass-through: the held line passed the limit and streams as it comes.
-    long_line: bool,
-    frames: Vec<TapFrame>,
-    /// Tool calling: call elements become `tool_calls`.
-    calls: Option<CallConverter>,
-    /// Tool calls (and observations) of frames that had no chunk, for the
-    /// next chunk or the tail.
-    pending: Vec<ChoiceCalls>,
+pub(crate) enum SseRelay {
+    /// Every upstream read forwarded unchanged; events parsed on the side.
+    Pass(PassRelay),
+    /// Every upstream event re-serialised with the corrected content.
+    Rewrite(Box<RewriteRelay>),
 }
 
 impl SseRelay {
@@ -104,64 +85,174 @@ impl SseRelay {
     /// endpoint whose streams end with `[DONE]`.
     pub(crate) fn new(mut options: StreamOptions, rewrite: bool, done_framing: bool) -> SseRelay {
         options.parser.rewrite = rewrite;
-        SseRelay {
-            tap: StreamTap::new(options),
-            rewrite,
-            done_framing,
-            done_seen: false,
-            error_seen: false,
-            held_done: false,
-            tail: [0; 4],
-            tail_len: 0,
-            template: None,
-            last_id: String::new(),
-            carry: Vec::new(),
-            held: Vec::new(),
-            long_line: false,
-            frames: Vec::new(),
-            calls: None,
-            pending: Vec::new(),
+        let watch = Watch::new(options, done_framing);
+        if rewrite {
+            SseRelay::Rewrite(Box::new(RewriteRelay {
+                watch,
+                held_done: false,
+                template: None,
+                last_id: String::new(),
+                carry: Vec::new(),
+                frames: Vec::new(),
+                calls: None,
+                pending: Vec::new(),
+            }))
+        } else {
+            SseRelay::Pass(PassRelay { watch, tail: [0; 4], tail_len: 0, held: Vec::new(), long_line: false })
         }
     }
 
     /// Turns call elements into `tool_calls` (a rewriting relay whose
-    /// options leave call text out of the content).
+    /// options leave call text out of the content; a pass-through relay
+    /// changes no byte, so it has no calls to convert).
     pub(crate) fn with_calls(mut self, calls: Option<CallConverter>) -> SseRelay {
-        self.calls = calls;
+        if let SseRelay::Rewrite(r) = &mut self {
+            r.calls = calls;
+        }
         self
     }
 
     /// Feeds one upstream read: appends what the client gets to `out` and
     /// the parsed events to `events`.
+    #[cfg(test)]
     pub(crate) fn feed(&mut self, bytes: Bytes, out: &mut Vec<Bytes>, events: &mut Vec<SourceEvent>) {
-        if !self.rewrite {
-            if let Some(now) = self.forward(&bytes) {
-                out.push(now);
+        match self {
+            SseRelay::Pass(p) => {
+                if let Some(now) = p.forward(&bytes) {
+                    out.push(now);
+                }
+                p.observe(&bytes, events);
             }
-            self.observe(&bytes, events);
-            return;
-        }
-        let mut frames = std::mem::take(&mut self.frames);
-        self.tap.feed_frames(&bytes, &mut frames);
-        let mut buf = String::new();
-        for frame in frames.drain(..) {
-            // What follows `[DONE]` is not part of the stream (the stream
-            // model ignores it and reports it once): the rewrite leaves it
-            // out, so the client's stream still ends with `[DONE]`.
-            let after_done = self.done_seen;
-            self.scan(&frame.events);
-            if !after_done {
-                self.write_frame(&frame, &mut buf);
-            }
-            events.extend(frame.events);
-        }
-        self.frames = frames;
-        if !buf.is_empty() {
-            out.push(Bytes::from(buf));
+            SseRelay::Rewrite(r) => r.feed(bytes, out, events),
         }
     }
 
-    /// Pass-through: what of an upstream read goes to the client now.
+    /// Ends the stream: appends the last client bytes and events.
+    pub(crate) fn end(self, end: End, out: &mut Vec<Bytes>, events: &mut Vec<SourceEvent>) -> EndReport {
+        match self {
+            SseRelay::Pass(p) => p.end(end, out, events),
+            SseRelay::Rewrite(r) => r.end(end, out, events),
+        }
+    }
+
+    /// The `model` and `id` the response's chunks name.
+    pub(crate) fn response_model(&self) -> Option<(String, String)> {
+        self.watch().tap.stream().response_model().map(|(m, i)| (m.to_string(), i.to_string()))
+    }
+
+    /// Whether the upstream sent `[DONE]` so far.
+    pub(crate) fn done_seen(&self) -> bool {
+        self.watch().seen.done
+    }
+
+    fn watch(&self) -> &Watch {
+        match self {
+            SseRelay::Pass(p) => &p.watch,
+            SseRelay::Rewrite(r) => &r.watch,
+        }
+    }
+}
+
+/// What both relays keep: the parser over the stream and what the stream
+/// said about its own end.
+#[derive(Debug)]
+struct Watch {
+    tap: StreamTap,
+    seen: Seen,
+}
+
+/// What the stream said about its end so far.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    done_framing: bool,
+    done: bool,
+    error: bool,
+}
+
+impl Watch {
+    fn new(options: StreamOptions, done_framing: bool) -> Watch {
+        Watch { tap: StreamTap::new(options), seen: Seen { done_framing, done: false, error: false } }
+    }
+
+    fn scan(&mut self, events: &[SourceEvent]) {
+        for event in events {
+            match event {
+                SourceEvent::Done => self.seen.done = true,
+                SourceEvent::StreamError { origin: ErrorOrigin::InBand | ErrorOrigin::ErrorEvent, .. } => {
+                    self.seen.error = true;
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Ends the parse: the transport error (unless the stream was done) and
+    /// the last frames.
+    fn finish(mut self, end: &End, events: &mut Vec<SourceEvent>) -> (TapEnd, Seen) {
+        if let End::Error(err) = end
+            && !self.seen.done
+        {
+            self.tap.transport_error(err.message(), events);
+        }
+        (self.tap.finish_frames(), self.seen)
+    }
+}
+
+impl Seen {
+    /// The error event the client needs at the end, if any.
+    fn ending_error(self, end: End) -> Option<ProxyError> {
+        match end {
+            _ if self.done => None,
+            End::Error(err) => Some(err),
+            End::Eof if self.done_framing && !self.error => Some(ProxyError::new(
+                ProxyErrorKind::Truncated,
+                "the upstream ended the stream without data: [DONE]; the response is incomplete",
+            )),
+            End::Eof => None,
+        }
+    }
+
+    /// Writes the error event and `[DONE]` of the ending (`prefix` first
+    /// when one of them is written; `held_done`: a `[DONE]` held back).
+    fn write_ending(self, end: End, prefix: &str, held_done: bool, buf: &mut String) -> EndReport {
+        let mut report = EndReport { upstream_done: self.done, ..EndReport::default() };
+        let needs_done = !self.done && self.done_framing;
+        let error = self.ending_error(end);
+        if error.is_some() || needs_done {
+            buf.push_str(prefix);
+        }
+        if let Some(err) = error {
+            report.error_code = Some(err.code());
+            buf.push_str(&err.to_sse_event());
+        }
+        if held_done {
+            buf.push_str(DONE);
+        } else if needs_done {
+            report.added_done = true;
+            buf.push_str(DONE);
+        }
+        report
+    }
+}
+
+/// Pass-through: each upstream read goes to the client unchanged (but for
+/// an unfinished last line, held until its line end), and is parsed on the
+/// side after it was sent.
+#[derive(Debug)]
+pub(crate) struct PassRelay {
+    watch: Watch,
+    /// The last bytes written to the client, to find out whether the stream
+    /// stands between events.
+    tail: [u8; 4],
+    tail_len: usize,
+    /// The start of a line not yet ended (see `forward`).
+    held: Vec<u8>,
+    /// The held line passed the limit and streams as it comes.
+    long_line: bool,
+}
+
+impl PassRelay {
+    /// What of an upstream read goes to the client now.
     ///
     /// Everything up to the read's last line end, after the partial line
     /// held from before; the bytes after it (the start of a line) wait for
@@ -205,104 +296,24 @@ impl SseRelay {
         out.filter(|b| !b.is_empty())
     }
 
-    /// Pass-through: parses an upstream read on the side.
+    /// Parses an upstream read on the side.
     pub(crate) fn observe(&mut self, bytes: &[u8], events: &mut Vec<SourceEvent>) {
         let start = events.len();
-        self.tap.feed_into(bytes, events);
-        self.scan(&events[start..]);
+        self.watch.tap.feed_into(bytes, events);
+        self.watch.scan(&events[start..]);
     }
 
-    /// Ends the stream: appends the last client bytes and events.
-    pub(crate) fn end(self, end: End, out: &mut Vec<Bytes>, events: &mut Vec<SourceEvent>) -> EndReport {
-        let SseRelay {
-            mut tap,
-            rewrite,
-            done_framing,
-            done_seen,
-            error_seen,
-            held_done,
-            tail,
-            tail_len,
-            template,
-            mut carry,
-            mut calls,
-            mut pending,
-            ..
-        } = self;
-        let mut report = EndReport { upstream_done: done_seen, ..EndReport::default() };
-        if let End::Error(err) = &end
-            && !done_seen
-        {
-            tap.transport_error(err.message(), events);
-        }
-        let finished = tap.finish_frames();
-        if let Some(conv) = &mut calls {
-            let id = template.as_ref().and_then(|t| t.get("id")).and_then(Value::as_str).unwrap_or_default();
-            pending.extend(conv.convert(&finished.events, id));
-        }
+    /// Ends the stream: the error event and `[DONE]` the client still
+    /// needs, after a line end if the upstream stopped inside an event.
+    fn end(self, end: End, out: &mut Vec<Bytes>, events: &mut Vec<SourceEvent>) -> EndReport {
+        let (finished, seen) = self.watch.finish(&end, events);
         events.extend(finished.events);
         let mut buf = String::new();
-        if rewrite {
-            carry.extend(finished.rewrites);
-            let tail = merge(carry);
-            if !tail.is_empty() || !pending.is_empty() {
-                write_data(&mut buf, &tail_chunk(template.as_ref(), &tail, &pending));
-            }
-        }
-        let error = match end {
-            _ if done_seen => None,
-            End::Error(err) => Some(err),
-            End::Eof if done_framing && !error_seen => Some(ProxyError::new(
-                ProxyErrorKind::Truncated,
-                "the upstream ended the stream without data: [DONE]; the response is incomplete",
-            )),
-            End::Eof => None,
-        };
-        let needs_done = !done_seen && done_framing;
-        if (error.is_some() || needs_done) && !rewrite {
-            buf.push_str(boundary_prefix(&tail[..tail_len]));
-        }
-        if let Some(err) = error {
-            report.error_code = Some(err.code());
-            buf.push_str(&err.to_sse_event());
-        }
-        if held_done {
-            buf.push_str(DONE);
-        } else if needs_done {
-            report.added_done = true;
-            buf.push_str(DONE);
-        }
+        let report = seen.write_ending(end, boundary_prefix(&self.tail[..self.tail_len]), false, &mut buf);
         if !buf.is_empty() {
             out.push(Bytes::from(buf));
         }
         report
-    }
-
-    /// Whether the relay re-serialises events (rewrite mode).
-    pub(crate) fn rewrites(&self) -> bool {
-        self.rewrite
-    }
-
-    /// The `model` and `id` the response's chunks name.
-    pub(crate) fn response_model(&self) -> Option<(String, String)> {
-        self.tap.stream().response_model().map(|(m, i)| (m.to_string(), i.to_string()))
-    }
-
-    /// Whether the upstream sent `[DONE]` so far.
-    pub(crate) fn done_seen(&self) -> bool {
-        self.done_seen
-    }
-
-    fn scan(&mut self, events: &[SourceEvent]) {
-        for event in events {
-            match event {
-                SourceEvent::Done => self.done_seen = true,
-                SourceEvent::StreamError { origin: ErrorOrigin::InBand | ErrorOrigin::ErrorEvent, .. } => {
-                    self.error_seen = true;
-                }
-                _ => {}
-            }
-        }
     }
 
     fn remember_tail(&mut self, bytes: &[u8]) {
@@ -318,6 +329,73 @@ impl SseRelay {
         let keep = len.min(4);
         self.tail[..keep].copy_from_slice(&joined[len - keep..len]);
         self.tail_len = keep;
+    }
+}
+
+/// Rewrite: each upstream event re-serialised with the corrected content
+/// (and, with tool calling, the `tool_calls` its call elements make).
+#[derive(Debug)]
+pub(crate) struct RewriteRelay {
+    watch: Watch,
+    /// `[DONE]` held back until the corrected tail is out.
+    held_done: bool,
+    template: Option<Map<String, Value>>,
+    last_id: String,
+    /// Corrected text that became final with an event that had no chunk.
+    carry: Vec<(u32, String)>,
+    frames: Vec<TapFrame>,
+    /// Tool calling: call elements become `tool_calls`.
+    calls: Option<CallConverter>,
+    /// Tool calls (and observations) of frames that had no chunk, for the
+    /// next chunk or the tail.
+    pending: Vec<ChoiceCalls>,
+}
+
+impl RewriteRelay {
+    /// Feeds one upstream read: appends what the client gets to `out` and
+    /// the parsed events to `events`.
+    pub(crate) fn feed(&mut self, bytes: Bytes, out: &mut Vec<Bytes>, events: &mut Vec<SourceEvent>) {
+        let mut frames = std::mem::take(&mut self.frames);
+        self.watch.tap.feed_frames(&bytes, &mut frames);
+        let mut buf = String::new();
+        for frame in frames.drain(..) {
+            // What follows `[DONE]` is not part of the stream (the stream
+            // model ignores it and reports it once): the rewrite leaves it
+            // out, so the client's stream still ends with `[DONE]`.
+            let after_done = self.watch.seen.done;
+            self.watch.scan(&frame.events);
+            if !after_done {
+                self.write_frame(&frame, &mut buf);
+            }
+            events.extend(frame.events);
+        }
+        self.frames = frames;
+        if !buf.is_empty() {
+            out.push(Bytes::from(buf));
+        }
+    }
+
+    /// Ends the stream: the corrected tail (synthetic closes, last tool
+    /// calls) as one more chunk, then the error event and `[DONE]`.
+    fn end(mut self, end: End, out: &mut Vec<Bytes>, events: &mut Vec<SourceEvent>) -> EndReport {
+        let (finished, seen) = self.watch.finish(&end, events);
+        if let Some(conv) = &mut self.calls {
+            let id = self.template.as_ref().and_then(|t| t.get("id")).and_then(Value::as_str).unwrap_or_default();
+            self.pending.extend(conv.convert(&finished.events, id));
+        }
+        events.extend(finished.events);
+        let mut buf = String::new();
+        let mut carry = std::mem::take(&mut self.carry);
+        carry.extend(finished.rewrites);
+        let tail = merge(carry);
+        if !tail.is_empty() || !self.pending.is_empty() {
+            write_data(&mut buf, &tail_chunk(self.template.as_ref(), &tail, &self.pending));
+        }
+        let report = seen.write_ending(end, "", self.held_done, &mut buf);
+        if !buf.is_empty() {
+            out.push(Bytes::from(buf));
+        }
+        report
     }
 
     fn write_frame(&mut self, frame: &TapFrame, buf: &mut String) {
@@ -753,9 +831,16 @@ mod tests {
         }
     }
 
+    fn pass_relay() -> PassRelay {
+        match SseRelay::new(options(), false, true) {
+            SseRelay::Pass(p) => p,
+            SseRelay::Rewrite(_) => unreachable!("rewrite is off"),
+        }
+    }
+
     #[test]
     fn forward_holds_only_an_unfinished_line() {
-        let mut relay = SseRelay::new(options(), false, true);
+        let mut relay = pass_relay();
         let mut sent = Vec::new();
         for read in ["data: {\"a\":1}\n\ndata: {\"b", "\":2", "}\n", "\n", "data: x\r", "\n\r\n"] {
             sent.push(relay.forward(&Bytes::from(read)).map(|b| String::from_utf8_lossy(&b).into_owned()));
@@ -770,7 +855,7 @@ mod tests {
         ];
         assert_eq!(sent, want.map(|w| w.map(str::to_string)));
         // A line past the limit streams as it comes, in every read.
-        let mut relay = SseRelay::new(options(), false, true);
+        let mut relay = pass_relay();
         let big = "a".repeat(HOLD_LIMIT);
         assert!(relay.forward(&Bytes::from(format!("data: {big}"))).is_some_and(|b| b.len() > HOLD_LIMIT));
         assert_eq!(relay.forward(&Bytes::from("aaa")).as_deref(), Some(&b"aaa"[..]));
