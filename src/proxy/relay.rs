@@ -77,7 +77,7 @@ pub(crate) enum SseRelay {
     /// Every upstream read forwarded unchanged; events parsed on the side.
     Pass(PassRelay),
     /// Every upstream event re-serialised with the corrected content.
-    Rewrite(Box<RewriteRelay>),
+    Rewrite(RewriteRelay),
 }
 
 impl SseRelay {
@@ -87,7 +87,7 @@ impl SseRelay {
         options.parser.rewrite = rewrite;
         let watch = Watch::new(options, done_framing);
         if rewrite {
-            SseRelay::Rewrite(Box::new(RewriteRelay {
+            SseRelay::Rewrite(RewriteRelay {
                 watch,
                 held_done: false,
                 template: None,
@@ -96,7 +96,7 @@ impl SseRelay {
                 frames: Vec::new(),
                 calls: None,
                 pending: Vec::new(),
-            }))
+            })
         } else {
             SseRelay::Pass(PassRelay { watch, tail: [0; 4], tail_len: 0, held: Vec::new(), long_line: false })
         }
