@@ -70,6 +70,11 @@
 //! | tool calls written as TAM, ACTION or ATTP | [`calls`] (payloads arrive on the element events) |
 //! | only the tokens (tags, text runs), no structure | [`scan::Scanner`] |
 //!
+//! The types these layers hand you are re-exported at the crate root
+//! ([`Event`] and its parts, [`ToolCall`], [`ToolCatalog`], and with their
+//! features the router, source and tool-runner types); the modules hold
+//! the rest of each layer's surface.
+//!
 //! The core ([`scan`], the state machine behind [`Parser`], [`payload`]) is synchronous and owns no
 //! I/O; everything async is built on top of it, so the core runs the same in
 //! a proxy, a CLI, a test or a benchmark.
@@ -143,10 +148,24 @@ pub mod state;
 #[cfg_attr(docsrs, doc(cfg(feature = "tools")))]
 pub mod tools;
 
-pub use event::Event;
+// The facade: the types a user of each layer needs, at the crate root.
+pub use calls::{CallFormat, ToolCall, ToolCatalog, ToolDef};
+pub use event::{
+    AttrMap, CallDelta, Close, Comment, Delta, Diagnostic, DiagnosticCode, Element, Event, Gap, Level, Open, Repair,
+    RepairKind, TagName,
+};
 pub use machine::MachineLimits;
 pub use parser::{CallText, Parser, ParserOptions, parse};
 pub use registry::Registry;
+#[cfg(feature = "route")]
+pub use route::{Router, RouterOptions, SubscribeOptions, Subscription, Topic};
+pub use scan::{ScanLimits, Span};
+#[cfg(feature = "client")]
+pub use sources::ChatClient;
+#[cfg(feature = "sources")]
+pub use sources::{ChatStream, EventStream, SourceEvent, SseDecoder, StreamOptions, StreamTap};
+#[cfg(feature = "tools")]
+pub use tools::{Protocol, Runner, RunnerOptions, ToolResult};
 
 /// The README's Rust examples, compiled and run as doctests so that they
 /// cannot drift from the API.

@@ -135,6 +135,12 @@ pub(crate) async fn pump(
                             break 'run fail.into_stop();
                         }
                         sent += len as u64;
+                        // Let the client's connection task write these
+                        // bytes before this task parses them: woken on this
+                        // worker, it waits in its local slot until this
+                        // task yields, so parsing first would add its time
+                        // to every chunk's latency.
+                        tokio::task::yield_now().await;
                     }
                     relay.observe(&bytes, &mut events);
                 }

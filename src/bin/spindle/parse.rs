@@ -37,7 +37,7 @@ pub(crate) struct ParseArgs {
     #[arg(long, value_name = "BYTES", default_value_t = spindle::MachineLimits::default().max_element_len)]
     pub(crate) max_element: usize,
     /// Longest tag or special marker, in bytes.
-    #[arg(long, value_name = "BYTES", default_value_t = spindle::scan::ScanLimits::default().max_marker_len)]
+    #[arg(long, value_name = "BYTES", default_value_t = spindle::ScanLimits::default().max_marker_len)]
     pub(crate) max_marker: usize,
     /// Check every completed tool call (TAM, ACTION, ATTP) against the tools
     /// of a plugins directory (plugin.yaml + *.tool.json); for each invalid
