@@ -189,6 +189,7 @@ impl FilterReport {
         }
         self.comments += other.comments;
         self.broken_tags += other.broken_tags;
+        self.escaped += other.escaped;
         for (k, n) in other.text_tags {
             *self.text_tags.entry(k).or_default() += n;
         }
@@ -288,6 +289,8 @@ struct TagCloser {
     long_name: bool,
     /// Tags with a non-HTML name, escaped as text, by name.
     text_tags: BTreeMap<String, usize>,
+    /// `<` that start nothing, escaped here.
+    escaped: usize,
 }
 
 /// Longest tag start held while its name is read.
@@ -305,6 +308,7 @@ impl TagCloser {
             pending: Vec::new(),
             long_name: false,
             text_tags: BTreeMap::new(),
+            escaped: 0,
         }
     }
 
@@ -332,9 +336,10 @@ impl TagCloser {
                 self.inserted += 1;
                 self.tag_end();
             }
-            if self.state == Pre::Lt && b == b'<' {
+            let was_lt = self.state == Pre::Lt;
+            if was_lt && b == b'<' {
                 // `<<`: the first `<` starts nothing.
-                out.append(&mut self.pending);
+                self.release_lt(out);
             }
             self.step(b);
             if matches!(self.state, Pre::Lt | Pre::EndLt | Pre::TagName) {
@@ -344,6 +349,10 @@ impl TagCloser {
                     self.decide(out);
                 }
             } else {
+                if was_lt && self.state == Pre::Text {
+                    // `< ` or `<3`: the `<` starts nothing.
+                    self.release_lt(out);
+                }
                 out.append(&mut self.pending);
                 out.push(b);
             }
@@ -366,6 +375,20 @@ impl TagCloser {
             self.state = Pre::Text;
         }
         self.long_name = false;
+    }
+
+    /// Releases a held `<` that starts nothing (`<<`, `< `, `<3`) as
+    /// `&lt;`, the escape the safety net would give it: the HTML tokenizer
+    /// then reads a flood of them as one text run instead of one token
+    /// per `<`.
+    fn release_lt(&mut self, out: &mut Vec<u8>) {
+        if self.pending == b"<" {
+            self.pending.clear();
+            out.extend_from_slice(b"&lt;");
+            self.escaped += 1;
+        } else {
+            out.append(&mut self.pending);
+        }
     }
 
     /// In text, with nothing held: bytes other than `<` pass unchanged.
@@ -718,6 +741,7 @@ impl Pass {
         out.append(&mut shared.out);
         let mut report = std::mem::take(&mut shared.report);
         report.broken_tags += self.closer.inserted;
+        report.escaped += self.closer.escaped;
         for (name, n) in std::mem::take(&mut self.closer.text_tags) {
             *report.text_tags.entry(name).or_default() += n;
         }
@@ -942,7 +966,7 @@ impl HtmlFilter {
             again = next;
         }
         self.net.finish(&mut bytes);
-        self.report.escaped = self.net.report.escaped;
+        self.report.escaped += self.net.report.escaped;
         self.report.stray_end_tags = self.net.report.stray;
         self.report.neutralised = self.net.report.neutralised;
         let mut text = self.text(bytes);
@@ -1035,7 +1059,7 @@ mod tests {
             ("<!-- <b x <i -->", "<!-- <b x <i -->"),
             ("<user> and </user>", "&lt;user> and &lt;/user>"),
             ("<User-Name x=1>", "&lt;User-Name x=1>"),
-            ("a < b << c <3", "a < b << c <3"),
+            ("a < b << c <3", "a &lt; b &lt;&lt; c &lt;3"),
             ("<b", "<b"),
             ("<averyveryverylongtagnamethatisnothtmlatall>", "&lt;averyveryverylongtagnamethatisnothtmlatall>"),
         ];
