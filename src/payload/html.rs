@@ -293,6 +293,16 @@ struct TagCloser {
     escaped: usize,
 }
 
+/// Whether `name` (lower case) is an HTML element. The tags content
+/// really uses (the allowlist, `p`, `div`) are matched directly; the rest
+/// by a binary search of [`HTML_ELEMENTS`].
+fn is_html_element(name: &[u8]) -> bool {
+    matches!(
+        name,
+        b"b" | b"i" | b"u" | b"s" | b"em" | b"strong" | b"span" | b"br" | b"p" | b"div" | b"ruby" | b"rt" | b"rp"
+    ) || std::str::from_utf8(name).is_ok_and(|n| HTML_ELEMENTS.binary_search(&n).is_ok())
+}
+
 /// Longest tag start held while its name is read.
 const MAX_PENDING: usize = 40;
 
@@ -363,8 +373,8 @@ impl TagCloser {
     /// its `<`; any other name (`<user>`, `<char>`, `<xss>`) is not markup
     /// a renderer knows, so it is shown as text (`&lt;user>`).
     fn decide(&mut self, out: &mut Vec<u8>) {
+        let html = !self.long_name && is_html_element(&self.name);
         let name = std::str::from_utf8(&self.name).unwrap_or_default();
-        let html = !self.long_name && HTML_ELEMENTS.binary_search(&name).is_ok();
         if html || self.pending.is_empty() {
             out.append(&mut self.pending);
         } else {
@@ -1047,6 +1057,17 @@ mod tests {
         }
         out.push_str(&f.finish());
         (out, f.report().clone())
+    }
+
+    #[test]
+    fn the_direct_matches_are_html_elements() {
+        for name in
+            [b"b".as_slice(), b"i", b"u", b"s", b"em", b"strong", b"span", b"br", b"p", b"div", b"ruby", b"rt", b"rp"]
+        {
+            let name = std::str::from_utf8(name).unwrap_or_default();
+            assert!(HTML_ELEMENTS.binary_search(&name).is_ok(), "{name}");
+        }
+        assert!(is_html_element(b"table") && !is_html_element(b"user") && !is_html_element(b"bb"));
     }
 
     #[test]
