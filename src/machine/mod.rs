@@ -1232,7 +1232,8 @@ impl Machine {
             State::Open(el) => self.registry.tag(el.tag).body == BodyKind::Stream,
             State::CloseHeld(..) | State::VoidOpen(..) => false,
         };
-        let cut = opening_suffix(text, line_start).filter(|&i| eligible && text.len() - i <= FENCE_HOLD_LIMIT);
+        let cut = if eligible { opening_suffix(text, line_start) } else { None }
+            .filter(|&i| text.len() - i <= FENCE_HOLD_LIMIT);
         let pass = cut.unwrap_or(text.len());
         if pass > 0 {
             self.on_text(Span::new(start, start + pass), &text[..pass]);

@@ -893,6 +893,8 @@ pub struct HtmlFilter {
     report: FilterReport,
     /// Output bytes that end in an unfinished UTF-8 character.
     tail: Vec<u8>,
+    /// A reused output buffer for [`HtmlFilter::push_owned`].
+    scratch: Vec<u8>,
     /// The allowlist pass failed: markup goes to the net unfiltered (the
     /// net escapes it).
     degraded: bool,
@@ -925,6 +927,7 @@ impl HtmlFilter {
             report: FilterReport::default(),
             tail: Vec::new(),
             degraded: false,
+            scratch: Vec::new(),
         }
     }
 
@@ -932,17 +935,37 @@ impl HtmlFilter {
     /// certain so far (possibly empty).
     pub fn push(&mut self, chunk: &str) -> String {
         let mut bytes = Vec::with_capacity(chunk.len());
+        self.filter_into(chunk.as_bytes(), &mut bytes);
+        self.text(bytes)
+    }
+
+    /// Like [`HtmlFilter::push`], taking the chunk by value: when the
+    /// filter passes it unchanged and holds nothing back (prose, the common
+    /// case), the same string comes back, with no allocation.
+    pub fn push_owned(&mut self, chunk: String) -> String {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        self.filter_into(chunk.as_bytes(), &mut scratch);
+        if self.tail.is_empty() && scratch == chunk.as_bytes() {
+            self.scratch = scratch;
+            return chunk;
+        }
+        self.text(scratch)
+    }
+
+    /// Runs the allowlist pass and the net over `chunk`, appending what is
+    /// certain to `out`.
+    fn filter_into(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
         match &mut self.pass {
             Some(pass) if !self.degraded => {
-                let out = pass.write(chunk.as_bytes());
+                let passed = pass.write(chunk);
                 if matches!(pass.rewriter, Rewriting::Gone) {
                     self.degraded = true;
                 }
-                self.net.push(&out, &mut bytes);
+                self.net.push(&passed, out);
             }
-            _ => self.net.push(chunk.as_bytes(), &mut bytes),
+            _ => self.net.push(chunk, out),
         }
-        self.text(bytes)
     }
 
     /// Ends the input; returns the rest of the filtered text.

@@ -369,12 +369,13 @@ impl Stage {
                 }
                 Event::Delta(d) => match self.open.get_mut(&d.id).map(|s| &mut s.body) {
                     Some(BodyState::Content(c)) if !c.finished => {
-                        let text = c.filter.push(&d.text);
+                        let Delta { id, tag, text } = d;
+                        let text = c.filter.push_owned(text);
                         if !text.is_empty() {
                             if !c.truncated {
                                 c.html.push_str(&text);
                             }
-                            out.push(Event::Delta(Delta { text, ..d }));
+                            out.push(Event::Delta(Delta { id, tag, text }));
                         }
                     }
                     Some(BodyState::Attp(thought)) => {

@@ -252,12 +252,14 @@ impl Net {
     fn run(&mut self, buf: &[u8], last: bool, out: &mut Vec<u8>) -> usize {
         let mut i = 0;
         let mut copied = 0;
-        let mut specials = Specials::new(buf);
+        // A short buffer (a small delta) is read whole: every position in
+        // it is within the window of its end.
+        let mut specials = (buf.len() > WINDOW).then(|| Specials::new(buf));
         while i < buf.len() {
             // A decision other than `Pass` needs a special byte (or the end
             // of the input) within `WINDOW` bytes: positions further from
             // one pass without a look (the prose fast path).
-            let skip_to = specials.next(i);
+            let skip_to = specials.as_mut().map_or(0, |s| s.next(i));
             if skip_to > i {
                 i = skip_to;
                 continue;
