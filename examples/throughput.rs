@@ -9,6 +9,12 @@
 //!
 //! Arguments: FILE [REPEAT=1] [PROFILE=filament] [CHUNK=whole].
 
+/// The binary's allocator (the default `mimalloc` feature), so that the
+/// figures are the binary's.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use spindle::{Parser, ParserOptions, Registry};
 use std::sync::Arc;
 use std::time::Instant;

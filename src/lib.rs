@@ -81,8 +81,8 @@
 //!
 //! # Cargo features
 //!
-//! The default, `cli`, turns on everything (the `spindle` binary and every
-//! layer). With `default-features = false` the crate is the sans-IO core
+//! The default, `cli` and `mimalloc`, turns on everything (the `spindle`
+//! binary, every layer, and mimalloc as the binary's allocator). With `default-features = false` the crate is the sans-IO core
 //! alone: [`scan`], [`Parser`], [`registry`], [`payload`], [`calls`],
 //! [`state`] and [`event`], with no async runtime and no HTTP crate. Add the
 //! layers you need:
@@ -97,6 +97,7 @@
 //! | `prompt` | `prompt`: Skein blocks, world books, cards, sandboxed Jinja2, `<use_protocol>` registries | minijinja, png, chrono |
 //! | `mock` | `mock`: the mock upstream (test support) | axum |
 //! | `cli` | the `spindle` binary | all of the above, clap |
+//! | `mimalloc` | mimalloc as the binary's (and examples') allocator; the library never sets one | mimalloc (C) |
 //!
 //! # Guarantees
 //!

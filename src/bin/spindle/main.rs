@@ -11,6 +11,11 @@ mod render;
 mod replay;
 mod tools;
 
+/// The allocator of the binary: see the `mimalloc` feature in Cargo.toml.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::{CommandFactory, Parser as ClapParser, Subcommand};
 use std::process::ExitCode;
 
