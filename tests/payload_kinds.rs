@@ -368,3 +368,15 @@ fn parser_and_filter_can_move_between_threads() {
     let html = evs.iter().filter_map(Event::as_element).map(|e| e.payload["html"].clone()).next();
     assert_eq!(html, Some(json!("Hi <b>there</b>")));
 }
+
+/// An element reclassified after it streamed (bare text closed by
+/// `</variable_update>`: the model forgot the open tag) gets the payload of
+/// its new tag, not of the lead tag it opened as.
+#[test]
+fn a_reclassified_element_gets_the_payload_of_its_new_tag() {
+    let registry = Registry::filament();
+    let input = "[[\"SET\", \"a\", 1]]</variable_update><content>hi</content>";
+    let (payload, evs) = payload_in(&registry, input, "variable_update");
+    assert_eq!(payload["ops"], json!([["SET", "a", 1]]));
+    assert!(evs.iter().any(|e| matches!(e, Event::Repair(r) if r.kind == RepairKind::Reclassified)));
+}

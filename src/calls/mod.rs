@@ -80,7 +80,7 @@ pub mod tam;
 pub use catalog::{CallProblem, CatalogError, ParamProblem, ToolCatalog, ToolDef};
 
 use crate::event::DiagnosticCode;
-use crate::event::{Diagnostic, Element, Event, Level};
+use crate::event::{Close, Diagnostic, Element, Event, Level};
 use crate::payload::Payload;
 use crate::registry::{BodyKind, Registry, TagId};
 use serde::{Deserialize, Serialize};
@@ -598,11 +598,6 @@ impl CallTracker {
         }
     }
 
-    fn body_of(&self, tag: &str) -> Option<(TagId, BodyKind)> {
-        let id = self.registry.lookup(tag.as_bytes())?;
-        Some((id, self.registry.tag(id).body))
-    }
-
     fn is_call(body: BodyKind) -> bool {
         matches!(body, BodyKind::Tam | BodyKind::Action | BodyKind::Attp)
     }
@@ -612,19 +607,30 @@ impl CallTracker {
         if !self.has_calls {
             return;
         }
+        let tag = match event {
+            Event::Close(Close { tag, .. }) => self.registry.lookup(tag.as_bytes()),
+            Event::Element(el) => self.registry.lookup(el.tag.as_bytes()),
+            _ => return,
+        };
+        self.observe_tagged(event, tag);
+    }
+
+    /// [`CallTracker::observe`] for an event whose element's tag is known
+    /// (the payload stage carries it from the element's open).
+    pub(crate) fn observe_tagged(&mut self, event: &Event, tag: Option<TagId>) {
+        if !self.has_calls {
+            return;
+        }
+        let Some((id, body)) = tag.map(|id| (id, self.registry.tag(id).body)) else {
+            return;
+        };
         match event {
-            Event::Close(c) if c.synthetic => {
-                // A bare call element (ATTP: the whole output) always ends
-                // with the input; only a block with its own close is cut off.
-                let cut = self.body_of(&c.tag).is_some_and(|(id, b)| Self::is_call(b) && !self.registry.tag(id).bare);
-                if cut {
-                    self.cut_off.push(c.id);
-                }
+            // A bare call element (ATTP: the whole output) always ends with
+            // the input; only a block with its own close is cut off.
+            Event::Close(c) if c.synthetic && Self::is_call(body) && !self.registry.tag(id).bare => {
+                self.cut_off.push(c.id);
             }
             Event::Element(el) => {
-                let Some((id, body)) = self.body_of(&el.tag) else {
-                    return;
-                };
                 if Self::is_call(body) {
                     return;
                 }
@@ -643,7 +649,14 @@ impl CallTracker {
     /// The payload of a call element with its context; `None` for an
     /// element that is not a TAM, ACTION or ATTP call.
     pub fn payload(&mut self, el: &Element) -> Option<Payload> {
-        let (tag, body) = self.body_of(&el.tag)?;
+        let tag = self.registry.lookup(el.tag.as_bytes());
+        self.payload_tagged(el, tag)
+    }
+
+    /// [`CallTracker::payload`] for an element whose tag is known.
+    pub(crate) fn payload_tagged(&mut self, el: &Element, tag: Option<TagId>) -> Option<Payload> {
+        let tag = tag?;
+        let body = self.registry.tag(tag).body;
         if !Self::is_call(body) {
             return None;
         }

@@ -546,11 +546,12 @@ impl Machine {
                 r.resolve(if spec.bare { None } else { Some(spec.spelling.as_str()) });
             }
         }
-        let text = match lossy(&el.text) {
+        // The element's bytes become its text in place (no copy).
+        let text = match String::from_utf8(el.text) {
             Ok(t) => t,
-            Err(t) => {
+            Err(e) => {
                 self.report_invalid_utf8();
-                t
+                String::from_utf8_lossy(e.as_bytes()).into_owned()
             }
         };
         let tag = self.name(el.tag);

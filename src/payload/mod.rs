@@ -340,7 +340,16 @@ impl Stage {
     /// Transforms machine events into caller events.
     pub(crate) fn process(&mut self, events: impl Iterator<Item = Event>, out: &mut Vec<Event>) {
         for event in events {
-            self.calls.observe(&event);
+            // The tag of an ending element, as known since it opened.
+            let ending = match &event {
+                Event::Close(c) => self.open.get_mut(&c.id).map(|s| s.tag),
+                Event::Element(e) => self.open.get_mut(&e.id).map(|s| s.tag),
+                _ => None,
+            };
+            match ending {
+                Some(tag) => self.calls.observe_tagged(&event, tag),
+                None => self.calls.observe(&event),
+            }
             match event {
                 Event::Open(o) => {
                     let tag = self.registry.lookup(o.tag.as_bytes());
@@ -426,6 +435,17 @@ impl Stage {
                     out.push(Event::Close(c));
                 }
                 Event::Element(el) => self.element(el, out),
+                Event::Repair(r) => {
+                    // The element's tag changed: its payload follows the new
+                    // tag.
+                    if r.kind == RepairKind::Reclassified
+                        && let (Some(id), Some(tag)) = (r.element, &r.tag)
+                        && let Some(state) = self.open.get_mut(&id)
+                    {
+                        state.tag = self.registry.lookup(tag.as_bytes());
+                    }
+                    out.push(Event::Repair(r));
+                }
                 other => out.push(other),
             }
         }
@@ -448,7 +468,7 @@ impl Stage {
             None => self.registry.lookup(el.tag.as_bytes()),
         };
         let spec = tag_id.map(|id| self.registry.tag(id));
-        let mut payload = if let Some(call) = self.calls.payload(&el) {
+        let mut payload = if let Some(call) = self.calls.payload_tagged(&el, tag_id) {
             call
         } else if self.is_content(&el.tag) {
             let (body, comments) = match state.take() {
