@@ -240,6 +240,8 @@ pub(crate) fn run(args: ParseArgs) -> Result<ExitCode> {
         }
         renderer.rewrite(&parser.take_rewrite())?;
         if let Some(calls) = &mut calls {
+            // What the model said before a tool runs is out before it runs.
+            renderer.flush()?;
             calls.handle(&events, renderer)?;
         }
         Ok(())
@@ -266,6 +268,8 @@ pub(crate) fn run(args: ParseArgs) -> Result<ExitCode> {
                 for chunk in buf[..n].chunks(size) {
                     feed(chunk, &mut parser, &mut renderer)?;
                 }
+                // A live input: its events are out before the next read waits.
+                renderer.flush()?;
             }
         }
     }

@@ -81,6 +81,12 @@ impl Renderer {
                 Format::Rewrite | Format::Summary => {}
             }
         }
+        Ok(())
+    }
+
+    /// Writes out what is buffered (the caller decides when: after each
+    /// read of a live input, not after each simulated chunk of a file).
+    pub(crate) fn flush(&mut self) -> Result<()> {
         self.out.flush()?;
         Ok(())
     }
@@ -114,7 +120,6 @@ impl Renderer {
     pub(crate) fn rewrite(&mut self, bytes: &[u8]) -> Result<()> {
         if self.format == Format::Rewrite && !bytes.is_empty() {
             self.out.write_all(bytes)?;
-            self.out.flush()?;
         }
         Ok(())
     }
