@@ -256,6 +256,16 @@ impl Net {
         // it is within the window of its end.
         let mut specials = (buf.len() > WINDOW).then(|| Specials::new(buf));
         while i < buf.len() {
+            // The escapes the filter itself writes (`&lt;` for every `<`
+            // that starts nothing) pass whole: the entity decodes to no
+            // pattern's first character and no position inside it starts
+            // a pattern (the decisions the loop below would reach).
+            if buf[i] == b'&'
+                && let Some(len) = SAFE_ESCAPES.iter().find(|e| buf[i..].starts_with(e)).map(|e| e.len())
+            {
+                i += len;
+                continue;
+            }
             // A decision other than `Pass` needs a special byte (or the end
             // of the input) within `WINDOW` bytes: positions further from
             // one pass without a look (the prose fast path).
@@ -325,6 +335,9 @@ impl Net {
         i
     }
 }
+
+/// Character references that pass the net unchanged, whole.
+const SAFE_ESCAPES: [&[u8]; 4] = [b"&lt;", b"&gt;", b"&amp;", b"&quot;"];
 
 /// Farthest a pattern match reaches from its first byte before it meets a
 /// special byte: a pattern holds at most `MAX_IGNORED` ignorables and, for
@@ -745,6 +758,7 @@ mod tests {
             ("json=1 on= one two", "json=1 on= one two"),
             ("expressions everywhere, urls too", "expressions everywhere, urls too"),
             ("&amp; &lt; &", "&amp; &lt; &"),
+            ("&lt;&lt;javascript:x&quot;onclick=y", "&lt;&lt;javascript&#8203;:x&quot;onclick&#8203;=y"),
             ("中文 javascript: 好", "中文 javascript&#8203;: 好"),
         ];
         for (input, want) in table {
