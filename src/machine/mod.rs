@@ -254,7 +254,7 @@ impl Machine {
     /// continue in the next chunk (an unfinished UTF-8 character) stays.
     pub(crate) fn drain(&mut self) -> std::vec::Drain<'_, Event> {
         self.flush_text(false);
-        self.events.drain(..)
+        self.drain_events()
     }
 
     /// The events so far, keeping pending text for the next delta (between
@@ -798,10 +798,8 @@ impl Machine {
         }
         let state = std::mem::replace(&mut self.state, State::Between);
         match state {
-            State::Open(mut el) => {
-                self.element_text(&mut el, bytes);
-                self.state = State::Open(el);
-            }
+            // Read above, in place.
+            State::Open(el) => self.state = State::Open(el),
             State::Start | State::Between => {
                 let at_start = matches!(state, State::Start);
                 let n = leading_space(bytes);

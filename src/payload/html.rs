@@ -293,14 +293,14 @@ struct TagCloser {
     escaped: usize,
 }
 
-/// Whether `name` (lower case) is an HTML element. The tags content
-/// really uses (the allowlist, `p`, `div`) are matched directly; the rest
-/// by a binary search of [`HTML_ELEMENTS`].
+/// The HTML elements content really uses (the allowlist, `p`, `div`),
+/// checked before the binary search of [`HTML_ELEMENTS`].
+const COMMON_ELEMENTS: [&[u8]; 13] =
+    [b"b", b"i", b"u", b"s", b"em", b"strong", b"span", b"br", b"p", b"div", b"ruby", b"rt", b"rp"];
+
+/// Whether `name` (lower case) is an HTML element.
 fn is_html_element(name: &[u8]) -> bool {
-    matches!(
-        name,
-        b"b" | b"i" | b"u" | b"s" | b"em" | b"strong" | b"span" | b"br" | b"p" | b"div" | b"ruby" | b"rt" | b"rp"
-    ) || std::str::from_utf8(name).is_ok_and(|n| HTML_ELEMENTS.binary_search(&n).is_ok())
+    COMMON_ELEMENTS.contains(&name) || std::str::from_utf8(name).is_ok_and(|n| HTML_ELEMENTS.binary_search(&n).is_ok())
 }
 
 /// Longest tag start held while its name is read.
@@ -1084,9 +1084,7 @@ mod tests {
 
     #[test]
     fn the_direct_matches_are_html_elements() {
-        for name in
-            [b"b".as_slice(), b"i", b"u", b"s", b"em", b"strong", b"span", b"br", b"p", b"div", b"ruby", b"rt", b"rp"]
-        {
+        for name in COMMON_ELEMENTS {
             let name = std::str::from_utf8(name).unwrap_or_default();
             assert!(HTML_ELEMENTS.binary_search(&name).is_ok(), "{name}");
         }
