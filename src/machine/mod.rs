@@ -326,7 +326,7 @@ impl Machine {
         if self.text_buf.is_empty() {
             return;
         }
-        let keep = if complete { 0 } else { incomplete_utf8_tail(&self.text_buf) };
+        let keep = if complete { 0 } else { crate::scan::incomplete_utf8_tail(&self.text_buf) };
         let cut = self.text_buf.len() - keep;
         if cut == 0 {
             return;
@@ -547,13 +547,10 @@ impl Machine {
             }
         }
         // The element's bytes become its text in place (no copy).
-        let text = match String::from_utf8(el.text) {
-            Ok(t) => t,
-            Err(e) => {
-                self.report_invalid_utf8();
-                String::from_utf8_lossy(e.as_bytes()).into_owned()
-            }
-        };
+        let text = lossy(&el.text).unwrap_or_else(|s| {
+            self.report_invalid_utf8();
+            s
+        });
         let tag = self.name(el.tag);
         self.emit(Event::Close(Close { id: el.id, tag: tag.clone(), synthetic, at: close_at }));
         self.emit(Event::Element(Box::new(Element {
@@ -1428,29 +1425,12 @@ fn keep_text(limits: MachineLimits, el: &mut OpenElement, bytes: &[u8]) -> Kept 
 
 /// Decodes UTF-8; `Err` carries the lossy text when some bytes were invalid.
 fn lossy(bytes: &[u8]) -> Result<String, String> {
-    match std::str::from_utf8(bytes) {
+    // A fast validation and a copy beat std's validation in place
+    // (`String::from_utf8`) on non-ASCII text.
+    match simdutf8::basic::from_utf8(bytes) {
         Ok(s) => Ok(s.to_owned()),
         Err(_) => Err(String::from_utf8_lossy(bytes).into_owned()),
     }
-}
-
-/// Length of an unfinished (but so far valid) UTF-8 sequence at the end.
-fn incomplete_utf8_tail(bytes: &[u8]) -> usize {
-    let n = bytes.len();
-    for back in 1..=3.min(n) {
-        let b = bytes[n - back];
-        if b & 0xC0 == 0x80 {
-            continue; // continuation byte, keep looking for the lead
-        }
-        let need = match b {
-            0xC2..=0xDF => 2,
-            0xE0..=0xEF => 3,
-            0xF0..=0xF4 => 4,
-            _ => return 0,
-        };
-        return if need > back { back } else { 0 };
-    }
-    0
 }
 
 #[cfg(test)]

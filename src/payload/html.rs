@@ -641,6 +641,10 @@ struct Pass {
     held_generation: u64,
     /// The generation whose content passed the hold limit.
     overflowed: Option<u64>,
+    /// The running rewriter holds nothing (its last input ended on a
+    /// character boundary) and no removed element is open: text without
+    /// `<`, `>` or `&` would pass through it unchanged.
+    settled: bool,
 }
 
 impl std::fmt::Debug for Pass {
@@ -661,16 +665,33 @@ impl Pass {
             held: Vec::new(),
             held_generation: 0,
             overflowed: None,
+            settled: false,
         }
     }
 
     /// Feeds bytes; returns the allowlisted output so far.
     fn write<'a>(&mut self, bytes: &'a [u8]) -> Cow<'a, [u8]> {
-        if matches!(self.rewriter, Rewriting::Waiting) && self.closer.is_idle() && memchr::memchr(b'<', bytes).is_none()
-        {
-            // No markup yet and none in these bytes: they pass as they are.
-            self.fed += bytes.len();
-            return Cow::Borrowed(bytes);
+        if self.closer.is_idle() {
+            match &mut self.rewriter {
+                Rewriting::Waiting if memchr::memchr(b'<', bytes).is_none() => {
+                    // No markup yet and none in these bytes: they pass as
+                    // they are.
+                    self.fed += bytes.len();
+                    return Cow::Borrowed(bytes);
+                }
+                Rewriting::Running(_, origin) if self.settled && memchr::memchr3(b'<', b'>', b'&', bytes).is_none() => {
+                    // Plain text between tags, the common delta: the
+                    // rewriter would pass it unchanged (in its data state
+                    // text is copied; in any other text state escaping it
+                    // is the identity) and its state would not change, so
+                    // it is not fed; its source locations shift by the
+                    // bytes it did not see.
+                    self.fed += bytes.len();
+                    *origin += bytes.len();
+                    return Cow::Borrowed(bytes);
+                }
+                _ => {}
+            }
         }
         let mut closed = Vec::new();
         self.closer.transform(bytes, &mut closed);
@@ -702,7 +723,9 @@ impl Pass {
             Rewriting::Waiting | Rewriting::Gone => return bytes.to_vec(),
         };
         self.hold(bytes, base, origin);
-        std::mem::take(&mut lock(&self.shared).out)
+        let mut shared = lock(&self.shared);
+        self.settled = shared.dropping.is_none() && crate::scan::incomplete_utf8_tail(bytes) == 0;
+        std::mem::take(&mut shared.out)
     }
 
     /// Keeps the bytes after the start tag of the removed element that is

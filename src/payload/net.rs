@@ -276,7 +276,9 @@ impl Net {
             }
             let b = buf[i];
             if !is_candidate(b) {
-                i += 1;
+                // Only a candidate byte can decide anything: step to the
+                // next one (or the end) in one tight loop.
+                i += buf[i..].iter().position(|&b| is_candidate(b)).unwrap_or(buf.len() - i);
                 continue;
             }
             // Most candidate letters in prose are followed by a letter that
@@ -396,8 +398,22 @@ fn second_chars(first: u8) -> &'static [u8] {
 }
 
 fn is_candidate(b: u8) -> bool {
-    matches!(b.to_ascii_lowercase(), b'<' | b'&' | b'j' | b'v' | b'l' | b'e' | b'u' | b'o')
+    CANDIDATES[usize::from(b)]
 }
+
+/// The bytes a decision other than `Pass` can start at: `<`, `&` and the
+/// first letters of the patterns, either case (a table: the test runs on
+/// every byte near a special one).
+static CANDIDATES: [bool; 256] = {
+    let mut table = [false; 256];
+    let firsts = b"<&jvleuoJVLEUO";
+    let mut k = 0;
+    while k < firsts.len() {
+        table[firsts[k] as usize] = true;
+        k += 1;
+    }
+    table
+};
 
 /// Whether `buf` (starting with `<`) starts a whitelisted tag as the
 /// allowlist pass writes them.

@@ -295,6 +295,25 @@ enum Finished {
 
 const CDATA_OPEN: &[u8; 7] = b"[CDATA[";
 
+/// Length of an unfinished (but so far valid) UTF-8 sequence at the end.
+pub(crate) fn incomplete_utf8_tail(bytes: &[u8]) -> usize {
+    let n = bytes.len();
+    for back in 1..=3.min(n) {
+        let b = bytes[n - back];
+        if b & 0xC0 == 0x80 {
+            continue; // continuation byte, keep looking for the lead
+        }
+        let need = match b {
+            0xC2..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            0xF0..=0xF4 => 4,
+            _ => return 0,
+        };
+        return if need > back { back } else { 0 };
+    }
+    0
+}
+
 /// Whether `b` may start a tag name: ASCII letters, `_`, and any non-ASCII
 /// byte (so `<状态栏>` is a tag; the machine decides whether it matters).
 pub(crate) fn is_name_start(b: u8) -> bool {
