@@ -316,8 +316,7 @@ fn infer_type(src: &str) -> Option<&'static str> {
 pub(crate) fn choice(el: &Element) -> Payload {
     let mut out = Payload::none();
     let nodes = tree::parse(&el.text);
-    let mut prompt =
-        find_element(&nodes, &["prompt", "question", "title"]).map(|e| e.text_content().trim().to_string());
+    let mut prompt = find_element(&nodes, &["prompt", "question", "title"]).map(ElementNode::trimmed_text);
     let mut options = Vec::new();
     collect_options(&nodes, &mut options);
     if options.is_empty() {
@@ -365,7 +364,7 @@ fn collect_options(nodes: &[Node], out: &mut Vec<(String, String)>) {
     for n in nodes {
         if let Node::Element(e) = n {
             if ["option", "opt", "item", "choice"].iter().any(|x| e.name.eq_ignore_ascii_case(x)) {
-                let label = e.text_content().trim().to_string();
+                let label = e.trimmed_text();
                 let id = e
                     .attr("id")
                     .or_else(|| e.attr("value"))
@@ -508,7 +507,7 @@ pub(crate) fn status_bar(el: &Element) -> Payload {
     let mut out = Payload::none();
     let nodes = tree::parse(&el.text);
     if nodes.iter().any(|n| matches!(n, Node::Element(_))) {
-        out.value = Value::Object(node_map(&nodes));
+        out.value = Value::Object(node_map(nodes));
         return out;
     }
     let mut text = String::new();
@@ -539,27 +538,34 @@ pub(crate) fn status_bar(el: &Element) -> Payload {
 }
 
 fn insert_repeat(map: &mut Map<String, Value>, key: String, value: Value) {
-    match map.get_mut(&key) {
+    match map.entry(key) {
+        serde_json::map::Entry::Vacant(slot) => {
+            slot.insert(value);
+        }
         // Leaf values are strings or objects, so an array here was made by
         // an earlier repetition.
-        Some(Value::Array(items)) => items.push(value),
-        Some(prev) => {
-            let first = std::mem::take(prev);
-            *prev = Value::Array(vec![first, value]);
-        }
-        None => {
-            map.insert(key, value);
-        }
+        serde_json::map::Entry::Occupied(mut slot) => match slot.get_mut() {
+            Value::Array(items) => items.push(value),
+            prev => {
+                let first = std::mem::take(prev);
+                *prev = Value::Array(vec![first, value]);
+            }
+        },
     }
 }
 
-fn node_map(nodes: &[Node]) -> Map<String, Value> {
+/// The nodes as an ordered object (taking them: names and texts move into
+/// the map).
+fn node_map(nodes: Vec<Node>) -> Map<String, Value> {
     let mut map = Map::new();
     let mut loose = String::new();
     for n in nodes {
         match n {
-            Node::Text(t) => loose.push_str(t),
-            Node::Element(e) => insert_repeat(&mut map, e.name.clone(), element_value(e)),
+            Node::Text(t) => loose.push_str(&t),
+            Node::Element(mut e) => {
+                let name = std::mem::take(&mut e.name);
+                insert_repeat(&mut map, name, element_value(e));
+            }
         }
     }
     let loose = loose.trim();
@@ -569,15 +575,15 @@ fn node_map(nodes: &[Node]) -> Map<String, Value> {
     map
 }
 
-fn element_value(e: &ElementNode) -> Value {
+fn element_value(e: ElementNode) -> Value {
     if e.attrs.is_empty() && !e.has_element_children() {
-        return Value::String(e.text_content().trim().to_string());
+        return Value::String(e.into_trimmed_text());
     }
     let mut map = Map::new();
-    for (k, v) in &e.attrs {
-        map.insert(format!("@{k}"), Value::String(v.clone()));
+    for (k, v) in e.attrs {
+        map.insert(format!("@{k}"), Value::String(v));
     }
-    for (k, v) in node_map(&e.children) {
+    for (k, v) in node_map(e.children) {
         map.insert(k, v);
     }
     Value::Object(map)

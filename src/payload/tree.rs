@@ -37,6 +37,25 @@ impl ElementNode {
         out
     }
 
+    /// All text below this node, joined and trimmed (one allocation for
+    /// the common leaf: a single text child).
+    pub(crate) fn trimmed_text(&self) -> String {
+        match self.children.as_slice() {
+            [] => String::new(),
+            [Node::Text(t)] => t.trim().to_string(),
+            _ => self.text_content().trim().to_string(),
+        }
+    }
+
+    /// [`ElementNode::trimmed_text`], taking the node: a leaf whose text
+    /// needs no trimming gives its string up without a copy.
+    pub(crate) fn into_trimmed_text(mut self) -> String {
+        match self.children.as_mut_slice() {
+            [Node::Text(t)] if t.trim().len() == t.len() => std::mem::take(t),
+            _ => self.trimmed_text(),
+        }
+    }
+
     /// Whether any child is an element.
     pub(crate) fn has_element_children(&self) -> bool {
         self.children.iter().any(|c| matches!(c, Node::Element(_)))
@@ -110,8 +129,10 @@ impl Builder {
         if self.text.is_empty() {
             return;
         }
-        let text = std::mem::take(&mut self.text);
-        let s = if self.verbatim { String::from_utf8_lossy(&text).into_owned() } else { decode_entities(&text) };
+        // The buffer is kept (cleared) for the next run of text.
+        let s =
+            if self.verbatim { String::from_utf8_lossy(&self.text).into_owned() } else { decode_entities(&self.text) };
+        self.text.clear();
         self.verbatim = false;
         self.push_node(Node::Text(s));
     }

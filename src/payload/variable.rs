@@ -58,7 +58,7 @@ pub(crate) fn variable_update(el: &Element) -> Payload {
         }
     } else {
         let mut attempt = json_ops(&ops_text, ops_base, &mut analysis);
-        if valid_count(&attempt) == 0 {
+        if !has_valid_op(&attempt) {
             // Prose before the ops may hold brackets (`mood [calm] rises`):
             // try the lines that start like JSON, and keep the first that
             // gives valid ops.
@@ -73,7 +73,7 @@ pub(crate) fn variable_update(el: &Element) -> Payload {
                 let from = line_at + lead;
                 let mut retry_analysis = analysis.clone();
                 let retry = json_ops(&ops_text[from..], ops_base + from, &mut retry_analysis);
-                if valid_count(&retry) > 0 {
+                if has_valid_op(&retry) {
                     attempt = retry.map(|(list, mut diags)| {
                         let message = format!(
                             "JSON read leniently: text before the ops was ignored (the ops start at byte {} of the element text)",
@@ -107,7 +107,7 @@ pub(crate) fn variable_update(el: &Element) -> Payload {
             out.diagnostics.push(diag(Level::Warning, DiagnosticCode::OpAlias, &format!("op {from:?} read as {to}")));
         }
         match Op::from_json(&candidate) {
-            Ok(op) => ops.push(op.to_json()),
+            Ok(op) => ops.push(op.into_json()),
             Err(e) => {
                 out.diagnostics.push(diag(
                     Level::Warning,
@@ -199,11 +199,11 @@ fn json_ops(text: &str, base: usize, analysis: &mut Option<String>) -> Result<(V
     Ok((list, diags))
 }
 
-/// How many candidates of an attempt are valid ops.
-fn valid_count(attempt: &Result<(Vec<Value>, Vec<Diagnostic>), String>) -> usize {
+/// Whether an attempt read at least one valid op.
+fn has_valid_op(attempt: &Result<(Vec<Value>, Vec<Diagnostic>), String>) -> bool {
     match attempt {
-        Ok((list, _)) => list.iter().filter(|c| Op::from_json(&normalise_alias((*c).clone()).0).is_ok()).count(),
-        Err(_) => 0,
+        Ok((list, _)) => list.iter().any(|c| Op::from_json(&normalise_alias(c.clone()).0).is_ok()),
+        Err(_) => false,
     }
 }
 

@@ -259,9 +259,16 @@ impl Op {
 
     /// The `[OP, path, value?]` form.
     pub fn to_json(&self) -> Value {
-        let mut items = vec![Value::String(self.code.as_str().into()), Value::String(self.path.clone())];
-        if let Some(v) = &self.value {
-            items.push(v.clone());
+        self.clone().into_json()
+    }
+
+    /// [`Op::to_json`], taking the op (no copy of its path or value).
+    pub fn into_json(self) -> Value {
+        let mut items = Vec::with_capacity(3);
+        items.push(Value::String(self.code.as_str().into()));
+        items.push(Value::String(self.path));
+        if let Some(v) = self.value {
+            items.push(v);
         }
         Value::Array(items)
     }
