@@ -77,7 +77,7 @@ mod tree;
 mod variable;
 
 use crate::event::DiagnosticCode;
-use crate::event::{Delta, Diagnostic, Element, Event, Level, Repair, RepairKind};
+use crate::event::{Delta, Diagnostic, Element, Event, Level, Open, Repair, RepairKind};
 use crate::registry::{BodyKind, Registry, TagId, TagSpec};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -351,31 +351,7 @@ impl Stage {
                 None => self.calls.observe(&event),
             }
             match event {
-                Event::Open(o) => {
-                    let tag = self.registry.lookup(o.tag.as_bytes());
-                    let kind = tag.map(|id| self.registry.tag(id).body);
-                    let attp = kind == Some(BodyKind::Attp);
-                    let json = kind == Some(BodyKind::Json);
-                    let body = if attp {
-                        BodyState::Attp(Box::default())
-                    } else if json && is_call_tag(&o.tag) {
-                        let name = ["name", "tool", "function"].iter().find_map(|k| o.attrs.get(*k)).cloned();
-                        BodyState::Call(Box::new(crate::calls::stream::ArgumentStream::new(name)), self.kept())
-                    } else if json {
-                        BodyState::Quiet(self.kept())
-                    } else if self.is_content(&o.tag) {
-                        BodyState::Content(Box::new(ContentState {
-                            filter: html::HtmlFilter::new(),
-                            html: String::new(),
-                            truncated: false,
-                            finished: false,
-                        }))
-                    } else {
-                        BodyState::Plain
-                    };
-                    self.open.insert(o.id, OpenState { tag, body, comments: Vec::new() });
-                    out.push(Event::Open(o));
-                }
+                Event::Open(o) => self.on_open(o, out),
                 Event::Delta(d) => match self.open.get_mut(&d.id).map(|s| &mut s.body) {
                     Some(BodyState::Content(c)) if !c.finished => {
                         let Delta { id, tag, text } = d;
@@ -449,6 +425,33 @@ impl Stage {
                 other => out.push(other),
             }
         }
+    }
+
+    /// Starts the per-element state of an opening element.
+    fn on_open(&mut self, o: Open, out: &mut Vec<Event>) {
+        let tag = self.registry.lookup(o.tag.as_bytes());
+        let kind = tag.map(|id| self.registry.tag(id).body);
+        let attp = kind == Some(BodyKind::Attp);
+        let json = kind == Some(BodyKind::Json);
+        let body = if attp {
+            BodyState::Attp(Box::default())
+        } else if json && is_call_tag(&o.tag) {
+            let name = ["name", "tool", "function"].iter().find_map(|k| o.attrs.get(*k)).cloned();
+            BodyState::Call(Box::new(crate::calls::stream::ArgumentStream::new(name)), self.kept())
+        } else if json {
+            BodyState::Quiet(self.kept())
+        } else if self.is_content(&o.tag) {
+            BodyState::Content(Box::new(ContentState {
+                filter: html::HtmlFilter::new(),
+                html: String::new(),
+                truncated: false,
+                finished: false,
+            }))
+        } else {
+            BodyState::Plain
+        };
+        self.open.insert(o.id, OpenState { tag, body, comments: Vec::new() });
+        out.push(Event::Open(o));
     }
 
     /// Fills the payload of a completed element and emits it with its
