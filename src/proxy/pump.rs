@@ -100,23 +100,40 @@ pub(crate) async fn pump(
     let mut received: u64 = 0;
     let mut truncated = false;
     let mut pending = first;
+    // The idle timer is armed once and moved on only when it fires (to
+    // `idle` after the last read), not reset per read: a paced stream's
+    // reads then cost no timer-wheel work.
+    let mut last_read = tokio::time::Instant::now();
+    let idle_timer = tokio::time::sleep_until(idle_deadline(last_read, idle));
+    tokio::pin!(idle_timer);
     let stop = 'run: loop {
         let bytes = match pending.take() {
             Some(b) => b,
             None => {
-                let next = tokio::select! {
-                    biased;
-                    () = tx.closed() => break 'run Stop::ClientGone,
-                    () = app.hard_stop.cancelled() => break 'run Stop::Upstream(End::Error(shutdown_error())),
-                    next = tokio::time::timeout(idle, upstream.next()) => next,
-                };
-                match next {
-                    Err(_) => {
-                        break 'run Stop::Upstream(End::Error(ProxyError::idle(ProxyErrorKind::Stalled, idle, "data")));
+                let next = loop {
+                    tokio::select! {
+                        biased;
+                        () = tx.closed() => break 'run Stop::ClientGone,
+                        () = app.hard_stop.cancelled() => break 'run Stop::Upstream(End::Error(shutdown_error())),
+                        next = upstream.next() => break next,
+                        () = &mut idle_timer => {
+                            let deadline = idle_deadline(last_read, idle);
+                            if tokio::time::Instant::now() >= deadline {
+                                break 'run Stop::Upstream(End::Error(ProxyError::idle(
+                                    ProxyErrorKind::Stalled,
+                                    idle,
+                                    "data",
+                                )));
+                            }
+                            idle_timer.as_mut().reset(deadline);
+                        }
                     }
-                    Ok(None) => break 'run Stop::Upstream(End::Eof),
-                    Ok(Some(Err(e))) => break 'run Stop::Upstream(End::Error(from_body_error(&e))),
-                    Ok(Some(Ok(b))) => b,
+                };
+                last_read = tokio::time::Instant::now();
+                match next {
+                    None => break 'run Stop::Upstream(End::Eof),
+                    Some(Err(e)) => break 'run Stop::Upstream(End::Error(from_body_error(&e))),
+                    Some(Ok(b)) => b,
                 }
             }
         };
@@ -316,6 +333,12 @@ fn response_model_of(body: &[u8]) -> Option<(String, String)> {
     }
     let head: Head = serde_json::from_slice(body).ok()?;
     Some((head.model?, head.id.unwrap_or_default()))
+}
+
+/// When a stream that last read at `from` has been idle too long (far in
+/// the future for an idle limit too large to add).
+fn idle_deadline(from: tokio::time::Instant, idle: std::time::Duration) -> tokio::time::Instant {
+    from.checked_add(idle).unwrap_or_else(|| from + std::time::Duration::from_secs(86_400 * 365))
 }
 
 fn shutdown_error() -> ProxyError {
