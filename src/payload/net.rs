@@ -277,8 +277,10 @@ impl Net {
             let b = buf[i];
             if !is_candidate(b) {
                 // Only a candidate byte can decide anything: step to the
-                // next one (or the end) in one tight loop.
-                i += buf[i..].iter().position(|&b| is_candidate(b)).unwrap_or(buf.len() - i);
+                // next one in one tight loop, at most a window ahead (past
+                // it, the specials may skip further without a look).
+                let ahead = &buf[i..buf.len().min(i + WINDOW)];
+                i += ahead.iter().position(|&b| is_candidate(b)).unwrap_or(ahead.len());
                 continue;
             }
             // Most candidate letters in prose are followed by a letter that
