@@ -283,20 +283,16 @@ impl Net {
                 i += ahead.iter().position(|&b| is_candidate(b)).unwrap_or(ahead.len());
                 continue;
             }
-            // Most candidate letters in prose are followed by a letter that
-            // no pattern starting with them has second: pass them without
-            // the pattern matcher (the decision it would reach). Ignorable
-            // bytes and `&` (an entity) between the first two characters
-            // still go to the matcher.
-            if b != b'<'
-                && b != b'&'
-                && let Some(&next) = buf.get(i + 1)
-            {
-                let next = next.to_ascii_lowercase();
-                if !ignorable(next) && next != b'&' && !second_chars(b.to_ascii_lowercase()).contains(&next) {
-                    i += 1;
-                    continue;
-                }
+            // Most candidate letters in prose are followed (after the
+            // ignorable bytes a pattern may hold, at most MAX_IGNORED: a
+            // word's last letter and a space) by a character that no
+            // pattern starting with them has second: pass them without the
+            // pattern matcher (the decision it would reach). An `&` (an
+            // entity), a longer ignorable run or the end of the input still
+            // go to the matcher.
+            if passes_without_matcher(buf, i) {
+                i += 1;
+                continue;
             }
             let decision = if b == b'<' { check_tag(&buf[i..], last) } else { match_pattern(buf, i, last) };
             match decision {
@@ -396,6 +392,25 @@ fn second_chars(first: u8) -> &'static [u8] {
         b'u' => b"r",
         b'o' => b"n",
         _ => b"",
+    }
+}
+
+/// Whether the candidate letter at `i` is certainly not a pattern start:
+/// the next character after at most [`MAX_IGNORED`] ignorable bytes is
+/// known, is not an entity, and is no second character of a pattern that
+/// starts with this letter. ([`match_pattern`] would decide `Pass`.)
+fn passes_without_matcher(buf: &[u8], i: usize) -> bool {
+    let Some(&b) = buf.get(i) else { return false };
+    if b == b'<' || b == b'&' {
+        return false;
+    }
+    let after = buf.get(i + 1..buf.len().min(i + 2 + MAX_IGNORED)).unwrap_or_default();
+    match after.iter().find(|&&c| !ignorable(c)) {
+        Some(&next) => {
+            let next = next.to_ascii_lowercase();
+            next != b'&' && !second_chars(b.to_ascii_lowercase()).contains(&next)
+        }
+        None => false,
     }
 }
 
@@ -735,6 +750,29 @@ fn match_on_handler(buf: &[u8], pos: usize, last: bool) -> Decision {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The shortcut decides only what the matcher would: wherever it
+        /// passes a candidate letter, the matcher (with all the input
+        /// there, or more to come) passes it too.
+        #[test]
+        fn the_shortcut_agrees_with_the_matcher(
+            bytes in prop::collection::vec(prop::sample::select(b"javscriptexlonuURL(:= \t\n\x0b&#;x1\xe4".to_vec()), 0..40),
+        ) {
+            for i in 0..bytes.len() {
+                if is_candidate(bytes[i]) && passes_without_matcher(&bytes, i) {
+                    for last in [true, false] {
+                        prop_assert!(
+                            matches!(match_pattern(&bytes, i, last), Decision::Pass),
+                            "{:?} at {i} (last {last})",
+                            String::from_utf8_lossy(&bytes)
+                        );
+                    }
+                }
+            }
+        }
+    }
 
     fn net(input: &str, chunk: usize) -> String {
         let mut n = Net::default();
