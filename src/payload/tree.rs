@@ -164,15 +164,15 @@ impl TokenSink for Builder {
             Token::Comment { .. } | Token::Notice(_) => {}
             Token::Tag(tag) => {
                 self.flush_text();
-                let name = String::from_utf8_lossy(tag.name).into_owned();
                 match tag.kind {
                     TagKind::Open | TagKind::SelfClosing => {
+                        let void = VOID.iter().any(|v| v.as_bytes().eq_ignore_ascii_case(tag.name));
+                        let name = String::from_utf8_lossy(tag.name).into_owned();
                         let attrs = tag
                             .attrs()
                             .map(|a| (String::from_utf8_lossy(a.name).into_owned(), decode_entities(a.value)))
                             .collect();
                         let node = ElementNode { name, attrs, children: Vec::new() };
-                        let void = VOID.iter().any(|v| v.eq_ignore_ascii_case(&node.name));
                         if tag.kind == TagKind::SelfClosing || void {
                             self.push_node(Node::Element(node));
                         } else {
@@ -183,8 +183,11 @@ impl TokenSink for Builder {
                         // Close the nearest open element of that name (and
                         // everything inside it); a close with no open
                         // element of its name is dropped.
-                        if let Some(i) =
-                            self.stack.iter().rposition(|e| e.name.eq_ignore_ascii_case(&name)).filter(|&i| i > 0)
+                        if let Some(i) = self
+                            .stack
+                            .iter()
+                            .rposition(|e| e.name.as_bytes().eq_ignore_ascii_case(tag.name))
+                            .filter(|&i| i > 0)
                         {
                             while self.stack.len() > i {
                                 self.pop();

@@ -316,13 +316,27 @@ pub(crate) fn incomplete_utf8_tail(bytes: &[u8]) -> usize {
 
 /// Whether `b` may start a tag name: ASCII letters, `_`, and any non-ASCII
 /// byte (so `<状态栏>` is a tag; the machine decides whether it matters).
+#[inline]
 pub(crate) fn is_name_start(b: u8) -> bool {
     b.is_ascii_alphabetic() || b == b'_' || b >= 0x80
 }
 
+#[inline]
 pub(crate) fn is_name_char(b: u8) -> bool {
-    is_name_start(b) || b.is_ascii_digit() || matches!(b, b'-' | b'.' | b':')
+    NAME_CHARS[usize::from(b)]
 }
+
+/// [`is_name_char`] as a table: it runs on every byte of every tag name.
+static NAME_CHARS: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        table[b] = c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.' | b':') || c >= 0x80;
+        b += 1;
+    }
+    table
+};
 
 fn is_attr_name_char(b: u8) -> bool {
     is_name_char(b) || b == b'@'
