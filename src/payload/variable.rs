@@ -202,7 +202,11 @@ fn json_ops(text: &str, base: usize, analysis: &mut Option<String>) -> Result<(V
 /// Whether an attempt read at least one valid op.
 fn has_valid_op(attempt: &Result<(Vec<Value>, Vec<Diagnostic>), String>) -> bool {
     match attempt {
-        Ok((list, _)) => list.iter().any(|c| Op::from_json(&normalise_alias(c.clone()).0).is_ok()),
+        // Read as written first: only an op under an alias name needs the
+        // copy that renames it.
+        Ok((list, _)) => list
+            .iter()
+            .any(|c| Op::from_json(c).is_ok() || Op::from_json(&normalise_alias(c.clone()).0).is_ok()),
         Err(_) => false,
     }
 }
