@@ -204,9 +204,9 @@ fn has_valid_op(attempt: &Result<(Vec<Value>, Vec<Diagnostic>), String>) -> bool
     match attempt {
         // Read as written first: only an op under an alias name needs the
         // copy that renames it.
-        Ok((list, _)) => list
-            .iter()
-            .any(|c| Op::from_json(c).is_ok() || Op::from_json(&normalise_alias(c.clone()).0).is_ok()),
+        Ok((list, _)) => {
+            list.iter().any(|c| Op::from_json(c).is_ok() || Op::from_json(&normalise_alias(c.clone()).0).is_ok())
+        }
         Err(_) => false,
     }
 }

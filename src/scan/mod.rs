@@ -619,6 +619,22 @@ impl Scanner {
                     continue;
                 }
             }
+            // A tag name or a quoted value is read as a run: every byte of
+            // it is a step to the same candidate (the transitions `step`
+            // would make), unless the run would pass the marker limit, which
+            // the byte-wise path below reports at its exact byte.
+            let run = match cand {
+                Candidate::Name | Candidate::CloseName => {
+                    chunk[i..].iter().position(|&b| !is_name_char(b)).unwrap_or(chunk.len() - i)
+                }
+                Candidate::Quoted(q) => memchr::memchr2(q, b'<', &chunk[i..]).unwrap_or(chunk.len() - i),
+                _ => 0,
+            };
+            if run > 0 && self.held.len() + run <= self.limits.max_marker_len {
+                self.held.extend_from_slice(&chunk[i..i + run]);
+                i += run;
+                continue;
+            }
             let b = chunk[i];
             match step(cand, b) {
                 Step::Next(next) => {

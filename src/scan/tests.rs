@@ -295,8 +295,25 @@ mod props {
         /// Any split gives the same tokens, and spans tile the input.
         #[test]
         fn split_invariance(parts in proptest::collection::vec(fragment(), 0..24), cuts in proptest::collection::vec(any::<proptest::sample::Index>(), 0..8)) {
+            split_invariant(&parts, &cuts, ScanLimits::default())?;
+        }
+
+        /// The same with limits small enough that names and quoted values
+        /// (read as runs) meet them.
+        #[test]
+        fn split_invariance_at_small_limits(parts in proptest::collection::vec(fragment(), 0..24), cuts in proptest::collection::vec(any::<proptest::sample::Index>(), 0..8)) {
+            split_invariant(&parts, &cuts, ScanLimits { max_marker_len: 12, max_comment_len: 24 })?;
+        }
+    }
+
+    fn split_invariant(
+        parts: &[Vec<u8>],
+        cuts: &[proptest::sample::Index],
+        limits: ScanLimits,
+    ) -> Result<(), TestCaseError> {
+        {
             let input: Vec<u8> = parts.concat();
-            let whole = scan_chunks(&[&input], ScanLimits::default());
+            let whole = scan_chunks(&[&input], limits);
             let mut points: Vec<usize> = cuts.iter().map(|c| c.index(input.len() + 1)).collect();
             points.sort_unstable();
             let mut chunks = Vec::new();
@@ -306,7 +323,7 @@ mod props {
                 last = p;
             }
             chunks.push(&input[last..]);
-            let split = scan_chunks(&chunks, ScanLimits::default());
+            let split = scan_chunks(&chunks, limits);
             prop_assert_eq!(&split.toks, &whole.toks);
             let mut covered = 0;
             for sp in &whole.spans {
@@ -315,5 +332,6 @@ mod props {
             }
             prop_assert_eq!(covered, input.len());
         }
+        Ok(())
     }
 }
