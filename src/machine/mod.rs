@@ -546,7 +546,7 @@ impl Machine {
                 r.resolve(if spec.bare { None } else { Some(spec.spelling.as_str()) });
             }
         }
-        // The element's bytes become its text in place (no copy).
+        // The element's bytes become its text (validated fast, then copied).
         let text = lossy(&el.text).unwrap_or_else(|s| {
             self.report_invalid_utf8();
             s

@@ -203,10 +203,13 @@ fn json_ops(text: &str, base: usize, analysis: &mut Option<String>) -> Result<(V
 fn has_valid_op(attempt: &Result<(Vec<Value>, Vec<Diagnostic>), String>) -> bool {
     match attempt {
         // Read as written first: only an op under an alias name needs the
-        // copy that renames it.
-        Ok((list, _)) => {
-            list.iter().any(|c| Op::from_json(c).is_ok() || Op::from_json(&normalise_alias(c.clone()).0).is_ok())
-        }
+        // copy that renames it, and is read again.
+        Ok((list, _)) => list.iter().any(|c| {
+            Op::from_json(c).is_ok() || {
+                let (renamed, alias) = normalise_alias(c.clone());
+                alias.is_some() && Op::from_json(&renamed).is_ok()
+            }
+        }),
         Err(_) => false,
     }
 }

@@ -317,7 +317,7 @@ pub(crate) fn incomplete_utf8_tail(bytes: &[u8]) -> usize {
 /// Whether `b` may start a tag name: ASCII letters, `_`, and any non-ASCII
 /// byte (so `<状态栏>` is a tag; the machine decides whether it matters).
 #[inline]
-pub(crate) fn is_name_start(b: u8) -> bool {
+pub(crate) const fn is_name_start(b: u8) -> bool {
     b.is_ascii_alphabetic() || b == b'_' || b >= 0x80
 }
 
@@ -332,7 +332,7 @@ static NAME_CHARS: [bool; 256] = {
     let mut b = 0;
     while b < 256 {
         let c = b as u8;
-        table[b] = c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.' | b':') || c >= 0x80;
+        table[b] = is_name_start(c) || c.is_ascii_digit() || matches!(c, b'-' | b'.' | b':');
         b += 1;
     }
     table
