@@ -14,21 +14,29 @@
 //! * replay throughput: every transcript of `../shared/recorded/` through
 //!   `spindle::sources::transcript` (the stream model and parser), in MB/s.
 //!
-//! * CPU per chunk: the process CPU time (`/proc/self/stat`) of 32
-//!   streams of 64 chunks through the proxy minus the same streams direct,
-//!   per chunk, with chunks 20 ms apart (paced, as models send them) and
+//! * CPU per chunk: the on-CPU time of the proxies' own threads
+//!   (`/proc/self/task/*/schedstat`) over 32 streams of 64 chunks, per
+//!   chunk, with chunks 20 ms apart (paced, as models send them) and
 //!   back to back: the proxy's fixed cost per wake-up shows as their ratio;
 //! * streams/s: 64-chunk streams, 64 at a time for 3 s, direct and through
-//!   the proxy (generator, mock and proxy share this process and its two
-//!   worker threads, so this is a floor of the proxy's own ceiling).
+//!   the proxy (the generator and the mock share one core, so this is a
+//!   floor of the proxy's own one-core ceiling; direct is the generator's).
+//!
+//! Topology, as in a side-by-side harness: the load generator and the mocks
+//! run on this thread (a current-thread runtime) pinned to the first core;
+//! the proxies, and the "wire" (a TCP byte relay, the floor of one more
+//! hop), run on their own one-worker runtime pinned to the last core.
 //!
 //! Run: `cargo bench --bench proxy` (release). `PROXY_BENCH_PACE_MS`
-//! (default 2) sets the time between events.
+//! (default 2) sets the time between events; `PROXY_BENCH_PARTS` (a comma
+//! list of `latency`, `throughput`, `tools`, `cpu`, `replay`; default all)
+//! runs only those parts; `PROXY_BENCH_WORKERS` (default 1) gives the
+//! proxies' runtime more workers, unpinned.
 
 use futures::StreamExt;
 use spindle::Registry;
 use spindle::mock::MockUpstream;
-use spindle::proxy::{ProxyConfig, ProxyServer, ToolCalling};
+use spindle::proxy::{ProxyConfig, ProxyHandle, ProxyServer, ToolCalling};
 use spindle::sources::StreamOptions;
 use spindle::sources::transcript::{self, Detection, ReplayOutcome};
 use spindle::tools::Protocol;
@@ -95,25 +103,57 @@ async fn load_body(http: &reqwest::Client, base: &str, body: &serde_json::Value,
     all
 }
 
-/// This process's CPU time (user + system), in seconds (Linux; 0 elsewhere).
-fn cpu_secs() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return 0.0 };
-    // Fields after the command name (which may hold spaces) start at ")".
-    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { return 0.0 };
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    // utime and stime are fields 14 and 15 (11 and 12 after the state).
-    (ticks(11) + ticks(12)) / 100.0
+/// The threads of the proxies' runtime (workers and blocking threads).
+static PROXY_THREADS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// The calling thread's id (Linux; empty elsewhere).
+fn thread_id() -> String {
+    std::fs::read_to_string("/proc/thread-self/stat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_string))
+        .unwrap_or_default()
 }
 
-/// `n` concurrent streams of `model` from `base`; the CPU seconds they cost
-/// this process and the events they carried.
+/// On-CPU time of the proxies' threads, in seconds (Linux schedstat, in
+/// nanoseconds; 0 elsewhere): the proxy's own CPU, without the generator's.
+fn proxy_cpu_secs() -> f64 {
+    let threads = PROXY_THREADS.lock().map(|t| t.clone()).unwrap_or_default();
+    let ns: u64 = threads
+        .iter()
+        .filter_map(|tid| std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()))
+        .sum();
+    ns as f64 / 1e9
+}
+
+/// `n` concurrent streams of `model` from `base`; the CPU seconds the
+/// proxies spent meanwhile and the events the streams carried.
 async fn cpu_of(http: &reqwest::Client, base: &str, model: &str, n: usize) -> (f64, usize) {
     let body = serde_json::json!({"model": model, "stream": true, "messages": [{"role": "user", "content": "go"}]});
-    let before = cpu_secs();
+    let before = proxy_cpu_secs();
     let runs = (0..n).map(|_| stream_body(http, base, true, &body));
     let events: usize = futures::future::join_all(runs).await.iter().map(|(d, _)| d.len()).sum();
-    (cpu_secs() - before, events)
+    (proxy_cpu_secs() - before, events)
+}
+
+/// The wire: a byte relay (accept, connect upstream, copy both ways) on
+/// the same runtime, no HTTP. What one more loopback hop costs on this
+/// machine, the floor under any proxy's added latency.
+async fn tcp_relay(upstream: std::net::SocketAddr) -> std::net::SocketAddr {
+    // Bound and served on the proxies' runtime, like a proxy.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("relay");
+    let addr = listener.local_addr().expect("relay addr");
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await else { return };
+                let _ = client.set_nodelay(true);
+                let _ = server.set_nodelay(true);
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+            });
+        }
+    });
+    addr
 }
 
 fn pct(sorted: &[f64], p: f64) -> f64 {
@@ -156,9 +196,47 @@ fn replay_throughput(root: &Path) -> Option<(usize, u64, f64)> {
     Some((streams, bytes, bytes as f64 / best / 1e6))
 }
 
+/// Starts a proxy on the proxies' runtime.
+async fn start(rt: &tokio::runtime::Handle, config: ProxyConfig) -> ProxyHandle {
+    rt.spawn(async move { ProxyServer::bind(config, "127.0.0.1:0").await.expect("proxy").spawn() })
+        .await
+        .expect("proxy")
+}
+
+/// The cores to pin to: the load generator and mocks on the first, the
+/// proxies on the last (none when there is only one).
+fn cores() -> Option<(core_affinity::CoreId, core_affinity::CoreId)> {
+    let ids = core_affinity::get_core_ids()?;
+    Some((*ids.first()?, *ids.last()?)).filter(|(a, b)| a != b)
+}
+
 fn main() {
     let pace: u64 = std::env::var("PROXY_BENCH_PACE_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    // As in a side-by-side harness: the generator and the mocks on one
+    // core (this thread), each proxy on its own runtime on the other core,
+    // one worker, as the binary runs when pinned to one core.
+    let workers: usize = std::env::var("PROXY_BENCH_WORKERS").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    let pin = cores().filter(|_| workers == 1);
+    let parts = std::env::var("PROXY_BENCH_PARTS").ok();
+    let want = |part: &str| parts.as_deref().is_none_or(|p| p.split(',').any(|w| w.trim() == part));
+    if let Some((generator, _)) = pin {
+        core_affinity::set_for_current(generator);
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let proxies = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers.max(1))
+        .on_thread_start(move || {
+            if let Ok(mut threads) = PROXY_THREADS.lock() {
+                threads.push(thread_id());
+            }
+            if let Some((_, proxy)) = pin {
+                core_affinity::set_for_current(proxy);
+            }
+        })
+        .enable_all()
+        .build()
+        .expect("proxy runtime");
+    let prt = proxies.handle().clone();
     runtime.block_on(async {
         let corpora = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpora");
         let transcripts = MockUpstream::from_dir(&corpora).expect("corpora");
@@ -169,28 +247,39 @@ fn main() {
             c.options = StreamOptions::with_registry(Registry::filament());
             c
         };
-        let proxy = ProxyServer::bind(config(paced.url()), "127.0.0.1:0").await.expect("proxy").spawn();
-        let fast_proxy = ProxyServer::bind(config(fast.url()), "127.0.0.1:0").await.expect("proxy").spawn();
+        let proxy = start(&prt, config(paced.url())).await;
+        let fast_proxy = start(&prt, config(fast.url())).await;
         let http = reqwest::Client::builder().no_proxy().build().expect("client");
         let via = format!("http://{}", proxy.local_addr());
+        let paced_addr = paced.url().trim_start_matches("http://").parse().expect("mock address");
+        let wire = format!("http://{}", prt.spawn(tcp_relay(paced_addr)).await.expect("relay"));
         // Warm up connections and code paths.
         let _ = load(&http, &paced.url(), 4).await;
         let _ = load(&http, &via, 4).await;
+        let _ = load(&http, &wire, 4).await;
 
+        if want("latency") {
         println!("per-chunk latency, event written by the mock -> last byte read by the client (µs); {MODEL}, {pace} ms between events");
-        println!("{:<12} {:>9} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12}", "concurrency", "events", "direct p50", "direct p99", "proxy p50", "proxy p99", "added p50", "added p99");
+        println!("(wire: a TCP byte relay on the same runtime, the floor of one more hop)");
+        println!("{:<12} {:>9} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12} {:>12}", "concurrency", "events", "direct p50", "direct p99", "proxy p50", "proxy p99", "added p50", "added p99", "wire p50", "wire p99");
         for clients in [1usize, 64] {
             let direct = load(&http, &paced.url(), clients).await;
             let proxied = load(&http, &via, clients).await;
+            let relayed = load(&http, &wire, clients).await;
             let (d50, d99, p50, p99) = (pct(&direct, 0.5), pct(&direct, 0.99), pct(&proxied, 0.5), pct(&proxied, 0.99));
+            let (w50, w99) = (pct(&relayed, 0.5), pct(&relayed, 0.99));
             println!(
-                "{clients:<12} {:>9} {d50:>10.0} {d99:>10.0} {p50:>10.0} {p99:>10.0} {:>12.0} {:>12.0}",
+                "{clients:<12} {:>9} {d50:>10.0} {d99:>10.0} {p50:>10.0} {p99:>10.0} {:>12.0} {:>12.0} {:>12.0} {:>12.0}",
                 proxied.len(),
                 p50 - d50,
-                p99 - d99
+                p99 - d99,
+                w50 - d50,
+                w99 - d99
             );
         }
+        }
 
+        if want("throughput") {
         println!("\nthroughput, unpaced streams of {MODEL} (8 at a time, 64 requests)");
         for (label, base) in [("direct", fast.url()), ("proxy", format!("http://{}", fast_proxy.local_addr()))] {
             let start = Instant::now();
@@ -203,15 +292,18 @@ fn main() {
             println!("{label:<8} {:>8.1} MB/s  ({bytes} bytes in {secs:.2} s)", bytes as f64 / secs / 1e6);
         }
 
+        }
+
         // Tool calling against pass-through, same profile, same upstream.
+        if want("tools") {
         let chat = |upstream: String, tools: bool| {
             let mut c = ProxyConfig::new(upstream);
             c.options = StreamOptions::with_registry(Registry::chat());
             c.tool_calling = tools.then(|| ToolCalling::new(Protocol::Hermes));
             c
         };
-        let plain = ProxyServer::bind(chat(paced.url(), false), "127.0.0.1:0").await.expect("proxy").spawn();
-        let tooled = ProxyServer::bind(chat(paced.url(), true), "127.0.0.1:0").await.expect("proxy").spawn();
+        let plain = start(&prt, chat(paced.url(), false)).await;
+        let tooled = start(&prt, chat(paced.url(), true)).await;
         let tools = serde_json::json!([{"type": "function", "function": {"name": "get_current_weather",
             "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "state": {"type": "string"},
             "unit": {"type": "string"}}, "required": ["city"]}}}]);
@@ -243,27 +335,27 @@ fn main() {
         }
         let _ = plain.shutdown().await;
         let _ = tooled.shutdown().await;
+        }
 
         // CPU per chunk, paced vs back to back, and streams/s, on a short
         // transcript of about 64 chunks.
+        if want("cpu") {
         let words = "The keeper climbed the stairs and lit the lamp above the water tonight. ".repeat(12);
         let short = format!("<content>{}</content>", words.trim_end());
         let t = spindle::mock::Transcript::from_bytes("short".into(), "short.txt".into(), short.as_bytes())
             .expect("a text transcript");
         let slow = MockUpstream::new(vec![t.clone()]).with_pace(Duration::from_millis(20)).spawn("127.0.0.1:0").await.expect("mock");
         let quick = MockUpstream::new(vec![t]).spawn("127.0.0.1:0").await.expect("mock");
-        let via_slow = ProxyServer::bind(config(slow.url()), "127.0.0.1:0").await.expect("proxy").spawn();
-        let via_quick = ProxyServer::bind(config(quick.url()), "127.0.0.1:0").await.expect("proxy").spawn();
+        let via_slow = start(&prt, config(slow.url())).await;
+        let via_quick = start(&prt, config(quick.url())).await;
         let (via_slow, via_quick) = (format!("http://{}", via_slow.local_addr()), format!("http://{}", via_quick.local_addr()));
         let _ = cpu_of(&http, &via_quick, "short", 8).await;
-        let (d_paced, n_paced) = cpu_of(&http, &slow.url(), "short", 32).await;
-        let (p_paced, _) = cpu_of(&http, &via_slow, "short", 32).await;
-        let (d_fast, n_fast) = cpu_of(&http, &quick.url(), "short", 32).await;
-        let (p_fast, _) = cpu_of(&http, &via_quick, "short", 32).await;
-        let per = |p: f64, d: f64, n: usize| (p - d).max(0.0) / n.max(1) as f64 * 1e6;
-        let (paced_us, fast_us) = (per(p_paced, d_paced, n_paced), per(p_fast, d_fast, n_fast));
-        println!("\nCPU added by the proxy per chunk (32 streams of {} chunks): paced 20 ms {paced_us:.1} µs, back to back {fast_us:.1} µs, ratio {:.2}", n_fast / 32, paced_us / fast_us.max(0.001));
-        println!("streams/s, 64-chunk streams, 64 at a time for 3 s (generator, mock and proxy in this process):");
+        let (p_paced, n_paced) = cpu_of(&http, &via_slow, "short", 32).await;
+        let (p_fast, n_fast) = cpu_of(&http, &via_quick, "short", 32).await;
+        let per = |p: f64, n: usize| p / n.max(1) as f64 * 1e6;
+        let (paced_us, fast_us) = (per(p_paced, n_paced), per(p_fast, n_fast));
+        println!("\nCPU of the proxy per chunk, its own threads (32 streams of {} chunks): paced 20 ms {paced_us:.1} µs, back to back {fast_us:.1} µs, ratio {:.2}", n_fast / 32, paced_us / fast_us.max(0.001));
+        println!("streams/s, 64-chunk streams, 64 at a time for 3 s (the generator and mock on one core, the proxy on the other):");
         for (label, base) in [("direct", quick.url()), ("proxy", via_quick.clone())] {
             let deadline = Instant::now() + Duration::from_secs(3);
             let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -283,10 +375,14 @@ fn main() {
             let n = done.load(std::sync::atomic::Ordering::Relaxed);
             println!("  {label:<8} {:>8.0} streams/s", n as f64 / start.elapsed().as_secs_f64());
         }
+        }
         let _ = proxy.shutdown().await;
         let _ = fast_proxy.shutdown().await;
     });
 
+    if !want("replay") {
+        return;
+    }
     let recorded = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/recorded");
     match replay_throughput(&recorded) {
         Some((streams, bytes, mbps)) => {
