@@ -75,6 +75,9 @@ fn indentation_suffix(text: &[u8], starts_line: bool) -> Option<usize> {
 /// Where a trailing (beginning of a) fence line and the whitespace after it
 /// begin.
 fn fence_suffix(text: &[u8], starts_line: bool) -> Option<usize> {
+    // Without a backtick there is no fence (most text: the scan back over
+    // its last word is not needed).
+    crate::scan::find_byte(b'`', text)?;
     let mut end = text.len();
     while end > 0 && is_space(text[end - 1]) {
         end -= 1;

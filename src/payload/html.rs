@@ -44,6 +44,7 @@
 
 use super::net::{HTML_ELEMENTS, Net};
 use super::style::{StyleVerdict, filter_style};
+use crate::scan::{find_byte, find_byte3};
 use lol_html::html_content::{ContentType, TextType};
 use lol_html::send::{HtmlRewriter, Settings};
 use lol_html::{DocumentContentHandlers, ElementContentHandlers, MemorySettings, Selector};
@@ -328,7 +329,7 @@ impl TagCloser {
         while i < bytes.len() {
             if self.is_idle() {
                 // Text: only a `<` changes anything; copy up to it.
-                let run = memchr::memchr(b'<', &bytes[i..]).unwrap_or(bytes.len() - i);
+                let run = find_byte(b'<', &bytes[i..]).unwrap_or(bytes.len() - i);
                 out.extend_from_slice(&bytes[i..i + run]);
                 i += run;
                 if i == bytes.len() {
@@ -673,13 +674,13 @@ impl Pass {
     fn write<'a>(&mut self, bytes: &'a [u8]) -> Cow<'a, [u8]> {
         if self.closer.is_idle() {
             match &mut self.rewriter {
-                Rewriting::Waiting if memchr::memchr(b'<', bytes).is_none() => {
+                Rewriting::Waiting if find_byte(b'<', bytes).is_none() => {
                     // No markup yet and none in these bytes: they pass as
                     // they are.
                     self.fed += bytes.len();
                     return Cow::Borrowed(bytes);
                 }
-                Rewriting::Running(_, origin) if self.settled && memchr::memchr3(b'<', b'>', b'&', bytes).is_none() => {
+                Rewriting::Running(_, origin) if self.settled && find_byte3(b'<', b'>', b'&', bytes).is_none() => {
                     // Plain text between tags, the common delta: the
                     // rewriter would pass it unchanged (in its data state
                     // text is copied; in any other text state escaping it
@@ -703,7 +704,7 @@ impl Pass {
         let base = self.fed;
         self.fed += bytes.len();
         if matches!(self.rewriter, Rewriting::Waiting) {
-            if memchr::memchr(b'<', bytes).is_none() {
+            if find_byte(b'<', bytes).is_none() {
                 return bytes.to_vec();
             }
             self.rewriter = Rewriting::Running(Box::new(build_rewriter(&self.shared, self.limits)), base);

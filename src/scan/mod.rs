@@ -295,6 +295,24 @@ enum Finished {
 
 const CDATA_OPEN: &[u8; 7] = b"[CDATA[";
 
+/// Inputs shorter than this are searched byte by byte: `memchr`'s vector
+/// setup costs more than the loop on a streamed delta of a few bytes.
+const SHORT: usize = 16;
+
+/// The first `needle` in `hay` (`memchr`, or a plain loop on a short
+/// input).
+#[inline]
+pub(crate) fn find_byte(needle: u8, hay: &[u8]) -> Option<usize> {
+    if hay.len() < SHORT { hay.iter().position(|&b| b == needle) } else { memchr::memchr(needle, hay) }
+}
+
+/// The first of three bytes in `hay` (`memchr3`, or a plain loop on a
+/// short input).
+#[inline]
+pub(crate) fn find_byte3(a: u8, b: u8, c: u8, hay: &[u8]) -> Option<usize> {
+    if hay.len() < SHORT { hay.iter().position(|&x| x == a || x == b || x == c) } else { memchr::memchr3(a, b, c, hay) }
+}
+
 /// Length of an unfinished (but so far valid) UTF-8 sequence at the end.
 pub(crate) fn incomplete_utf8_tail(bytes: &[u8]) -> usize {
     let n = bytes.len();
@@ -568,7 +586,7 @@ impl Scanner {
                     // (a flood of `<` is one text token, not one per byte).
                     let mut from = i;
                     let found = loop {
-                        let Some(off) = memchr::memchr(b'<', &chunk[from..]) else { break None };
+                        let Some(off) = find_byte(b'<', &chunk[from..]) else { break None };
                         let at = from + off;
                         match chunk.get(at + 1) {
                             Some(&next) if matches!(step(Candidate::Lt, next), Step::Fail) => from = at + 1,
