@@ -39,6 +39,10 @@ struct Counts {
     comments: usize,
 }
 
+/// The output buffer: large enough that a busy stream of small JSON lines
+/// costs few writes.
+pub(crate) const OUT_BUFFER: usize = 64 * 1024;
+
 /// Prints events in one [`Format`].
 pub(crate) struct Renderer {
     format: Format,
@@ -46,6 +50,9 @@ pub(crate) struct Renderer {
     /// stdout is a terminal and NO_COLOR is unset. Never stripped for
     /// `rewrite`: its bytes must be exact.
     out: Box<dyn Write>,
+    /// One JSON line, built here and written whole: serde_json's many small
+    /// writes land in a `Vec`, not through `dyn Write` into the buffer.
+    line: Vec<u8>,
     counts: Counts,
     /// The streaming element whose deltas are being printed (pretty).
     streaming: Option<u32>,
@@ -57,11 +64,12 @@ impl Renderer {
     pub(crate) fn new(format: Format, registry: &Registry) -> Renderer {
         let out: Box<dyn Write> = match format {
             Format::Pretty => Box::new(std::io::BufWriter::new(anstream::AutoStream::auto(std::io::stdout()))),
-            _ => Box::new(std::io::BufWriter::new(std::io::stdout())),
+            _ => Box::new(std::io::BufWriter::with_capacity(OUT_BUFFER, std::io::stdout())),
         };
         Renderer {
             format,
             out,
+            line: Vec::new(),
             counts: Counts::default(),
             streaming: None,
             stream_tags: registry.tags().iter().filter(|t| t.body.emits_deltas()).map(|t| t.name.clone()).collect(),
@@ -74,8 +82,10 @@ impl Renderer {
             self.count(event);
             match self.format {
                 Format::Jsonl => {
-                    serde_json::to_writer(&mut self.out, event)?;
-                    self.out.write_all(b"\n")?;
+                    self.line.clear();
+                    serde_json::to_writer(&mut self.line, event)?;
+                    self.line.push(b'\n');
+                    self.out.write_all(&self.line)?;
                 }
                 Format::Pretty => self.pretty(event)?,
                 Format::Rewrite | Format::Summary => {}

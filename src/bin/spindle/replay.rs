@@ -256,7 +256,7 @@ fn run_inner(args: ReplayArgs) -> Result<ExitCode> {
         bar
     };
     let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut out = std::io::BufWriter::with_capacity(crate::render::OUT_BUFFER, stdout.lock());
     let started = Instant::now();
     for file in &files {
         let name = file.display().to_string();
@@ -328,6 +328,7 @@ fn replay_file(
     totals.files += 1;
     totals.bytes += bytes.len() as u64;
     *totals.kinds.entry(kind.as_str()).or_default() += 1;
+    let mut line = Vec::new();
     for stream in &streams {
         totals.count_stream(&stream.events);
         if args.format == ReplayFormat::Jsonl {
@@ -336,8 +337,11 @@ fn replay_file(
                 None => name.to_string(),
             };
             for event in &stream.events {
-                serde_json::to_writer(&mut *out, &Sourced { event, source: &source })?;
-                out.write_all(b"\n")?;
+                // Built whole, then written once (see `render::Renderer`).
+                line.clear();
+                serde_json::to_writer(&mut line, &Sourced { event, source: &source })?;
+                line.push(b'\n');
+                out.write_all(&line)?;
             }
         }
     }
