@@ -350,11 +350,21 @@ fn main() {
         let via_quick = start(&prt, config(quick.url())).await;
         let (via_slow, via_quick) = (format!("http://{}", via_slow.local_addr()), format!("http://{}", via_quick.local_addr()));
         let _ = cpu_of(&http, &via_quick, "short", 8).await;
-        let (p_paced, n_paced) = cpu_of(&http, &via_slow, "short", 32).await;
-        let (p_fast, n_fast) = cpu_of(&http, &via_quick, "short", 32).await;
         let per = |p: f64, n: usize| p / n.max(1) as f64 * 1e6;
-        let (paced_us, fast_us) = (per(p_paced, n_paced), per(p_fast, n_fast));
-        println!("\nCPU of the proxy per chunk, its own threads (32 streams of {} chunks): paced 20 ms {paced_us:.1} µs, back to back {fast_us:.1} µs, ratio {:.2}", n_fast / 32, paced_us / fast_us.max(0.001));
+        let relay = |url: String| {
+            let addr: std::net::SocketAddr = url.trim_start_matches("http://").parse().expect("mock address");
+            prt.spawn(tcp_relay(addr))
+        };
+        let wire_slow = format!("http://{}", relay(slow.url()).await.expect("relay"));
+        let wire_quick = format!("http://{}", relay(quick.url()).await.expect("relay"));
+        let _ = cpu_of(&http, &wire_quick, "short", 8).await;
+        println!("\nCPU per chunk on the proxies' core, paced 20 ms / back to back (32 streams of 81 chunks):");
+        for (label, slow_base, quick_base) in [("proxy", &via_slow, &via_quick), ("wire", &wire_slow, &wire_quick)] {
+            let (p_paced, n_paced) = cpu_of(&http, slow_base, "short", 32).await;
+            let (p_fast, n_fast) = cpu_of(&http, quick_base, "short", 32).await;
+            let (paced_us, fast_us) = (per(p_paced, n_paced), per(p_fast, n_fast));
+            println!("  {label:<8} {paced_us:>6.1} µs / {fast_us:>6.1} µs, ratio {:.2}", paced_us / fast_us.max(0.001));
+        }
         println!("streams/s, 64-chunk streams, 64 at a time for 3 s (the generator and mock on one core, the proxy on the other):");
         for (label, base) in [("direct", quick.url()), ("proxy", via_quick.clone())] {
             let deadline = Instant::now() + Duration::from_secs(3);
