@@ -106,17 +106,72 @@ impl Parser {
 
     /// Like [`Parser::feed`], appending to `out` (no allocation per call).
     pub fn feed_into(&mut self, chunk: &[u8], out: &mut Vec<Event>) {
-        // A large chunk is read in pieces, each piece's events passed on
-        // before the next: the machine's event buffer stays small and warm
-        // instead of growing to the whole chunk's events.
+        let done: Result<(), std::convert::Infallible> = self.feed_pieces(chunk, out, |_| Ok(()));
+        match done {
+            Ok(()) => {}
+            Err(never) => match never {},
+        }
+    }
+
+    /// Like [`Parser::feed_into`], but hands the events to `each` in batches
+    /// as they become certain (every 16 KiB of a large chunk) instead of
+    /// collecting all of them: a whole file fed at once need not hold all
+    /// of its events. The events, joined, are those of
+    /// [`Parser::feed_into`].
+    ///
+    /// ```
+    /// use spindle::{Event, Parser, Registry};
+    /// let mut parser = Parser::new(Registry::filament());
+    /// let text = "<content>".to_string() + &"word ".repeat(10_000) + "</content>";
+    /// let (mut batches, mut streamed) = (0, 0);
+    /// parser
+    ///     .feed_with(text.as_bytes(), |events| {
+    ///         batches += 1;
+    ///         for event in events {
+    ///             if let Event::Delta(d) = event {
+    ///                 streamed += d.text.len();
+    ///             }
+    ///         }
+    ///         Ok::<(), std::io::Error>(())
+    ///     })
+    ///     .unwrap();
+    /// assert_eq!(streamed, 50_000);
+    /// assert!(batches > 1);
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The first error of `each`; the parser then stops reading the chunk
+    /// ([`Parser::offset`] says how far it got).
+    pub fn feed_with<E>(&mut self, chunk: &[u8], mut each: impl FnMut(&[Event]) -> Result<(), E>) -> Result<(), E> {
+        let mut batch = Vec::new();
+        self.feed_pieces(chunk, &mut batch, |events| {
+            let done = each(events);
+            events.clear();
+            done
+        })
+    }
+
+    /// Reads `chunk` in pieces, each piece's events processed into `out`
+    /// and handed to `each` before the next piece: the machine's event
+    /// buffer stays small and warm instead of growing to a whole large
+    /// chunk's events.
+    fn feed_pieces<E>(
+        &mut self,
+        chunk: &[u8],
+        out: &mut Vec<Event>,
+        mut each: impl FnMut(&mut Vec<Event>) -> Result<(), E>,
+    ) -> Result<(), E> {
         let mut pieces = chunk.chunks(PIECE).peekable();
         while let Some(piece) = pieces.next() {
             self.scanner.feed(piece, &mut self.machine);
             if pieces.peek().is_some() {
                 self.stage.process(self.machine.drain_events(), out);
+                each(out)?;
             }
         }
         self.stage.process(self.machine.drain(), out);
+        each(out)
     }
 
     /// Ends the input: closes what is open, settles pending decisions, and

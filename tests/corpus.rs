@@ -63,3 +63,29 @@ fn every_transcript_matches_its_snapshot_at_every_chunk_size() {
         });
     }
 }
+
+/// `feed_with` hands out, in batches, exactly the events `feed_into`
+/// collects (uncoalesced), on the whole corpus fed as one large chunk.
+#[test]
+fn feed_with_batches_are_feed_into_events() {
+    let registry = Arc::new(Registry::filament());
+    let input: Vec<u8> = transcripts().iter().flat_map(|p| std::fs::read(p).expect("readable transcript")).collect();
+    let mut collected = Vec::new();
+    Parser::with_options(registry.clone(), ParserOptions::default()).feed_into(&input, &mut collected);
+    let mut batched = Vec::new();
+    let mut batches = 0;
+    let mut parser = Parser::with_options(registry, ParserOptions::default());
+    parser
+        .feed_with(&input, |events| {
+            batches += 1;
+            batched.extend_from_slice(events);
+            Ok::<(), ()>(())
+        })
+        .expect("no error");
+    assert!(batches > 1, "a {} byte chunk comes in several batches", input.len());
+    assert_eq!(batched, collected);
+    // An error stops the feed at once.
+    let mut parser = Parser::with_options(Arc::new(Registry::filament()), ParserOptions::default());
+    assert_eq!(parser.feed_with(&input, |_| Err("stop")), Err("stop"));
+    assert!(parser.offset() < input.len());
+}

@@ -230,20 +230,22 @@ pub(crate) fn run(args: ParseArgs) -> Result<ExitCode> {
     let mut parser = Parser::with_options(registry.clone(), options);
     let mut renderer = Renderer::new(args.format, &registry);
     let started = Instant::now();
-    let mut events = Vec::new();
     let mut feed = |bytes: &[u8], parser: &mut Parser, renderer: &mut Renderer| -> Result<()> {
-        events.clear();
-        parser.feed_into(bytes, &mut events);
-        renderer.events(&events)?;
-        if let Some(st) = &mut state_file {
-            st.apply(&events);
-        }
+        // Events are rendered in batches as they become certain, so a whole
+        // file fed at once is never held as a whole file's events.
+        parser.feed_with(bytes, |events| -> Result<()> {
+            renderer.events(events)?;
+            if let Some(st) = &mut state_file {
+                st.apply(events);
+            }
+            if let Some(calls) = &mut calls {
+                // What the model said before a tool runs is out before it runs.
+                renderer.flush()?;
+                calls.handle(events, renderer)?;
+            }
+            Ok(())
+        })?;
         renderer.rewrite(&parser.take_rewrite())?;
-        if let Some(calls) = &mut calls {
-            // What the model said before a tool runs is out before it runs.
-            renderer.flush()?;
-            calls.handle(&events, renderer)?;
-        }
         Ok(())
     };
     match args.file.as_ref().filter(|p| p.as_os_str() != "-") {
