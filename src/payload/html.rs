@@ -336,6 +336,18 @@ impl TagCloser {
                     break;
                 }
             }
+            if bytes[i] == b'<' && self.state == Pre::Lt && self.pending == b"<" {
+                // A run of `<` after a held `<`: each releases the one
+                // before it as `&lt;` and is held in turn (what the steps
+                // below do one byte at a time), in one tight loop.
+                let run = bytes[i..].iter().take_while(|&&b| b == b'<').count();
+                for _ in 0..run {
+                    out.extend_from_slice(b"&lt;");
+                }
+                self.escaped += run;
+                i += run;
+                continue;
+            }
             let b = bytes[i];
             i += 1;
             let name_ends = matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b'\x0c' | b'/' | b'>' | b'<');
@@ -1126,6 +1138,11 @@ mod tests {
             ("<user> and </user>", "&lt;user> and &lt;/user>"),
             ("<User-Name x=1>", "&lt;User-Name x=1>"),
             ("a < b << c <3", "a &lt; b &lt;&lt; c &lt;3"),
+            ("x<<<<<y", "x&lt;&lt;&lt;&lt;<y"),
+            ("x<<<< <<3", "x&lt;&lt;&lt;&lt; &lt;&lt;3"),
+            ("<<<<b>t</b>", "&lt;&lt;&lt;<b>t</b>"),
+            ("<<<</b>", "&lt;&lt;&lt;</b>"),
+            ("<<<<", "&lt;&lt;&lt;<"),
             ("<b", "<b"),
             ("<averyveryverylongtagnamethatisnothtmlatall>", "&lt;averyveryverylongtagnamethatisnothtmlatall>"),
         ];

@@ -589,7 +589,12 @@ impl Scanner {
                         let Some(off) = find_byte(b'<', &chunk[from..]) else { break None };
                         let at = from + off;
                         match chunk.get(at + 1) {
-                            Some(&next) if matches!(step(Candidate::Lt, next), Step::Fail) => from = at + 1,
+                            Some(&next) if matches!(step(Candidate::Lt, next), Step::Fail) => {
+                                // In a run of `<` each but the last fails on
+                                // the next: go to the last one at once.
+                                let run = chunk[at + 1..].iter().take_while(|&&b| b == b'<').count();
+                                from = at + run.max(1);
+                            }
                             _ => break Some(at - i),
                         }
                     };

@@ -196,7 +196,8 @@ fn prose_with_angle_brackets_is_text() {
         scan("a < b and 5 > 3."),
         [text("a "), Tok::Open("b".into(), vec![("and".into(), "".into()), ("5".into(), "".into())]), text(" 3.")]
     );
-    for input in ["a < b, 5 > 3.", "x<3 y", "a <= b", "<<>>", "1 <2", "<!DOCTYPE html>", "<|| x", "a <- b"] {
+    for input in ["a < b, 5 > 3.", "x<3 y", "a <= b", "<<>>", "1 <2", "<!DOCTYPE html>", "<|| x", "a <- b", "x<<<<<3 y"]
+    {
         let toks = check_splits(input.as_bytes());
         assert_eq!(toks, [text(input)], "{input}");
     }
@@ -206,6 +207,8 @@ fn prose_with_angle_brackets_is_text() {
 fn a_lt_inside_a_candidate_ends_it() {
     // The first `<` was text; the second starts a real tag.
     assert_eq!(check_splits(b"a < b<content>"), [text("a < b"), open("content")]);
+    // A run of `<`: all but the last are text.
+    assert_eq!(check_splits(b"<<<<<content>"), [text("<<<<"), open("content")]);
     assert_eq!(check_splits(b"<x y=\"<content>"), [text("<x y=\""), open("content")]);
 }
 
