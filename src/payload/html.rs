@@ -387,11 +387,11 @@ impl TagCloser {
     /// a renderer knows, so it is shown as text (`&lt;user>`).
     fn decide(&mut self, out: &mut Vec<u8>) {
         let html = !self.long_name && is_html_element(&self.name);
-        let name = std::str::from_utf8(&self.name).unwrap_or_default();
         if html || self.pending.is_empty() {
             out.append(&mut self.pending);
         } else {
-            *self.text_tags.entry(name.to_string()).or_default() += 1;
+            let name = std::str::from_utf8(&self.name).unwrap_or_default().to_string();
+            *self.text_tags.entry(name).or_default() += 1;
             out.extend_from_slice(b"&lt;");
             out.extend_from_slice(self.pending.get(1..).unwrap_or_default());
             self.pending.clear();

@@ -474,6 +474,14 @@ fn stray_end_tag(tag: &[u8]) -> bool {
 
 /// `<name>`, `</name>`, `<br/>`, `<span style="..">` with a safe style.
 fn whitelisted_tag(tag: &[u8]) -> bool {
+    // The common forms, `<name>` and `</name>`, decided on the bytes (the
+    // answer the reading below gives them).
+    if let Some(inner) = tag.strip_prefix(b"<").and_then(|t| t.strip_suffix(b">")) {
+        let name = inner.strip_prefix(b"/").unwrap_or(inner);
+        if !name.is_empty() && name.iter().all(u8::is_ascii_alphanumeric) {
+            return ALLOWED.iter().any(|a| a.as_bytes().eq_ignore_ascii_case(name));
+        }
+    }
     let Ok(tag) = std::str::from_utf8(tag) else {
         return false;
     };
