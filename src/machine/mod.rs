@@ -684,6 +684,17 @@ impl Machine {
             other => other,
         };
         match state {
+            // The chat template opened the lead and the model closed it at
+            // once (`</think>` first): an empty lead, as `x</think>` is a
+            // lead holding `x`, so that its rewrite reads the same again.
+            State::Start
+                if self.registry.lead_open() == LeadOpen::Template
+                    && self.registry.lead() == Some(tag)
+                    && let Some(el) = self.open_for_bare_text(span.start, true) =>
+            {
+                self.state = State::Open(el);
+                self.on_close(tag, raw_tag, span, raw, by_marker);
+            }
             State::Start | State::Between => {
                 self.repair(RepairKind::StrayCloseDropped, Some(tag), span.start, None, Some(span), Some(raw_tag));
             }

@@ -125,8 +125,10 @@ fn prefilled_lead_stays_the_lead() {
     );
     // The model wrote <think> anyway.
     check(&p, "<think>a</think>b", &[("thought", "a"), ("content", "b")], &[]);
-    // Empty reasoning: the close alone.
-    check(&p, "</think>Just the answer.", &[("content", "Just the answer.")], &[StrayCloseDropped]);
+    // Empty reasoning: the close alone closes an empty lead (its rewrite,
+    // `<think></think>Just the answer.`, reads the same).
+    check(&p, "</think>Just the answer.", &[("thought", ""), ("content", "Just the answer.")], &[HeaderInserted]);
+    check(&p, "<!-- note --> </think>\nHi", &[("thought", ""), ("content", "Hi")], &[HeaderInserted]);
     // Without the setting, an unconfirmed lead is content.
     check(&r(), "Let me think about this", &[("content", "Let me think about this")], &[HeaderInserted, Reclassified]);
 }
