@@ -336,6 +336,25 @@ impl TagCloser {
                     break;
                 }
             }
+            // Inside a comment, a bogus comment or raw text, every byte
+            // but one passes unchanged and leaves the state as it is: copy
+            // up to that byte (what the steps below do one at a time).
+            let stop = match self.state {
+                Pre::Comment => Some(b'-'),
+                Pre::Bogus => Some(b'>'),
+                Pre::Raw => Some(b'<'),
+                _ => None,
+            };
+            if let Some(stop) = stop
+                && self.pending.is_empty()
+            {
+                let run = find_byte(stop, &bytes[i..]).unwrap_or(bytes.len() - i);
+                if run > 0 {
+                    out.extend_from_slice(&bytes[i..i + run]);
+                    i += run;
+                    continue;
+                }
+            }
             if bytes[i] == b'<' && self.state == Pre::Lt && self.pending == b"<" {
                 // A run of `<` after a held `<`: each releases the one
                 // before it as `&lt;` and is held in turn (what the steps
@@ -1139,6 +1158,10 @@ mod tests {
             ("<User-Name x=1>", "&lt;User-Name x=1>"),
             ("a < b << c <3", "a &lt; b &lt;&lt; c &lt;3"),
             ("x<<<<<y", "x&lt;&lt;&lt;&lt;<y"),
+            ("<!-- a <b x - -- y --><i>", "<!-- a <b x - -- y --><i>"),
+            ("<? a <b ><i>", "<? a <b ><i>"),
+            ("<script>a <b x</script><i>", "<script>a <b x</script><i>"),
+            ("<textarea><b x </textarea ><i", "<textarea><b x </textarea ><i"),
             ("x<<<< <<3", "x&lt;&lt;&lt;&lt; &lt;&lt;3"),
             ("<<<<b>t</b>", "&lt;&lt;&lt;<b>t</b>"),
             ("<<<</b>", "&lt;&lt;&lt;</b>"),
