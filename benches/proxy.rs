@@ -136,11 +136,17 @@ async fn cpu_of(http: &reqwest::Client, base: &str, model: &str, n: usize) -> (f
     (proxy_cpu_secs() - before, events)
 }
 
-/// The wire: a byte relay (accept, connect upstream, copy both ways) on
-/// the same runtime, no HTTP. What one more loopback hop costs on this
-/// machine, the floor under any proxy's added latency.
+/// The wire in front of the mock at `url`: a byte relay (accept, connect
+/// upstream, copy both ways), no HTTP, served on the proxies' runtime like a
+/// proxy. What one more loopback hop costs on this machine, the floor under
+/// any proxy's added latency. Its base URL.
+async fn wire(rt: &tokio::runtime::Handle, url: &str) -> String {
+    let upstream: std::net::SocketAddr = url.trim_start_matches("http://").parse().expect("mock address");
+    format!("http://{}", rt.spawn(tcp_relay(upstream)).await.expect("relay"))
+}
+
+/// Serves [`wire`] on the current runtime; its address.
 async fn tcp_relay(upstream: std::net::SocketAddr) -> std::net::SocketAddr {
-    // Bound and served on the proxies' runtime, like a proxy.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("relay");
     let addr = listener.local_addr().expect("relay addr");
     tokio::spawn(async move {
@@ -251,21 +257,20 @@ fn main() {
         let fast_proxy = start(&prt, config(fast.url())).await;
         let http = reqwest::Client::builder().no_proxy().build().expect("client");
         let via = format!("http://{}", proxy.local_addr());
-        let paced_addr = paced.url().trim_start_matches("http://").parse().expect("mock address");
-        let wire = format!("http://{}", prt.spawn(tcp_relay(paced_addr)).await.expect("relay"));
+        let wire_url = wire(&prt, &paced.url()).await;
         // Warm up connections and code paths.
         let _ = load(&http, &paced.url(), 4).await;
         let _ = load(&http, &via, 4).await;
-        let _ = load(&http, &wire, 4).await;
+        let _ = load(&http, &wire_url, 4).await;
 
         if want("latency") {
         println!("per-chunk latency, event written by the mock -> last byte read by the client (µs); {MODEL}, {pace} ms between events");
-        println!("(wire: a TCP byte relay on the same runtime, the floor of one more hop)");
+        println!("(wire: a TCP byte relay on the proxies' runtime, the floor of one more hop)");
         println!("{:<12} {:>9} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12} {:>12}", "concurrency", "events", "direct p50", "direct p99", "proxy p50", "proxy p99", "added p50", "added p99", "wire p50", "wire p99");
         for clients in [1usize, 64] {
             let direct = load(&http, &paced.url(), clients).await;
             let proxied = load(&http, &via, clients).await;
-            let relayed = load(&http, &wire, clients).await;
+            let relayed = load(&http, &wire_url, clients).await;
             let (d50, d99, p50, p99) = (pct(&direct, 0.5), pct(&direct, 0.99), pct(&proxied, 0.5), pct(&proxied, 0.99));
             let (w50, w99) = (pct(&relayed, 0.5), pct(&relayed, 0.99));
             println!(
@@ -351,12 +356,8 @@ fn main() {
         let (via_slow, via_quick) = (format!("http://{}", via_slow.local_addr()), format!("http://{}", via_quick.local_addr()));
         let _ = cpu_of(&http, &via_quick, "short", 8).await;
         let per = |p: f64, n: usize| p / n.max(1) as f64 * 1e6;
-        let relay = |url: String| {
-            let addr: std::net::SocketAddr = url.trim_start_matches("http://").parse().expect("mock address");
-            prt.spawn(tcp_relay(addr))
-        };
-        let wire_slow = format!("http://{}", relay(slow.url()).await.expect("relay"));
-        let wire_quick = format!("http://{}", relay(quick.url()).await.expect("relay"));
+        let wire_slow = wire(&prt, &slow.url()).await;
+        let wire_quick = wire(&prt, &quick.url()).await;
         let _ = cpu_of(&http, &wire_quick, "short", 8).await;
         println!("\nCPU per chunk on the proxies' core, paced 20 ms / back to back (32 streams of 81 chunks):");
         for (label, slow_base, quick_base) in [("proxy", &via_slow, &via_quick), ("wire", &wire_slow, &wire_quick)] {

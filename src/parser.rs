@@ -106,11 +106,7 @@ impl Parser {
 
     /// Like [`Parser::feed`], appending to `out` (no allocation per call).
     pub fn feed_into(&mut self, chunk: &[u8], out: &mut Vec<Event>) {
-        let done: Result<(), std::convert::Infallible> = self.feed_pieces(chunk, out, |_| Ok(()));
-        match done {
-            Ok(()) => {}
-            Err(never) => match never {},
-        }
+        let Ok(()) = self.feed_pieces::<std::convert::Infallible>(chunk, out, |_| Ok(()));
     }
 
     /// Like [`Parser::feed_into`], but hands the events to `each` in batches

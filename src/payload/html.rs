@@ -327,19 +327,12 @@ impl TagCloser {
         out.reserve(bytes.len());
         let mut i = 0;
         while i < bytes.len() {
-            if self.is_idle() {
-                // Text: only a `<` changes anything; copy up to it.
-                let run = find_byte(b'<', &bytes[i..]).unwrap_or(bytes.len() - i);
-                out.extend_from_slice(&bytes[i..i + run]);
-                i += run;
-                if i == bytes.len() {
-                    break;
-                }
-            }
-            // Inside a comment, a bogus comment or raw text, every byte
-            // but one passes unchanged and leaves the state as it is: copy
-            // up to that byte (what the steps below do one at a time).
+            // In text, a comment, a bogus comment or raw text, with nothing
+            // held, every byte but one passes unchanged and leaves the state
+            // as it is: copy up to that byte (what the steps below do one at
+            // a time).
             let stop = match self.state {
+                Pre::Text => Some(b'<'),
                 Pre::Comment => Some(b'-'),
                 Pre::Bogus => Some(b'>'),
                 Pre::Raw => Some(b'<'),

@@ -43,6 +43,20 @@ struct Counts {
 /// costs few writes.
 pub(crate) const OUT_BUFFER: usize = 64 * 1024;
 
+/// Writes `value` as one JSON line: built in `line` (serde_json's many
+/// small writes land in a `Vec`, not in `out`), then written whole.
+pub(crate) fn json_line(
+    out: &mut (impl Write + ?Sized),
+    line: &mut Vec<u8>,
+    value: &impl serde::Serialize,
+) -> Result<()> {
+    line.clear();
+    serde_json::to_writer(&mut *line, value)?;
+    line.push(b'\n');
+    out.write_all(line)?;
+    Ok(())
+}
+
 /// Prints events in one [`Format`].
 pub(crate) struct Renderer {
     format: Format,
@@ -50,8 +64,7 @@ pub(crate) struct Renderer {
     /// stdout is a terminal and NO_COLOR is unset. Never stripped for
     /// `rewrite`: its bytes must be exact.
     out: Box<dyn Write>,
-    /// One JSON line, built here and written whole: serde_json's many small
-    /// writes land in a `Vec`, not through `dyn Write` into the buffer.
+    /// The JSON line being written ([`json_line`]).
     line: Vec<u8>,
     counts: Counts,
     /// The streaming element whose deltas are being printed (pretty).
@@ -81,12 +94,7 @@ impl Renderer {
         for event in events {
             self.count(event);
             match self.format {
-                Format::Jsonl => {
-                    self.line.clear();
-                    serde_json::to_writer(&mut self.line, event)?;
-                    self.line.push(b'\n');
-                    self.out.write_all(&self.line)?;
-                }
+                Format::Jsonl => json_line(&mut self.out, &mut self.line, event)?,
                 Format::Pretty => self.pretty(event)?,
                 Format::Rewrite | Format::Summary => {}
             }
@@ -107,10 +115,7 @@ impl Renderer {
         let kind = value.get("type").and_then(serde_json::Value::as_str).unwrap_or_default();
         *self.counts.elements.entry(kind.to_string()).or_default() += 1;
         match self.format {
-            Format::Jsonl => {
-                serde_json::to_writer(&mut self.out, value)?;
-                self.out.write_all(b"\n")?;
-            }
+            Format::Jsonl => json_line(&mut self.out, &mut self.line, value)?,
             Format::Pretty if kind != "tool_audit" => {
                 if !self.at_line_start {
                     self.out.write_all(b"\n")?;

@@ -337,11 +337,7 @@ fn replay_file(
                 None => name.to_string(),
             };
             for event in &stream.events {
-                // Built whole, then written once (see `render::Renderer`).
-                line.clear();
-                serde_json::to_writer(&mut line, &Sourced { event, source: &source })?;
-                line.push(b'\n');
-                out.write_all(&line)?;
+                crate::render::json_line(out, &mut line, &Sourced { event, source: &source })?;
             }
         }
     }
