@@ -195,7 +195,15 @@ pub(crate) struct NetReport {
 /// The incremental safety net.
 #[derive(Debug, Default)]
 pub(crate) struct Net {
+    /// The input from the first position not decided yet to the end of
+    /// the input so far.
     pending: Vec<u8>,
+    /// How many leading bytes of `pending` are already written out: the
+    /// letters of a possible pattern. They pass whatever follows (a
+    /// pattern is neutralised before its last character, and they hold no
+    /// `<`, `&` or last character), so only the decisions are waited for,
+    /// not the bytes: text that ends in the middle of a word is not held.
+    emitted: usize,
     /// The last byte emitted (for [`Decision::Stray`]).
     last: Option<u8>,
     pub(crate) report: NetReport,
@@ -224,34 +232,38 @@ impl Net {
     pub(crate) fn push(&mut self, bytes: &[u8], out: &mut Vec<u8>) {
         if self.pending.is_empty() {
             // The common case: nothing held, the input is read in place.
-            let used = self.run(bytes, false, out);
+            let (used, emitted) = self.run(bytes, 0, false, out);
             self.pending.extend_from_slice(&bytes[used..]);
+            self.emitted = emitted;
         } else {
             let mut buf = std::mem::take(&mut self.pending);
             buf.extend_from_slice(bytes);
-            let used = self.run(&buf, false, out);
+            let (used, emitted) = self.run(&buf, self.emitted, false, out);
             buf.drain(..used);
             self.pending = buf;
+            self.emitted = emitted;
         }
     }
 
     /// Flushes everything held.
     pub(crate) fn finish(&mut self, out: &mut Vec<u8>) {
         let buf = std::mem::take(&mut self.pending);
-        let used = self.run(&buf, true, out);
+        let (used, _) = self.run(&buf, self.emitted, true, out);
         self.pending = buf[used..].to_vec();
+        self.emitted = 0;
     }
 
-    /// Bytes held back.
+    /// Bytes held back (not written out yet).
     pub(crate) fn held(&self) -> usize {
-        self.pending.len()
+        self.pending.len() - self.emitted
     }
 
-    /// Filters `buf` into `out`; returns how many bytes it decided (the rest
-    /// is held for more input).
-    fn run(&mut self, buf: &[u8], last: bool, out: &mut Vec<u8>) -> usize {
+    /// Filters `buf` into `out`, of which the first `written` bytes are
+    /// already out; returns how many bytes it decided (the rest is kept for
+    /// more input) and how many of the rest are written out.
+    fn run(&mut self, buf: &[u8], written: usize, last: bool, out: &mut Vec<u8>) -> (usize, usize) {
         let mut i = 0;
-        let mut copied = 0;
+        let mut copied = written;
         // A short buffer (a small delta) is read whole: every position in
         // it is within the window of its end.
         let mut specials = (buf.len() > WINDOW).then(|| Specials::new(buf));
@@ -300,14 +312,14 @@ impl Net {
                 Decision::Pass => i += 1,
                 Decision::Tag(len) => i += len,
                 Decision::Escape => {
-                    out.extend_from_slice(&buf[copied..i]);
+                    write_out(out, buf, copied, i);
                     out.extend_from_slice(b"&lt;");
                     self.report.escaped += 1;
                     i += 1;
                     copied = i;
                 }
                 Decision::Stray(len) => {
-                    out.extend_from_slice(&buf[copied..i]);
+                    write_out(out, buf, copied, i);
                     let before = if i > 0 { buf.get(i - 1).copied() } else { self.last };
                     // Dropping the tag must not join the text around it into
                     // a pattern (`java</p>script:`): unless whitespace or a
@@ -320,7 +332,7 @@ impl Net {
                     copied = i;
                 }
                 Decision::Break { at, end } => {
-                    out.extend_from_slice(&buf[copied..at]);
+                    write_out(out, buf, copied, at);
                     out.extend_from_slice(BREAK);
                     self.report.neutralised += 1;
                     copied = at;
@@ -328,12 +340,30 @@ impl Net {
                 }
             }
         }
-        out.extend_from_slice(&buf[copied..i]);
         if i > 0 {
             self.last = buf.get(i - 1).copied();
         }
-        i
+        if i == buf.len() {
+            write_out(out, buf, copied, i);
+            return (i, 0);
+        }
+        // Undecided from `i`. A possible pattern's letters (the matcher read
+        // them all, to the end of the input, without meeting a `<` or a
+        // last character) are written now; a `<` or an `&` (a tag or a
+        // character reference not complete yet) and what follows are held.
+        let from = copied.max(i);
+        let held = from + buf[from..].iter().position(|&b| b == b'<' || b == b'&').unwrap_or(buf.len() - from);
+        write_out(out, buf, copied, held);
+        (i, held - i)
     }
+}
+
+/// Writes `buf[from..to]` out. Every decision that writes is at or after
+/// what is already out (written letters hold no `<` and no pattern's last
+/// character), so `from <= to`.
+fn write_out(out: &mut Vec<u8>, buf: &[u8], from: usize, to: usize) {
+    debug_assert!(from <= to, "the net wrote past a decision: {from} > {to}");
+    out.extend_from_slice(buf.get(from..to).unwrap_or_default());
 }
 
 /// Character references that pass the net unchanged, whole.
@@ -779,6 +809,57 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    proptest! {
+        /// Any chunking gives the output of the whole input, and what is
+        /// written after each chunk is a prefix of it: the letters written
+        /// before their pattern is decided never need a change.
+        #[test]
+        fn chunking_does_not_change_the_output(
+            bytes in prop::collection::vec(
+                prop::sample::select(b"javscriptexlonuURLb(:=> <>/p\t&#;x16lt:colon".to_vec()),
+                0..60,
+            ),
+            cuts in prop::collection::vec(1usize..9, 1..12),
+        ) {
+            let whole = {
+                let mut n = Net::default();
+                let mut out = Vec::new();
+                n.push(&bytes, &mut out);
+                n.finish(&mut out);
+                out
+            };
+            let mut n = Net::default();
+            let mut out = Vec::new();
+            let mut rest = bytes.as_slice();
+            for &cut in cuts.iter().cycle() {
+                if rest.is_empty() {
+                    break;
+                }
+                let (piece, tail) = rest.split_at(cut.min(rest.len()));
+                n.push(piece, &mut out);
+                prop_assert!(whole.starts_with(&out), "{:?}: {:?} is not a prefix of {:?}",
+                    String::from_utf8_lossy(&bytes), String::from_utf8_lossy(&out), String::from_utf8_lossy(&whole));
+                rest = tail;
+            }
+            n.finish(&mut out);
+            prop_assert_eq!(out, whole);
+        }
+    }
+
+    /// Text that stops in the middle of a word that may start a pattern
+    /// (`e` of `expression(`, `on` of `onclick=`) is written out at once;
+    /// only a possible tag or character reference is held.
+    #[test]
+    fn possible_patterns_are_not_held() {
+        for (input, held) in [("the ", 0), ("a ja", 0), ("onclick", 0), ("java\tscr", 0), ("a <b", 2), ("x &#10", 4)] {
+            let mut n = Net::default();
+            let mut out = Vec::new();
+            n.push(input.as_bytes(), &mut out);
+            assert_eq!(n.held(), held, "{input:?}");
+            assert_eq!(out.len() + held, input.len(), "{input:?}");
         }
     }
 
