@@ -1166,6 +1166,15 @@ impl Machine {
             }
             LeadCheck::Queued { id, mut queue, .. } => {
                 if let Some(t) = new_tag {
+                    if spec.bare {
+                        // A bare element (written without tags) has no
+                        // close tag to miss: the close queued as a repair
+                        // of the lead is no repair of what it proved to be,
+                        // as for bare text read as that tag from the start.
+                        queue.retain(|ev| {
+                            !matches!(ev, Event::Repair(r) if r.element == Some(id) && r.kind == RepairKind::AutoClosed)
+                        });
+                    }
                     let name = self.name(t);
                     let from = reg.lead().map(|l| reg.tag(l).name.clone());
                     let mut at = 0;

@@ -473,6 +473,19 @@ fn reclassified_by_order_dependency() {
     );
 }
 
+/// Where content is written bare (reasoning), a lead that proves to be
+/// content has no close tag to miss: no `AutoClosed`, as for bare text read
+/// as content from the start (found by `rewrite_is_a_fixpoint`).
+#[test]
+fn lead_proved_bare_content_is_not_auto_closed() {
+    check(
+        &r(),
+        "Hello <tool_call>{\"q\": 1}</tool_call>",
+        &[("content", "Hello "), ("tool_call", "{\"q\": 1}")],
+        &[HeaderInserted, Reclassified],
+    );
+}
+
 #[test]
 fn undecided_lead_waits_and_keeps_order() {
     // Decided at the end: no content at all, so it was content.
