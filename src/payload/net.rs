@@ -411,19 +411,34 @@ impl<'a> Specials<'a> {
     }
 }
 
-/// The second characters of the patterns (and of `on…=`) that start with
-/// `first`.
-fn second_chars(first: u8) -> &'static [u8] {
-    match first {
-        b'j' => b"a",
-        b'v' => b"b",
-        b'l' => b"i",
-        b'e' => b"x",
-        b'u' => b"r",
-        b'o' => b"n",
-        _ => b"",
+/// The first two letters of `on<word>=`, a pattern beside [`PATTERNS`].
+const ON: &[u8; 2] = b"on";
+
+/// The first letter of each pattern, `on<word>=` last.
+const FIRSTS: [u8; PATTERNS.len() + 1] = {
+    let mut firsts = [ON[0]; PATTERNS.len() + 1];
+    let mut k = 0;
+    while k < PATTERNS.len() {
+        firsts[k] = PATTERNS[k][0];
+        k += 1;
     }
-}
+    firsts
+};
+
+/// The second letter of the pattern that starts with a letter (lower
+/// case), by that letter; 0 for no pattern. One pattern per first letter
+/// (checked when this is built), so one second letter each.
+static SECOND: [u8; 256] = {
+    let mut table = [0u8; 256];
+    let mut k = 0;
+    while k < FIRSTS.len() {
+        let second = if k < PATTERNS.len() { PATTERNS[k][1] } else { ON[1] };
+        assert!(table[FIRSTS[k] as usize] == 0, "two patterns start with one letter");
+        table[FIRSTS[k] as usize] = second;
+        k += 1;
+    }
+    table
+};
 
 /// Whether the candidate letter at `i` is certainly not a pattern start:
 /// the next character after at most [`MAX_IGNORED`] ignorable bytes is
@@ -438,7 +453,7 @@ fn passes_without_matcher(buf: &[u8], i: usize) -> bool {
     match after.iter().find(|&&c| !ignorable(c)) {
         Some(&next) => {
             let next = next.to_ascii_lowercase();
-            next != b'&' && !second_chars(b.to_ascii_lowercase()).contains(&next)
+            next != b'&' && SECOND[usize::from(b.to_ascii_lowercase())] != next
         }
         None => false,
     }
@@ -453,10 +468,12 @@ fn is_candidate(b: u8) -> bool {
 /// every byte near a special one).
 static CANDIDATES: [bool; 256] = {
     let mut table = [false; 256];
-    let firsts = b"<&jvleuoJVLEUO";
+    table[b'<' as usize] = true;
+    table[b'&' as usize] = true;
     let mut k = 0;
-    while k < firsts.len() {
-        table[firsts[k] as usize] = true;
+    while k < FIRSTS.len() {
+        table[FIRSTS[k] as usize] = true;
+        table[FIRSTS[k].to_ascii_uppercase() as usize] = true;
         k += 1;
     }
     table
@@ -697,7 +714,7 @@ fn match_pattern(buf: &[u8], pos: usize, last: bool) -> Decision {
             _ => {}
         }
     }
-    if first == b'o' {
+    if first == ON[0] {
         match match_on_handler(buf, pos, last) {
             Decision::NeedMore => need_more = true,
             d @ Decision::Break { .. } => return d,
@@ -741,8 +758,7 @@ fn match_literal(buf: &[u8], pos: usize, pattern: &[u8], last: bool) -> Decision
 /// `on` + word characters + ignorables + `=`.
 fn match_on_handler(buf: &[u8], pos: usize, last: bool) -> Decision {
     let mut q = pos;
-    // `o`, `n`
-    for want in [b'o', b'n'] {
+    for &want in ON {
         match unit(buf, q, last) {
             Unit::NeedMore => return Decision::NeedMore,
             Unit::Char(c, len) if c == want => q += len,
