@@ -673,7 +673,7 @@ impl Machine {
     /// `</B>` (a registry tag, or a closing special marker). `by_marker`
     /// says it was a special marker, whose name never matches the opening
     /// marker's (`END_TOOL` closes `REQUEST_TOOL`).
-    fn on_close(&mut self, tag: TagId, raw_tag: String, span: Span, raw: &[u8], by_marker: bool) {
+    fn on_close(&mut self, tag: TagId, raw_tag: &[u8], span: Span, raw: &[u8], by_marker: bool) {
         let state = std::mem::replace(&mut self.state, State::Between);
         let state = match state {
             // `<media ...>` `</media>`: an ordinary element after all.
@@ -696,15 +696,36 @@ impl Machine {
                 self.on_close(tag, raw_tag, span, raw, by_marker);
             }
             State::Start | State::Between => {
-                self.repair(RepairKind::StrayCloseDropped, Some(tag), span.start, None, Some(span), Some(raw_tag));
+                self.repair(
+                    RepairKind::StrayCloseDropped,
+                    Some(tag),
+                    span.start,
+                    None,
+                    Some(span),
+                    Some(crate::scan::owned_text(raw_tag)),
+                );
             }
             State::VoidOpen(el, hold) => {
                 self.end_void(el, hold);
-                self.repair(RepairKind::StrayCloseDropped, Some(tag), span.start, None, Some(span), Some(raw_tag));
+                self.repair(
+                    RepairKind::StrayCloseDropped,
+                    Some(tag),
+                    span.start,
+                    None,
+                    Some(span),
+                    Some(crate::scan::owned_text(raw_tag)),
+                );
             }
             State::CloseHeld(el, held) => {
                 self.resolve_held(el, held);
-                self.repair(RepairKind::StrayCloseDropped, Some(tag), span.start, None, Some(span), Some(raw_tag));
+                self.repair(
+                    RepairKind::StrayCloseDropped,
+                    Some(tag),
+                    span.start,
+                    None,
+                    Some(span),
+                    Some(crate::scan::owned_text(raw_tag)),
+                );
             }
             State::Open(mut el) => {
                 if el.opened == Opened::ImplicitDefault && tag != el.tag {
@@ -723,7 +744,7 @@ impl Machine {
                 }
                 let spec = self.registry.tag(el.tag);
                 let mergeable = spec.mergeable;
-                let same_spelling = by_marker || raw_tag.eq_ignore_ascii_case(&el.raw_tag);
+                let same_spelling = by_marker || raw_tag.eq_ignore_ascii_case(el.raw_tag.as_bytes());
                 if tag != el.tag || (!same_spelling && el.opened == Opened::Tag) {
                     // `</B>` closes A, or an alias does: `<think>...</thought>`.
                     self.repair(
@@ -732,7 +753,7 @@ impl Machine {
                         span.start,
                         Some(el.id),
                         None,
-                        Some(raw_tag),
+                        Some(crate::scan::owned_text(raw_tag)),
                     );
                     let spelling = el.raw_tag.clone();
                     if let Some(r) = &mut self.rewrite {
@@ -743,17 +764,22 @@ impl Machine {
                 }
                 // The rewrite closes in the opening's spelling, so that an
                 // inserted `<think>` is not closed by `</thought>`.
-                let close_bytes: Vec<u8> =
-                    if same_spelling { raw.to_vec() } else { format!("</{}>", el.raw_tag).into_bytes() };
+                let respelled;
+                let close_bytes: &[u8] = if same_spelling {
+                    raw
+                } else {
+                    respelled = format!("</{}>", el.raw_tag);
+                    respelled.as_bytes()
+                };
                 if mergeable {
                     self.flush_text(true);
-                    self.state = State::CloseHeld(el, HeldClose { span, space: Vec::new() });
                     if let Some(r) = &mut self.rewrite {
-                        r.hold_raw(&close_bytes);
+                        r.hold_raw(close_bytes);
                     }
+                    self.state = State::CloseHeld(el, HeldClose { span, space: Vec::new() });
                     return;
                 }
-                self.rewrite_raw(&close_bytes);
+                self.rewrite_raw(close_bytes);
                 self.close_with_tag(el, span);
             }
         }
@@ -918,16 +944,16 @@ impl Machine {
                 return self.on_markup_text(tag.span, tag.raw);
             }
         }
-        let raw_tag = String::from_utf8_lossy(tag.name).into_owned();
         match tag.kind {
             TagKind::Open | TagKind::SelfClosing => {
                 let attrs = tag
                     .attrs()
-                    .map(|a| (String::from_utf8_lossy(a.name).into_owned(), crate::scan::decode_entities(a.value)))
+                    .map(|a| (crate::scan::owned_text(a.name), crate::scan::decode_entities(a.value)))
                     .collect();
+                let raw_tag = crate::scan::owned_text(tag.name);
                 self.on_open(id, raw_tag, attrs, tag.span, tag.raw, tag.kind == TagKind::SelfClosing);
             }
-            TagKind::Close => self.on_close(id, raw_tag, tag.span, tag.raw, false),
+            TagKind::Close => self.on_close(id, tag.name, tag.span, tag.raw, false),
         }
     }
 
@@ -942,10 +968,9 @@ impl Machine {
                 return self.on_markup_text(span, raw);
             }
         }
-        let raw_tag = String::from_utf8_lossy(name).into_owned();
         match role {
-            MarkerRole::Open => self.on_open(id, raw_tag, AttrMap::new(), span, raw, false),
-            MarkerRole::Close => self.on_close(id, raw_tag, span, raw, true),
+            MarkerRole::Open => self.on_open(id, crate::scan::owned_text(name), AttrMap::new(), span, raw, false),
+            MarkerRole::Close => self.on_close(id, name, span, raw, true),
         }
     }
 

@@ -130,7 +130,26 @@ pub struct FilterReport {
 impl FilterReport {
     /// Whether the filter changed anything.
     pub fn is_clean(&self) -> bool {
-        *self == FilterReport::default()
+        // Field by field, so a new field is not forgotten here.
+        let FilterReport {
+            removed_elements,
+            removed_attributes,
+            comments,
+            broken_tags,
+            text_tags,
+            escaped,
+            stray_end_tags,
+            neutralised,
+            unclosed,
+            dropped_bytes,
+            degraded,
+        } = self;
+        removed_elements.is_empty()
+            && removed_attributes.is_empty()
+            && text_tags.is_empty()
+            && unclosed.is_empty()
+            && degraded.is_none()
+            && [comments, broken_tags, escaped, stray_end_tags, neutralised, dropped_bytes].iter().all(|n| **n == 0)
     }
 
     /// One sentence saying what was done, for a diagnostic.

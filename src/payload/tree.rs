@@ -7,7 +7,7 @@
 //! dropped, comments are skipped, and entities in text and attributes are
 //! decoded.
 
-use crate::scan::{ScanLimits, Scanner, TagKind, Token, TokenSink, decode_entities};
+use crate::scan::{ScanLimits, Scanner, TagKind, Token, TokenSink, decode_entities, owned_text};
 
 /// A node of the tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -167,11 +167,8 @@ impl TokenSink for Builder {
                 match tag.kind {
                     TagKind::Open | TagKind::SelfClosing => {
                         let void = VOID.iter().any(|v| v.as_bytes().eq_ignore_ascii_case(tag.name));
-                        let name = String::from_utf8_lossy(tag.name).into_owned();
-                        let attrs = tag
-                            .attrs()
-                            .map(|a| (String::from_utf8_lossy(a.name).into_owned(), decode_entities(a.value)))
-                            .collect();
+                        let name = owned_text(tag.name);
+                        let attrs = tag.attrs().map(|a| (owned_text(a.name), decode_entities(a.value))).collect();
                         let node = ElementNode { name, attrs, children: Vec::new() };
                         if tag.kind == TagKind::SelfClosing || void {
                             self.push_node(Node::Element(node));

@@ -313,6 +313,16 @@ pub(crate) fn find_byte3(a: u8, b: u8, c: u8, hay: &[u8]) -> Option<usize> {
     if hay.len() < SHORT { hay.iter().position(|&x| x == a || x == b || x == c) } else { memchr::memchr3(a, b, c, hay) }
 }
 
+/// `bytes` as an owned string, invalid UTF-8 as U+FFFD. Names and short
+/// values are valid UTF-8 almost always: one validation and a copy beat
+/// `String::from_utf8_lossy`'s chunked walk there.
+pub(crate) fn owned_text(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => s.to_owned(),
+        Err(_) => String::from_utf8_lossy(bytes).into_owned(),
+    }
+}
+
 /// Length of an unfinished (but so far valid) UTF-8 sequence at the end.
 pub(crate) fn incomplete_utf8_tail(bytes: &[u8]) -> usize {
     let n = bytes.len();

@@ -159,10 +159,10 @@ impl<'a> Iterator for Attrs<'a> {
 /// assert_eq!(spindle::scan::decode_entities(b"a &lt; b &amp;&#x4e2d; &bogus;"), "a < b &\u{4e2d} &bogus;");
 /// ```
 pub fn decode_entities(raw: &[u8]) -> String {
-    let text = String::from_utf8_lossy(raw);
-    if !text.contains('&') {
-        return text.into_owned();
+    if super::find_byte(b'&', raw).is_none() {
+        return super::owned_text(raw);
     }
+    let text = String::from_utf8_lossy(raw);
     let mut out = String::with_capacity(text.len());
     let mut rest: &str = &text;
     while let Some(amp) = rest.find('&') {
