@@ -167,8 +167,14 @@ pub enum MarkerRole {
 pub struct Registry {
     name: String,
     tags: Vec<TagSpec>,
-    /// Lower-cased names and aliases.
+    /// Lower-cased names and aliases, shortest first (declaration order
+    /// within a length).
     names: Vec<(Vec<u8>, TagId)>,
+    /// Where the names of each length start in `names`: those of length `n`
+    /// are `names[by_len[n]..by_len[n + 1]]`. Every tag in the input is
+    /// looked up; most lengths hold one or two names, so a lookup compares
+    /// one or two instead of all.
+    by_len: Vec<u32>,
     lead: Option<TagId>,
     default: Option<TagId>,
     lead_open: LeadOpen,
@@ -422,7 +428,18 @@ impl Registry {
             Some(true) => LeadOpen::Template,
             _ => LeadOpen::Model,
         };
-        Ok(Registry { name: file.name.unwrap_or_else(|| "custom".to_string()), tags, names, lead, default, lead_open })
+        names.sort_by_key(|(k, _)| k.len());
+        let longest = names.last().map_or(0, |(k, _)| k.len());
+        let by_len = (0..=longest + 1).map(|n| names.partition_point(|(k, _)| k.len() < n) as u32).collect();
+        Ok(Registry {
+            name: file.name.unwrap_or_else(|| "custom".to_string()),
+            tags,
+            names,
+            by_len,
+            lead,
+            default,
+            lead_open,
+        })
     }
 
     /// Parses a registry from TOML text.
@@ -534,7 +551,11 @@ impl Registry {
 
     /// The tag a name (or alias) means, matched case-insensitively.
     pub fn lookup(&self, name: &[u8]) -> Option<TagId> {
-        self.names.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, id)| *id)
+        let same_len = match self.by_len.get(name.len()..name.len() + 2) {
+            Some(&[from, to]) => self.names.get(from as usize..to as usize).unwrap_or_default(),
+            _ => &[],
+        };
+        same_len.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, id)| *id)
     }
 
     /// Whether some registry name or alias starts with `prefix`

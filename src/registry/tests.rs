@@ -144,3 +144,27 @@ fn lead_prefilled_in_files() {
     assert_eq!(json.lead_open(), LeadOpen::Template);
     assert_eq!(Registry::profile("reasoning-prefilled").unwrap().lead_open(), LeadOpen::Template);
 }
+
+/// Every name and alias of every profile is found in any case, by the
+/// index of names by length; other names of those lengths, and names longer
+/// than any, are not.
+#[test]
+fn lookup_finds_every_name_and_alias_in_any_case() {
+    for profile in Registry::profile_names() {
+        let reg = Registry::profile(profile).unwrap_or_else(|| panic!("profile {profile}"));
+        let mut longest = 0;
+        for (i, spec) in reg.tags().iter().enumerate() {
+            for n in std::iter::once(&spec.name).chain(&spec.aliases) {
+                longest = longest.max(n.len());
+                for written in [n.clone(), n.to_ascii_uppercase(), n.to_ascii_lowercase()] {
+                    let found = reg.lookup(written.as_bytes()).map(|id| reg.tag(id).name.clone());
+                    assert_eq!(found.as_deref(), Some(reg.tags()[i].name.as_str()), "{profile}: {written}");
+                }
+                let other = format!("{}~", &n[..n.len() - 1]);
+                assert_eq!(reg.lookup(other.as_bytes()), None, "{profile}: {other}");
+            }
+        }
+        assert_eq!(reg.lookup("x".repeat(longest + 1).as_bytes()), None);
+        assert_eq!(reg.lookup(b""), None);
+    }
+}
