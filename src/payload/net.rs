@@ -398,6 +398,10 @@ impl<'a> Specials<'a> {
     fn next(&mut self, from: usize) -> usize {
         let buf = self.buf;
         let len = buf.len();
+        if buf.get(from) == Some(&b'<') {
+            // At a `<` already (tag after tag): no search.
+            return from;
+        }
         let find = |cached: &mut Option<usize>, search: &dyn Fn(&[u8]) -> Option<usize>| {
             if cached.is_none_or(|p| p < from) {
                 *cached = Some(search(buf.get(from..).unwrap_or_default()).map_or(len, |p| p + from));

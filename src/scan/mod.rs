@@ -300,10 +300,15 @@ const CDATA_OPEN: &[u8; 7] = b"[CDATA[";
 const SHORT: usize = 16;
 
 /// The first `needle` in `hay` (`memchr`, or a plain loop on a short
-/// input).
+/// input; no search when `hay` starts with it, as markup after markup
+/// does).
 #[inline]
 pub(crate) fn find_byte(needle: u8, hay: &[u8]) -> Option<usize> {
-    if hay.len() < SHORT { hay.iter().position(|&b| b == needle) } else { memchr::memchr(needle, hay) }
+    match hay.first() {
+        Some(&b) if b == needle => Some(0),
+        _ if hay.len() < SHORT => hay.iter().position(|&b| b == needle),
+        _ => memchr::memchr(needle, hay),
+    }
 }
 
 /// The first of three bytes in `hay` (`memchr3`, or a plain loop on a
