@@ -673,6 +673,13 @@ impl Machine {
     /// `</B>` (a registry tag, or a closing special marker). `by_marker`
     /// says it was a special marker, whose name never matches the opening
     /// marker's (`END_TOOL` closes `REQUEST_TOOL`).
+    /// A close with nothing of its tag open: dropped, with a repair that
+    /// keeps its spelling.
+    fn stray_close(&mut self, tag: TagId, span: Span, raw_tag: &[u8]) {
+        let written = crate::scan::owned_text(raw_tag);
+        self.repair(RepairKind::StrayCloseDropped, Some(tag), span.start, None, Some(span), Some(written));
+    }
+
     fn on_close(&mut self, tag: TagId, raw_tag: &[u8], span: Span, raw: &[u8], by_marker: bool) {
         let state = std::mem::replace(&mut self.state, State::Between);
         let state = match state {
@@ -696,36 +703,15 @@ impl Machine {
                 self.on_close(tag, raw_tag, span, raw, by_marker);
             }
             State::Start | State::Between => {
-                self.repair(
-                    RepairKind::StrayCloseDropped,
-                    Some(tag),
-                    span.start,
-                    None,
-                    Some(span),
-                    Some(crate::scan::owned_text(raw_tag)),
-                );
+                self.stray_close(tag, span, raw_tag);
             }
             State::VoidOpen(el, hold) => {
                 self.end_void(el, hold);
-                self.repair(
-                    RepairKind::StrayCloseDropped,
-                    Some(tag),
-                    span.start,
-                    None,
-                    Some(span),
-                    Some(crate::scan::owned_text(raw_tag)),
-                );
+                self.stray_close(tag, span, raw_tag);
             }
             State::CloseHeld(el, held) => {
                 self.resolve_held(el, held);
-                self.repair(
-                    RepairKind::StrayCloseDropped,
-                    Some(tag),
-                    span.start,
-                    None,
-                    Some(span),
-                    Some(crate::scan::owned_text(raw_tag)),
-                );
+                self.stray_close(tag, span, raw_tag);
             }
             State::Open(mut el) => {
                 if el.opened == Opened::ImplicitDefault && tag != el.tag {
