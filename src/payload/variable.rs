@@ -42,6 +42,7 @@ pub(crate) fn variable_update(el: &Element) -> Payload {
     let trimmed = ops_text.trim();
     let mut candidates: Vec<Value> = Vec::new();
     let mut invalid: Vec<Value> = Vec::new();
+    let mut ops = Vec::new();
     if trimmed.is_empty() {
         out.diagnostics.push(diag(Level::Warning, DiagnosticCode::NoOps, "the variable update holds no ops"));
     } else if is_mvu(trimmed) {
@@ -57,8 +58,13 @@ pub(crate) fn variable_update(el: &Element) -> Payload {
             out.diagnostics.push(diag(Level::Warning, DiagnosticCode::InvalidOp, &format!("{call}: {error}")));
         }
     } else {
-        let mut attempt = json_ops(&ops_text, ops_base, &mut analysis);
-        if !has_valid_op(&attempt) {
+        // Each attempt is read to the end (its ops built once), so that
+        // whether it gave a valid op is known without reading it twice.
+        let read = |attempt: Result<(Vec<Value>, Vec<Diagnostic>), String>| {
+            attempt.map(|(list, diags)| (read_ops(list, Vec::new()), diags))
+        };
+        let mut attempt = read(json_ops(&ops_text, ops_base, &mut analysis));
+        if !gave_an_op(&attempt) {
             // Prose before the ops may hold brackets (`mood [calm] rises`):
             // try the lines that start like JSON, and keep the first that
             // gives valid ops.
@@ -72,15 +78,15 @@ pub(crate) fn variable_update(el: &Element) -> Payload {
                 }
                 let from = line_at + lead;
                 let mut retry_analysis = analysis.clone();
-                let retry = json_ops(&ops_text[from..], ops_base + from, &mut retry_analysis);
-                if has_valid_op(&retry) {
-                    attempt = retry.map(|(list, mut diags)| {
+                let retry = read(json_ops(&ops_text[from..], ops_base + from, &mut retry_analysis));
+                if gave_an_op(&retry) {
+                    attempt = retry.map(|(read, mut diags)| {
                         let message = format!(
                             "JSON read leniently: text before the ops was ignored (the ops start at byte {} of the element text)",
                             ops_base + from
                         );
                         diags.insert(0, diag(Level::Warning, DiagnosticCode::JsonSurroundingProse, &message));
-                        (list, diags)
+                        (read, diags)
                     });
                     analysis = retry_analysis;
                     break;
@@ -88,35 +94,22 @@ pub(crate) fn variable_update(el: &Element) -> Payload {
             }
         }
         match attempt {
-            Ok((list, diags)) => {
+            Ok((read, diags)) => {
                 out.diagnostics.extend(diags);
-                candidates = list;
+                out.diagnostics.extend(read.diagnostics);
+                invalid.extend(read.invalid);
+                ops = read.ops;
             }
             Err(message) => {
                 return Payload::failed(out.diagnostics, &message, json!({"analysis": analysis}));
             }
         }
     }
-    let mut ops = Vec::new();
-    for (index, candidate) in candidates.into_iter().enumerate() {
-        if matches!(candidate, Value::Null) {
-            continue; // a placeholder for an MVU call already listed as invalid
-        }
-        let (candidate, alias) = normalise_alias(candidate);
-        if let Some((from, to)) = alias {
-            out.diagnostics.push(diag(Level::Warning, DiagnosticCode::OpAlias, &format!("op {from:?} read as {to}")));
-        }
-        match Op::from_json(&candidate) {
-            Ok(op) => ops.push(op.into_json()),
-            Err(e) => {
-                out.diagnostics.push(diag(
-                    Level::Warning,
-                    DiagnosticCode::InvalidOp,
-                    &format!("op {index} {candidate}: {e}"),
-                ));
-                invalid.push(json!({"index": index, "op": candidate, "error": e.to_string()}));
-            }
-        }
+    if !candidates.is_empty() {
+        let read = read_ops(candidates, std::mem::take(&mut invalid));
+        out.diagnostics.extend(read.diagnostics);
+        invalid = read.invalid;
+        ops = read.ops;
     }
     invalid.sort_by_key(|v| v.get("index").and_then(Value::as_u64).unwrap_or(0));
     out.value = object([("analysis", json!(analysis)), ("ops", Value::Array(ops)), ("invalid", Value::Array(invalid))]);
@@ -200,18 +193,44 @@ fn json_ops(text: &str, base: usize, analysis: &mut Option<String>) -> Result<(V
 }
 
 /// Whether an attempt read at least one valid op.
-fn has_valid_op(attempt: &Result<(Vec<Value>, Vec<Diagnostic>), String>) -> bool {
-    match attempt {
-        // Read as written first: only an op under an alias name needs the
-        // copy that renames it, and is read again.
-        Ok((list, _)) => list.iter().any(|c| {
-            Op::from_json(c).is_ok() || {
-                let (renamed, alias) = normalise_alias(c.clone());
-                alias.is_some() && Op::from_json(&renamed).is_ok()
+fn gave_an_op(attempt: &Result<(ReadOps, Vec<Diagnostic>), String>) -> bool {
+    attempt.as_ref().is_ok_and(|(read, _)| !read.ops.is_empty())
+}
+
+/// Op candidates read: the valid ops (normalised JSON), the diagnostics
+/// of reading them, and the invalid ones.
+struct ReadOps {
+    ops: Vec<Value>,
+    diagnostics: Vec<Diagnostic>,
+    invalid: Vec<Value>,
+}
+
+/// Reads op candidates (`Null` is a placeholder for an MVU call already
+/// in `listed_invalid`), in order; invalid ones are listed with their
+/// index.
+fn read_ops(candidates: Vec<Value>, listed_invalid: Vec<Value>) -> ReadOps {
+    let mut read = ReadOps { ops: Vec::new(), diagnostics: Vec::new(), invalid: listed_invalid };
+    for (index, candidate) in candidates.into_iter().enumerate() {
+        if matches!(candidate, Value::Null) {
+            continue; // a placeholder for an MVU call already listed as invalid
+        }
+        let (candidate, alias) = normalise_alias(candidate);
+        if let Some((from, to)) = alias {
+            read.diagnostics.push(diag(Level::Warning, DiagnosticCode::OpAlias, &format!("op {from:?} read as {to}")));
+        }
+        match Op::from_json(&candidate) {
+            Ok(op) => read.ops.push(op.into_json()),
+            Err(e) => {
+                read.diagnostics.push(diag(
+                    Level::Warning,
+                    DiagnosticCode::InvalidOp,
+                    &format!("op {index} {candidate}: {e}"),
+                ));
+                read.invalid.push(json!({"index": index, "op": candidate, "error": e.to_string()}));
             }
-        }),
-        Err(_) => false,
+        }
     }
+    read
 }
 
 /// Turns the JSON documents into the list of op candidates. The flag says
@@ -468,6 +487,18 @@ fn child_path(path: &str, seg: Segment) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An op is valid as written exactly when it is valid after its alias
+    /// is normalised (no alias is an op name), so reading each candidate
+    /// once, normalised, decides whether an attempt gave valid ops as
+    /// reading it as written first did.
+    #[test]
+    fn no_alias_is_an_op_name() {
+        for (alias, code) in ALIASES {
+            assert_eq!(OpCode::parse(alias), None, "{alias}");
+            assert_ne!(alias.to_ascii_uppercase(), code.as_str());
+        }
+    }
 
     #[test]
     fn mvu_calls_translate() {
