@@ -130,11 +130,17 @@ pub struct FilterReport {
 impl FilterReport {
     /// Whether the filter changed anything.
     pub fn is_clean(&self) -> bool {
+        self.comments == 0 && self.is_clean_but_comments()
+    }
+
+    /// Whether the filter changed nothing but (perhaps) removing comments,
+    /// which the content payload lists, so they need no diagnostic.
+    pub fn is_clean_but_comments(&self) -> bool {
         // Field by field, so a new field is not forgotten here.
         let FilterReport {
             removed_elements,
             removed_attributes,
-            comments,
+            comments: _,
             broken_tags,
             text_tags,
             escaped,
@@ -149,7 +155,7 @@ impl FilterReport {
             && text_tags.is_empty()
             && unclosed.is_empty()
             && degraded.is_none()
-            && [comments, broken_tags, escaped, stray_end_tags, neutralised, dropped_bytes].iter().all(|n| **n == 0)
+            && [broken_tags, escaped, stray_end_tags, neutralised, dropped_bytes].iter().all(|n| **n == 0)
     }
 
     /// One sentence saying what was done, for a diagnostic.
@@ -1079,6 +1085,12 @@ impl HtmlFilter {
     /// What was removed or changed (complete after [`HtmlFilter::finish`]).
     pub fn report(&self) -> &FilterReport {
         &self.report
+    }
+
+    /// Takes the report out (what [`HtmlFilter::report`] shows), leaving an
+    /// empty one.
+    pub fn take_report(&mut self) -> FilterReport {
+        std::mem::take(&mut self.report)
     }
 
     /// Turns output bytes into text, keeping an unfinished UTF-8 character

@@ -564,7 +564,7 @@ fn content_payload(el: &Element, body: BodyState, comments: Vec<String>, out: &m
     let (html, report) = match body {
         BodyState::Content(mut state) => {
             finish_content(&mut state, el.id, &el.tag, out);
-            let report = state.filter.report().clone();
+            let report = state.filter.take_report();
             (std::mem::take(&mut state.html), report)
         }
         // Reclassified into content after streaming as another tag: filter
@@ -574,8 +574,7 @@ fn content_payload(el: &Element, body: BodyState, comments: Vec<String>, out: &m
             (s.html, s.report)
         }
     };
-    let notable = html::FilterReport { comments: 0, ..report.clone() };
-    if !notable.is_clean() {
+    if !report.is_clean_but_comments() {
         payload.diagnostics.push(diag(
             Level::Warning,
             DiagnosticCode::HtmlFiltered,
