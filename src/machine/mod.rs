@@ -670,9 +670,6 @@ impl Machine {
         }
     }
 
-    /// `</B>` (a registry tag, or a closing special marker). `by_marker`
-    /// says it was a special marker, whose name never matches the opening
-    /// marker's (`END_TOOL` closes `REQUEST_TOOL`).
     /// A close with nothing of its tag open: dropped, with a repair that
     /// keeps its spelling.
     fn stray_close(&mut self, tag: TagId, span: Span, raw_tag: &[u8]) {
@@ -680,6 +677,9 @@ impl Machine {
         self.repair(RepairKind::StrayCloseDropped, Some(tag), span.start, None, Some(span), Some(written));
     }
 
+    /// `</B>` (a registry tag, or a closing special marker). `by_marker`
+    /// says it was a special marker, whose name never matches the opening
+    /// marker's (`END_TOOL` closes `REQUEST_TOOL`).
     fn on_close(&mut self, tag: TagId, raw_tag: &[u8], span: Span, raw: &[u8], by_marker: bool) {
         let state = std::mem::replace(&mut self.state, State::Between);
         let state = match state {

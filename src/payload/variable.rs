@@ -40,30 +40,30 @@ pub(crate) fn variable_update(el: &Element) -> Payload {
     let (analysis, ops_text, ops_base) = split_analysis(&el.text, &mut out.diagnostics);
     let mut analysis = analysis;
     let trimmed = ops_text.trim();
-    let mut candidates: Vec<Value> = Vec::new();
-    let mut invalid: Vec<Value> = Vec::new();
-    let mut ops = Vec::new();
-    if trimmed.is_empty() {
+    let read = if trimmed.is_empty() {
         out.diagnostics.push(diag(Level::Warning, DiagnosticCode::NoOps, "the variable update holds no ops"));
+        ReadOps::default()
     } else if is_mvu(trimmed) {
         out.diagnostics.push(diag(
             Level::Info,
             DiagnosticCode::MvuFormat,
             "ops were read from the MVU/SillyTavern `_.set(...)` form",
         ));
+        let (mut candidates, mut invalid) = (Vec::new(), Vec::new());
         mvu_ops(trimmed, &mut candidates, &mut invalid);
         for bad in &invalid {
             let call = bad.get("op").and_then(Value::as_str).unwrap_or_default();
             let error = bad.get("error").and_then(Value::as_str).unwrap_or_default();
             out.diagnostics.push(diag(Level::Warning, DiagnosticCode::InvalidOp, &format!("{call}: {error}")));
         }
+        read_ops(candidates, invalid)
     } else {
         // Each attempt is read to the end (its ops built once), so that
         // whether it gave a valid op is known without reading it twice.
-        let read = |attempt: Result<(Vec<Value>, Vec<Diagnostic>), String>| {
+        let read_attempt = |attempt: Result<(Vec<Value>, Vec<Diagnostic>), String>| {
             attempt.map(|(list, diags)| (read_ops(list, Vec::new()), diags))
         };
-        let mut attempt = read(json_ops(&ops_text, ops_base, &mut analysis));
+        let mut attempt = read_attempt(json_ops(&ops_text, ops_base, &mut analysis));
         if !gave_an_op(&attempt) {
             // Prose before the ops may hold brackets (`mood [calm] rises`):
             // try the lines that start like JSON, and keep the first that
@@ -78,7 +78,7 @@ pub(crate) fn variable_update(el: &Element) -> Payload {
                 }
                 let from = line_at + lead;
                 let mut retry_analysis = analysis.clone();
-                let retry = read(json_ops(&ops_text[from..], ops_base + from, &mut retry_analysis));
+                let retry = read_attempt(json_ops(&ops_text[from..], ops_base + from, &mut retry_analysis));
                 if gave_an_op(&retry) {
                     attempt = retry.map(|(read, mut diags)| {
                         let message = format!(
@@ -96,21 +96,15 @@ pub(crate) fn variable_update(el: &Element) -> Payload {
         match attempt {
             Ok((read, diags)) => {
                 out.diagnostics.extend(diags);
-                out.diagnostics.extend(read.diagnostics);
-                invalid.extend(read.invalid);
-                ops = read.ops;
+                read
             }
             Err(message) => {
                 return Payload::failed(out.diagnostics, &message, json!({"analysis": analysis}));
             }
         }
-    }
-    if !candidates.is_empty() {
-        let read = read_ops(candidates, std::mem::take(&mut invalid));
-        out.diagnostics.extend(read.diagnostics);
-        invalid = read.invalid;
-        ops = read.ops;
-    }
+    };
+    let ReadOps { ops, diagnostics, mut invalid } = read;
+    out.diagnostics.extend(diagnostics);
     invalid.sort_by_key(|v| v.get("index").and_then(Value::as_u64).unwrap_or(0));
     out.value = object([("analysis", json!(analysis)), ("ops", Value::Array(ops)), ("invalid", Value::Array(invalid))]);
     out
@@ -199,6 +193,7 @@ fn gave_an_op(attempt: &Result<(ReadOps, Vec<Diagnostic>), String>) -> bool {
 
 /// Op candidates read: the valid ops (normalised JSON), the diagnostics
 /// of reading them, and the invalid ones.
+#[derive(Default)]
 struct ReadOps {
     ops: Vec<Value>,
     diagnostics: Vec<Diagnostic>,
