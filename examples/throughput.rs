@@ -7,7 +7,10 @@
 //! valgrind --tool=callgrind target/release/examples/throughput corpora/clean-rp-zh-teahouse.txt 100 filament 4
 //! ```
 //!
-//! Arguments: FILE [REPEAT=1] [PROFILE=filament] [CHUNK=whole].
+//! Arguments: FILE [REPEAT=1] [PROFILE=filament] [CHUNK=whole]. FILE may be
+//! a directory: each `.txt` in it is parsed with its own parser and the
+//! profile its name asks for (as `benches/throughput.rs` does with
+//! `corpora/`), PROFILE being the fallback.
 
 /// The binary's allocator (the default `mimalloc` feature), so that the
 /// figures are the binary's.
@@ -24,23 +27,40 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let path = args.next().ok_or("usage: throughput FILE [REPEAT] [PROFILE] [CHUNK]")?;
     let repeat: usize = args.next().map(|s| s.parse()).transpose()?.unwrap_or(1);
     let profile = args.next().unwrap_or_else(|| "filament".into());
-    let input = std::fs::read(&path)?;
-    let chunk: usize = args.next().map(|s| s.parse()).transpose()?.unwrap_or(input.len().max(1));
-    let registry = Arc::new(Registry::profile(&profile).ok_or("unknown profile")?);
+    let chunk: Option<usize> = args.next().map(|s| s.parse()).transpose()?;
+    let mut inputs = Vec::new();
+    if std::fs::metadata(&path)?.is_dir() {
+        let mut files: Vec<_> = std::fs::read_dir(&path)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "txt"))
+            .collect();
+        files.sort();
+        for file in files {
+            let name = file.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            let profile = Registry::profile_for_file_name(name).unwrap_or(&profile);
+            let registry = Arc::new(Registry::profile(profile).ok_or("unknown profile")?);
+            inputs.push((registry, std::fs::read(&file)?));
+        }
+    } else {
+        let registry = Arc::new(Registry::profile(&profile).ok_or("unknown profile")?);
+        inputs.push((registry, std::fs::read(&path)?));
+    }
     let started = Instant::now();
     let mut events = 0usize;
     let mut buf = Vec::new();
     for _ in 0..repeat {
-        let mut parser = Parser::with_options(registry.clone(), ParserOptions::default());
-        for c in input.chunks(chunk.max(1)) {
-            parser.feed_into(c, &mut buf);
-            events += buf.len();
-            buf.clear();
+        for (registry, input) in &inputs {
+            let mut parser = Parser::with_options(registry.clone(), ParserOptions::default());
+            for c in input.chunks(chunk.unwrap_or(input.len()).max(1)) {
+                parser.feed_into(c, &mut buf);
+                events += buf.len();
+                buf.clear();
+            }
+            events += parser.finish().len();
         }
-        events += parser.finish().len();
     }
     let secs = started.elapsed().as_secs_f64();
-    let bytes = input.len() * repeat;
+    let bytes = inputs.iter().map(|(_, i)| i.len()).sum::<usize>() * repeat;
     println!("{bytes} bytes, {events} events, {:.3} s, {:.1} MB/s", secs, bytes as f64 / secs / 1e6);
     Ok(())
 }

@@ -493,18 +493,7 @@ impl Machine {
             Kept::All => bytes.len(),
             Kept::Part(n) => n,
             Kept::Cut(n) => {
-                let d = Diagnostic {
-                    level: Level::Warning,
-                    code: DiagnosticCode::ElementTooLarge,
-                    tag: Some(self.name(tag)),
-                    element: Some(id),
-                    at: None,
-                    message: format!(
-                        "element text passed the {}-byte limit; the element keeps the first part, the rest arrives as deltas",
-                        self.limits.max_element_len
-                    ),
-                };
-                self.emit(Event::Diagnostic(d));
+                self.text_cut(id, tag);
                 n
             }
         };
@@ -514,6 +503,25 @@ impl Machine {
             self.push_text(TextTarget::Delta { id, tag }, &bytes[kept..]);
         }
         self.rewrite_raw(bytes);
+    }
+
+    /// The diagnostic of an element whose text first passed the size limit
+    /// (out of line: the hot text path stays small).
+    #[cold]
+    #[inline(never)]
+    fn text_cut(&mut self, id: u32, tag: TagId) {
+        let d = Diagnostic {
+            level: Level::Warning,
+            code: DiagnosticCode::ElementTooLarge,
+            tag: Some(self.name(tag)),
+            element: Some(id),
+            at: None,
+            message: format!(
+                "element text passed the {}-byte limit; the element keeps the first part, the rest arrives as deltas",
+                self.limits.max_element_len
+            ),
+        };
+        self.emit(Event::Diagnostic(d));
     }
 
     fn gap(&mut self, at: usize, bytes: &[u8]) {
@@ -808,6 +816,7 @@ impl Machine {
         self.state = State::Between;
     }
 
+    #[inline]
     fn on_text(&mut self, span: Span, bytes: &[u8]) {
         if let State::Open(el) = &mut self.state {
             // The common case, without moving the element out and back.
@@ -816,6 +825,13 @@ impl Machine {
             self.text_kept(id, tag, bytes, kept);
             return;
         }
+        self.on_text_between(span, bytes);
+    }
+
+    /// [`Machine::on_text`] in any state but an open element (out of line:
+    /// the common case stays small).
+    #[inline(never)]
+    fn on_text_between(&mut self, span: Span, bytes: &[u8]) {
         let state = std::mem::replace(&mut self.state, State::Between);
         match state {
             // Read above, in place.
@@ -1223,6 +1239,10 @@ impl Machine {
     /// Text, seen first by the fence watch: a suffix that may be the
     /// opening fence of a call block is held; the rest goes on.
     fn fenced_text(&mut self, span: Span, bytes: &[u8]) {
+        // The common case, read in place: `watch_text` sets the watch.
+        if let FenceWatch::Idle { line_start } = self.fence {
+            return self.watch_text(span.start, bytes, line_start);
+        }
         match std::mem::replace(&mut self.fence, FenceWatch::Off) {
             FenceWatch::Off => self.on_text(span, bytes),
             FenceWatch::InBlock { tag } => {
@@ -1365,6 +1385,20 @@ fn is_call_block(body: BodyKind) -> bool {
 
 impl TokenSink for Machine {
     fn token(&mut self, token: Token<'_>) {
+        // Text, the common token, takes the short way: it is settled by the
+        // fence watch itself, and a void element's wait holds it (see
+        // `settle_void`).
+        if let Token::Text { span, bytes } = token {
+            return self.fenced_text(span, bytes);
+        }
+        self.markup_token(token);
+    }
+}
+
+impl Machine {
+    /// [`TokenSink::token`] for every token but text.
+    #[inline(never)]
+    fn markup_token(&mut self, token: Token<'_>) {
         self.settle_void(&token);
         let end = match &token {
             // Text is settled by the fence watch itself; a notice is not

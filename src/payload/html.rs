@@ -1018,8 +1018,16 @@ impl HtmlFilter {
     pub fn push_owned(&mut self, chunk: String) -> String {
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
-        self.filter_into(chunk.as_bytes(), &mut scratch);
-        if self.tail.is_empty() && scratch == chunk.as_bytes() {
+        let passed = self.allowlist(chunk.as_bytes());
+        // The common delta: both passes leave it as it is and hold nothing
+        // (no copy, no comparison).
+        let unchanged =
+            matches!(passed, Cow::Borrowed(_)) && self.tail.is_empty() && self.net.pass_whole(chunk.as_bytes());
+        if !unchanged {
+            self.net.push(&passed, &mut scratch);
+        }
+        drop(passed);
+        if unchanged || (self.tail.is_empty() && scratch == chunk.as_bytes()) {
             self.scratch = scratch;
             return chunk;
         }
@@ -1029,15 +1037,22 @@ impl HtmlFilter {
     /// Runs the allowlist pass and the net over `chunk`, appending what is
     /// certain to `out`.
     fn filter_into(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
+        let passed = self.allowlist(chunk);
+        self.net.push(&passed, out);
+    }
+
+    /// Runs the allowlist pass over `chunk` (while it runs): its output so
+    /// far, the input itself when it passes unchanged.
+    fn allowlist<'a>(&mut self, chunk: &'a [u8]) -> Cow<'a, [u8]> {
         match &mut self.pass {
             Some(pass) if !self.degraded => {
                 let passed = pass.write(chunk);
                 if matches!(pass.rewriter, Rewriting::Gone) {
                     self.degraded = true;
                 }
-                self.net.push(&passed, out);
+                passed
             }
-            _ => self.net.push(chunk, out),
+            _ => Cow::Borrowed(chunk),
         }
     }
 

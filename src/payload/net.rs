@@ -245,6 +245,21 @@ impl Net {
         }
     }
 
+    /// Takes `bytes` when they pass whole and unchanged with nothing held
+    /// back (no decision in them is other than `Pass`, and the net holds
+    /// nothing before them): then there is nothing to write, the caller
+    /// keeps its bytes, and the net is as [`Net::push`] would leave it.
+    /// Most deltas of prose; `false` leaves the net untouched.
+    pub(crate) fn pass_whole(&mut self, bytes: &[u8]) -> bool {
+        if !self.pending.is_empty() || quiet_len(bytes) < bytes.len() {
+            return false;
+        }
+        if let Some(&b) = bytes.last() {
+            self.last = Some(b);
+        }
+        true
+    }
+
     /// Flushes everything held.
     pub(crate) fn finish(&mut self, out: &mut Vec<u8>) {
         let buf = std::mem::take(&mut self.pending);
@@ -267,6 +282,11 @@ impl Net {
         // A short buffer (a small delta) is read whole: every position in
         // it is within the window of its end.
         let mut specials = (buf.len() > WINDOW).then(|| Specials::new(buf));
+        if specials.is_none() {
+            // A short buffer: its quiet start passes without the loop's
+            // per-position checks.
+            i = quiet_len(buf);
+        }
         while i < buf.len() {
             // The escapes the filter itself writes (`&lt;` for every `<`
             // that starts nothing) pass whole: the entity decodes to no
@@ -461,6 +481,34 @@ fn passes_without_matcher(buf: &[u8], i: usize) -> bool {
         }
         None => false,
     }
+}
+
+/// How many leading bytes of `buf` pass without a decision: bytes that
+/// start nothing, and candidate letters that [`passes_without_matcher`]
+/// passes because the very next byte settles them (not ignorable, not an
+/// entity, not the pattern's second letter). It stops at a `<`, an `&`, or
+/// a letter the next byte does not settle; what the loop in `Net::run`
+/// decides from there is what it would have decided anyway.
+fn quiet_len(buf: &[u8]) -> usize {
+    let mut i = 0;
+    while let Some(&b) = buf.get(i) {
+        if is_candidate(b) {
+            if b == b'<' || b == b'&' {
+                break;
+            }
+            match buf.get(i + 1) {
+                Some(&next) if !ignorable(next) => {
+                    let next = next.to_ascii_lowercase();
+                    if next == b'&' || SECOND[usize::from(b.to_ascii_lowercase())] == next {
+                        break;
+                    }
+                }
+                _ => break,
+            }
+        }
+        i += 1;
+    }
+    i
 }
 
 fn is_candidate(b: u8) -> bool {
