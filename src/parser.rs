@@ -73,7 +73,15 @@ pub struct Parser {
     scanner: Scanner,
     machine: Machine,
     stage: Stage,
+    /// The event buffer of [`Parser::feed_with`], kept between calls (a
+    /// small one: see [`BATCH_KEPT`]) so that a delta-sized feed does not
+    /// allocate one.
+    batch: Vec<Event>,
 }
+
+/// Largest event buffer capacity [`Parser::feed_with`] keeps between calls:
+/// enough for the few events of a streamed delta, not a large chunk's.
+const BATCH_KEPT: usize = 16;
 
 impl Parser {
     /// A parser with default limits.
@@ -94,6 +102,7 @@ impl Parser {
             scanner: Scanner::new(options.scan),
             machine,
             stage: Stage::new(registry, options.machine.max_element_len),
+            batch: Vec::new(),
         }
     }
 
@@ -140,12 +149,17 @@ impl Parser {
     /// The first error of `each`; the parser then stops reading the chunk
     /// ([`Parser::offset`] says how far it got).
     pub fn feed_with<E>(&mut self, chunk: &[u8], mut each: impl FnMut(&[Event]) -> Result<(), E>) -> Result<(), E> {
-        let mut batch = Vec::new();
-        self.feed_pieces(chunk, &mut batch, |events| {
+        let mut batch = std::mem::take(&mut self.batch);
+        let done = self.feed_pieces(chunk, &mut batch, |events| {
             let done = each(events);
             events.clear();
             done
-        })
+        });
+        batch.clear();
+        if batch.capacity() <= BATCH_KEPT {
+            self.batch = batch;
+        }
+        done
     }
 
     /// Reads `chunk` in pieces, each piece's events processed into `out`
