@@ -490,10 +490,28 @@ fn strip_fences(text: &str) -> String {
         let l = l.trim();
         l.is_empty() || (l.starts_with("```") && !l[3..].contains('`') && !l[3..].contains(' '))
     };
-    let lines: Vec<&str> = text.split('\n').collect();
-    let start = lines.iter().position(|l| !is_fence(l)).unwrap_or(lines.len());
-    let end = lines.iter().rposition(|l| !is_fence(l)).map_or(start, |i| i + 1);
-    lines[start..end.max(start)].join("\n").trim().to_string()
+    // Only the lines at the two ends are read: the first and the last line
+    // that are not fences bound the text, whatever lies between.
+    let mut start = 0;
+    for line in text.split('\n') {
+        if !is_fence(line) {
+            break;
+        }
+        start += line.len() + 1;
+    }
+    if start >= text.len() {
+        return String::new();
+    }
+    let mut end = text.len();
+    for line in text.rsplit('\n') {
+        if !is_fence(line) {
+            break;
+        }
+        // The line and the newline before it (a line that is not a fence
+        // stops this loop before `end` reaches `start`).
+        end -= line.len() + 1;
+    }
+    text[start..end].trim().to_string()
 }
 
 /// Watches the events of one response and builds call payloads with their
@@ -685,5 +703,28 @@ impl CallTracker {
             BodyKind::Action => action_payload_in(el, &ctx),
             _ => attp_payload_in(el, &ctx),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::strip_fences;
+
+    #[test]
+    fn fences_and_blank_lines_go_from_both_ends_only() {
+        let cases = [
+            ("", ""),
+            ("\n\n", ""),
+            ("```\n```xml\n", ""),
+            ("Let me look.", "Let me look."),
+            ("\n```xml\n  Let me look.  \n\n```\n", "Let me look."),
+            ("```\nfirst\n```\nsecond\n```json\n", "first\n```\nsecond"),
+            ("``` not a fence\nx", "``` not a fence\nx"),
+            ("a\n\n\nb\n```", "a\n\n\nb"),
+            ("   \n雪が降る\n```", "雪が降る"),
+        ];
+        for (text, want) in cases {
+            assert_eq!(strip_fences(text), want, "{text:?}");
+        }
     }
 }

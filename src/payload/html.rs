@@ -1019,8 +1019,8 @@ impl HtmlFilter {
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
         let passed = self.allowlist(chunk.as_bytes());
-        // The common delta: both passes leave it as it is and hold nothing
-        // (no copy, no comparison).
+        // The common delta: both passes leave it as it is (no copy, no
+        // comparison).
         let unchanged =
             matches!(passed, Cow::Borrowed(_)) && self.tail.is_empty() && self.net.pass_whole(chunk.as_bytes());
         if !unchanged {

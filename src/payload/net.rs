@@ -245,19 +245,45 @@ impl Net {
         }
     }
 
-    /// Takes `bytes` when they pass whole and unchanged with nothing held
-    /// back (no decision in them is other than `Pass`, and the net holds
-    /// nothing before them): then there is nothing to write, the caller
-    /// keeps its bytes, and the net is as [`Net::push`] would leave it.
-    /// Most deltas of prose; `false` leaves the net untouched.
+    /// Takes `bytes` when [`Net::push`] would write them out as they are
+    /// and leave the net as this does: then the caller keeps its bytes and
+    /// nothing is copied. Most deltas of prose: every position passes (the
+    /// quiet start is all of them), or all but a last letter that may start
+    /// a pattern (it is written and held for the decision, as `push` does:
+    /// with nothing after it a pattern letter needs more), after nothing
+    /// held or after a held letter the first byte settles. `false` leaves
+    /// the net untouched.
     pub(crate) fn pass_whole(&mut self, bytes: &[u8]) -> bool {
-        if !self.pending.is_empty() || quiet_len(bytes) < bytes.len() {
-            return false;
+        // The letter written and held at the end of the previous bytes.
+        let before = match (self.pending.as_slice(), bytes.first()) {
+            ([], _) => None,
+            (&[held], Some(&first)) if self.emitted == 1 && is_letter(held) && settles(held, first) => Some(held),
+            _ => return false,
+        };
+        let quiet = quiet_len(bytes);
+        if quiet == bytes.len() {
+            if before.is_some() {
+                self.pending.clear();
+                self.emitted = 0;
+            }
+            if let Some(&end) = bytes.last() {
+                self.last = Some(end);
+            }
+            return true;
         }
-        if let Some(&b) = bytes.last() {
-            self.last = Some(b);
+        let end = bytes[quiet];
+        if quiet + 1 == bytes.len() && is_letter(end) {
+            self.pending.clear();
+            self.pending.push(end);
+            self.emitted = 1;
+            // The byte before the held letter, as `run` records it.
+            self.last = match bytes.len() {
+                1 => before.or(self.last),
+                n => Some(bytes[n - 2]),
+            };
+            return true;
         }
-        true
+        false
     }
 
     /// Flushes everything held.
@@ -489,6 +515,7 @@ fn passes_without_matcher(buf: &[u8], i: usize) -> bool {
 /// entity, not the pattern's second letter). It stops at a `<`, an `&`, or
 /// a letter the next byte does not settle; what the loop in `Net::run`
 /// decides from there is what it would have decided anyway.
+#[inline]
 fn quiet_len(buf: &[u8]) -> usize {
     let mut i = 0;
     while let Some(&b) = buf.get(i) {
@@ -497,18 +524,30 @@ fn quiet_len(buf: &[u8]) -> usize {
                 break;
             }
             match buf.get(i + 1) {
-                Some(&next) if !ignorable(next) => {
-                    let next = next.to_ascii_lowercase();
-                    if next == b'&' || SECOND[usize::from(b.to_ascii_lowercase())] == next {
-                        break;
-                    }
-                }
+                Some(&next) if settles(b, next) => {}
                 _ => break,
             }
         }
         i += 1;
     }
     i
+}
+
+/// Whether `b` is a candidate letter (a pattern's first letter, not `<` or
+/// `&`).
+fn is_letter(b: u8) -> bool {
+    is_candidate(b) && b != b'<' && b != b'&'
+}
+
+/// Whether the byte right after the candidate letter `letter` settles it as
+/// no pattern's start ([`passes_without_matcher`]'s decision when that
+/// byte is not ignorable).
+fn settles(letter: u8, next: u8) -> bool {
+    if ignorable(next) {
+        return false;
+    }
+    let next = next.to_ascii_lowercase();
+    next != b'&' && SECOND[usize::from(letter.to_ascii_lowercase())] != next
 }
 
 fn is_candidate(b: u8) -> bool {
@@ -914,6 +953,47 @@ mod tests {
             }
             n.finish(&mut out);
             prop_assert_eq!(out, whole);
+        }
+    }
+
+    proptest! {
+        /// Taking a chunk whole (`pass_whole`) is `push` when it succeeds:
+        /// the same output (the chunk itself), the same net after it (held
+        /// bytes, the last byte, every later decision), so that a stream
+        /// that mixes both gives the output of `push` alone.
+        #[test]
+        fn passing_whole_is_pushing(
+            bytes in prop::collection::vec(
+                prop::sample::select(b"javscriptexlonuURLb(:=> <>/p\t&#;x16lt:colon".to_vec()),
+                0..60,
+            ),
+            cuts in prop::collection::vec(1usize..9, 1..12),
+        ) {
+            let (mut pushed, mut mixed) = (Net::default(), Net::default());
+            let (mut out_pushed, mut out_mixed) = (Vec::new(), Vec::new());
+            let mut rest = bytes.as_slice();
+            for &cut in cuts.iter().cycle() {
+                if rest.is_empty() {
+                    break;
+                }
+                let (piece, tail) = rest.split_at(cut.min(rest.len()));
+                let before = out_pushed.len();
+                pushed.push(piece, &mut out_pushed);
+                if mixed.pass_whole(piece) {
+                    prop_assert_eq!(&out_pushed[before..], piece, "{:?}", String::from_utf8_lossy(&bytes));
+                    out_mixed.extend_from_slice(piece);
+                } else {
+                    mixed.push(piece, &mut out_mixed);
+                }
+                prop_assert_eq!(&mixed.pending, &pushed.pending);
+                prop_assert_eq!(mixed.emitted, pushed.emitted);
+                prop_assert_eq!(mixed.last, pushed.last);
+                rest = tail;
+            }
+            pushed.finish(&mut out_pushed);
+            mixed.finish(&mut out_mixed);
+            prop_assert_eq!(out_mixed, out_pushed);
+            prop_assert_eq!(mixed.report, pushed.report);
         }
     }
 
