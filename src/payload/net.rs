@@ -919,16 +919,34 @@ mod tests {
         }
     }
 
+    /// Text dense in what the net decides: pattern letters, tags,
+    /// character references.
+    fn markup() -> impl Strategy<Value = Vec<u8>> {
+        prop::collection::vec(prop::sample::select(b"javscriptexlonuURLb(:=> <>/p\t&#;x16lt:colon".to_vec()), 0..60)
+    }
+
+    /// `bytes` cut into pieces of the sizes in `cuts`, cycled.
+    fn pieces<'a>(bytes: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
+        let mut out = Vec::new();
+        let mut rest = bytes;
+        for &cut in cuts.iter().cycle() {
+            if rest.is_empty() || cut == 0 {
+                break;
+            }
+            let (piece, tail) = rest.split_at(cut.min(rest.len()));
+            out.push(piece);
+            rest = tail;
+        }
+        out
+    }
+
     proptest! {
         /// Any chunking gives the output of the whole input, and what is
         /// written after each chunk is a prefix of it: the letters written
         /// before their pattern is decided never need a change.
         #[test]
         fn chunking_does_not_change_the_output(
-            bytes in prop::collection::vec(
-                prop::sample::select(b"javscriptexlonuURLb(:=> <>/p\t&#;x16lt:colon".to_vec()),
-                0..60,
-            ),
+            bytes in markup(),
             cuts in prop::collection::vec(1usize..9, 1..12),
         ) {
             let whole = {
@@ -940,16 +958,10 @@ mod tests {
             };
             let mut n = Net::default();
             let mut out = Vec::new();
-            let mut rest = bytes.as_slice();
-            for &cut in cuts.iter().cycle() {
-                if rest.is_empty() {
-                    break;
-                }
-                let (piece, tail) = rest.split_at(cut.min(rest.len()));
+            for piece in pieces(&bytes, &cuts) {
                 n.push(piece, &mut out);
                 prop_assert!(whole.starts_with(&out), "{:?}: {:?} is not a prefix of {:?}",
                     String::from_utf8_lossy(&bytes), String::from_utf8_lossy(&out), String::from_utf8_lossy(&whole));
-                rest = tail;
             }
             n.finish(&mut out);
             prop_assert_eq!(out, whole);
@@ -963,20 +975,12 @@ mod tests {
         /// that mixes both gives the output of `push` alone.
         #[test]
         fn passing_whole_is_pushing(
-            bytes in prop::collection::vec(
-                prop::sample::select(b"javscriptexlonuURLb(:=> <>/p\t&#;x16lt:colon".to_vec()),
-                0..60,
-            ),
+            bytes in markup(),
             cuts in prop::collection::vec(1usize..9, 1..12),
         ) {
             let (mut pushed, mut mixed) = (Net::default(), Net::default());
             let (mut out_pushed, mut out_mixed) = (Vec::new(), Vec::new());
-            let mut rest = bytes.as_slice();
-            for &cut in cuts.iter().cycle() {
-                if rest.is_empty() {
-                    break;
-                }
-                let (piece, tail) = rest.split_at(cut.min(rest.len()));
+            for piece in pieces(&bytes, &cuts) {
                 let before = out_pushed.len();
                 pushed.push(piece, &mut out_pushed);
                 if mixed.pass_whole(piece) {
@@ -988,7 +992,6 @@ mod tests {
                 prop_assert_eq!(&mixed.pending, &pushed.pending);
                 prop_assert_eq!(mixed.emitted, pushed.emitted);
                 prop_assert_eq!(mixed.last, pushed.last);
-                rest = tail;
             }
             pushed.finish(&mut out_pushed);
             mixed.finish(&mut out_mixed);
