@@ -500,13 +500,7 @@ fn passes_without_matcher(buf: &[u8], i: usize) -> bool {
         return false;
     }
     let after = buf.get(i + 1..buf.len().min(i + 2 + MAX_IGNORED)).unwrap_or_default();
-    match after.iter().find(|&&c| !ignorable(c)) {
-        Some(&next) => {
-            let next = next.to_ascii_lowercase();
-            next != b'&' && SECOND[usize::from(b.to_ascii_lowercase())] != next
-        }
-        None => false,
-    }
+    after.iter().find(|&&c| !ignorable(c)).is_some_and(|&next| settles(b, next))
 }
 
 /// How many leading bytes of `buf` pass without a decision: bytes that
