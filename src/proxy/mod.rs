@@ -91,6 +91,7 @@
 
 mod agent;
 mod app;
+mod body;
 pub mod calling;
 mod error;
 mod inspect;

@@ -1,20 +1,21 @@
 //! The pump of one response: reads the upstream body, hands each read to
-//! the client through a bounded channel, and parses on the side.
+//! the client through a bounded queue, and parses on the side.
 //!
 //! This module owns the async side of a response body: the idle timeout,
-//! noticing that the client went away (the channel's receiver is dropped
-//! when hyper drops the body) and then dropping the upstream response,
-//! which closes the upstream connection and so cancels the request; the
-//! hard stop at the end of a graceful shutdown; and handing parsed events
-//! to metrics and sinks. What the client receives is the relay's
-//! ([`super::relay`]).
+//! noticing that the client went away (the queue is closed when hyper
+//! drops the body) and then dropping the upstream response, which closes
+//! the upstream connection and so cancels the request; the hard stop at
+//! the end of a graceful shutdown; and handing parsed events to metrics
+//! and sinks. What the client receives is the relay's ([`super::relay`]);
+//! the pump runs inside the client's body ([`super::body`]).
 //!
-//! Memory per response is bounded: the channel holds at most
-//! `channel_capacity` reads; while it is full the pump does not read the
+//! Memory per response is bounded: the queue holds at most
+//! `channel_capacity` items; while it is full the pump does not read the
 //! upstream, so a slow client slows the upstream down (TCP backpressure)
 //! instead of filling the proxy.
 
 use super::app::App;
+use super::body::Outbox;
 use super::error::{ProxyError, ProxyErrorKind, from_body_error};
 use super::metrics::GaugeGuard;
 use super::relay::{End, SseRelay};
@@ -27,9 +28,9 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
-use tokio::sync::{OwnedSemaphorePermit, mpsc};
+use tokio::sync::OwnedSemaphorePermit;
 
-/// What the client's body channel carries (an `Err` makes hyper abort the
+/// What the client's body carries (an `Err` makes hyper abort the
 /// response, so the client sees a broken body, not a clean short one).
 pub(crate) type ClientItem = Result<Bytes, std::io::Error>;
 
@@ -86,7 +87,7 @@ pub(crate) async fn pump(
     mut upstream: UpstreamBody,
     first: Option<Bytes>,
     mut mode: Mode,
-    tx: mpsc::Sender<ClientItem>,
+    tx: Outbox,
 ) {
     let app = ctx.app.clone();
     let inspector = app.inspector.clone().filter(|_| ctx.path.ends_with("completions"));
@@ -152,12 +153,10 @@ pub(crate) async fn pump(
                             break 'run fail.into_stop();
                         }
                         sent += len as u64;
-                        // Let the client's connection task write these
-                        // bytes before this task parses them: woken on this
-                        // worker, it waits in its local slot until this
-                        // task yields, so parsing first would add its time
-                        // to every chunk's latency.
-                        tokio::task::yield_now().await;
+                        // Let the client's connection write these bytes
+                        // before they are parsed: parsing first would add
+                        // its time to every chunk's latency.
+                        tx.let_flush().await;
                     }
                     relay.observe(&bytes, &mut events);
                 }
@@ -357,9 +356,9 @@ impl SendFail {
     }
 }
 
-/// Sends one item to the client, waiting while the channel is full (that
+/// Sends one item to the client, waiting while the queue is full (that
 /// wait is the backpressure), unless the proxy is forced to stop.
-async fn send(app: &App, tx: &mpsc::Sender<ClientItem>, item: ClientItem) -> Result<(), SendFail> {
+async fn send(app: &App, tx: &Outbox, item: ClientItem) -> Result<(), SendFail> {
     tokio::select! {
         biased;
         r = tx.send(item) => r.map_err(|_| SendFail::ClientGone),

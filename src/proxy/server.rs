@@ -9,6 +9,7 @@
 
 use super::ProxyConfig;
 use super::app::App;
+use super::body::pump_body;
 use super::calling::request::prepare;
 use super::calling::response::CallConverter;
 use super::error::{ProxyError, ProxyErrorKind, from_body_error, from_send_error};
@@ -479,10 +480,9 @@ async fn forward(State(app): State<Arc<App>>, request: Request) -> Response {
     if !status.is_success() {
         ctx.error_excerpt = Some(Vec::new());
     }
-    let (tx, rx) = mpsc::channel::<ClientItem>(app.config.channel_capacity.max(1));
     watch.armed = false;
-    tokio::spawn(pump(ctx, upstream, first, mode, tx));
-    respond(status, response_headers, rx)
+    let body = pump_body(app.config.channel_capacity, move |out| pump(ctx, upstream, first, mode, out));
+    respond(status, response_headers, Body::from_stream(body))
 }
 
 /// One request for the agent loop.
@@ -615,7 +615,7 @@ async fn run_agent(
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     headers.insert(HeaderName::from_static("x-accel-buffering"), HeaderValue::from_static("no"));
-    respond(StatusCode::OK, headers, rx)
+    respond(StatusCode::OK, headers, Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx)))
 }
 
 /// The trace span and inspector entry of an agent request.
@@ -710,8 +710,7 @@ fn pump_ctx(
     }
 }
 
-fn respond(status: StatusCode, headers: HeaderMap, rx: mpsc::Receiver<ClientItem>) -> Response {
-    let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
+fn respond(status: StatusCode, headers: HeaderMap, body: Body) -> Response {
     let mut response = Response::new(body);
     *response.status_mut() = status;
     *response.headers_mut() = headers;
