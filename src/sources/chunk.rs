@@ -25,8 +25,11 @@
 //! assert_eq!(again, original);
 //! ```
 
+use serde::de::{Error as _, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
+use std::borrow::Cow;
+use std::fmt;
 
 /// A field that may be absent, `null`, or hold a value: the three are kept
 /// apart so that writing a document back reproduces it.
@@ -92,7 +95,7 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Nullable<T> {
 
 /// One streamed `chat.completion.chunk`, or a whole `chat.completion`
 /// response (whose choices carry `message` instead of `delta`).
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct ChatChunk {
     /// The choices of this chunk (empty, `null` or absent in a usage chunk).
     #[serde(default, skip_serializing_if = "Nullable::is_absent")]
@@ -146,7 +149,7 @@ impl ChatChunk {
 }
 
 /// One choice of a chunk or response.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct Choice {
     /// Which choice (`n > 1`); some servers leave it out for choice 0.
     #[serde(default, skip_serializing_if = "Nullable::is_absent")]
@@ -172,7 +175,7 @@ pub struct Choice {
 }
 
 /// The delta of a streamed choice, or the message of a whole response.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct Delta {
     /// Answer text: a string, or (Mistral) a list of typed parts.
     #[serde(default, skip_serializing_if = "Nullable::is_absent")]
@@ -198,7 +201,7 @@ pub struct Delta {
 }
 
 /// The `content` of a delta or message.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum Content {
     /// Plain text (the usual form).
@@ -219,7 +222,7 @@ impl Content {
 }
 
 /// One fragment of a native tool call.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct ToolCallDelta {
     /// Which call of the choice (absent with some servers).
     #[serde(default, skip_serializing_if = "Nullable::is_absent")]
@@ -236,7 +239,7 @@ pub struct ToolCallDelta {
 }
 
 /// The function part of a tool call fragment.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct FunctionDelta {
     /// The function name (usually whole, on the first fragment).
     #[serde(default, skip_serializing_if = "Nullable::is_absent")]
@@ -248,6 +251,107 @@ pub struct FunctionDelta {
     /// Everything else.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+/// An object key, borrowed from the input when it can be.
+struct Key<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object key")
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(KeyVisitor)
+    }
+}
+
+/// `Deserialize` for a struct of interpreted [`Nullable`] fields and an
+/// `extra` map of every other key: a known key is read straight into its
+/// field (twice is an error, as with a derived struct), any other into
+/// `extra`.
+///
+/// Hand-written because serde's `#[serde(flatten)]` first buffers every
+/// value of the object as a generic tree and then reads it again: that
+/// was over half of the proxy's CPU per relayed chunk (callgrind).
+macro_rules! deserialize_open_struct {
+    ($name:ident { $($field:ident),* $(,)? }) => {
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct StructVisitor;
+                impl<'de> Visitor<'de> for StructVisitor {
+                    type Value = $name;
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        f.write_str(concat!("struct ", stringify!($name)))
+                    }
+                    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<$name, A::Error> {
+                        let mut out = $name::default();
+                        while let Some(Key(key)) = map.next_key()? {
+                            match key.as_ref() {
+                                $(stringify!($field) => {
+                                    if !out.$field.is_absent() {
+                                        return Err(A::Error::duplicate_field(stringify!($field)));
+                                    }
+                                    out.$field = map.next_value()?;
+                                })*
+                                _ => {
+                                    out.extra.insert(key.into_owned(), map.next_value()?);
+                                }
+                            }
+                        }
+                        Ok(out)
+                    }
+                }
+                d.deserialize_map(StructVisitor)
+            }
+        }
+    };
+}
+
+deserialize_open_struct!(ChatChunk { choices, usage, error, prompt_filter_results });
+deserialize_open_struct!(Choice { index, delta, message, text, finish_reason, content_filter_results });
+deserialize_open_struct!(Delta { content, reasoning_content, reasoning, refusal, tool_calls, function_call });
+deserialize_open_struct!(ToolCallDelta { index, id, function });
+deserialize_open_struct!(FunctionDelta { name, arguments });
+
+/// A string, or a list of parts (hand-written: an untagged enum buffers
+/// the value before it tries each variant).
+impl<'de> Deserialize<'de> for Content {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct ContentVisitor;
+        impl<'de> Visitor<'de> for ContentVisitor {
+            type Value = Content;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string or a list of content parts")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Content, E> {
+                Ok(Content::Text(v.to_owned()))
+            }
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Content, E> {
+                Ok(Content::Text(v))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Content, A::Error> {
+                let mut parts = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
+                while let Some(part) = seq.next_element()? {
+                    parts.push(part);
+                }
+                Ok(Content::Parts(parts))
+            }
+        }
+        d.deserialize_any(ContentVisitor)
+    }
 }
 
 /// Reads a chunk whose interpreted fields have unexpected types (an `index`
@@ -428,4 +532,45 @@ fn coerce_call(call: &mut Map<String, Value>, path: &str, notes: &mut Vec<String
 
 fn coerce_function(f: &mut Map<String, Value>, path: &str, notes: &mut Vec<String>) {
     coerce_text(f, "name", path, notes);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_keys_read_into_fields_and_the_rest_into_extra() {
+        // An escaped key is not borrowed from the input; it still matches.
+        let text = r#"{"\u0069d":"c1","choices":[{"index":0,"delta":{"content":[{"type":"text","text":"a"}],
+            "role":"assistant"},"finish_reason":null,"logprobs":null}],"usage":null}"#;
+        let chunk: ChatChunk = serde_json::from_str(text).unwrap_or_default();
+        assert_eq!(chunk.id(), Some("c1"));
+        assert_eq!(chunk.usage, Nullable::Null);
+        assert_eq!(chunk.error, Nullable::Absent);
+        let choice = &chunk.choice_list()[0];
+        assert_eq!(choice.index, Nullable::Value(0));
+        assert_eq!(choice.finish_reason, Nullable::Null);
+        assert_eq!(choice.extra.get("logprobs"), Some(&Value::Null));
+        let delta = choice.delta.as_option().cloned().unwrap_or_default();
+        assert!(matches!(delta.content, Nullable::Value(Content::Parts(ref p)) if p.len() == 1));
+        assert_eq!(delta.extra.get("role").and_then(Value::as_str), Some("assistant"));
+        // The same from a `Value` (owned keys and strings).
+        let value: Value = serde_json::from_str(text).unwrap_or_default();
+        assert_eq!(serde_json::from_value::<ChatChunk>(value).ok(), Some(chunk));
+    }
+
+    #[test]
+    fn a_field_twice_or_of_the_wrong_type_is_an_error() {
+        let twice = serde_json::from_str::<ChatChunk>(r#"{"usage":null,"usage":{}}"#);
+        assert!(twice.is_err_and(|e| e.to_string().contains("duplicate field `usage`")));
+        let index = serde_json::from_str::<Choice>(r#"{"index":"0"}"#);
+        assert!(index.is_err_and(|e| e.to_string().contains("expected u32")));
+        let content = serde_json::from_str::<Delta>(r#"{"content":5}"#);
+        assert!(content.is_err_and(|e| e.to_string().contains("a string or a list of content parts")));
+        let not_object = serde_json::from_str::<ChatChunk>("[1]");
+        assert!(not_object.is_err_and(|e| e.to_string().contains("struct ChatChunk")));
+        // An unknown key keeps the last of two values, as a map does.
+        let extra = serde_json::from_str::<FunctionDelta>(r#"{"x":1,"x":2}"#).unwrap_or_default();
+        assert_eq!(extra.extra.get("x"), Some(&Value::from(2)));
+    }
 }
