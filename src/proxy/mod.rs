@@ -26,9 +26,11 @@
 //! * SSE responses (`text/event-stream`): every upstream read is written
 //!   to the client before the next is read (no coalescing), with
 //!   `Cache-Control: no-cache` and `X-Accel-Buffering: no`, on sockets with
-//!   `TCP_NODELAY`. Between the upstream reader and the client writer is a
-//!   channel of [`ProxyConfig::channel_capacity`] reads: a client that reads
-//!   slowly slows the upstream down, it does not fill the proxy's memory.
+//!   `TCP_NODELAY`. The upstream is read by the client's own connection
+//!   (its response body runs the relay), with a queue of at most
+//!   [`ProxyConfig::channel_capacity`] items in between: a client that
+//!   reads slowly slows the upstream down, it does not fill the proxy's
+//!   memory.
 //! * Parsing on the side: 2xx SSE bodies and 2xx JSON bodies of model
 //!   endpoints go through the stream model; elements, repairs, diagnostics,
 //!   tool-call fragments and the stream-level events go to the sinks
@@ -36,9 +38,6 @@
 //!   channel).
 //! * Configuration: [`ProxyConfig`] in code; the `spindle proxy` file,
 //!   flags and environment are [`ProxySettings`].
-//! * An upstream API key ([`ProxyConfig::upstream_api_key`], from
-//!   `SPINDLE_UPSTREAM_API_KEY`) is added as `Authorization: Bearer KEY`
-//!   to requests that have no `Authorization` header.
 //! * An upstream API key ([`ProxyConfig::upstream_api_key`], from
 //!   `SPINDLE_UPSTREAM_API_KEY`) is added as `Authorization: Bearer KEY`
 //!   to requests that have no `Authorization` header.
@@ -174,7 +173,8 @@ pub struct ProxyConfig {
     /// Largest whole JSON response that is parsed (or rewritten); larger
     /// ones are forwarded unparsed (rewrite: `502`). Default 16 MiB.
     pub max_response_body: usize,
-    /// Upstream reads queued for a client that reads slowly (default 16).
+    /// Items (upstream reads, rewritten chunks) queued between the relay
+    /// and the client's connection (default 16).
     pub channel_capacity: usize,
     /// Records queued per sink before records are dropped (default 10,000).
     pub sink_queue: usize,

@@ -31,7 +31,7 @@
 //! | `limits.max_request_body` | `--max-request-body` | `33554432` (bytes) |
 //! | `limits.max_response_body` | `--max-response-body` | `16777216` (bytes) |
 //! | `limits.grace` | `--grace` | `30.0` (seconds) |
-//! | `limits.channel_capacity` | none | `16` (upstream reads queued per client) |
+//! | `limits.channel_capacity` | none | `16` (items queued between relay and client) |
 //! | `sink.targets` | `--sink` (repeatable; given flags replace the list) | `[]` |
 //! | `sink.queue` | `--sink-queue` | `10000` |
 //! | `sink.nats_token` | env `SPINDLE_NATS_TOKEN` (secret) | none |
@@ -291,7 +291,8 @@ pub struct LimitSettings {
     pub max_response_body: usize,
     /// Seconds running streams may go on after a shutdown (default 30).
     pub grace: Seconds,
-    /// Upstream reads queued for a client that reads slowly (default 16).
+    /// Items queued between the relay and the client's connection
+    /// (default 16).
     pub channel_capacity: NonZeroUsize,
 }
 
