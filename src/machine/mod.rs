@@ -1492,9 +1492,9 @@ fn keep_text(limits: MachineLimits, el: &mut OpenElement, bytes: &[u8]) -> Kept 
 fn lossy(bytes: &[u8]) -> Result<String, String> {
     // A fast validation and a copy beat std's validation in place
     // (`String::from_utf8`) on non-ASCII text.
-    match simdutf8::basic::from_utf8(bytes) {
-        Ok(s) => Ok(s.to_owned()),
-        Err(_) => Err(String::from_utf8_lossy(bytes).into_owned()),
+    match crate::scan::text_lossy(bytes) {
+        std::borrow::Cow::Borrowed(s) => Ok(s.to_owned()),
+        std::borrow::Cow::Owned(s) => Err(s),
     }
 }
 

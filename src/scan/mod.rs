@@ -318,6 +318,17 @@ pub(crate) fn find_byte3(a: u8, b: u8, c: u8, hay: &[u8]) -> Option<usize> {
     if hay.len() < SHORT { hay.iter().position(|&x| x == a || x == b || x == c) } else { memchr::memchr3(a, b, c, hay) }
 }
 
+/// `bytes` as text, invalid UTF-8 as U+FFFD (then owned). Valid text,
+/// the usual case, is checked by `simdutf8` and borrowed: std's
+/// `String::from_utf8_lossy` walks it chunk by chunk, several times slower
+/// on lines of a few hundred bytes.
+pub(crate) fn text_lossy(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
+    match simdutf8::basic::from_utf8(bytes) {
+        Ok(s) => std::borrow::Cow::Borrowed(s),
+        Err(_) => String::from_utf8_lossy(bytes),
+    }
+}
+
 /// `bytes` as an owned string, invalid UTF-8 as U+FFFD. Names and short
 /// values are valid UTF-8 almost always: one validation and a copy beat
 /// `String::from_utf8_lossy`'s chunked walk there.

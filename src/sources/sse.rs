@@ -505,7 +505,7 @@ impl SseDecoder {
 
     /// Decodes bytes as UTF-8, reporting replacements.
     fn text<'a>(&self, bytes: &'a [u8], at: usize, out: &mut Vec<SseItem>) -> Cow<'a, str> {
-        let text = String::from_utf8_lossy(bytes);
+        let text = crate::scan::text_lossy(bytes);
         if let Cow::Owned(_) = text {
             out.push(SseItem::Fault(SseFault::InvalidUtf8 { at }));
         }
