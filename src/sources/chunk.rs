@@ -287,7 +287,7 @@ impl<'de> Deserialize<'de> for Key<'de> {
 /// value of the object as a generic tree and then reads it again: that
 /// was over half of the proxy's CPU per relayed chunk (callgrind).
 macro_rules! deserialize_open_struct {
-    ($name:ident { $($field:ident),* $(,)? }) => {
+    ($name:ident { $($field:ident),* $(,)? } extra: $hint:literal) => {
         impl<'de> Deserialize<'de> for $name {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
                 struct StructVisitor;
@@ -307,6 +307,11 @@ macro_rules! deserialize_open_struct {
                                     out.$field = map.next_value()?;
                                 })*
                                 _ => {
+                                    if out.extra.is_empty() {
+                                        // Room for the usual keys at once,
+                                        // instead of growing the map twice.
+                                        out.extra = Map::with_capacity($hint);
+                                    }
                                     out.extra.insert(key.into_owned(), map.next_value()?);
                                 }
                             }
@@ -320,11 +325,13 @@ macro_rules! deserialize_open_struct {
     };
 }
 
-deserialize_open_struct!(ChatChunk { choices, usage, error, prompt_filter_results });
-deserialize_open_struct!(Choice { index, delta, message, text, finish_reason, content_filter_results });
-deserialize_open_struct!(Delta { content, reasoning_content, reasoning, refusal, tool_calls, function_call });
-deserialize_open_struct!(ToolCallDelta { index, id, function });
-deserialize_open_struct!(FunctionDelta { name, arguments });
+// `extra`: how many other keys to make room for at the first one (a
+// chunk's `id`, `object`, `created`, `model`, `system_fingerprint`, ...).
+deserialize_open_struct!(ChatChunk { choices, usage, error, prompt_filter_results } extra: 8);
+deserialize_open_struct!(Choice { index, delta, message, text, finish_reason, content_filter_results } extra: 2);
+deserialize_open_struct!(Delta { content, reasoning_content, reasoning, refusal, tool_calls, function_call } extra: 2);
+deserialize_open_struct!(ToolCallDelta { index, id, function } extra: 1);
+deserialize_open_struct!(FunctionDelta { name, arguments } extra: 1);
 
 /// A string, or a list of parts (hand-written: an untagged enum buffers
 /// the value before it tries each variant).
