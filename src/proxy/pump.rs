@@ -373,8 +373,13 @@ async fn dispatch(ctx: &mut PumpCtx, events: &mut Vec<SourceEvent>, truncated: &
     if let Some(i) = &app.inspector {
         i.events(ctx.id, events);
     }
-    let to_sinks = !app.sinks.is_empty();
-    let ts_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+    let to_sinks = !app.sinks.is_empty() && !events.is_empty();
+    // The records' time stamp (read only when there are records to make).
+    let ts_ms = if to_sinks {
+        SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    } else {
+        0
+    };
     for event in events.drain(..) {
         if let Some(trace) = ctx.trace.as_mut() {
             trace.observe(&event);
