@@ -444,7 +444,10 @@ impl Machine {
             synthetic,
             at,
         }));
-        OpenElement { id, tag, raw_tag, attrs, start: at, opened, text: Vec::new(), truncated: false }
+        // Room for a short body at once (most elements of markup-dense
+        // output are under 64 bytes) instead of growing 8, 16, 32, 64.
+        let text = Vec::with_capacity(64);
+        OpenElement { id, tag, raw_tag, attrs, start: at, opened, text, truncated: false }
     }
 
     /// Opens the lead (at the start of output) or the default tag (between

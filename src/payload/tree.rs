@@ -106,11 +106,11 @@ struct Builder {
 
 impl Default for Builder {
     fn default() -> Self {
-        Builder {
-            stack: vec![ElementNode { name: String::new(), attrs: Vec::new(), children: Vec::new() }],
-            text: Vec::new(),
-            verbatim: false,
-        }
+        // The root and room for three levels of children (no growth on
+        // the usual status bar or choice list).
+        let mut stack = Vec::with_capacity(4);
+        stack.push(ElementNode { name: String::new(), attrs: Vec::new(), children: Vec::new() });
+        Builder { stack, text: Vec::new(), verbatim: false }
     }
 }
 
