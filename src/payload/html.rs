@@ -50,7 +50,7 @@ use lol_html::send::{HtmlRewriter, Settings};
 use lol_html::{DocumentContentHandlers, ElementContentHandlers, MemorySettings, Selector};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// Elements kept (with their attributes filtered).
 const KEPT: &[&str] = &["b", "strong", "i", "em", "u", "s", "br", "span", "ruby", "rt", "rp"];
@@ -839,6 +839,15 @@ impl Pass {
     }
 }
 
+/// The selector of every element, parsed once.
+static ALL: OnceLock<Option<Selector>> = OnceLock::new();
+
+/// A copy of the selector `cell` holds, parsed from `source` the first
+/// time (each rewriter takes its selectors by value).
+fn selector(cell: &OnceLock<Option<Selector>>, source: &str) -> Option<Selector> {
+    cell.get_or_init(|| source.parse().ok()).clone()
+}
+
 fn build_rewriter(shared: &Arc<Mutex<Shared>>, limits: FilterLimits) -> Rewriter {
     let sink_state = shared.clone();
     let sink: Sink = Box::new(move |chunk: &[u8]| lock(&sink_state).out.extend_from_slice(chunk));
@@ -846,10 +855,10 @@ fn build_rewriter(shared: &Arc<Mutex<Shared>>, limits: FilterLimits) -> Rewriter
     let comment_state = shared.clone();
     let doctype_state = shared.clone();
     let text_state = shared.clone();
-    let all: Selector = match "*".parse() {
-        Ok(s) => s,
-        // `*` is a constant, valid selector; this arm is never taken.
-        Err(_) => return HtmlRewriter::new(Settings::new_send(), sink),
+    // A constant, valid selector, parsed once per process; the fallback
+    // arm is never taken.
+    let Some(all) = selector(&ALL, "*") else {
+        return HtmlRewriter::new(Settings::new_send(), sink);
     };
     let settings = Settings::new_send()
         .with_strict(false)
@@ -861,39 +870,55 @@ fn build_rewriter(shared: &Arc<Mutex<Shared>>, limits: FilterLimits) -> Rewriter
         .with_graceful_bail_out_on_content_handler_error(true)
         .append_element_content_handler((
             Cow::Owned(all),
-            ElementContentHandlers::default().element(move |el: &mut lol_html::send::Element<'_, '_>| {
-                let state = el_state.clone();
-                let mut st = lock(&el_state);
-                if st.dropping.is_some() {
-                    // Inside a removed element: its content goes with it.
-                    return Ok(());
-                }
-                let name = el.tag_name();
-                if KEPT.contains(&name.as_str()) {
-                    filter_attributes(el, &name, &mut st.report);
-                } else if DROPPED.contains(&name.as_str()) {
-                    *st.report.removed_elements.entry(name.clone()).or_default() += 1;
-                    el.remove();
-                    if el.can_have_content() {
-                        st.generation += 1;
-                        st.dropping =
-                            Some(Dropping { name, from: el.source_location().bytes().end, generation: st.generation });
-                        let generation = st.generation;
-                        drop(st);
-                        el.on_end_tag(Box::new(move |_end| {
-                            let mut st = lock(&state);
-                            if st.dropping.as_ref().is_some_and(|d| d.generation == generation) {
-                                st.dropping = None;
-                            }
-                            Ok(())
-                        }))?;
+            ElementContentHandlers::default()
+                .element(move |el: &mut lol_html::send::Element<'_, '_>| {
+                    let state = el_state.clone();
+                    let mut st = lock(&el_state);
+                    if st.dropping.is_some() {
+                        // Inside a removed element: its content goes with it.
+                        return Ok(());
                     }
-                } else {
-                    *st.report.removed_elements.entry(name).or_default() += 1;
-                    el.remove_and_keep_content();
-                }
-                Ok(())
-            }),
+                    let name = el.tag_name();
+                    if KEPT.contains(&name.as_str()) {
+                        filter_attributes(el, &name, &mut st.report);
+                    } else if DROPPED.contains(&name.as_str()) {
+                        *st.report.removed_elements.entry(name.clone()).or_default() += 1;
+                        el.remove();
+                        if el.can_have_content() {
+                            st.generation += 1;
+                            st.dropping = Some(Dropping {
+                                name,
+                                from: el.source_location().bytes().end,
+                                generation: st.generation,
+                            });
+                            let generation = st.generation;
+                            drop(st);
+                            el.on_end_tag(Box::new(move |_end| {
+                                let mut st = lock(&state);
+                                if st.dropping.as_ref().is_some_and(|d| d.generation == generation) {
+                                    st.dropping = None;
+                                }
+                                Ok(())
+                            }))?;
+                        }
+                    } else {
+                        *st.report.removed_elements.entry(name).or_default() += 1;
+                        el.remove_and_keep_content();
+                    }
+                    Ok(())
+                })
+                // Raw text outside a removed element can only come from markup
+                // the allowlist does not know; escape it. Raw text is always
+                // inside an element, so the handler is the elements' own: text
+                // outside every element is then not decoded for it (a
+                // document-wide text handler decodes every text chunk).
+                .text(move |t: &mut lol_html::html_content::TextChunk<'_>| {
+                    if t.text_type() != TextType::Data && lock(&text_state).dropping.is_none() {
+                        let s = t.as_str().to_string();
+                        t.replace(&s, ContentType::Text);
+                    }
+                    Ok(())
+                }),
         ))
         .append_document_content_handler(
             DocumentContentHandlers::default()
@@ -908,15 +933,6 @@ fn build_rewriter(shared: &Arc<Mutex<Shared>>, limits: FilterLimits) -> Rewriter
                 .doctype(move |d: &mut lol_html::html_content::Doctype<'_>| {
                     lock(&doctype_state).report.comments += 1;
                     d.remove();
-                    Ok(())
-                })
-                .text(move |t: &mut lol_html::html_content::TextChunk<'_>| {
-                    // Raw text outside a removed element can only come from
-                    // markup the allowlist does not know; escape it.
-                    if t.text_type() != TextType::Data && lock(&text_state).dropping.is_none() {
-                        let s = t.as_str().to_string();
-                        t.replace(&s, ContentType::Text);
-                    }
                     Ok(())
                 }),
         );
