@@ -373,6 +373,16 @@ impl TagCloser {
                     continue;
                 }
             }
+            if self.state == Pre::Text
+                && self.pending.is_empty()
+                && let Some(len) = self.simple_tag(&bytes[i..])
+            {
+                // A whole `<name>` or `</name>` of an HTML element: what the
+                // steps below would write and leave, in one go.
+                out.extend_from_slice(&bytes[i..i + len]);
+                i += len;
+                continue;
+            }
             if bytes[i] == b'<' && self.state == Pre::Lt && self.pending == b"<" {
                 // A run of `<` after a held `<`: each releases the one
                 // before it as `&lt;` and is held in turn (what the steps
@@ -417,6 +427,37 @@ impl TagCloser {
                 out.push(b);
             }
         }
+    }
+
+    /// The length of the start or end tag of an HTML element without
+    /// attributes (`<b>`, `</span>`) at the start of `bytes`, read whole:
+    /// the tag is ended (as the steps would end it) and its bytes pass
+    /// unchanged. `None` leaves the state as it was, for the steps.
+    fn simple_tag(&mut self, bytes: &[u8]) -> Option<usize> {
+        let end_tag = bytes.get(1) == Some(&b'/');
+        let start = if end_tag { 2 } else { 1 };
+        let name_len = bytes.get(start..)?.iter().take(17).take_while(|b| b.is_ascii_alphanumeric()).count();
+        let len = start + name_len + 1;
+        let fits = bytes.first() == Some(&b'<')
+            && (1..=16).contains(&name_len)
+            && bytes[start].is_ascii_alphabetic()
+            && bytes.get(len - 1) == Some(&b'>');
+        if !fits {
+            return None;
+        }
+        let mut name = [0u8; 16];
+        let name = &mut name[..name_len];
+        name.copy_from_slice(&bytes[start..start + name_len]);
+        name.make_ascii_lowercase();
+        if !is_html_element(name) {
+            return None;
+        }
+        self.name.clear();
+        self.name.extend_from_slice(name);
+        self.end_tag = end_tag;
+        self.long_name = false;
+        self.tag_end();
+        Some(len)
     }
 
     /// The name of the tag being read is complete: an HTML element keeps
@@ -1223,6 +1264,8 @@ mod tests {
             ("<<<<", "&lt;&lt;&lt;<"),
             ("<b", "<b"),
             ("<averyveryverylongtagnamethatisnothtmlatall>", "&lt;averyveryverylongtagnamethatisnothtmlatall>"),
+            ("<B>x</SPAN><H1><user>", "<B>x</SPAN><H1>&lt;user>"),
+            ("<script><b></script><b>", "<script><b></script><b>"),
         ];
         for (input, want) in table {
             for chunk in [usize::MAX, 1, 3] {
@@ -1234,6 +1277,38 @@ mod tests {
                 c.finish(&mut out);
                 assert_eq!(String::from_utf8_lossy(&out), *want, "{input} at {chunk}");
             }
+        }
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Whole tags read in one go (`TagCloser::simple_tag`) give the
+        /// output and leave the state that the byte-wise steps give (a
+        /// piece of one byte never holds a whole tag).
+        #[test]
+        fn whole_simple_tags_match_the_steps(
+            parts in proptest::collection::vec(prop_oneof![
+                Just("<b>"), Just("</b>"), Just("<SPAN>"), Just("</span >"), Just("<script>"), Just("</script>"),
+                Just("<textarea>"), Just("<user>"), Just("</User>"), Just("<br/>"), Just("<p2>"), Just("<h1>"),
+                Just("<"), Just(">"), Just("/"), Just("!--"), Just("-->"), Just(" "), Just("x"), Just("\""),
+                Just("<b x='1'>"), Just("<aaaaaaaaaaaaaaaa>"), Just("<aaaaaaaaaaaaaaaaa>"), Just("<plaintext>"),
+            ], 0..24),
+        ) {
+            let text = parts.concat();
+            let mut whole = TagCloser::new();
+            let mut whole_out = Vec::new();
+            whole.transform(text.as_bytes(), &mut whole_out);
+            let mut steps = TagCloser::new();
+            let mut steps_out = Vec::new();
+            for b in text.as_bytes().chunks(1) {
+                steps.transform(b, &mut steps_out);
+            }
+            prop_assert_eq!(&whole_out, &steps_out);
+            prop_assert_eq!(whole.state, steps.state);
+            prop_assert_eq!(&whole.pending, &steps.pending);
+            prop_assert_eq!((whole.end_tag, whole.raw, whole.escaped), (steps.end_tag, steps.raw, steps.escaped));
+            prop_assert_eq!(&whole.text_tags, &steps.text_tags);
         }
     }
 
