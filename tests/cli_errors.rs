@@ -2,7 +2,7 @@
 //! line (a multi-line TOML diagnostic keeps its lines), each cause once,
 //! exit status 2.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 fn spindle(dir: &Path, args: &[&str]) -> (Option<i32>, String, String) {
@@ -14,10 +14,9 @@ fn spindle(dir: &Path, args: &[&str]) -> (Option<i32>, String, String) {
     )
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("spindle-cli-errors-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
+/// A fresh folder, removed when the returned guard drops.
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("spindle-cli-errors-{name}-")).tempdir().expect("temp dir")
 }
 
 fn transcript() -> String {
@@ -28,7 +27,8 @@ const NO_FILE: &str = "No such file or directory (os error 2)";
 
 #[test]
 fn registry_errors_print_their_cause_once() {
-    let dir = scratch("registry");
+    let tmp = scratch("registry");
+    let dir = tmp.path();
     std::fs::write(dir.join("bad.toml"), "x = [\n").unwrap();
     std::fs::write(dir.join("bad.json"), "{\"tags\": [\n").unwrap();
     let t = transcript();
@@ -48,14 +48,15 @@ fn registry_errors_print_their_cause_once() {
         ),
     ];
     for (file, want) in cases {
-        let (code, stdout, stderr) = spindle(&dir, &["parse", &t, "--registry", file]);
+        let (code, stdout, stderr) = spindle(dir, &["parse", &t, "--registry", file]);
         assert_eq!((code, stdout.as_str(), stderr.as_str()), (Some(2), "", want.as_str()), "{file}");
     }
 }
 
 #[test]
 fn missing_files_and_unknown_names_are_one_line() {
-    let dir = scratch("names");
+    let tmp = scratch("names");
+    let dir = tmp.path();
     let t = transcript();
     let cases: Vec<(Vec<&str>, String)> = vec![
         (vec!["parse", "missing.txt"], format!("spindle: error: cannot read missing.txt: {NO_FILE}\n")),
@@ -77,23 +78,24 @@ fn missing_files_and_unknown_names_are_one_line() {
         ),
     ];
     for (args, want) in cases {
-        let (code, _, stderr) = spindle(&dir, &args);
+        let (code, _, stderr) = spindle(dir, &args);
         assert_eq!((code, stderr.as_str()), (Some(2), want.as_str()), "{args:?}");
     }
 }
 
 #[test]
 fn an_unknown_profile_is_a_usage_error_with_the_known_names() {
-    let (code, _, stderr) = spindle(&scratch("profile"), &["parse", &transcript(), "--profile", "nope"]);
+    let (code, _, stderr) = spindle(scratch("profile").path(), &["parse", &transcript(), "--profile", "nope"]);
     let want = "error: invalid value 'nope' for '--profile <PROFILE>'\n  [possible values: filament, reasoning, reasoning-prefilled, chat, tam, action, attp]\n\nFor more information, try '--help'.\n";
     assert_eq!((code, stderr.as_str()), (Some(2), want));
 }
 
 #[test]
 fn a_bad_config_file_names_the_line_and_key() {
-    let dir = scratch("config");
+    let tmp = scratch("config");
+    let dir = tmp.path();
     std::fs::write(dir.join("bad.toml"), "[upstream]\nurl = 3\n").unwrap();
-    let (code, _, stderr) = spindle(&dir, &["proxy", "--config", "bad.toml"]);
+    let (code, _, stderr) = spindle(dir, &["proxy", "--config", "bad.toml"]);
     assert_eq!(
         (code, stderr.as_str()),
         (
@@ -107,8 +109,9 @@ fn a_bad_config_file_names_the_line_and_key() {
 fn a_port_in_use_is_one_line() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
-    let dir = scratch("bind");
-    let (code, _, stderr) = spindle(&dir, &["proxy", "--upstream", "http://127.0.0.1:9", "--listen", &addr]);
+    let tmp = scratch("bind");
+    let dir = tmp.path();
+    let (code, _, stderr) = spindle(dir, &["proxy", "--upstream", "http://127.0.0.1:9", "--listen", &addr]);
     assert_eq!(code, Some(2), "{stderr}");
     let want = format!("spindle: error: cannot listen on {addr}: Address already in use (os error 98)\n");
     assert_eq!(stderr, want);

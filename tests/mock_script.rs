@@ -78,8 +78,8 @@ fn a_script_naming_an_unknown_transcript_is_refused() {
     let script = Script::from_toml_str("model = \"m\"\n[[turn]]\ntranscript = \"nope\"", None).unwrap();
     let err = MockUpstream::builtin().with_script(script).err().map(|e| e.to_string()).unwrap_or_default();
     assert_eq!(err, "script m: no transcript named \"nope\"");
-    let dir = std::env::temp_dir().join(format!("spindle-mock-script-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::Builder::new().prefix("spindle-mock-script-").tempdir().unwrap();
+    let dir = tmp.path();
     std::fs::write(dir.join("bad.script.toml"), "model = \"m\"\n[[turn]]\ntranscript = \"nope\"\n").unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_spindle"))
         .args(["mock-upstream", "--listen", "127.0.0.1:0", "--script"])

@@ -184,8 +184,8 @@ fn render_is_reproducible_with_a_seed_and_a_fixed_time() {
 
 #[test]
 fn hostile_templates_end_with_a_clear_error() {
-    let dir = std::env::temp_dir().join(format!("spindle-prompt-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::Builder::new().prefix("spindle-prompt-").tempdir().unwrap();
+    let dir = tmp.path();
     for (name, t, want) in [
         ("loop.j2", "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}", "limit"),
         ("rec.j2", "{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "limit"),
@@ -245,8 +245,8 @@ fn png_card(chunks: &[(&str, String)]) -> Vec<u8> {
 
 #[test]
 fn import_cards_and_world_info() {
-    let dir = std::env::temp_dir().join(format!("spindle-prompt-import-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::Builder::new().prefix("spindle-prompt-import-").tempdir().unwrap();
+    let dir = tmp.path();
     let v3 = json!({"spec": "chara_card_v3", "spec_version": "3.0", "data": {
         "name": "Seraphina", "description": "Guardian of {{user}}.", "first_mes": "*She bows.*",
         "character_book": {"entries": [{"keys": ["forest"], "comment": "location_forest",
@@ -303,8 +303,8 @@ fn use_protocol_builds_the_registry_the_answer_needs() {
     let (code, toml, err) = spindle(&["prompt", "registry", data("scene.j2").to_str().unwrap()]);
     assert_eq!(code, Some(0), "{err}");
     assert!(toml.contains("extends = \"filament\""), "{toml}");
-    let dir = std::env::temp_dir().join(format!("spindle-prompt-reg-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = tempfile::Builder::new().prefix("spindle-prompt-reg-").tempdir().unwrap();
+    let dir = tmp.path();
     let reg = dir.join("expected.toml");
     std::fs::write(&reg, &toml).unwrap();
     let (code, out, err) = spindle(&[

@@ -38,7 +38,14 @@ impl Drop for Browser {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self._profile);
+        // Chromium's helper processes may still be writing to the profile
+        // for a moment after the main process ends.
+        for _ in 0..20 {
+            if std::fs::remove_dir_all(&self._profile).is_ok() || !self._profile.exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
     }
 }
 

@@ -27,16 +27,16 @@ fn server_script() -> Option<PathBuf> {
     Some(p)
 }
 
-/// A plugin folder whose plugin.yaml starts the server.
-fn plugin_dir(name: &str, timeout_ms: u64) -> Option<PathBuf> {
+/// A plugin folder whose plugin.yaml starts the server (removed when the
+/// guard drops).
+fn plugin_dir(name: &str, timeout_ms: u64) -> Option<tempfile::TempDir> {
     let script = server_script()?;
-    let dir = std::env::temp_dir().join(format!("spindle-mcp-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).ok()?;
+    let dir = tempfile::Builder::new().prefix(&format!("spindle-mcp-{name}-")).tempdir().ok()?;
     let yaml = format!(
         "name: everything\ndescription: the MCP reference test server\nmcp:\n  command: [\"node\", {:?}, \"stdio\"]\n  env: {{ SPINDLE_GIVEN: \"yes\" }}\n  timeout: {timeout_ms}\n  prefix: \"everything.\"\n  only: [echo, get-sum, get-env, trigger-long-running-operation]\n",
         script.display().to_string()
     );
-    std::fs::write(dir.join("plugin.yaml"), yaml).ok()?;
+    std::fs::write(dir.path().join("plugin.yaml"), yaml).ok()?;
     Some(dir)
 }
 
@@ -64,7 +64,7 @@ fn alive(pid: u32) -> bool {
 #[tokio::test]
 async fn mcp_tools_join_the_catalog_and_run_from_text_calls() {
     let Some(dir) = plugin_dir("run", 5000) else { return };
-    let (runner, pool) = start(&dir).await;
+    let (runner, pool) = start(dir.path()).await;
     let ids: Vec<&str> = runner.catalog().tools().map(|t| t.id.as_str()).collect();
     assert_eq!(
         ids,
@@ -113,7 +113,7 @@ async fn mcp_tools_join_the_catalog_and_run_from_text_calls() {
 #[tokio::test]
 async fn mcp_server_that_never_answers_times_out() {
     let Some(dir) = plugin_dir("slow", 800) else { return };
-    let (runner, _pool) = start(&dir).await;
+    let (runner, _pool) = start(dir.path()).await;
     let c = calls(
         "filament",
         r#"<tool_call name="everything.trigger-long-running-operation">{"duration": 30, "steps": 2}</tool_call>"#,
@@ -131,7 +131,7 @@ async fn mcp_server_that_never_answers_times_out() {
 #[tokio::test]
 async fn mcp_server_crashing_mid_call_fails_the_call() {
     let Some(dir) = plugin_dir("crash", 20_000) else { return };
-    let (runner, pool) = start(&dir).await;
+    let (runner, pool) = start(dir.path()).await;
     let pid = pool.pids()[0];
     let c = calls(
         "filament",
@@ -158,8 +158,8 @@ async fn mcp_server_crashing_mid_call_fails_the_call() {
 #[tokio::test]
 async fn mcp_json_in_the_plugins_dir_through_the_cli() {
     let Some(script) = server_script() else { return };
-    let dir = std::env::temp_dir().join(format!("spindle-mcp-json-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let tmp = tempfile::Builder::new().prefix("spindle-mcp-json-").tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let dir = tmp.path();
     let config = serde_json::json!({"mcpServers": {"everything": {
         "command": "node", "args": [script.display().to_string(), "stdio"], "only": ["echo", "get-sum"]
     }}});

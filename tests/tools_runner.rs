@@ -172,7 +172,7 @@ async fn missing_program_and_escaping_command_fail_cleanly() {
 #[tokio::test]
 async fn shell_injection_is_only_data() {
     let dir = tempdir("inject");
-    let victim = dir.join("victim.txt");
+    let victim = dir.path().join("victim.txt");
     std::fs::write(&victim, "still here").unwrap_or_else(|e| panic!("{e}"));
     let text = format!("x; rm -f {0} && touch {0}.pwned $(rm -f {0}) `rm -f {0}`", victim.display());
     let res =
@@ -180,7 +180,7 @@ async fn shell_injection_is_only_data() {
     assert!(res.iter().all(|r| r.ok), "{res:?}");
     assert_eq!(res[1].result["echo"]["text"], json!(text));
     assert_eq!(std::fs::read_to_string(&victim).ok().as_deref(), Some("still here"));
-    assert!(!dir.join("victim.txt.pwned").exists());
+    assert!(!dir.path().join("victim.txt.pwned").exists());
 }
 
 #[tokio::test]
@@ -240,23 +240,22 @@ async fn on_error_continue_and_stop() {
     assert_eq!(res.iter().map(|r| r.step).collect::<Vec<_>>(), [Some(1), Some(2), Some(3), Some(4)]);
 }
 
-fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(marker(name));
-    std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("{e}"));
-    d
+/// A fresh folder, removed when the guard drops.
+fn tempdir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(&format!("{}-", marker(name))).tempdir().unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[tokio::test]
 async fn retry_until_success_and_capped_retries() {
     let dir = tempdir("retry");
-    let counter = dir.join("n");
+    let counter = dir.path().join("n");
     let mut s = step("Flaky", json!({"counter_file": counter.display().to_string(), "succeed_on": 3}));
     s.retry = 3;
     let res = run(&runner(), &call(vec![s.clone()])).await;
     assert_eq!((res[0].outcome, res[0].attempts), (Outcome::Success, 3));
     assert_eq!(res[0].result, json!({"attempt": 3}));
     // Too few retries: the failure says how many attempts were made.
-    let counter2 = dir.join("m");
+    let counter2 = dir.path().join("m");
     s.params.insert("counter_file".into(), json!(counter2.display().to_string()));
     s.retry = 1;
     let res = run(&runner(), &call(vec![s])).await;
