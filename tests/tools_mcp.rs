@@ -167,7 +167,7 @@ async fn mcp_json_in_the_plugins_dir_through_the_cli() {
     let bin = env!("CARGO_BIN_EXE_spindle");
     let out = tokio::process::Command::new(bin)
         .args(["tools", "list", "--format", "json", "--tools"])
-        .arg(&dir)
+        .arg(dir)
         .output()
         .await
         .unwrap_or_else(|e| panic!("{e}"));
@@ -184,7 +184,7 @@ async fn mcp_json_in_the_plugins_dir_through_the_cli() {
         .arg("parse")
         .arg(&text)
         .args(["--profile", "filament", "--execute", "--tools"])
-        .arg(&dir)
+        .arg(dir)
         .output()
         .await
         .unwrap_or_else(|e| panic!("{e}"));
