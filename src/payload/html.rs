@@ -880,13 +880,11 @@ impl Pass {
     }
 }
 
-/// The selector of every element, parsed once.
-static ALL: OnceLock<Option<Selector>> = OnceLock::new();
-
-/// A copy of the selector `cell` holds, parsed from `source` the first
-/// time (each rewriter takes its selectors by value).
-fn selector(cell: &OnceLock<Option<Selector>>, source: &str) -> Option<Selector> {
-    cell.get_or_init(|| source.parse().ok()).clone()
+/// The selector of every element, parsed once per process (each rewriter
+/// takes its selectors by value).
+fn every_element() -> Option<Selector> {
+    static ALL: OnceLock<Option<Selector>> = OnceLock::new();
+    ALL.get_or_init(|| "*".parse().ok()).clone()
 }
 
 fn build_rewriter(shared: &Arc<Mutex<Shared>>, limits: FilterLimits) -> Rewriter {
@@ -898,7 +896,7 @@ fn build_rewriter(shared: &Arc<Mutex<Shared>>, limits: FilterLimits) -> Rewriter
     let text_state = shared.clone();
     // A constant, valid selector, parsed once per process; the fallback
     // arm is never taken.
-    let Some(all) = selector(&ALL, "*") else {
+    let Some(all) = every_element() else {
         return HtmlRewriter::new(Settings::new_send(), sink);
     };
     let settings = Settings::new_send()
