@@ -388,6 +388,7 @@ impl TagCloser {
                 // before it as `&lt;` and is held in turn (what the steps
                 // below do one byte at a time), in one tight loop.
                 let run = bytes[i..].iter().take_while(|&&b| b == b'<').count();
+                out.reserve(4 * run);
                 for _ in 0..run {
                     out.extend_from_slice(b"&lt;");
                 }
@@ -801,6 +802,9 @@ impl Pass {
         }
         let origin = match &mut self.rewriter {
             Rewriting::Running(rw, origin) => {
+                // Room for the output at once (it is about as long as the
+                // input): no growth by doubling through a large chunk.
+                lock(&self.shared).out.reserve(bytes.len());
                 if let Err(e) = rw.write(bytes) {
                     // With graceful bail-out, the bytes lol_html held were
                     // flushed to the sink unchanged; the caller escapes them

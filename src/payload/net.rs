@@ -322,6 +322,12 @@ impl Net {
                 && let Some(len) = SAFE_ESCAPES.iter().find(|e| buf[i..].starts_with(e)).map(|e| e.len())
             {
                 i += len;
+                // A run of `&lt;` (the filter's own escape of a flood of
+                // `<`) passes in one tight loop (a constant pattern: no
+                // `memcmp` call per escape).
+                while buf[i..].starts_with(b"&lt;") {
+                    i += 4;
+                }
                 continue;
             }
             // A decision other than `Pass` needs a special byte (or the end
