@@ -27,26 +27,22 @@ _.add('gold', 10);
 </variable_update>
 ";
 
-struct TempDir(PathBuf);
+/// A fresh folder, removed when it drops.
+struct TempDir(tempfile::TempDir);
 
 impl TempDir {
     fn new(name: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("spindle-state-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create temp dir");
-        TempDir(dir)
+        TempDir(tempfile::Builder::new().prefix(&format!("spindle-state-{name}-")).tempdir().expect("create temp dir"))
+    }
+
+    fn path(&self) -> &Path {
+        self.0.path()
     }
 
     fn file(&self, name: &str, text: &str) -> PathBuf {
-        let p = self.0.join(name);
+        let p = self.path().join(name);
         std::fs::write(&p, text).expect("write file");
         p
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -98,7 +94,7 @@ fn applies_updates_and_reports_each_op() {
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(stdout.lines().all(|l| serde_json::from_str::<Value>(l).is_ok()), "{stdout}");
         // Nothing but the two files is left in the directory.
-        let mut names: Vec<String> = std::fs::read_dir(&dir.0)
+        let mut names: Vec<String> = std::fs::read_dir(dir.path())
             .expect("list dir")
             .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
             .collect();
@@ -112,7 +108,7 @@ fn a_missing_state_file_is_created() {
     let dir = TempDir::new("missing");
     let input =
         dir.file("r.txt", "<content>x</content><variable_update>[[\"SET\", \"a.b\", [1, 2]]]</variable_update>");
-    let state = dir.0.join("new.json");
+    let state = dir.path().join("new.json");
     let out = spindle(&["--format", "summary"], &input, &state);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(read_json(&state), json!({"a": {"b": [1, 2]}}));

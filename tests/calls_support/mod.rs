@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
-/// A fresh temporary path (no tempfile crate: pid + counter).
+/// A fresh temporary path (pid + counter); the caller removes what it
+/// creates there.
 pub fn temp_path(name: &str) -> PathBuf {
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     std::env::temp_dir().join(format!("spindle-calls-{}-{n}-{name}", std::process::id()))
