@@ -22,6 +22,12 @@
 //!   the proxy (the generator and the mock share one core, so this is a
 //!   floor of the proxy's own one-core ceiling; direct is the generator's).
 //!
+//! * memory: the release binary (`spindle proxy`, a child process, default
+//!   allocator and runtime) in front of a mock that sends one event and
+//!   then waits a minute: its resident set (`VmRSS`) idle, and with
+//!   `PROXY_BENCH_STREAMS` (default 500) streams open; per open stream is
+//!   the difference over the count.
+//!
 //! Topology, as in a side-by-side harness: the load generator and the mocks
 //! run on this thread (a current-thread runtime) pinned to the first core;
 //! the proxies, and the "wire" (a TCP byte relay, the floor of one more
@@ -29,7 +35,8 @@
 //!
 //! Run: `cargo bench --bench proxy` (release). `PROXY_BENCH_PACE_MS`
 //! (default 2) sets the time between events; `PROXY_BENCH_PARTS` (a comma
-//! list of `latency`, `throughput`, `tools`, `cpu`, `replay`; default all)
+//! list of `latency`, `throughput`, `tools`, `cpu`, `memory`, `replay`;
+//! default all)
 //! runs only those parts; `PROXY_BENCH_WORKERS` (default 1) gives the
 //! proxies' runtime more workers, unpinned.
 
@@ -209,6 +216,97 @@ async fn start(rt: &tokio::runtime::Handle, config: ProxyConfig) -> ProxyHandle 
         .expect("proxy")
 }
 
+/// The resident set of a process, in KiB (`VmRSS` of `/proc/PID/status`).
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Whether a response read so far holds a whole SSE event (`data:` and
+/// the blank line after it).
+fn has_event(seen: &[u8]) -> bool {
+    seen.windows(5).position(|w| w == b"data:").is_some_and(|at| seen[at..].windows(2).any(|w| w == b"\n\n"))
+}
+
+/// What [`memory`] measured.
+struct Memory {
+    idle_kib: u64,
+    open_kib: u64,
+    streams: usize,
+    answered: usize,
+}
+
+/// Kills the child proxy however the measurement ends.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The proxy binary's resident set idle and with `streams` streams open
+/// (each has its first event; the mock holds the rest back). `None` when
+/// the binary was not built (the `cli` feature off) or did not start.
+async fn memory(upstream: &str, streams: usize) -> Option<Memory> {
+    use std::io::BufRead;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exe = option_env!("CARGO_BIN_EXE_spindle")?;
+    let mut child = std::process::Command::new(exe)
+        .args(["proxy", "--upstream", upstream, "--listen", "127.0.0.1:0", "--profile", "filament"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .ok()?;
+    let stderr = child.stderr.take();
+    let child = Reaped(child);
+    let pid = child.0.id();
+    // The banner names the address: `spindle proxy: http://ADDR/v1 -> ...`.
+    let mut lines = std::io::BufReader::new(stderr?).lines();
+    let banner = lines.next()?.ok()?;
+    let addr = banner.split("http://").nth(1)?.split("/v1").next()?.to_string();
+    // The rest of its log is read (and dropped) so that it never blocks.
+    std::thread::spawn(move || lines.for_each(drop));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let idle_kib = rss_kib(pid)?;
+    let body = serde_json::json!({"model": MODEL, "stream": true, "messages": [{"role": "user", "content": "go"}]})
+        .to_string();
+    let request = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut open = Vec::with_capacity(streams);
+    for _ in 0..streams {
+        let Ok(mut socket) = tokio::net::TcpStream::connect(&addr).await else { break };
+        if socket.write_all(request.as_bytes()).await.is_ok() {
+            open.push(socket);
+        }
+    }
+    // Every stream has its headers and first event (or gave up).
+    let mut answered = 0;
+    let mut buf = vec![0u8; 64 * 1024];
+    for socket in &mut open {
+        let mut seen = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !has_event(&seen) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, socket.read(&mut buf)).await {
+                Ok(Ok(n)) if n > 0 => seen.extend_from_slice(&buf[..n]),
+                _ => break,
+            }
+        }
+        answered += usize::from(seen.starts_with(b"HTTP/1.1 200") && has_event(&seen));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let open_kib = rss_kib(pid)?;
+    drop(open);
+    drop(child);
+    Some(Memory { idle_kib, open_kib, streams, answered })
+}
+
 /// The cores to pin to: the load generator and mocks on the first, the
 /// proxies on the last (none when there is only one).
 fn cores() -> Option<(core_affinity::CoreId, core_affinity::CoreId)> {
@@ -386,6 +484,30 @@ fn main() {
             let n = done.load(std::sync::atomic::Ordering::Relaxed);
             println!("  {label:<8} {:>8.0} streams/s", n as f64 / start.elapsed().as_secs_f64());
         }
+        }
+        if want("memory") {
+            let streams: usize =
+                std::env::var("PROXY_BENCH_STREAMS").ok().and_then(|v| v.parse().ok()).unwrap_or(500);
+            let held = MockUpstream::from_dir(&corpora)
+                .expect("corpora")
+                .with_pace(Duration::from_secs(60))
+                .spawn("127.0.0.1:0")
+                .await
+                .expect("mock");
+            println!("\nmemory of the release binary (`spindle proxy --profile filament`, a child process), VmRSS:");
+            match memory(&held.url(), streams).await {
+                Some(m) => {
+                    println!("  idle {:.1} MiB", m.idle_kib as f64 / 1024.0);
+                    println!(
+                        "  {} streams open ({} answered) {:.1} MiB: {:.1} KiB per open stream",
+                        m.streams,
+                        m.answered,
+                        m.open_kib as f64 / 1024.0,
+                        m.open_kib.saturating_sub(m.idle_kib) as f64 / m.streams.max(1) as f64
+                    );
+                }
+                None => println!("  skipped: the `spindle` binary was not built (feature `cli`) or did not start"),
+            }
         }
         let _ = proxy.shutdown().await;
         let _ = fast_proxy.shutdown().await;
