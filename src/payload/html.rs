@@ -278,9 +278,27 @@ enum Pre {
     Unquoted,
     MarkupDecl,
     DeclDash,
+    /// The comment states of the HTML tokenizer (so that a comment ends
+    /// where it ends for the rewriter: at `-->`, but also at `<!-->`,
+    /// `<!--->` and `--!>`). `<!--` just read.
+    CommentStart,
+    /// `<!---`.
+    CommentStartDash,
     Comment,
-    CommentDash,
-    CommentDashDash,
+    /// `-` in a comment.
+    CommentEndDash,
+    /// `--` in a comment.
+    CommentEnd,
+    /// `--!` in a comment.
+    CommentEndBang,
+    /// `<` in a comment.
+    CommentLt,
+    /// `<!` in a comment.
+    CommentLtBang,
+    /// `<!-` in a comment.
+    CommentLtBangDash,
+    /// `<!--` in a comment: the next byte is read as after `--`.
+    CommentLtBangDashDash,
     Bogus,
     /// Inside a raw-text element (`raw` names it).
     Raw,
@@ -317,6 +335,20 @@ struct TagCloser {
     text_tags: BTreeMap<String, usize>,
     /// `<` that start nothing, escaped here.
     escaped: usize,
+    /// Whether its states still follow the tokenizer's.
+    mirror: Mirror,
+}
+
+/// Whether the [`TagCloser`]'s states can be taken for the HTML tokenizer's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mirror {
+    /// They follow them.
+    Exact,
+    /// An `<svg>` or `<math>` started: in foreign content the tokenizer
+    /// reads `<textarea>` and the like as ordinary tags and knows CDATA
+    /// sections, which the closer does not follow; from here on its being
+    /// in text says nothing about the rewriter.
+    Foreign,
 }
 
 /// The HTML elements content really uses (the allowlist, `p`, `div`),
@@ -345,6 +377,7 @@ impl TagCloser {
             long_name: false,
             text_tags: BTreeMap::new(),
             escaped: 0,
+            mirror: Mirror::Exact,
         }
     }
 
@@ -353,20 +386,21 @@ impl TagCloser {
         let mut i = 0;
         while i < bytes.len() {
             // In text, a comment, a bogus comment or raw text, with nothing
-            // held, every byte but one passes unchanged and leaves the state
-            // as it is: copy up to that byte (what the steps below do one at
-            // a time).
+            // held, every byte but one or two passes unchanged and leaves
+            // the state as it is: copy up to such a byte (what the steps
+            // below do one at a time).
             let stop = match self.state {
-                Pre::Text => Some(b'<'),
-                Pre::Comment => Some(b'-'),
-                Pre::Bogus => Some(b'>'),
-                Pre::Raw => Some(b'<'),
+                Pre::Text | Pre::Raw => Some((b'<', b'<')),
+                Pre::Comment => Some((b'-', b'<')),
+                Pre::Bogus => Some((b'>', b'>')),
                 _ => None,
             };
-            if let Some(stop) = stop
+            if let Some((stop, or)) = stop
                 && self.pending.is_empty()
             {
-                let run = find_byte(stop, &bytes[i..]).unwrap_or(bytes.len() - i);
+                let rest = &bytes[i..];
+                let at = if stop == or { find_byte(stop, rest) } else { find_byte3(stop, or, or, rest) };
+                let run = at.unwrap_or(rest.len());
                 if run > 0 {
                     out.extend_from_slice(&bytes[i..i + run]);
                     i += run;
@@ -434,6 +468,7 @@ impl TagCloser {
     /// attributes (`<b>`, `</span>`) at the start of `bytes`, read whole:
     /// the tag is ended (as the steps would end it) and its bytes pass
     /// unchanged. `None` leaves the state as it was, for the steps.
+    #[inline(always)]
     fn simple_tag(&mut self, bytes: &[u8]) -> Option<usize> {
         let end_tag = bytes.get(1) == Some(&b'/');
         let start = if end_tag { 2 } else { 1 };
@@ -493,9 +528,11 @@ impl TagCloser {
         }
     }
 
-    /// In text, with nothing held: bytes other than `<` pass unchanged.
-    fn is_idle(&self) -> bool {
-        self.state == Pre::Text && self.pending.is_empty()
+    /// In text, with nothing held (bytes other than `<` pass unchanged),
+    /// and the HTML tokenizer is in its data state too (the closer still
+    /// follows it; see [`Mirror`]).
+    fn is_idle_with_tokenizer(&self) -> bool {
+        self.state == Pre::Text && self.pending.is_empty() && self.mirror == Mirror::Exact
     }
 
     /// Releases a tag start still held at the end of the input.
@@ -519,6 +556,9 @@ impl TagCloser {
     /// A tag ended: raw text follows a raw-text start tag.
     fn tag_end(&mut self) {
         self.state = Pre::Text;
+        if !self.end_tag && matches!(self.name.as_slice(), b"svg" | b"math") {
+            self.mirror = Mirror::Foreign;
+        }
         if !self.end_tag
             && let Some(raw) = RAW_TEXT.iter().find(|r| r.as_bytes() == self.name.as_slice())
         {
@@ -635,29 +675,20 @@ impl TagCloser {
                 _ => Pre::Bogus,
             },
             Pre::DeclDash => match b {
-                b'-' => Pre::Comment,
+                b'-' => Pre::CommentStart,
                 b'>' => Pre::Text,
                 _ => Pre::Bogus,
             },
-            Pre::Comment => {
-                if b == b'-' {
-                    Pre::CommentDash
-                } else {
-                    Pre::Comment
-                }
-            }
-            Pre::CommentDash => {
-                if b == b'-' {
-                    Pre::CommentDashDash
-                } else {
-                    Pre::Comment
-                }
-            }
-            Pre::CommentDashDash => match b {
-                b'>' => Pre::Text,
-                b'-' => Pre::CommentDashDash,
-                _ => Pre::Comment,
-            },
+            Pre::CommentStart
+            | Pre::CommentStartDash
+            | Pre::Comment
+            | Pre::CommentEndDash
+            | Pre::CommentEnd
+            | Pre::CommentEndBang
+            | Pre::CommentLt
+            | Pre::CommentLtBang
+            | Pre::CommentLtBangDash
+            | Pre::CommentLtBangDashDash => comment_step(self.state, b),
             Pre::Bogus => {
                 if b == b'>' {
                     Pre::Text
@@ -707,6 +738,33 @@ impl TagCloser {
     }
 }
 
+/// The next comment state after `b`, as the HTML tokenizer's comment
+/// states go ("reconsume in" is the same byte read again in that state).
+fn comment_step(state: Pre, b: u8) -> Pre {
+    match (state, b) {
+        (Pre::CommentStart, b'-') => Pre::CommentStartDash,
+        (Pre::CommentStart | Pre::CommentStartDash, b'>') => Pre::Text,
+        (Pre::CommentStartDash, b'-') => Pre::CommentEnd,
+        (Pre::Comment, b'-') => Pre::CommentEndDash,
+        (Pre::Comment, b'<') => Pre::CommentLt,
+        (Pre::CommentEndDash, b'-') => Pre::CommentEnd,
+        (Pre::CommentEnd, b'>') | (Pre::CommentEndBang, b'>') => Pre::Text,
+        (Pre::CommentEnd, b'!') => Pre::CommentEndBang,
+        (Pre::CommentEnd, b'-') => Pre::CommentEnd,
+        (Pre::CommentEndBang, b'-') => Pre::CommentEndDash,
+        (Pre::CommentLt, b'!') => Pre::CommentLtBang,
+        (Pre::CommentLt, b'<') => Pre::CommentLt,
+        (Pre::CommentLtBang, b'-') => Pre::CommentLtBangDash,
+        (Pre::CommentLtBangDash, b'-') => Pre::CommentLtBangDashDash,
+        (Pre::CommentLtBangDash, _) => comment_step(Pre::CommentEndDash, b),
+        (Pre::CommentLtBangDashDash, _) => comment_step(Pre::CommentEnd, b),
+        (Pre::Comment, _) => Pre::Comment,
+        // Every other comment state reads any other byte as the comment
+        // state does.
+        _ => comment_step(Pre::Comment, b),
+    }
+}
+
 /// One `lol_html` pass over a run of text, with the hold buffer for an
 /// unclosed removed element.
 /// The lol_html rewriter of a pass: built only when the first `<` arrives.
@@ -723,8 +781,78 @@ enum Rewriting {
     Gone,
 }
 
+/// Whether a [`Pass`] may let runs of text and balanced, attribute-free
+/// kept tags bypass the rewriter (see [`Pass::balanced_run`]). Only the
+/// tests turn it off, to compare the two.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bypass {
+    Runs,
+    #[cfg_attr(not(test), allow(dead_code))]
+    Never,
+}
+
+/// Which bytes end a run that may bypass the rewriter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RunStops {
+    /// No rewriter yet: only a `<` (every other byte passes as it is).
+    Lt,
+    /// A settled rewriter: `<`, `>` and `&` (what the plain-text shortcut
+    /// never lets by).
+    LtGtAmp,
+}
+
+/// Deepest nesting of kept tags a bypassing run follows; a deeper run is
+/// left to the rewriter (it is not about to balance, and the look ahead
+/// stays bounded).
+const MAX_RUN_DEPTH: usize = 32;
+
+/// Kept elements that are void (no end tag, never open).
+const KEPT_VOID: &[&str] = &["br"];
+
+/// The kept element (its index in [`KEPT`]) of an attribute-free start or
+/// end tag at the start of `bytes` (`<b>`, `</span>`, `<BR>`), whether it
+/// is an end tag, and the tag's length.
+fn kept_tag(bytes: &[u8]) -> Option<(usize, bool, usize)> {
+    let end_tag = bytes.get(1) == Some(&b'/');
+    let start = if end_tag { 2 } else { 1 };
+    // The longest kept name is `strong`.
+    let name_len = bytes.get(start..)?.iter().take(7).take_while(|b| b.is_ascii_alphanumeric()).count();
+    let len = start + name_len + 1;
+    if bytes.first() != Some(&b'<') || !(1..=6).contains(&name_len) || bytes.get(len - 1) != Some(&b'>') {
+        return None;
+    }
+    let name = &bytes[start..start + name_len];
+    let kept = KEPT.iter().position(|k| k.as_bytes().eq_ignore_ascii_case(name))?;
+    Some((kept, end_tag, len))
+}
+
+/// Most `<` [`next_run_start`] looks at before it gives up (markup dense
+/// with other tags, or a flood of `<`, goes to the rewriter whole).
+const MAX_RUN_STARTS_SEEN: usize = 8;
+
+/// The offset of the next place at or after `from` where a bypassing run
+/// may begin: an attribute-free kept start tag after text (one right after
+/// another tag belongs to the markup the rewriter is reading, as in a
+/// flood of `<b>`), if any among the next few `<`.
+fn next_run_start(bytes: &[u8], from: usize) -> Option<usize> {
+    let mut at = from;
+    for _ in 0..MAX_RUN_STARTS_SEEN {
+        let lt = bytes.get(at..).and_then(|rest| find_byte(b'<', rest))?;
+        at += lt;
+        if at > 0 && bytes[at - 1] != b'>' && matches!(kept_tag(&bytes[at..]), Some((_, false, _))) {
+            return Some(at);
+        }
+        at += 1;
+    }
+    None
+}
+
 struct Pass {
     closer: TagCloser,
+    bypass: Bypass,
+    /// The kept elements open in the run being looked at
+    /// ([`Pass::balanced_run`]), as indices into [`KEPT`]; reused.
+    run_open: Vec<usize>,
     rewriter: Rewriting,
     shared: Arc<Mutex<Shared>>,
     limits: FilterLimits,
@@ -746,10 +874,12 @@ impl std::fmt::Debug for Pass {
 }
 
 impl Pass {
-    fn new(limits: FilterLimits) -> Pass {
+    fn new(limits: FilterLimits, bypass: Bypass) -> Pass {
         let shared = Arc::new(Mutex::new(Shared::default()));
         Pass {
             closer: TagCloser::new(),
+            bypass,
+            run_open: Vec::new(),
             rewriter: Rewriting::Waiting,
             shared,
             limits,
@@ -762,32 +892,143 @@ impl Pass {
     }
 
     /// Feeds bytes; returns the allowlisted output so far.
+    ///
+    /// Runs that the rewriter would pass unchanged and leave as it found
+    /// them (see [`Pass::balanced_run`]) bypass it; the rest goes through
+    /// the tag closer and the rewriter, up to where such a run may begin
+    /// again.
     fn write<'a>(&mut self, bytes: &'a [u8]) -> Cow<'a, [u8]> {
-        if self.closer.is_idle() {
-            match &mut self.rewriter {
-                Rewriting::Waiting if find_byte(b'<', bytes).is_none() => {
-                    // No markup yet and none in these bytes: they pass as
-                    // they are.
-                    self.fed += bytes.len();
+        // The common delta, plain text: one search.
+        let plain = match self.run_stops() {
+            Some(RunStops::Lt) => find_byte(b'<', bytes).is_none(),
+            Some(RunStops::LtGtAmp) => find_byte3(b'<', b'>', b'&', bytes).is_none(),
+            None => false,
+        };
+        if plain {
+            self.bypassed(bytes.len());
+            return Cow::Borrowed(bytes);
+        }
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < bytes.len() {
+            let rest = &bytes[i..];
+            let (run, looked) = match self.run_stops() {
+                Some(stops) => self.balanced_run(rest, stops),
+                None => (0, 0),
+            };
+            if run > 0 {
+                self.bypassed(run);
+                if run == bytes.len() {
                     return Cow::Borrowed(bytes);
                 }
-                Rewriting::Running(_, origin) if self.settled && find_byte3(b'<', b'>', b'&', bytes).is_none() => {
-                    // Plain text between tags, the common delta: the
-                    // rewriter would pass it unchanged (in its data state
-                    // text is copied; in any other text state escaping it
-                    // is the identity) and its state would not change, so
-                    // it is not fed; its source locations shift by the
-                    // bytes it did not see.
-                    self.fed += bytes.len();
-                    *origin += bytes.len();
-                    return Cow::Borrowed(bytes);
+                out.extend_from_slice(&rest[..run]);
+                i += run;
+                continue;
+            }
+            // Through the rewriter: what was looked at, and on to the next
+            // place a run may begin.
+            let end = next_run_start(rest, looked.max(1)).unwrap_or(rest.len());
+            let mut closed = Vec::new();
+            self.closer.transform(&rest[..end], &mut closed);
+            let filtered = self.write_closed(&closed);
+            if end == bytes.len() {
+                return Cow::Owned(filtered);
+            }
+            out.extend_from_slice(&filtered);
+            i += end;
+        }
+        Cow::Owned(out)
+    }
+
+    /// Bytes that bypassed the rewriter: its source locations shift by the
+    /// bytes it did not see.
+    fn bypassed(&mut self, len: usize) {
+        self.fed += len;
+        if let Rewriting::Running(_, origin) = &mut self.rewriter {
+            *origin += len;
+        }
+    }
+
+    /// Which bytes end a run that may bypass the rewriter now, if one may:
+    /// the tag closer is in text with nothing held, and either no rewriter
+    /// exists yet or it is settled.
+    fn run_stops(&self) -> Option<RunStops> {
+        if self.bypass == Bypass::Never || !self.closer.is_idle_with_tokenizer() {
+            return None;
+        }
+        match self.rewriter {
+            Rewriting::Waiting => Some(RunStops::Lt),
+            Rewriting::Running(..) if self.settled => Some(RunStops::LtGtAmp),
+            Rewriting::Running(..) | Rewriting::Gone => None,
+        }
+    }
+
+    /// The length of the run at the start of `bytes` that may bypass the
+    /// rewriter, and how far it looked (at least the run; no run begins
+    /// before that).
+    ///
+    /// The run is text without a stop byte and attribute-free tags of kept
+    /// elements (`<b>`, `</i>`, `<br>`), ending where every element it
+    /// opened is closed again and no end tag reached outside it. The
+    /// rewriter would pass such a run byte for byte: the element handler
+    /// changes nothing on a kept element without attributes, text in the
+    /// data state is copied, and no removed element is open (settled). Its
+    /// state would not change either: the run pushes and pops the same
+    /// elements on its open-element stack (so no later end tag finds a
+    /// different element there), and it ends in the data state, holding
+    /// nothing. The tag closer is left as its steps would leave it.
+    fn balanced_run(&mut self, bytes: &[u8], stops: RunStops) -> (usize, usize) {
+        self.run_open.clear();
+        let mut i = 0;
+        let mut balanced = 0;
+        // The start of the last tag within `balanced`.
+        let mut last_tag = None;
+        loop {
+            let stop = match stops {
+                RunStops::Lt => find_byte(b'<', &bytes[i..]),
+                RunStops::LtGtAmp => find_byte3(b'<', b'>', b'&', &bytes[i..]),
+            };
+            let Some(at) = stop else {
+                i = bytes.len();
+                if self.run_open.is_empty() {
+                    balanced = i;
                 }
-                _ => {}
+                break;
+            };
+            i += at;
+            if self.run_open.is_empty() {
+                balanced = i;
+            }
+            if bytes[i] != b'<' {
+                break;
+            }
+            let Some((kept, end_tag, len)) = kept_tag(&bytes[i..]) else { break };
+            if end_tag {
+                // As the rewriter's stack pops: up to the innermost element
+                // of that name; one opened before the run ends the run.
+                let Some(open) = self.run_open.iter().rposition(|&k| k == kept) else { break };
+                self.run_open.truncate(open);
+            } else if !KEPT_VOID.contains(&KEPT[kept]) {
+                if self.run_open.len() == MAX_RUN_DEPTH {
+                    // A flood of start tags: the rest goes to the rewriter
+                    // without another look.
+                    i = bytes.len();
+                    break;
+                }
+                self.run_open.push(kept);
+            }
+            let tag = i;
+            i += len;
+            if self.run_open.is_empty() {
+                balanced = i;
+                last_tag = Some(tag);
             }
         }
-        let mut closed = Vec::new();
-        self.closer.transform(bytes, &mut closed);
-        Cow::Owned(self.write_closed(&closed))
+        if let Some(tag) = last_tag {
+            // The closer's state after that tag (its steps would end it).
+            let _ = self.closer.simple_tag(&bytes[tag..]);
+        }
+        (balanced, i)
     }
 
     /// Feeds bytes that went through the [`TagCloser`].
@@ -1030,6 +1271,8 @@ pub struct HtmlFilter {
     /// The allowlist pass failed: markup goes to the net unfiltered (the
     /// net escapes it).
     degraded: bool,
+    /// Whether its passes let balanced runs bypass the rewriter.
+    bypass: Bypass,
 }
 
 impl std::fmt::Debug for HtmlFilter {
@@ -1052,8 +1295,13 @@ impl HtmlFilter {
 
     /// A filter with explicit limits.
     pub fn with_limits(limits: FilterLimits) -> HtmlFilter {
+        HtmlFilter::with_bypass(limits, Bypass::Runs)
+    }
+
+    fn with_bypass(limits: FilterLimits, bypass: Bypass) -> HtmlFilter {
         HtmlFilter {
-            pass: Some(Pass::new(limits)),
+            bypass,
+            pass: Some(Pass::new(limits, bypass)),
             net: Net::default(),
             limits,
             report: FilterReport::default(),
@@ -1137,7 +1385,7 @@ impl HtmlFilter {
                 self.report.dropped_bytes += rest.len();
                 break;
             }
-            let mut pass = Pass::new(self.limits);
+            let mut pass = Pass::new(self.limits, self.bypass);
             let out = pass.write(&rest);
             self.net.push(&out, &mut bytes);
             let (out, report, next) = pass.end();
@@ -1311,6 +1559,108 @@ mod tests {
             prop_assert_eq!(&whole.pending, &steps.pending);
             prop_assert_eq!((whole.end_tag, whole.raw, whole.escaped), (steps.end_tag, steps.raw, steps.escaped));
             prop_assert_eq!(&whole.text_tags, &steps.text_tags);
+        }
+    }
+
+    /// Filters `text` in pieces of `chunk` bytes (widened to character
+    /// boundaries), with or without the bypass.
+    fn filter_by(bypass: Bypass, text: &str, chunk: usize) -> (String, FilterReport) {
+        let mut f = HtmlFilter::with_bypass(FilterLimits::default(), bypass);
+        let mut out = String::new();
+        let mut start = 0;
+        while start < text.len() {
+            let mut end = (start + chunk.max(1)).min(text.len());
+            while !text.is_char_boundary(end) {
+                end += 1;
+            }
+            out.push_str(&f.push_owned(text[start..end].to_string()));
+            start = end;
+        }
+        out.push_str(&f.finish());
+        (out, f.report().clone())
+    }
+
+    #[test]
+    fn comments_end_where_the_tokenizer_ends_them() {
+        let table: &[(&str, Pre)] = &[
+            ("<!---->", Pre::Text),
+            ("<!-->", Pre::Text),
+            ("<!--->", Pre::Text),
+            ("<!-- a --!>", Pre::Text),
+            ("<!-- a <!-->", Pre::Text),
+            ("<!-- a <!--->", Pre::Text),
+            ("<!-- a ---->", Pre::Text),
+            ("<!-- a -- >", Pre::Comment),
+            ("<!-- a --!x>", Pre::Comment),
+            ("<!-- a <!-x>", Pre::Comment),
+            ("<!-- a <>", Pre::Comment),
+            ("<!-x>", Pre::Text),
+            ("<!DOCTYPE a \"", Pre::Bogus),
+        ];
+        for (input, want) in table {
+            for chunk in [usize::MAX, 1] {
+                let mut c = TagCloser::new();
+                let mut out = Vec::new();
+                for piece in input.as_bytes().chunks(chunk.min(input.len())) {
+                    c.transform(piece, &mut out);
+                }
+                assert_eq!(c.state, *want, "{input} at {chunk}");
+                assert_eq!(out, input.as_bytes(), "{input} at {chunk}");
+            }
+        }
+    }
+
+    #[test]
+    fn balanced_runs_bypass_the_rewriter() {
+        let table: &[(&str, &str)] = &[
+            // Never a rewriter: every tag is a balanced kept tag.
+            ("a <b>b</b> <i><em>c</em></i><br>d", "a <b>b</b> <i><em>c</em></i><br>d"),
+            // A run that does not balance goes through the rewriter.
+            ("<b>x <span style=\"color: red\">y</span></b>", "<b>x <span style=\"color: red\">y</span></b>"),
+            // An end tag of an element opened before the run.
+            ("<span title=t><b>x</b></span>z", "<span><b>x</b></span>z"),
+            // A removed element open around kept tags.
+            ("<svg><b>x</b></svg>y<b>z</b>", "y<b>z</b>"),
+            ("<script><b></b></script><B>q</B>", "<B>q</B>"),
+            // `</b>` inside the removed element still finds the `<b>`
+            // opened before it (ending the removal, as the rewriter's
+            // stack pops); the `</svg>` after it is stray.
+            ("<b onclick=x>a<svg>c</b>d</svg>e", "<b>ad&#8203;e"),
+        ];
+        for (input, want) in table {
+            for chunk in [usize::MAX, 1, 4] {
+                let (out, report) = filter_by(Bypass::Runs, input, chunk);
+                assert_eq!(out, *want, "{input} at {chunk}");
+                assert_eq!((out, report), filter_by(Bypass::Never, input, chunk), "{input} at {chunk}");
+            }
+        }
+    }
+
+    proptest! {
+        /// Balanced runs that bypass the rewriter change nothing: the same
+        /// output and report as a filter that feeds every byte to it, at
+        /// any split.
+        #[test]
+        fn the_bypass_changes_nothing(
+            parts in proptest::collection::vec(prop_oneof![
+                Just("<b>"), Just("</b>"), Just("<I>"), Just("</i>"), Just("<br>"), Just("</br>"), Just("<span>"),
+                Just("</span>"), Just("<span style=\"color: red\">"), Just("<b onclick=x>"), Just("<ruby>"),
+                Just("<rt>"), Just("</ruby>"), Just("<svg>"), Just("</svg>"), Just("<svg/>"), Just("<script>"),
+                Just("</script>"), Just("<textarea>"), Just("</textarea>"), Just("<user>"), Just("</p>"), Just("<p>"),
+                Just("<!-- c -->"), Just("<!--"), Just("-->"), Just("<"), Just(">"), Just("&"), Just("&amp;"),
+                Just("&lt;"), Just(" "), Just("text"), Just("\u{3000}\u{300c}"), Just("javascript:"), Just("<math>"),
+                Just("</math>"), Just("<strong>"), Just("</strong>"), Just("<img src=x onerror=y>"), Just("\""),
+                Just("<!-->"), Just("<!--->"), Just("--!>"), Just("<!--<!-->"), Just("<!DOCTYPE x \">\">"),
+                Just("<?x>"), Just("</>"), Just("<![CDATA["), Just("]]>"), Just("<foreignObject>"),
+                Just("<noscript>"), Just("<xmp>"), Just("</xmp>"), Just("<b x='>'>"), Just("-"), Just("!"),
+            ], 0..28),
+            chunk in 1usize..12,
+        ) {
+            let text = parts.concat();
+            let want = filter_by(Bypass::Never, &text, usize::MAX);
+            prop_assert_eq!(&filter_by(Bypass::Runs, &text, usize::MAX), &want);
+            prop_assert_eq!(&filter_by(Bypass::Never, &text, chunk), &want);
+            prop_assert_eq!(&filter_by(Bypass::Runs, &text, chunk), &want);
         }
     }
 
