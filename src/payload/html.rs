@@ -847,9 +847,24 @@ fn next_run_start(bytes: &[u8], from: usize) -> Option<usize> {
     None
 }
 
+/// Whether a comment is being read past the rewriter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Elision {
+    None,
+    /// A comment that began where a run could: the rewriter would remove
+    /// it whole and count it, so it is not fed at all (an unterminated
+    /// comment is held by the tokenizer and copied again on every write,
+    /// which made an endless one quadratic). The tag closer follows its
+    /// states to its end.
+    Comment,
+}
+
 struct Pass {
     closer: TagCloser,
     bypass: Bypass,
+    elision: Elision,
+    /// Comments removed here without the rewriter.
+    elided_comments: usize,
     /// The kept elements open in the run being looked at
     /// ([`Pass::balanced_run`]), as indices into [`KEPT`]; reused.
     run_open: Vec<usize>,
@@ -879,6 +894,8 @@ impl Pass {
         Pass {
             closer: TagCloser::new(),
             bypass,
+            elision: Elision::None,
+            elided_comments: 0,
             run_open: Vec::new(),
             rewriter: Rewriting::Waiting,
             shared,
@@ -912,6 +929,21 @@ impl Pass {
         let mut i = 0;
         while i < bytes.len() {
             let rest = &bytes[i..];
+            if self.elision == Elision::Comment {
+                let len = self.elide_comment(rest);
+                self.bypassed(len);
+                i += len;
+                continue;
+            }
+            if self.run_stops().is_some() && rest.starts_with(b"<!--") {
+                // The steps would reach the comment's start state with
+                // nothing held.
+                self.closer.state = Pre::CommentStart;
+                self.elision = Elision::Comment;
+                self.bypassed(4);
+                i += 4;
+                continue;
+            }
             let (run, looked) = match self.run_stops() {
                 Some(stops) => self.balanced_run(rest, stops),
                 None => (0, 0),
@@ -938,6 +970,29 @@ impl Pass {
             i += end;
         }
         Cow::Owned(out)
+    }
+
+    /// Reads an elided comment's bytes (the closer's comment states) up to
+    /// its end; returns how many belong to it.
+    fn elide_comment(&mut self, bytes: &[u8]) -> usize {
+        let mut i = 0;
+        while i < bytes.len() {
+            if self.closer.state == Pre::Comment {
+                // Only `-` and `<` leave the comment state.
+                match find_byte3(b'-', b'<', b'<', &bytes[i..]) {
+                    Some(at) => i += at,
+                    None => return bytes.len(),
+                }
+            }
+            self.closer.state = comment_step(self.closer.state, bytes[i]);
+            i += 1;
+            if self.closer.state == Pre::Text {
+                self.elision = Elision::None;
+                self.elided_comments += 1;
+                break;
+            }
+        }
+        i
     }
 
     /// Bytes that bypassed the rewriter: its source locations shift by the
@@ -1109,6 +1164,9 @@ impl Pass {
         let mut out = early;
         out.append(&mut shared.out);
         let mut report = std::mem::take(&mut shared.report);
+        // An elided comment still open at the end is removed as the
+        // rewriter removes one at the end of its input.
+        report.comments += self.elided_comments + usize::from(self.elision == Elision::Comment);
         report.broken_tags += self.closer.inserted;
         report.escaped += self.closer.escaped;
         for (name, n) in std::mem::take(&mut self.closer.text_tags) {
@@ -1626,14 +1684,23 @@ mod tests {
             // opened before it (ending the removal, as the rewriter's
             // stack pops); the `</svg>` after it is stray.
             ("<b onclick=x>a<svg>c</b>d</svg>e", "<b>ad&#8203;e"),
+            // Comments are removed without the rewriter, wherever the
+            // tokenizer ends them; one never closed is removed to the end.
+            ("a <!-- c --> b<b>d</b>", "a  b<b>d</b>"),
+            ("a<!-->b<!-- x --!>c<!--->d", "abcd"),
+            ("a<!-- <b>x</b> -- >", "a"),
         ];
         for (input, want) in table {
             for chunk in [usize::MAX, 1, 4] {
                 let (out, report) = filter_by(Bypass::Runs, input, chunk);
                 assert_eq!(out, *want, "{input} at {chunk}");
+                assert_eq!(report.comments, input.matches("<!--").count(), "{input} at {chunk}");
                 assert_eq!((out, report), filter_by(Bypass::Never, input, chunk), "{input} at {chunk}");
             }
         }
+        // `<!--` inside a comment, then `>`, ends it.
+        let (out, report) = filter_by(Bypass::Runs, "a<!-- b <!-->c", 1);
+        assert_eq!((out.as_str(), report.comments), ("ac", 1));
     }
 
     proptest! {
