@@ -1550,6 +1550,17 @@ mod tests {
         assert!(is_html_element(b"table") && !is_html_element(b"user") && !is_html_element(b"bb"));
     }
 
+    /// A tag closer fed `input` in pieces of `chunk` bytes, and its output
+    /// (without `finish`).
+    fn close_in_pieces(input: &str, chunk: usize) -> (TagCloser, Vec<u8>) {
+        let mut c = TagCloser::new();
+        let mut out = Vec::new();
+        for piece in input.as_bytes().chunks(chunk.min(input.len().max(1))) {
+            c.transform(piece, &mut out);
+        }
+        (c, out)
+    }
+
     #[test]
     fn tag_closer_cases() {
         let table: &[(&str, &str)] = &[
@@ -1577,11 +1588,7 @@ mod tests {
         ];
         for (input, want) in table {
             for chunk in [usize::MAX, 1, 3] {
-                let mut c = TagCloser::new();
-                let mut out = Vec::new();
-                for piece in input.as_bytes().chunks(chunk.min(input.len().max(1))) {
-                    c.transform(piece, &mut out);
-                }
+                let (mut c, mut out) = close_in_pieces(input, chunk);
                 c.finish(&mut out);
                 assert_eq!(String::from_utf8_lossy(&out), *want, "{input} at {chunk}");
             }
@@ -1657,11 +1664,7 @@ mod tests {
         ];
         for (input, want) in table {
             for chunk in [usize::MAX, 1] {
-                let mut c = TagCloser::new();
-                let mut out = Vec::new();
-                for piece in input.as_bytes().chunks(chunk.min(input.len())) {
-                    c.transform(piece, &mut out);
-                }
+                let (c, out) = close_in_pieces(input, chunk);
                 assert_eq!(c.state, *want, "{input} at {chunk}");
                 assert_eq!(out, input.as_bytes(), "{input} at {chunk}");
             }
