@@ -356,6 +356,23 @@ enum Mirror {
 const COMMON_ELEMENTS: [&[u8]; 13] =
     [b"b", b"i", b"u", b"s", b"em", b"strong", b"span", b"br", b"p", b"div", b"ruby", b"rt", b"rp"];
 
+/// An attribute-free start or end tag at the start of `bytes` (`<b>`,
+/// `</SPAN>`) whose name is a letter and then letters or digits, at most
+/// `max_name` of them: whether it is an end tag, the name as written, and
+/// the tag's length.
+#[inline(always)]
+fn bare_tag(bytes: &[u8], max_name: usize) -> Option<(bool, &[u8], usize)> {
+    let end_tag = bytes.get(1) == Some(&b'/');
+    let start = if end_tag { 2 } else { 1 };
+    let name_len = bytes.get(start..)?.iter().take(max_name + 1).take_while(|b| b.is_ascii_alphanumeric()).count();
+    let len = start + name_len + 1;
+    let fits = bytes.first() == Some(&b'<')
+        && (1..=max_name).contains(&name_len)
+        && bytes[start].is_ascii_alphabetic()
+        && bytes.get(len - 1) == Some(&b'>');
+    fits.then(|| (end_tag, &bytes[start..start + name_len], len))
+}
+
 /// Whether `name` (lower case) is an HTML element.
 fn is_html_element(name: &[u8]) -> bool {
     COMMON_ELEMENTS.contains(&name) || std::str::from_utf8(name).is_ok_and(|n| HTML_ELEMENTS.binary_search(&n).is_ok())
@@ -470,20 +487,10 @@ impl TagCloser {
     /// unchanged. `None` leaves the state as it was, for the steps.
     #[inline(always)]
     fn simple_tag(&mut self, bytes: &[u8]) -> Option<usize> {
-        let end_tag = bytes.get(1) == Some(&b'/');
-        let start = if end_tag { 2 } else { 1 };
-        let name_len = bytes.get(start..)?.iter().take(17).take_while(|b| b.is_ascii_alphanumeric()).count();
-        let len = start + name_len + 1;
-        let fits = bytes.first() == Some(&b'<')
-            && (1..=16).contains(&name_len)
-            && bytes[start].is_ascii_alphabetic()
-            && bytes.get(len - 1) == Some(&b'>');
-        if !fits {
-            return None;
-        }
+        let (end_tag, written, len) = bare_tag(bytes, 16)?;
         let mut name = [0u8; 16];
-        let name = &mut name[..name_len];
-        name.copy_from_slice(&bytes[start..start + name_len]);
+        let name = &mut name[..written.len()];
+        name.copy_from_slice(written);
         name.make_ascii_lowercase();
         if !is_html_element(name) {
             return None;
@@ -813,15 +820,8 @@ const KEPT_VOID: &[&str] = &["br"];
 /// end tag at the start of `bytes` (`<b>`, `</span>`, `<BR>`), whether it
 /// is an end tag, and the tag's length.
 fn kept_tag(bytes: &[u8]) -> Option<(usize, bool, usize)> {
-    let end_tag = bytes.get(1) == Some(&b'/');
-    let start = if end_tag { 2 } else { 1 };
     // The longest kept name is `strong`.
-    let name_len = bytes.get(start..)?.iter().take(7).take_while(|b| b.is_ascii_alphanumeric()).count();
-    let len = start + name_len + 1;
-    if bytes.first() != Some(&b'<') || !(1..=6).contains(&name_len) || bytes.get(len - 1) != Some(&b'>') {
-        return None;
-    }
-    let name = &bytes[start..start + name_len];
+    let (end_tag, name, len) = bare_tag(bytes, 6)?;
     let kept = KEPT.iter().position(|k| k.as_bytes().eq_ignore_ascii_case(name))?;
     Some((kept, end_tag, len))
 }
@@ -935,7 +935,8 @@ impl Pass {
                 i += len;
                 continue;
             }
-            if self.run_stops().is_some() && rest.starts_with(b"<!--") {
+            let stops = self.run_stops();
+            if stops.is_some() && rest.starts_with(b"<!--") {
                 // The steps would reach the comment's start state with
                 // nothing held.
                 self.closer.state = Pre::CommentStart;
@@ -944,7 +945,7 @@ impl Pass {
                 i += 4;
                 continue;
             }
-            let (run, looked) = match self.run_stops() {
+            let (run, looked) = match stops {
                 Some(stops) => self.balanced_run(rest, stops),
                 None => (0, 0),
             };
