@@ -172,14 +172,17 @@ impl Parser {
         out: &mut Vec<Event>,
         mut each: impl FnMut(&mut Vec<Event>) -> Result<(), E>,
     ) -> Result<(), E> {
-        let mut pieces = chunk.chunks(PIECE).peekable();
-        while let Some(piece) = pieces.next() {
+        // Every piece but the last hands on its events; pending text waits
+        // for the last (a streamed delta is one piece, with no iterator).
+        let mut rest = chunk;
+        while rest.len() > PIECE {
+            let (piece, tail) = rest.split_at(PIECE);
             self.scanner.feed(piece, &mut self.machine);
-            if pieces.peek().is_some() {
-                self.stage.process(self.machine.drain_events(), out);
-                each(out)?;
-            }
+            self.stage.process(self.machine.events(), out);
+            each(out)?;
+            rest = tail;
         }
+        self.scanner.feed(rest, &mut self.machine);
         self.stage.process(self.machine.drain(), out);
         each(out)
     }

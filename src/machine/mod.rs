@@ -91,6 +91,9 @@ enum Opened {
 struct OpenElement {
     id: u32,
     tag: TagId,
+    /// How the registry reads `tag`'s body (read on every piece of text;
+    /// kept beside the tag, which changes only with it).
+    body: BodyKind,
     raw_tag: String,
     attrs: AttrMap,
     /// Offset of the opening tag (or first text byte).
@@ -250,18 +253,19 @@ impl Machine {
         self.rewrite.as_mut().map(Rewrite::take).unwrap_or_default()
     }
 
-    /// Moves the events produced so far into `out`. Text that may still
-    /// continue in the next chunk (an unfinished UTF-8 character) stays.
-    pub(crate) fn drain(&mut self) -> std::vec::Drain<'_, Event> {
+    /// The events produced so far, for the caller to drain. Text that may
+    /// still continue in the next chunk (an unfinished UTF-8 character)
+    /// stays.
+    pub(crate) fn drain(&mut self) -> &mut Vec<Event> {
         self.flush_text(false);
-        self.drain_events()
+        &mut self.events
     }
 
     /// The events so far, keeping pending text for the next delta (between
     /// pieces of one chunk, so a chunk gives the same deltas however it is
     /// cut).
-    pub(crate) fn drain_events(&mut self) -> std::vec::Drain<'_, Event> {
-        self.events.drain(..)
+    pub(crate) fn events(&mut self) -> &mut Vec<Event> {
+        &mut self.events
     }
 
     /// Bytes held for pending decisions, for memory accounting in tests.
@@ -289,24 +293,34 @@ impl Machine {
         self.push_event(event);
     }
 
+    /// Queues an event as it is (inlined where the event is built, so that
+    /// it is written into the queue rather than built and then copied).
+    #[inline(always)]
     fn push_event(&mut self, event: Event) {
-        match &mut self.lead {
-            LeadCheck::Queued { queue, queued_bytes, .. } => {
-                *queued_bytes += event_weight(&event);
-                queue.push(event);
-                if *queued_bytes > self.limits.max_element_len {
-                    // Waiting longer would hold unbounded memory: keep the
-                    // lead tag and say so.
-                    self.diagnostic(
-                        Level::Warning,
-                        DiagnosticCode::LeadUndecided,
-                        None,
-                        "the implicit lead element stayed undecided past the element size limit; kept as the lead tag",
-                    );
-                    self.settle_lead(None);
-                }
-            }
+        match self.lead {
+            LeadCheck::Queued { .. } => self.push_undecided(event),
             _ => self.events.push(event),
+        }
+    }
+
+    /// [`Machine::push_event`] while the implicit lead is undecided.
+    #[inline(never)]
+    fn push_undecided(&mut self, event: Event) {
+        let LeadCheck::Queued { queue, queued_bytes, .. } = &mut self.lead else {
+            return self.events.push(event);
+        };
+        *queued_bytes += event_weight(&event);
+        queue.push(event);
+        if *queued_bytes > self.limits.max_element_len {
+            // Waiting longer would hold unbounded memory: keep the lead tag
+            // and say so.
+            self.diagnostic(
+                Level::Warning,
+                DiagnosticCode::LeadUndecided,
+                None,
+                "the implicit lead element stayed undecided past the element size limit; kept as the lead tag",
+            );
+            self.settle_lead(None);
         }
     }
 
@@ -447,7 +461,8 @@ impl Machine {
         // Room for a short body at once (most elements of markup-dense
         // output are under 64 bytes) instead of growing 8, 16, 32, 64.
         let text = Vec::with_capacity(64);
-        OpenElement { id, tag, raw_tag, attrs, start: at, opened, text, truncated: false }
+        let body = self.registry.tag(tag).body;
+        OpenElement { id, tag, body, raw_tag, attrs, start: at, opened, text, truncated: false }
     }
 
     /// Opens the lead (at the start of output) or the default tag (between
@@ -485,13 +500,12 @@ impl Machine {
     /// rewrite.
     fn element_text(&mut self, el: &mut OpenElement, bytes: &[u8]) {
         let kept = keep_text(self.limits, el, bytes);
-        self.text_kept(el.id, el.tag, bytes, kept);
+        self.text_kept(el.id, el.tag, el.body, bytes, kept);
     }
 
     /// The events of text added to an element: the diagnostic when the text
     /// first passes the size limit (`Kept::Cut`), the delta, the rewrite.
-    fn text_kept(&mut self, id: u32, tag: TagId, bytes: &[u8], kept: Kept) {
-        let body = self.registry.tag(tag).body;
+    fn text_kept(&mut self, id: u32, tag: TagId, body: BodyKind, bytes: &[u8], kept: Kept) {
         let kept = match kept {
             Kept::All => bytes.len(),
             Kept::Part(n) => n,
@@ -823,9 +837,9 @@ impl Machine {
     fn on_text(&mut self, span: Span, bytes: &[u8]) {
         if let State::Open(el) = &mut self.state {
             // The common case, without moving the element out and back.
-            let (id, tag) = (el.id, el.tag);
+            let (id, tag, body) = (el.id, el.tag, el.body);
             let kept = keep_text(self.limits, el, bytes);
-            self.text_kept(id, tag, bytes, kept);
+            self.text_kept(id, tag, body, bytes, kept);
             return;
         }
         self.on_text_between(span, bytes);
@@ -1156,6 +1170,7 @@ impl Machine {
     fn reclassify(&mut self, el: &mut OpenElement, tag: TagId, at: usize) {
         let from = self.registry.tag(el.tag).name.clone();
         el.tag = tag;
+        el.body = self.registry.tag(tag).body;
         el.raw_tag = self.registry.tag(tag).spelling.clone();
         self.lead = LeadCheck::Settled;
         self.mark_seen(tag, el.id);
@@ -1191,6 +1206,7 @@ impl Machine {
                     && el.id == id
                 {
                     el.tag = t;
+                    el.body = spec.body;
                     el.raw_tag = spec.spelling.clone();
                 }
             }
@@ -1279,7 +1295,7 @@ impl Machine {
     fn watch_text(&mut self, start: usize, text: &[u8], line_start: bool) {
         let eligible = match &self.state {
             State::Start | State::Between => true,
-            State::Open(el) => self.registry.tag(el.tag).body == BodyKind::Stream,
+            State::Open(el) => el.body == BodyKind::Stream,
             State::CloseHeld(..) | State::VoidOpen(..) => false,
         };
         let cut = if eligible { opening_suffix(text, line_start) } else { None }

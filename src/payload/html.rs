@@ -1325,7 +1325,7 @@ pub struct HtmlFilter {
     report: FilterReport,
     /// Output bytes that end in an unfinished UTF-8 character.
     tail: Vec<u8>,
-    /// A reused output buffer for [`HtmlFilter::push_owned`].
+    /// A reused output buffer for [`HtmlFilter::push_in_place`].
     scratch: Vec<u8>,
     /// The allowlist pass failed: markup goes to the net unfiltered (the
     /// net escapes it).
@@ -1381,23 +1381,30 @@ impl HtmlFilter {
     /// Like [`HtmlFilter::push`], taking the chunk by value: when the
     /// filter passes it unchanged and holds nothing back (prose, the common
     /// case), the same string comes back, with no allocation.
-    pub fn push_owned(&mut self, chunk: String) -> String {
+    pub fn push_owned(&mut self, mut chunk: String) -> String {
+        self.push_in_place(&mut chunk);
+        chunk
+    }
+
+    /// Like [`HtmlFilter::push`], replacing `text` by its filtered text.
+    /// When the filter passes it unchanged and holds nothing back (prose,
+    /// the common case), `text` is not touched: no copy, no allocation, no
+    /// write.
+    pub fn push_in_place(&mut self, text: &mut String) {
+        let passed = self.allowlist(text.as_bytes());
+        // The common delta: both passes leave it as it is.
+        if matches!(passed, Cow::Borrowed(_)) && self.tail.is_empty() && self.net.pass_whole(text.as_bytes()) {
+            return;
+        }
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
-        let passed = self.allowlist(chunk.as_bytes());
-        // The common delta: both passes leave it as it is (no copy, no
-        // comparison).
-        let unchanged =
-            matches!(passed, Cow::Borrowed(_)) && self.tail.is_empty() && self.net.pass_whole(chunk.as_bytes());
-        if !unchanged {
-            self.net.push(&passed, &mut scratch);
-        }
+        self.net.push(&passed, &mut scratch);
         drop(passed);
-        if unchanged || (self.tail.is_empty() && scratch == chunk.as_bytes()) {
+        if self.tail.is_empty() && scratch == text.as_bytes() {
             self.scratch = scratch;
-            return chunk;
+            return;
         }
-        self.text(scratch)
+        *text = self.text(scratch);
     }
 
     /// Runs the allowlist pass and the net over `chunk`, appending what is

@@ -338,8 +338,25 @@ impl Stage {
     }
 
     /// Transforms machine events into caller events.
-    pub(crate) fn process(&mut self, events: impl Iterator<Item = Event>, out: &mut Vec<Event>) {
-        for event in events {
+    pub(crate) fn process(&mut self, events: &mut Vec<Event>, out: &mut Vec<Event>) {
+        for mut event in events.drain(..) {
+            // The most common event, content text, is filtered in place and
+            // moved on whole: no new event is built (a copy of a fresh
+            // event stalls on its just-written fields). Call tracking reads
+            // no delta.
+            if let Event::Delta(d) = &mut event
+                && let Some(BodyState::Content(c)) = self.open.get_mut(&d.id).map(|s| &mut s.body)
+                && !c.finished
+            {
+                c.filter.push_in_place(&mut d.text);
+                if !d.text.is_empty() {
+                    if !c.truncated {
+                        c.html.push_str(&d.text);
+                    }
+                    out.push(event);
+                }
+                continue;
+            }
             // The tag of an ending element, as known since it opened.
             let ending = match &event {
                 Event::Close(c) => self.open.get_mut(&c.id).map(|s| s.tag),
@@ -353,16 +370,6 @@ impl Stage {
             match event {
                 Event::Open(o) => self.on_open(o, out),
                 Event::Delta(d) => match self.open.get_mut(&d.id).map(|s| &mut s.body) {
-                    Some(BodyState::Content(c)) if !c.finished => {
-                        let Delta { id, tag, text } = d;
-                        let text = c.filter.push_owned(text);
-                        if !text.is_empty() {
-                            if !c.truncated {
-                                c.html.push_str(&text);
-                            }
-                            out.push(Event::Delta(Delta { id, tag, text }));
-                        }
-                    }
                     Some(BodyState::Attp(thought)) => {
                         // The raw TOML deltas become the `thought` string's
                         // deltas (emitting both would interleave two streams

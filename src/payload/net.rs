@@ -249,41 +249,54 @@ impl Net {
     /// and leave the net as this does: then the caller keeps its bytes and
     /// nothing is copied. Most deltas of prose: every position passes (the
     /// quiet start is all of them), or all but a last letter that may start
-    /// a pattern (it is written and held for the decision, as `push` does:
-    /// with nothing after it a pattern letter needs more), after nothing
-    /// held or after a held letter the first byte settles. `false` leaves
+    /// a pattern and the ignorable bytes after it (`the `: written and held
+    /// for the decision, as `push` does: with nothing but ignorables after
+    /// it a pattern letter needs more), after nothing held or after a held
+    /// letter the first byte that is not ignorable settles. `false` leaves
     /// the net untouched.
     pub(crate) fn pass_whole(&mut self, bytes: &[u8]) -> bool {
-        // The letter written and held at the end of the previous bytes.
-        let before = match (self.pending.as_slice(), bytes.first()) {
-            ([], _) => None,
-            (&[held], Some(&first)) if self.emitted == 1 && is_letter(held) && settles(held, first) => Some(held),
-            _ => return false,
-        };
+        // A letter written and held at the end of the previous bytes, with
+        // the ignorables after it: the first other byte must settle it.
+        if let Some((&letter, ignored)) = self.pending.split_first() {
+            if self.emitted != self.pending.len() || !is_letter(letter) || !ignored.iter().all(|&c| ignorable(c)) {
+                return false;
+            }
+            let Some(k) = bytes.iter().position(|&c| !ignorable(c)) else { return false };
+            if ignored.len() + k > MAX_IGNORED || !settles(letter, bytes[k]) {
+                return false;
+            }
+        }
         let quiet = quiet_len(bytes);
-        if quiet == bytes.len() {
-            if before.is_some() {
-                self.pending.clear();
-                self.emitted = 0;
-            }
-            if let Some(&end) = bytes.last() {
-                self.last = Some(end);
-            }
-            return true;
+        let Some((&end, tail)) = bytes.get(quiet..).and_then(<[u8]>::split_first) else {
+            return self.passed_all(bytes);
+        };
+        if !is_letter(end) || tail.len() > MAX_IGNORED || !tail.iter().all(|&c| ignorable(c)) {
+            return false;
         }
-        let end = bytes[quiet];
-        if quiet + 1 == bytes.len() && is_letter(end) {
-            self.pending.clear();
-            self.pending.push(end);
-            self.emitted = 1;
-            // The byte before the held letter, as `run` records it.
-            self.last = match bytes.len() {
-                1 => before.or(self.last),
-                n => Some(bytes[n - 2]),
-            };
-            return true;
+        if !tail.is_empty() && end.to_ascii_lowercase() == ON[0] {
+            // `o` then an ignorable is no `on`: decided, as the matcher
+            // decides it.
+            return self.passed_all(bytes);
         }
-        false
+        // The byte before the held letter, as `run` records it.
+        self.last = match quiet {
+            0 => self.pending.last().copied().or(self.last),
+            q => Some(bytes[q - 1]),
+        };
+        self.pending.clear();
+        self.pending.extend_from_slice(&bytes[quiet..]);
+        self.emitted = self.pending.len();
+        true
+    }
+
+    /// [`Net::pass_whole`] when every position of `bytes` is decided.
+    fn passed_all(&mut self, bytes: &[u8]) -> bool {
+        self.pending.clear();
+        self.emitted = 0;
+        if let Some(&end) = bytes.last() {
+            self.last = Some(end);
+        }
+        true
     }
 
     /// Flushes everything held.
@@ -511,21 +524,22 @@ fn passes_without_matcher(buf: &[u8], i: usize) -> bool {
 
 /// How many leading bytes of `buf` pass without a decision: bytes that
 /// start nothing, and candidate letters that [`passes_without_matcher`]
-/// passes because the very next byte settles them (not ignorable, not an
-/// entity, not the pattern's second letter). It stops at a `<`, an `&`, or
-/// a letter the next byte does not settle; what the loop in `Net::run`
-/// decides from there is what it would have decided anyway.
+/// passes (the first byte after them that is not ignorable settles them:
+/// not an entity, not the pattern's second letter). It stops at a `<`, an
+/// `&`, or a letter the bytes after it do not settle; what the loop in
+/// `Net::run` decides from there is what it would have decided anyway.
 #[inline]
 fn quiet_len(buf: &[u8]) -> usize {
     let mut i = 0;
     while let Some(&b) = buf.get(i) {
         if is_candidate(b) {
-            if b == b'<' || b == b'&' {
+            let settled = match buf.get(i + 1) {
+                // Most letters: the very next byte decides.
+                Some(&next) if !ignorable(next) => b != b'<' && b != b'&' && settles(b, next),
+                _ => passes_without_matcher(buf, i),
+            };
+            if !settled {
                 break;
-            }
-            match buf.get(i + 1) {
-                Some(&next) if settles(b, next) => {}
-                _ => break,
             }
         }
         i += 1;
@@ -925,6 +939,14 @@ mod tests {
         prop::collection::vec(prop::sample::select(b"javscriptexlonuURLb(:=> <>/p\t&#;x16lt:colon".to_vec()), 0..60)
     }
 
+    /// Pattern letters between runs of ignorable bytes, some longer than a
+    /// pattern may hold.
+    fn spaced() -> impl Strategy<Value = Vec<u8>> {
+        let letter = prop::sample::select(b"ejovunx(:=&a".to_vec()).prop_map(|b| vec![b]);
+        let run = (1usize..20, prop::sample::select(b" \t\n".to_vec())).prop_map(|(n, b)| vec![b; n]);
+        prop::collection::vec(prop_oneof![letter, run], 0..20).prop_map(|parts| parts.concat())
+    }
+
     /// `bytes` cut into pieces of the sizes in `cuts`, cycled.
     fn pieces<'a>(bytes: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
         let mut out = Vec::new();
@@ -975,8 +997,8 @@ mod tests {
         /// that mixes both gives the output of `push` alone.
         #[test]
         fn passing_whole_is_pushing(
-            bytes in markup(),
-            cuts in prop::collection::vec(1usize..9, 1..12),
+            bytes in prop_oneof![markup(), spaced()],
+            cuts in prop::collection::vec(1usize..24, 1..12),
         ) {
             let (mut pushed, mut mixed) = (Net::default(), Net::default());
             let (mut out_pushed, mut out_mixed) = (Vec::new(), Vec::new());

@@ -323,11 +323,21 @@ pub(crate) fn find_byte3(a: u8, b: u8, c: u8, hay: &[u8]) -> Option<usize> {
 /// `String::from_utf8_lossy` walks it chunk by chunk, several times slower
 /// on lines of a few hundred bytes.
 pub(crate) fn text_lossy(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
-    match simdutf8::basic::from_utf8(bytes) {
+    // A short piece (a streamed delta is a few bytes) is checked by std
+    // directly: `simdutf8` hands it to std anyway, after its own dispatch.
+    let checked = if bytes.len() < SHORT_TEXT {
+        std::str::from_utf8(bytes).map_err(|_| ())
+    } else {
+        simdutf8::basic::from_utf8(bytes).map_err(|_| ())
+    };
+    match checked {
         Ok(s) => std::borrow::Cow::Borrowed(s),
         Err(_) => String::from_utf8_lossy(bytes),
     }
 }
+
+/// Below this length text is validated by std rather than `simdutf8`.
+const SHORT_TEXT: usize = 64;
 
 /// `bytes` as an owned string, invalid UTF-8 as U+FFFD. Names and short
 /// values are valid UTF-8 almost always: one validation and a copy beat
