@@ -340,22 +340,29 @@ impl Stage {
     /// Transforms machine events into caller events.
     pub(crate) fn process(&mut self, events: &mut Vec<Event>, out: &mut Vec<Event>) {
         for mut event in events.drain(..) {
-            // The most common event, content text, is filtered in place and
-            // moved on whole: no new event is built (a copy of a fresh
-            // event stalls on its just-written fields). Call tracking reads
-            // no delta.
-            if let Event::Delta(d) = &mut event
-                && let Some(BodyState::Content(c)) = self.open.get_mut(&d.id).map(|s| &mut s.body)
-                && !c.finished
-            {
-                c.filter.push_in_place(&mut d.text);
-                if !d.text.is_empty() {
-                    if !c.truncated {
-                        c.html.push_str(&d.text);
+            // The most common events, text of content and of plain
+            // elements, are filtered in place and moved on whole: no new
+            // event is built (a copy of a fresh event stalls on its
+            // just-written fields). Call tracking reads no delta.
+            if let Event::Delta(d) = &mut event {
+                match self.open.get_mut(&d.id).map(|s| &mut s.body) {
+                    Some(BodyState::Content(c)) if !c.finished => {
+                        c.filter.push_in_place(&mut d.text);
+                        if !d.text.is_empty() {
+                            if !c.truncated {
+                                c.html.push_str(&d.text);
+                            }
+                            out.push(event);
+                        }
+                        continue;
                     }
-                    out.push(event);
+                    Some(BodyState::Plain) | None => {
+                        out.push(event);
+                        continue;
+                    }
+                    // The others become other deltas (below).
+                    _ => {}
                 }
-                continue;
             }
             // The tag of an ending element, as known since it opened.
             let ending = match &event {
