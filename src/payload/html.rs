@@ -399,6 +399,8 @@ impl TagCloser {
     }
 
     fn transform(&mut self, bytes: &[u8], out: &mut Vec<u8>) {
+        /// `&lt;` sixteen times: a run of `<` is written a block at a time.
+        const ESCAPED_LTS: &[u8; 64] = b"&lt;&lt;&lt;&lt;&lt;&lt;&lt;&lt;&lt;&lt;&lt;&lt;&lt;&lt;&lt;&lt;";
         out.reserve(bytes.len());
         let mut i = 0;
         while i < bytes.len() {
@@ -438,10 +440,12 @@ impl TagCloser {
                 // A run of `<` after a held `<`: each releases the one
                 // before it as `&lt;` and is held in turn (what the steps
                 // below do one byte at a time), in one tight loop.
-                let run = bytes[i..].iter().take_while(|&&b| b == b'<').count();
-                out.reserve(4 * run);
-                for _ in 0..run {
-                    out.extend_from_slice(b"&lt;");
+                let run = bytes[i..].iter().position(|&b| b != b'<').unwrap_or(bytes.len() - i);
+                let mut left = run;
+                while left > 0 {
+                    let n = left.min(ESCAPED_LTS.len() / 4);
+                    out.extend_from_slice(&ESCAPED_LTS[..4 * n]);
+                    left -= n;
                 }
                 self.escaped += run;
                 i += run;
@@ -963,7 +967,7 @@ impl Pass {
             let end = next_run_start(rest, looked.max(1)).unwrap_or(rest.len());
             let mut closed = Vec::new();
             self.closer.transform(&rest[..end], &mut closed);
-            let filtered = self.write_closed(&closed);
+            let filtered = self.write_closed(closed);
             if end == bytes.len() {
                 return Cow::Owned(filtered);
             }
@@ -1088,12 +1092,13 @@ impl Pass {
     }
 
     /// Feeds bytes that went through the [`TagCloser`].
-    fn write_closed(&mut self, bytes: &[u8]) -> Vec<u8> {
+    fn write_closed(&mut self, bytes: Vec<u8>) -> Vec<u8> {
         let base = self.fed;
         self.fed += bytes.len();
         if matches!(self.rewriter, Rewriting::Waiting) {
-            if find_byte(b'<', bytes).is_none() {
-                return bytes.to_vec();
+            if find_byte(b'<', &bytes).is_none() {
+                // No markup: the bytes are the output, as they are.
+                return bytes;
             }
             self.rewriter = Rewriting::Running(Box::new(build_rewriter(&self.shared, self.limits)), base);
         }
@@ -1102,7 +1107,7 @@ impl Pass {
                 // Room for the output at once (it is about as long as the
                 // input): no growth by doubling through a large chunk.
                 lock(&self.shared).out.reserve(bytes.len());
-                if let Err(e) = rw.write(bytes) {
+                if let Err(e) = rw.write(&bytes) {
                     // With graceful bail-out, the bytes lol_html held were
                     // flushed to the sink unchanged; the caller escapes them
                     // and everything after.
@@ -1112,11 +1117,11 @@ impl Pass {
                 }
                 *origin
             }
-            Rewriting::Waiting | Rewriting::Gone => return bytes.to_vec(),
+            Rewriting::Waiting | Rewriting::Gone => return bytes,
         };
-        self.hold(bytes, base, origin);
+        self.hold(&bytes, base, origin);
         let mut shared = lock(&self.shared);
-        self.settled = shared.dropping.is_none() && crate::scan::incomplete_utf8_tail(bytes) == 0;
+        self.settled = shared.dropping.is_none() && crate::scan::incomplete_utf8_tail(&bytes) == 0;
         std::mem::take(&mut shared.out)
     }
 
@@ -1154,7 +1159,7 @@ impl Pass {
         self.closer.finish(&mut rest);
         let mut early = Vec::new();
         if !rest.is_empty() {
-            early = self.write_closed(&rest);
+            early = self.write_closed(rest);
         }
         if let Rewriting::Running(rw, _) = std::mem::replace(&mut self.rewriter, Rewriting::Gone)
             && let Err(e) = rw.end()
