@@ -175,14 +175,16 @@ impl Parser {
         // Every piece but the last hands on its events; pending text waits
         // for the last (a streamed delta is one piece, with no iterator).
         let mut rest = chunk;
-        while rest.len() > PIECE {
-            let (piece, tail) = rest.split_at(PIECE);
+        loop {
+            let (piece, tail) = rest.split_at(rest.len().min(PIECE));
             self.scanner.feed(piece, &mut self.machine);
+            if tail.is_empty() {
+                break;
+            }
             self.stage.process(self.machine.events(), out);
             each(out)?;
             rest = tail;
         }
-        self.scanner.feed(rest, &mut self.machine);
         self.stage.process(self.machine.drain(), out);
         each(out)
     }

@@ -293,9 +293,8 @@ impl Machine {
         self.push_event(event);
     }
 
-    /// Queues an event as it is (inlined where the event is built, so that
-    /// it is written into the queue rather than built and then copied).
-    #[inline(always)]
+    /// Queues an event as it is (the undecided lead's queue out of line).
+    #[inline]
     fn push_event(&mut self, event: Event) {
         match self.lead {
             LeadCheck::Queued { .. } => self.push_undecided(event),
@@ -944,6 +943,7 @@ impl Machine {
 
     /// A token that is text wherever it appears (a non-registry tag, CDATA,
     /// an unknown special marker).
+    #[inline]
     fn on_markup_text(&mut self, span: Span, raw: &[u8]) {
         self.on_text(span, raw);
     }

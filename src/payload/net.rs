@@ -255,6 +255,11 @@ impl Net {
     /// letter the first byte that is not ignorable settles. `false` leaves
     /// the net untouched.
     pub(crate) fn pass_whole(&mut self, bytes: &[u8]) -> bool {
+        if bytes.len() > WINDOW {
+            // A long input: `run` skips its quiet stretches faster (a search
+            // for special bytes, not a look at every letter).
+            return false;
+        }
         // A letter written and held at the end of the previous bytes, with
         // the ignorables after it: the first other byte must settle it.
         if let Some((&letter, ignored)) = self.pending.split_first() {
