@@ -518,6 +518,7 @@ static SECOND: [u8; 256] = {
 /// the next character after at most [`MAX_IGNORED`] ignorable bytes is
 /// known, is not an entity, and is no second character of a pattern that
 /// starts with this letter. ([`match_pattern`] would decide `Pass`.)
+#[inline]
 fn passes_without_matcher(buf: &[u8], i: usize) -> bool {
     let Some(&b) = buf.get(i) else { return false };
     if b == b'<' || b == b'&' {
@@ -537,15 +538,8 @@ fn passes_without_matcher(buf: &[u8], i: usize) -> bool {
 fn quiet_len(buf: &[u8]) -> usize {
     let mut i = 0;
     while let Some(&b) = buf.get(i) {
-        if is_candidate(b) {
-            let settled = match buf.get(i + 1) {
-                // Most letters: the very next byte decides.
-                Some(&next) if !ignorable(next) => b != b'<' && b != b'&' && settles(b, next),
-                _ => passes_without_matcher(buf, i),
-            };
-            if !settled {
-                break;
-            }
+        if is_candidate(b) && !passes_without_matcher(buf, i) {
+            break;
         }
         i += 1;
     }
