@@ -44,7 +44,7 @@
 
 use super::net::{HTML_ELEMENTS, Net};
 use super::style::{StyleVerdict, filter_style};
-use crate::scan::{find_byte, find_byte3};
+use crate::scan::{find_byte, find_byte3, repeats};
 use lol_html::html_content::{ContentType, TextType};
 use lol_html::send::{HtmlRewriter, Settings};
 use lol_html::{DocumentContentHandlers, ElementContentHandlers, MemorySettings, Selector};
@@ -378,6 +378,23 @@ fn is_html_element(name: &[u8]) -> bool {
     COMMON_ELEMENTS.contains(&name) || std::str::from_utf8(name).is_ok_and(|n| HTML_ELEMENTS.binary_search(&n).is_ok())
 }
 
+/// Room left in a filtered buffer for what the end of the input usually
+/// adds: a held tag start, escaped.
+const END_SLACK: usize = 64;
+
+/// Makes room for `additional` more bytes in `out`. A buffer that grows
+/// while still nearly empty (reserved byte for byte for its input, then a
+/// flood of `<` escaped four to one) moves to a new allocation that
+/// receives only its bytes: `realloc` would copy its whole capacity.
+fn reserve_fresh(out: &mut Vec<u8>, additional: usize) {
+    if out.capacity() - out.len() >= additional {
+        return;
+    }
+    let mut fresh = Vec::with_capacity(out.len() + additional);
+    fresh.extend_from_slice(out);
+    *out = fresh;
+}
+
 /// Longest tag start held while its name is read.
 const MAX_PENDING: usize = 40;
 
@@ -399,8 +416,17 @@ impl TagCloser {
     }
 
     fn transform(&mut self, bytes: &[u8], out: &mut Vec<u8>) {
-        /// `&lt;` sixteen times: a run of `<` is written a block at a time.
-        const ESCAPED_LTS: &[u8; 64] = b"&lt;&lt;&lt;&lt;&lt;&lt;&lt;&lt;&lt;&lt;&lt;&lt;&lt;&lt;&lt;&lt;";
+        /// `&lt;` sixty-four times: a run of `<` is written a block at a
+        /// time.
+        const ESCAPED_LTS: &[u8; 256] = &{
+            let mut block = [0u8; 256];
+            let mut i = 0;
+            while i < 256 {
+                block[i] = b"&lt;"[i % 4];
+                i += 1;
+            }
+            block
+        };
         out.reserve(bytes.len());
         let mut i = 0;
         while i < bytes.len() {
@@ -440,7 +466,11 @@ impl TagCloser {
                 // A run of `<` after a held `<`: each releases the one
                 // before it as `&lt;` and is held in turn (what the steps
                 // below do one byte at a time), in one tight loop.
-                let run = bytes[i..].iter().position(|&b| b != b'<').unwrap_or(bytes.len() - i);
+                let whole = repeats(*b"<<<<", &bytes[i..]);
+                let run = whole + bytes[i + whole..].iter().take_while(|&&b| b == b'<').count();
+                // Room for the escapes at once (each `<` grows to four),
+                // and for what the end may add.
+                reserve_fresh(out, 4 * run + END_SLACK);
                 let mut left = run;
                 while left > 0 {
                     let n = left.min(ESCAPED_LTS.len() / 4);
@@ -1378,9 +1408,32 @@ impl HtmlFilter {
     /// Filters the next chunk of raw text; returns the filtered text that is
     /// certain so far (possibly empty).
     pub fn push(&mut self, chunk: &str) -> String {
-        let mut bytes = Vec::with_capacity(chunk.len());
-        self.filter_into(chunk.as_bytes(), &mut bytes);
+        let bytes = self.filter_bytes(chunk.as_bytes());
         self.text(bytes)
+    }
+
+    /// Runs the allowlist pass and the net over `chunk`: the output that is
+    /// certain so far, as bytes.
+    fn filter_bytes(&mut self, chunk: &[u8]) -> Vec<u8> {
+        let passed = self.allowlist(chunk);
+        let mut bytes = Vec::new();
+        let Some(n) = self.net.push_or_prefix(&passed, &mut bytes) else { return bytes };
+        // The net changed nothing: the allowlist's output (its own buffer
+        // when it made one) is the output, with room for what an end
+        // usually adds (a held tag start); growing a large buffer later
+        // copies all of it.
+        match passed {
+            Cow::Owned(mut own) => {
+                own.truncate(n);
+                own.reserve(END_SLACK);
+                own
+            }
+            Cow::Borrowed(b) => {
+                bytes.reserve_exact(n + END_SLACK);
+                bytes.extend_from_slice(b.get(..n).unwrap_or_default());
+                bytes
+            }
+        }
     }
 
     /// Like [`HtmlFilter::push`], taking the chunk by value: when the
@@ -1403,20 +1456,22 @@ impl HtmlFilter {
         }
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
-        self.net.push(&passed, &mut scratch);
-        drop(passed);
-        if self.tail.is_empty() && scratch == text.as_bytes() {
-            self.scratch = scratch;
-            return;
+        let prefix = self.net.push_or_prefix(&passed, &mut scratch);
+        match (prefix, passed) {
+            // Nothing changed by either pass: the output is the start of
+            // `text` (the net holds the rest back at an ASCII byte).
+            (Some(n), Cow::Borrowed(_)) if self.tail.is_empty() && text.is_char_boundary(n) => {
+                text.truncate(n);
+                self.scratch = scratch;
+            }
+            (Some(n), passed) => {
+                scratch.extend_from_slice(passed.get(..n).unwrap_or_default());
+                *text = self.text(scratch);
+            }
+            // Written after held bytes, and still the same text.
+            (None, _) if self.tail.is_empty() && scratch == text.as_bytes() => self.scratch = scratch,
+            (None, _) => *text = self.text(scratch),
         }
-        *text = self.text(scratch);
-    }
-
-    /// Runs the allowlist pass and the net over `chunk`, appending what is
-    /// certain to `out`.
-    fn filter_into(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
-        let passed = self.allowlist(chunk);
-        self.net.push(&passed, out);
     }
 
     /// Runs the allowlist pass over `chunk` (while it runs): its output so
@@ -1436,7 +1491,12 @@ impl HtmlFilter {
 
     /// Ends the input; returns the rest of the filtered text.
     pub fn finish(&mut self) -> String {
-        let mut bytes = Vec::new();
+        self.finish_after(Vec::new())
+    }
+
+    /// Ends the input, appending the rest of the filtered bytes to `bytes`
+    /// (output not yet turned into text); returns all of it as text.
+    fn finish_after(&mut self, mut bytes: Vec<u8>) -> String {
         let mut again = None;
         if let Some(pass) = self.pass.take() {
             let (out, report, rest) = pass.end();
@@ -1520,8 +1580,10 @@ impl HtmlFilter {
 /// ```
 pub fn sanitize(text: &str) -> Sanitized {
     let mut filter = HtmlFilter::new();
-    let mut html = filter.push(text);
-    html.push_str(&filter.finish());
+    // One buffer from the first pass to the end: a large text is not
+    // copied again to append the end.
+    let bytes = filter.filter_bytes(text.as_bytes());
+    let html = filter.finish_after(bytes);
     Sanitized { html, report: filter.report }
 }
 
@@ -1737,10 +1799,12 @@ mod tests {
                 Just("<?x>"), Just("</>"), Just("<![CDATA["), Just("]]>"), Just("<foreignObject>"),
                 Just("<noscript>"), Just("<xmp>"), Just("</xmp>"), Just("<b x='>'>"), Just("-"), Just("!"),
             ], 0..28),
-            chunk in 1usize..12,
+            chunk in prop_oneof![1usize..12, 60usize..200],
         ) {
             let text = parts.concat();
             let want = filter_by(Bypass::Never, &text, usize::MAX);
+            let whole = sanitize(&text);
+            prop_assert_eq!(&(whole.html, whole.report), &want);
             prop_assert_eq!(&filter_by(Bypass::Runs, &text, usize::MAX), &want);
             prop_assert_eq!(&filter_by(Bypass::Never, &text, chunk), &want);
             prop_assert_eq!(&filter_by(Bypass::Runs, &text, chunk), &want);

@@ -21,6 +21,7 @@
 //! gives the same output.
 
 use super::style::style_is_safe;
+use crate::scan::repeats;
 
 /// Longest tag the net waits for; a longer `<...` is escaped.
 pub(crate) const MAX_TAG: usize = 512;
@@ -232,17 +233,34 @@ impl Net {
     pub(crate) fn push(&mut self, bytes: &[u8], out: &mut Vec<u8>) {
         if self.pending.is_empty() {
             // The common case: nothing held, the input is read in place.
-            let (used, emitted) = self.run(bytes, 0, false, out);
+            let (used, emitted, _) = self.run(bytes, 0, Run::Writing, out);
             self.pending.extend_from_slice(&bytes[used..]);
             self.emitted = emitted;
         } else {
             let mut buf = std::mem::take(&mut self.pending);
             buf.extend_from_slice(bytes);
-            let (used, emitted) = self.run(&buf, self.emitted, false, out);
+            let (used, emitted, _) = self.run(&buf, self.emitted, Run::Writing, out);
             buf.drain(..used);
             self.pending = buf;
             self.emitted = emitted;
         }
+    }
+
+    /// Like [`Net::push`], but when the net changes nothing in `bytes` and
+    /// held nothing before them, writes nothing: it returns `Some(n)`, its
+    /// output being `bytes[..n]` (the rest is held, as `push` holds it), so
+    /// that the caller keeps its own buffer. `None`: the output was written
+    /// to `out`. Long prose, and the filter's own escapes, pass this way
+    /// without a copy.
+    pub(crate) fn push_or_prefix(&mut self, bytes: &[u8], out: &mut Vec<u8>) -> Option<usize> {
+        if !self.pending.is_empty() {
+            self.push(bytes, out);
+            return None;
+        }
+        let (used, emitted, prefix) = self.run(bytes, 0, Run::Lazy, out);
+        self.pending.extend_from_slice(&bytes[used..]);
+        self.emitted = emitted;
+        prefix
     }
 
     /// Takes `bytes` when [`Net::push`] would write them out as they are
@@ -307,7 +325,7 @@ impl Net {
     /// Flushes everything held.
     pub(crate) fn finish(&mut self, out: &mut Vec<u8>) {
         let buf = std::mem::take(&mut self.pending);
-        let (used, _) = self.run(&buf, self.emitted, true, out);
+        let (used, _, _) = self.run(&buf, self.emitted, Run::Last, out);
         self.pending = buf[used..].to_vec();
         self.emitted = 0;
     }
@@ -319,10 +337,15 @@ impl Net {
 
     /// Filters `buf` into `out`, of which the first `written` bytes are
     /// already out; returns how many bytes it decided (the rest is kept for
-    /// more input) and how many of the rest are written out.
-    fn run(&mut self, buf: &[u8], written: usize, last: bool, out: &mut Vec<u8>) -> (usize, usize) {
+    /// more input), how many of the rest are written out, and, for a
+    /// [`Run::Lazy`] run that changed nothing, the length of the prefix of
+    /// `buf` that is its output, not written.
+    fn run(&mut self, buf: &[u8], written: usize, run: Run, out: &mut Vec<u8>) -> (usize, usize, Option<usize>) {
+        let last = run == Run::Last;
         let mut i = 0;
         let mut copied = written;
+        // Nothing changed yet: a lazy run has written nothing.
+        let mut unchanged = run == Run::Lazy && written == 0;
         // A short buffer (a small delta) is read whole: every position in
         // it is within the window of its end.
         let mut specials = (buf.len() > WINDOW).then(|| Specials::new(buf));
@@ -341,11 +364,8 @@ impl Net {
             {
                 i += len;
                 // A run of `&lt;` (the filter's own escape of a flood of
-                // `<`) passes in one tight loop (a constant pattern: no
-                // `memcmp` call per escape).
-                while buf[i..].starts_with(b"&lt;") {
-                    i += 4;
-                }
+                // `<`) passes sixteen bytes at a time.
+                i += repeats(*b"&lt;", &buf[i..]);
                 continue;
             }
             // A decision other than `Pass` needs a special byte (or the end
@@ -382,6 +402,7 @@ impl Net {
                 Decision::Pass => i += 1,
                 Decision::Tag(len) => i += len,
                 Decision::Escape => {
+                    unchanged = false;
                     write_out(out, buf, copied, i);
                     out.extend_from_slice(b"&lt;");
                     self.report.escaped += 1;
@@ -389,6 +410,7 @@ impl Net {
                     copied = i;
                 }
                 Decision::Stray(len) => {
+                    unchanged = false;
                     write_out(out, buf, copied, i);
                     let before = if i > 0 { buf.get(i - 1).copied() } else { self.last };
                     // Dropping the tag must not join the text around it into
@@ -402,6 +424,7 @@ impl Net {
                     copied = i;
                 }
                 Decision::Break { at, end } => {
+                    unchanged = false;
                     write_out(out, buf, copied, at);
                     out.extend_from_slice(BREAK);
                     self.report.neutralised += 1;
@@ -414,8 +437,11 @@ impl Net {
             self.last = buf.get(i - 1).copied();
         }
         if i == buf.len() {
+            if unchanged {
+                return (i, 0, Some(i));
+            }
             write_out(out, buf, copied, i);
-            return (i, 0);
+            return (i, 0, None);
         }
         // Undecided from `i`. A possible pattern's letters (the matcher read
         // them all, to the end of the input, without meeting a `<` or a
@@ -423,9 +449,24 @@ impl Net {
         // character reference not complete yet) and what follows are held.
         let from = copied.max(i);
         let held = from + buf[from..].iter().position(|&b| b == b'<' || b == b'&').unwrap_or(buf.len() - from);
+        if unchanged {
+            return (i, held - i, Some(held));
+        }
         write_out(out, buf, copied, held);
-        (i, held - i)
+        (i, held - i, None)
     }
+}
+
+/// How [`Net::run`] treats its input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Run {
+    /// More input may follow; the output is written.
+    Writing,
+    /// More input may follow; an output that is a prefix of the input
+    /// (nothing changed) is not written, only measured.
+    Lazy,
+    /// The end of the input: everything is decided.
+    Last,
 }
 
 /// Writes `buf[from..to]` out. Every decision that writes is at or after
@@ -433,6 +474,11 @@ impl Net {
 /// character), so `from <= to`.
 fn write_out(out: &mut Vec<u8>, buf: &[u8], from: usize, to: usize) {
     debug_assert!(from <= to, "the net wrote past a decision: {from} > {to}");
+    if out.capacity() == 0 {
+        // The first write of a lazy run: room for the rest of the input
+        // and a few insertions at once.
+        out.reserve(buf.len().saturating_sub(from) + 64);
+    }
     out.extend_from_slice(buf.get(from..to).unwrap_or_default());
 }
 
@@ -946,6 +992,14 @@ mod tests {
         prop::collection::vec(prop_oneof![letter, run], 0..20).prop_map(|parts| parts.concat())
     }
 
+    /// Markup among stretches of quiet prose and of the filter's own
+    /// escapes: inputs past the window.
+    fn long() -> impl Strategy<Value = Vec<u8>> {
+        let quiet = Just(b"the lamp turned slowly above the dark water and ".to_vec());
+        let escapes = Just(b"&lt;&lt;&lt;&lt;&lt;&lt;&lt;&lt;&lt;&lt;&lt;&lt;&lt;&lt;&lt;&lt;&lt;".to_vec());
+        prop::collection::vec(prop_oneof![markup(), quiet, escapes], 0..10).prop_map(|parts| parts.concat())
+    }
+
     /// `bytes` cut into pieces of the sizes in `cuts`, cycled.
     fn pieces<'a>(bytes: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
         let mut out = Vec::new();
@@ -1018,6 +1072,42 @@ mod tests {
             mixed.finish(&mut out_mixed);
             prop_assert_eq!(out_mixed, out_pushed);
             prop_assert_eq!(mixed.report, pushed.report);
+        }
+
+        /// `push_or_prefix` is `push`: its output (the prefix it names, or
+        /// what it wrote) and the net after it are the same, and a prefix
+        /// is named only when nothing was held before and nothing changed.
+        /// Pieces up to 200 bytes reach past the window, where the run
+        /// searches for special bytes.
+        #[test]
+        fn prefix_or_push_is_pushing(
+            bytes in prop_oneof![markup(), spaced(), long()],
+            cuts in prop::collection::vec(1usize..200, 1..8),
+        ) {
+            let (mut pushed, mut lazy) = (Net::default(), Net::default());
+            let (mut out_pushed, mut out_lazy) = (Vec::new(), Vec::new());
+            for piece in pieces(&bytes, &cuts) {
+                let before = out_pushed.len();
+                pushed.push(piece, &mut out_pushed);
+                let held_before = !lazy.pending.is_empty();
+                let mut written = Vec::new();
+                match lazy.push_or_prefix(piece, &mut written) {
+                    Some(n) => {
+                        prop_assert!(!held_before && written.is_empty());
+                        prop_assert_eq!(&out_pushed[before..], &piece[..n], "{:?}", String::from_utf8_lossy(&bytes));
+                        out_lazy.extend_from_slice(&piece[..n]);
+                    }
+                    None => out_lazy.extend_from_slice(&written),
+                }
+                prop_assert_eq!(&lazy.pending, &pushed.pending);
+                prop_assert_eq!(lazy.emitted, pushed.emitted);
+                prop_assert_eq!(lazy.last, pushed.last);
+                prop_assert_eq!(&out_lazy, &out_pushed);
+            }
+            pushed.finish(&mut out_pushed);
+            lazy.finish(&mut out_lazy);
+            prop_assert_eq!(out_lazy, out_pushed);
+            prop_assert_eq!(lazy.report, pushed.report);
         }
     }
 

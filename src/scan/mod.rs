@@ -318,6 +318,34 @@ pub(crate) fn find_byte3(a: u8, b: u8, c: u8, hay: &[u8]) -> Option<usize> {
     if hay.len() < SHORT { hay.iter().position(|&x| x == a || x == b || x == c) } else { memchr::memchr3(a, b, c, hay) }
 }
 
+/// How many bytes at the start of `hay` are whole repeats of `unit`
+/// (`<<<<`, `&lt;`): compared sixteen bytes at a time, so that a flood of
+/// one byte or of one escape is measured in a few instructions per block,
+/// not several per byte.
+#[inline]
+pub(crate) fn repeats(unit: [u8; 4], hay: &[u8]) -> usize {
+    let mut block = [0u8; 16];
+    for quarter in block.chunks_exact_mut(4) {
+        quarter.copy_from_slice(&unit);
+    }
+    let block = u128::from_ne_bytes(block);
+    let mut len = 0;
+    for chunk in hay.chunks_exact(16) {
+        match <[u8; 16]>::try_from(chunk) {
+            Ok(c) if u128::from_ne_bytes(c) == block => len += 16,
+            _ => break,
+        }
+    }
+    let unit = u32::from_ne_bytes(unit);
+    for chunk in hay[len..].chunks_exact(4) {
+        match <[u8; 4]>::try_from(chunk) {
+            Ok(c) if u32::from_ne_bytes(c) == unit => len += 4,
+            _ => break,
+        }
+    }
+    len
+}
+
 /// `bytes` as text, invalid UTF-8 as U+FFFD (then owned). Valid text,
 /// the usual case, is checked by `simdutf8` and borrowed: std's
 /// `String::from_utf8_lossy` walks it chunk by chunk, several times slower
@@ -628,7 +656,9 @@ impl Scanner {
                             Some(&next) if matches!(step(Candidate::Lt, next), Step::Fail) => {
                                 // In a run of `<` each but the last fails on
                                 // the next: go to the last one at once.
-                                let run = chunk[at + 1..].iter().take_while(|&&b| b == b'<').count();
+                                let rest = &chunk[at + 1..];
+                                let whole = repeats(*b"<<<<", rest);
+                                let run = whole + rest[whole..].iter().take_while(|&&b| b == b'<').count();
                                 from = at + run.max(1);
                             }
                             _ => break Some(at - i),

@@ -309,6 +309,22 @@ mod props {
         }
     }
 
+    proptest! {
+        /// `repeats` counts what a byte-by-byte walk of whole units counts,
+        /// at every length and with the first difference anywhere.
+        #[test]
+        fn repeats_is_the_walk(
+            unit in prop_oneof![Just(*b"<<<<"), Just(*b"&lt;"), any::<[u8; 4]>()],
+            whole in 0usize..40,
+            tail in proptest::collection::vec(any::<u8>(), 0..20),
+        ) {
+            let mut hay: Vec<u8> = unit.repeat(whole);
+            hay.extend_from_slice(&tail);
+            let walked = hay.chunks_exact(4).take_while(|c| *c == unit).count() * 4;
+            prop_assert_eq!(repeats(unit, &hay), walked);
+        }
+    }
+
     fn split_invariant(
         parts: &[Vec<u8>],
         cuts: &[proptest::sample::Index],
