@@ -15,6 +15,17 @@
 //!   `<b>` repeated, next to 1 MiB of prose: within 2x of prose.
 //!
 //! Run: `cargo bench --bench throughput` (add `-- --quick` for a fast pass).
+//!
+//! The benchmark runs on the binary's allocator (the default `mimalloc`
+//! feature), so that its figures are the release binary's. The system
+//! allocator (`--no-default-features`) maps every buffer of a few MiB afresh
+//! and pays its page faults on each parse: the hostile inputs, whose output
+//! is several MiB, then measure the kernel more than the parser.
+
+/// The binary's allocator (the default `mimalloc` feature).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use spindle::{Parser, Registry};
