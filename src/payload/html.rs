@@ -44,7 +44,7 @@
 
 use super::net::{HTML_ELEMENTS, Net};
 use super::style::{StyleVerdict, filter_style};
-use crate::scan::{find_byte, find_byte3, repeats};
+use crate::scan::{find_byte, find_byte3, run_of};
 use lol_html::html_content::{ContentType, TextType};
 use lol_html::send::{HtmlRewriter, Settings};
 use lol_html::{DocumentContentHandlers, ElementContentHandlers, MemorySettings, Selector};
@@ -466,8 +466,7 @@ impl TagCloser {
                 // A run of `<` after a held `<`: each releases the one
                 // before it as `&lt;` and is held in turn (what the steps
                 // below do one byte at a time), in one tight loop.
-                let whole = repeats(*b"<<<<", &bytes[i..]);
-                let run = whole + bytes[i + whole..].iter().take_while(|&&b| b == b'<').count();
+                let run = run_of(b'<', &bytes[i..]);
                 // Room for the escapes at once (each `<` grows to four),
                 // and for what the end may add.
                 reserve_fresh(out, 4 * run + END_SLACK);

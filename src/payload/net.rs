@@ -475,8 +475,9 @@ enum Run {
 fn write_out(out: &mut Vec<u8>, buf: &[u8], from: usize, to: usize) {
     debug_assert!(from <= to, "the net wrote past a decision: {from} > {to}");
     if out.capacity() == 0 {
-        // The first write of a lazy run: room for the rest of the input
-        // and a few insertions at once.
+        // The first write into an empty buffer (a lazy run's, or one the
+        // caller left unsized): room for the rest of the input and a few
+        // insertions at once.
         out.reserve(buf.len().saturating_sub(from) + 64);
     }
     out.extend_from_slice(buf.get(from..to).unwrap_or_default());

@@ -346,6 +346,14 @@ pub(crate) fn repeats(unit: [u8; 4], hay: &[u8]) -> usize {
     len
 }
 
+/// How many bytes at the start of `hay` are `byte` (a flood of `<`):
+/// [`repeats`] of it four at a time, then the last few.
+#[inline]
+pub(crate) fn run_of(byte: u8, hay: &[u8]) -> usize {
+    let whole = repeats([byte; 4], hay);
+    whole + hay[whole..].iter().take_while(|&&b| b == byte).count()
+}
+
 /// `bytes` as text, invalid UTF-8 as U+FFFD (then owned). Valid text,
 /// the usual case, is checked by `simdutf8` and borrowed: std's
 /// `String::from_utf8_lossy` walks it chunk by chunk, several times slower
@@ -656,9 +664,7 @@ impl Scanner {
                             Some(&next) if matches!(step(Candidate::Lt, next), Step::Fail) => {
                                 // In a run of `<` each but the last fails on
                                 // the next: go to the last one at once.
-                                let rest = &chunk[at + 1..];
-                                let whole = repeats(*b"<<<<", rest);
-                                let run = whole + rest[whole..].iter().take_while(|&&b| b == b'<').count();
+                                let run = run_of(b'<', &chunk[at + 1..]);
                                 from = at + run.max(1);
                             }
                             _ => break Some(at - i),

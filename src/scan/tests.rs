@@ -310,7 +310,8 @@ mod props {
     }
 
     proptest! {
-        /// `repeats` counts what a byte-by-byte walk of whole units counts,
+        /// `repeats` counts what a byte-by-byte walk of whole units counts
+        /// (and `run_of` what a walk of one byte counts),
         /// at every length and with the first difference anywhere.
         #[test]
         fn repeats_is_the_walk(
@@ -322,6 +323,8 @@ mod props {
             hay.extend_from_slice(&tail);
             let walked = hay.chunks_exact(4).take_while(|c| *c == unit).count() * 4;
             prop_assert_eq!(repeats(unit, &hay), walked);
+            let first = hay.iter().take_while(|&&b| b == unit[0]).count();
+            prop_assert_eq!(run_of(unit[0], &hay), first);
         }
     }
 
