@@ -557,7 +557,8 @@ fn insert_repeat(map: &mut Map<String, Value>, key: String, value: Value) {
 /// The nodes as an ordered object (taking them: names and texts move into
 /// the map).
 fn node_map(nodes: Vec<Node>) -> Map<String, Value> {
-    let mut map = Map::new();
+    // Sized once: a map grows its entries and its index table apart.
+    let mut map = Map::with_capacity(nodes.len());
     let mut loose = String::new();
     for n in nodes {
         match n {
@@ -579,7 +580,7 @@ fn element_value(e: ElementNode) -> Value {
     if e.attrs.is_empty() && !e.has_element_children() {
         return Value::String(e.into_trimmed_text());
     }
-    let mut map = Map::new();
+    let mut map = Map::with_capacity(e.attrs.len() + e.children.len());
     for (k, v) in e.attrs {
         map.insert(format!("@{k}"), Value::String(v));
     }

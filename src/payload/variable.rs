@@ -214,6 +214,10 @@ fn read_ops(candidates: Vec<Value>, listed_invalid: Vec<Value>) -> ReadOps {
             read.diagnostics.push(diag(Level::Warning, DiagnosticCode::OpAlias, &format!("op {from:?} read as {to}")));
         }
         match Op::from_json(&candidate) {
+            // An op already written as `[OP, path, value?]` in the
+            // canonical spelling is its own normalised form: kept as read
+            // (no second copy of its path and value).
+            Ok(op) if is_canonical(&candidate, &op) => read.ops.push(candidate),
             Ok(op) => read.ops.push(op.into_json()),
             Err(e) => {
                 read.diagnostics.push(diag(
@@ -226,6 +230,17 @@ fn read_ops(candidates: Vec<Value>, listed_invalid: Vec<Value>) -> ReadOps {
         }
     }
     read
+}
+
+/// Whether `candidate` is exactly what `op.into_json()` gives: an array of
+/// the canonical op name, the path and the value (if the op takes one).
+fn is_canonical(candidate: &Value, op: &Op) -> bool {
+    match candidate.as_array().map(Vec::as_slice) {
+        Some([Value::String(code), Value::String(path), rest @ ..]) => {
+            code == op.code.as_str() && *path == op.path && rest.len() == usize::from(op.value.is_some())
+        }
+        _ => false,
+    }
 }
 
 /// Turns the JSON documents into the list of op candidates. The flag says

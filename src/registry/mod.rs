@@ -555,7 +555,10 @@ impl Registry {
             Some(&[from, to]) => self.names.get(from as usize..to as usize).unwrap_or_default(),
             _ => &[],
         };
-        same_len.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, id)| *id)
+        // The stored names are lower-case: their first bytes, compared
+        // first, rule out the other names of that length at one byte each.
+        let first = name.first()?.to_ascii_lowercase();
+        same_len.iter().find(|(k, _)| k.first() == Some(&first) && k.eq_ignore_ascii_case(name)).map(|(_, id)| *id)
     }
 
     /// Whether some registry name or alias starts with `prefix`
