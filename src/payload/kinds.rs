@@ -345,10 +345,10 @@ pub(crate) fn choice(el: &Element) -> Payload {
     }
     let options: Vec<Value> = options
         .into_iter()
-        .map(|(id, label)| object([("id", Value::String(id)), ("label", Value::String(label))]))
+        .map(|(id, label)| object!([("id", Value::String(id)), ("label", Value::String(label))]))
         .collect();
     let prompt = prompt.filter(|p| !p.is_empty()).map_or(Value::Null, Value::String);
-    out.value = object([("prompt", prompt), ("options", Value::Array(options))]);
+    out.value = object!([("prompt", prompt), ("options", Value::Array(options))]);
     out
 }
 
@@ -605,10 +605,10 @@ pub(crate) fn custom(el: &Element, body: BodyKind) -> Payload {
                     Err(failed) => return *failed,
                 }
             };
-            object([("attrs", Value::Object(attrs)), ("value", value)])
+            object!([("attrs", Value::Object(attrs)), ("value", value)])
         }
-        BodyKind::Raw => object([("attrs", Value::Object(attrs)), ("text", Value::String(el.text.clone()))]),
-        _ => object([("attrs", Value::Object(attrs)), ("children", Value::Array(nodes_json(&tree::parse(&el.text))))]),
+        BodyKind::Raw => object!([("attrs", Value::Object(attrs)), ("text", Value::String(el.text.clone()))]),
+        _ => object!([("attrs", Value::Object(attrs)), ("children", Value::Array(nodes_json(&tree::parse(&el.text))))]),
     };
     out
 }
@@ -623,7 +623,7 @@ fn nodes_json(nodes: &[Node]) -> Vec<Value> {
             Node::Element(e) => {
                 let attrs: Map<String, Value> =
                     e.attrs.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
-                Some(object([
+                Some(object!([
                     ("tag", Value::String(e.name.clone())),
                     ("attrs", Value::Object(attrs)),
                     ("children", Value::Array(nodes_json(&e.children))),

@@ -106,7 +106,8 @@ pub(crate) fn variable_update(el: &Element) -> Payload {
     let ReadOps { ops, diagnostics, mut invalid } = read;
     out.diagnostics.extend(diagnostics);
     invalid.sort_by_key(|v| v.get("index").and_then(Value::as_u64).unwrap_or(0));
-    out.value = object([("analysis", json!(analysis)), ("ops", Value::Array(ops)), ("invalid", Value::Array(invalid))]);
+    out.value =
+        object!([("analysis", json!(analysis)), ("ops", Value::Array(ops)), ("invalid", Value::Array(invalid))]);
     out
 }
 
