@@ -344,7 +344,7 @@ impl Machine {
         if cut == 0 {
             return;
         }
-        let text = lossy(&self.text_buf[..cut]);
+        let text = crate::scan::copied_text(&self.text_buf[..cut]);
         if text.is_err() {
             self.report_invalid_utf8();
         }
@@ -570,8 +570,8 @@ impl Machine {
                 r.resolve(if spec.bare { None } else { Some(spec.spelling.as_str()) });
             }
         }
-        // The element's bytes become its text (validated fast, then copied).
-        let text = lossy(&el.text).unwrap_or_else(|s| {
+        // The element's bytes become its text (a short body in place).
+        let text = crate::scan::into_text(el.text).unwrap_or_else(|s| {
             self.report_invalid_utf8();
             s
         });
@@ -927,7 +927,7 @@ impl Machine {
             State::Open(el) => (Some(el.id), Some(self.name(el.tag))),
             _ => (None, None),
         };
-        let text = lossy(body).unwrap_or_else(|s| s);
+        let text = crate::scan::copied_text(body).unwrap_or_else(|s| s);
         self.emit(Event::Comment(Comment { element, tag, text, span }));
         match state {
             State::Open(mut el) => {
@@ -1376,7 +1376,7 @@ impl Machine {
     /// well-formed fenced response should rewrite to itself.
     fn drop_fence(&mut self, start: usize, fence: &[u8], tag: TagId) {
         let span = Span::new(start, start + fence.len());
-        let text = lossy(fence).unwrap_or_else(|s| s);
+        let text = crate::scan::copied_text(fence).unwrap_or_else(|s| s);
         self.repair(RepairKind::FenceDropped, Some(tag), start, None, Some(span), Some(text));
         if self.call_omit == CallOmit::Off {
             self.rewrite_raw(fence);
@@ -1504,16 +1504,6 @@ fn keep_text(limits: MachineLimits, el: &mut OpenElement, bytes: &[u8]) -> Kept 
     } else {
         el.truncated = true;
         Kept::Cut(kept)
-    }
-}
-
-/// Decodes UTF-8; `Err` carries the lossy text when some bytes were invalid.
-fn lossy(bytes: &[u8]) -> Result<String, String> {
-    // A fast validation and a copy beat std's validation in place
-    // (`String::from_utf8`) on non-ASCII text.
-    match crate::scan::text_lossy(bytes) {
-        std::borrow::Cow::Borrowed(s) => Ok(s.to_owned()),
-        std::borrow::Cow::Owned(s) => Err(s),
     }
 }
 

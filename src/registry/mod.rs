@@ -558,7 +558,12 @@ impl Registry {
         // The stored names are lower-case: their first bytes, compared
         // first, rule out the other names of that length at one byte each.
         let first = name.first()?.to_ascii_lowercase();
-        same_len.iter().find(|(k, _)| k.first() == Some(&first) && k.eq_ignore_ascii_case(name)).map(|(_, id)| *id)
+        // Most tags are written in lower case: an exact comparison settles
+        // them without folding each byte.
+        same_len
+            .iter()
+            .find(|(k, _)| k.first() == Some(&first) && (k.as_slice() == name || k.eq_ignore_ascii_case(name)))
+            .map(|(_, id)| *id)
     }
 
     /// Whether some registry name or alias starts with `prefix`

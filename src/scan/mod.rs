@@ -375,6 +375,29 @@ pub(crate) fn text_lossy(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
 /// Below this length text is validated by std rather than `simdutf8`.
 const SHORT_TEXT: usize = 64;
 
+/// `bytes` as text, taking the buffer; `Err` carries the lossy text when
+/// some bytes were not UTF-8. A short buffer (most element bodies) is
+/// validated in place and becomes the string: no new
+/// allocation, no copy. A longer one is checked by `simdutf8` and copied,
+/// as [`text_lossy`] does: on long non-ASCII text that beats std's
+/// validation in place.
+pub(crate) fn into_text(bytes: Vec<u8>) -> Result<String, String> {
+    if bytes.len() < SHORT_TEXT {
+        return String::from_utf8(bytes).map_err(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+    }
+    copied_text(&bytes)
+}
+
+/// `bytes` decoded into a new string; `Err` carries the lossy text when
+/// some bytes were invalid. A fast validation and a copy beat std's
+/// validation in place (`String::from_utf8`) on non-ASCII text.
+pub(crate) fn copied_text(bytes: &[u8]) -> Result<String, String> {
+    match text_lossy(bytes) {
+        std::borrow::Cow::Borrowed(s) => Ok(s.to_owned()),
+        std::borrow::Cow::Owned(s) => Err(s),
+    }
+}
+
 /// `bytes` as an owned string, invalid UTF-8 as U+FFFD. Names and short
 /// values are valid UTF-8 almost always: one validation and a copy beat
 /// `String::from_utf8_lossy`'s chunked walk there.
