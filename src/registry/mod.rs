@@ -552,8 +552,9 @@ impl Registry {
     /// The tag a name (or alias) means, matched case-insensitively.
     pub fn lookup(&self, name: &[u8]) -> Option<TagId> {
         let same_len = match self.by_len.get(name.len()..name.len() + 2) {
-            Some(&[from, to]) => self.names.get(from as usize..to as usize).unwrap_or_default(),
-            _ => &[],
+            Some(&[from, to]) if from < to => self.names.get(from as usize..to as usize)?,
+            // No name of this length (most tags of HTML in content).
+            _ => return None,
         };
         // The stored names are lower-case: their first bytes, compared
         // first, rule out the other names of that length at one byte each.
