@@ -662,6 +662,8 @@ macro_rules! object {
         static SHAPE: std::sync::OnceLock<serde_json::Map<String, serde_json::Value>> =
             std::sync::OnceLock::new();
         let mut map = SHAPE.get_or_init(|| [$(($key.to_string(), serde_json::Value::Null)),+].into_iter().collect()).clone();
+        // One slot per key, in order (a key named twice would shift them).
+        debug_assert_eq!(map.len(), [$($key),+].len(), "object! with a repeated key");
         let mut slots = map.values_mut();
         $(
             if let Some(slot) = slots.next() {
