@@ -377,10 +377,9 @@ const SHORT_TEXT: usize = 64;
 
 /// `bytes` as text, taking the buffer; `Err` carries the lossy text when
 /// some bytes were not UTF-8. A short buffer (most element bodies) is
-/// validated in place and becomes the string: no new
-/// allocation, no copy. A longer one is checked by `simdutf8` and copied,
-/// as [`text_lossy`] does: on long non-ASCII text that beats std's
-/// validation in place.
+/// validated in place and becomes the string: no new allocation, no copy.
+/// A longer one is checked by `simdutf8` and copied ([`copied_text`]): on
+/// long non-ASCII text that beats std's validation in place.
 pub(crate) fn into_text(bytes: Vec<u8>) -> Result<String, String> {
     if bytes.len() < SHORT_TEXT {
         return String::from_utf8(bytes).map_err(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
@@ -402,10 +401,7 @@ pub(crate) fn copied_text(bytes: &[u8]) -> Result<String, String> {
 /// values are valid UTF-8 almost always: one validation and a copy beat
 /// `String::from_utf8_lossy`'s chunked walk there.
 pub(crate) fn owned_text(bytes: &[u8]) -> String {
-    match std::str::from_utf8(bytes) {
-        Ok(s) => s.to_owned(),
-        Err(_) => String::from_utf8_lossy(bytes).into_owned(),
-    }
+    copied_text(bytes).unwrap_or_else(|lossy| lossy)
 }
 
 /// Length of an unfinished (but so far valid) UTF-8 sequence at the end.
