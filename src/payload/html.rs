@@ -207,23 +207,29 @@ impl FilterReport {
     }
 
     fn merge(&mut self, other: FilterReport) {
-        for (k, n) in other.removed_elements {
-            *self.removed_elements.entry(k).or_default() += n;
-        }
-        for (k, n) in other.removed_attributes {
-            *self.removed_attributes.entry(k).or_default() += n;
-        }
+        add_counts(&mut self.removed_elements, other.removed_elements);
+        add_counts(&mut self.removed_attributes, other.removed_attributes);
         self.comments += other.comments;
         self.broken_tags += other.broken_tags;
         self.escaped += other.escaped;
-        for (k, n) in other.text_tags {
-            *self.text_tags.entry(k).or_default() += n;
-        }
+        add_counts(&mut self.text_tags, other.text_tags);
         self.unclosed.extend(other.unclosed);
         self.dropped_bytes += other.dropped_bytes;
         if self.degraded.is_none() {
             self.degraded = other.degraded;
         }
+    }
+}
+
+/// Adds the counts of `from` to `into` (taken whole when `into` is empty,
+/// as it usually is: most content has nothing to report).
+fn add_counts(into: &mut BTreeMap<String, usize>, from: BTreeMap<String, usize>) {
+    if into.is_empty() {
+        *into = from;
+        return;
+    }
+    for (k, n) in from {
+        *into.entry(k).or_default() += n;
     }
 }
 
@@ -902,7 +908,9 @@ struct Pass {
     /// ([`Pass::balanced_run`]), as indices into [`KEPT`]; reused.
     run_open: Vec<usize>,
     rewriter: Rewriting,
-    shared: Arc<Mutex<Shared>>,
+    /// The rewriter's output and report, made with the rewriter: content
+    /// whose markup never needs one (most) allocates and locks nothing.
+    shared: Option<Arc<Mutex<Shared>>>,
     limits: FilterLimits,
     fed: usize,
     held: Vec<u8>,
@@ -923,7 +931,6 @@ impl std::fmt::Debug for Pass {
 
 impl Pass {
     fn new(limits: FilterLimits, bypass: Bypass) -> Pass {
-        let shared = Arc::new(Mutex::new(Shared::default()));
         Pass {
             closer: TagCloser::new(),
             bypass,
@@ -931,7 +938,7 @@ impl Pass {
             elided_comments: 0,
             run_open: Vec::new(),
             rewriter: Rewriting::Waiting,
-            shared,
+            shared: None,
             limits,
             fed: 0,
             held: Vec::new(),
@@ -1129,41 +1136,51 @@ impl Pass {
                 // No markup: the bytes are the output, as they are.
                 return bytes;
             }
-            self.rewriter = Rewriting::Running(Box::new(build_rewriter(&self.shared, self.limits)), base);
+            let rewriter = build_rewriter(self.shared.get_or_insert_with(Default::default), self.limits);
+            self.rewriter = Rewriting::Running(Box::new(rewriter), base);
         }
         let origin = match &mut self.rewriter {
             Rewriting::Running(rw, origin) => {
                 // Room for the output at once (it is about as long as the
                 // input): no growth by doubling through a large chunk.
-                lock(&self.shared).out.reserve(bytes.len());
+                lock(self.shared.get_or_insert_with(Default::default)).out.reserve(bytes.len());
                 if let Err(e) = rw.write(&bytes) {
                     // With graceful bail-out, the bytes lol_html held were
                     // flushed to the sink unchanged; the caller escapes them
                     // and everything after.
                     self.rewriter = Rewriting::Gone;
-                    lock(&self.shared).report.degraded = Some(e.to_string());
-                    return std::mem::take(&mut lock(&self.shared).out);
+                    let mut state = self.state();
+                    state.report.degraded = Some(e.to_string());
+                    return std::mem::take(&mut state.out);
                 }
                 *origin
             }
             Rewriting::Waiting | Rewriting::Gone => return bytes,
         };
         self.hold(&bytes, base, origin);
-        let mut shared = lock(&self.shared);
-        self.settled = shared.dropping.is_none() && crate::scan::incomplete_utf8_tail(&bytes) == 0;
-        std::mem::take(&mut shared.out)
+        let (dropping, out) = {
+            let mut state = self.state();
+            (state.dropping.is_some(), std::mem::take(&mut state.out))
+        };
+        self.settled = !dropping && crate::scan::incomplete_utf8_tail(&bytes) == 0;
+        out
+    }
+
+    /// The state shared with the rewriter's handlers (made on first use).
+    fn state(&mut self) -> MutexGuard<'_, Shared> {
+        lock(self.shared.get_or_insert_with(Default::default))
     }
 
     /// Keeps the bytes after the start tag of the removed element that is
     /// still open.
     fn hold(&mut self, bytes: &[u8], base: usize, origin: usize) {
-        let dropping = lock(&self.shared).dropping.clone();
+        let dropping = self.state().dropping.clone();
         let Some(d) = dropping else {
             self.held.clear();
             return;
         };
         if self.overflowed == Some(d.generation) {
-            lock(&self.shared).report.dropped_bytes += bytes.len();
+            self.state().report.dropped_bytes += bytes.len();
             return;
         }
         let start = if d.generation != self.held_generation {
@@ -1175,7 +1192,8 @@ impl Pass {
         };
         self.held.extend_from_slice(&bytes[start..]);
         if self.held.len() > self.limits.max_held {
-            lock(&self.shared).report.dropped_bytes += self.held.len();
+            let held = self.held.len();
+            self.state().report.dropped_bytes += held;
             self.held = Vec::new();
             self.overflowed = Some(d.generation);
         }
@@ -1193,21 +1211,24 @@ impl Pass {
         if let Rewriting::Running(rw, _) = std::mem::replace(&mut self.rewriter, Rewriting::Gone)
             && let Err(e) = rw.end()
         {
-            lock(&self.shared).report.degraded = Some(e.to_string());
+            self.state().report.degraded = Some(e.to_string());
         }
-        let mut shared = lock(&self.shared);
         let mut out = early;
-        out.append(&mut shared.out);
-        let mut report = std::mem::take(&mut shared.report);
+        let (mut report, dropping) = match self.shared.take() {
+            Some(shared) => {
+                let mut shared = lock(&shared);
+                out.append(&mut shared.out);
+                (std::mem::take(&mut shared.report), shared.dropping.take())
+            }
+            None => (FilterReport::default(), None),
+        };
         // An elided comment still open at the end is removed as the
         // rewriter removes one at the end of its input.
         report.comments += self.elided_comments + usize::from(self.elision == Elision::Comment);
         report.broken_tags += self.closer.inserted;
         report.escaped += self.closer.escaped;
-        for (name, n) in std::mem::take(&mut self.closer.text_tags) {
-            *report.text_tags.entry(name).or_default() += n;
-        }
-        let again = match &shared.dropping {
+        add_counts(&mut report.text_tags, std::mem::take(&mut self.closer.text_tags));
+        let again = match &dropping {
             Some(d) if self.overflowed != Some(d.generation) => {
                 report.unclosed.push(format!("<{}>", d.name));
                 Some(std::mem::take(&mut self.held))
