@@ -207,6 +207,10 @@ impl FilterReport {
     }
 
     fn merge(&mut self, other: FilterReport) {
+        if other.is_clean() {
+            // Nothing to add (the usual report of a piece of content).
+            return;
+        }
         add_counts(&mut self.removed_elements, other.removed_elements);
         add_counts(&mut self.removed_attributes, other.removed_attributes);
         self.comments += other.comments;
