@@ -78,7 +78,7 @@ pub struct Open {
     /// Canonical tag name.
     pub tag: TagName,
     /// The spelling the model used (the registry's spelling when synthetic).
-    pub raw_tag: String,
+    pub raw_tag: TagName,
     /// Attributes of the opening tag.
     pub attrs: AttrMap,
     /// Whether the parser inserted this open (see the `repair` before it).
@@ -122,7 +122,7 @@ pub struct Element {
     /// Canonical tag name.
     pub tag: TagName,
     /// The spelling the model used (the registry's when synthetic).
-    pub raw_tag: String,
+    pub raw_tag: TagName,
     /// Attributes of the opening tag.
     pub attrs: AttrMap,
     /// The raw inner text as the model wrote it. Merged parts are joined

@@ -204,8 +204,8 @@ async fn aliases_resolve_through_the_registry() {
     let input = b"<think>hm</think><content>c</content><UpdateVariable>[]</UpdateVariable>";
     router.dispatch_all(spindle::parse(Registry::filament(), input)).await;
     drop(router);
-    let think: Vec<_> = think.map(|e| e.raw_tag.clone()).collect().await;
-    let updates: Vec<_> = updates.map(|e| e.raw_tag.clone()).collect().await;
+    let think: Vec<_> = think.map(|e| e.raw_tag.to_string()).collect().await;
+    let updates: Vec<_> = updates.map(|e| e.raw_tag.to_string()).collect().await;
     assert_eq!(think, ["think"]);
     assert_eq!(updates, ["UpdateVariable"]);
     // Without a registry a name matches the canonical tag, ignoring case.

@@ -168,7 +168,7 @@ fn reasoning_content_becomes_a_thought_element() {
     );
     // Thought deltas stream, and ids are unique within the choice.
     let ids: Vec<(u32, String)> =
-        events.iter().filter_map(|e| e.as_element().map(|el| (el.id, el.raw_tag.clone()))).collect();
+        events.iter().filter_map(|e| e.as_element().map(|el| (el.id, el.raw_tag.to_string()))).collect();
     assert_eq!(ids[0], (0, "reasoning_content".into()));
     assert_eq!(ids[1].0, 1);
     let thought_deltas: Vec<String> = events

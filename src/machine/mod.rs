@@ -94,7 +94,7 @@ struct OpenElement {
     /// How the registry reads `tag`'s body (read on every piece of text;
     /// kept beside the tag, which changes only with it).
     body: BodyKind,
-    raw_tag: String,
+    raw_tag: TagName,
     attrs: AttrMap,
     /// Offset of the opening tag (or first text byte).
     start: usize,
@@ -175,6 +175,10 @@ pub(crate) struct Machine {
     registry: Arc<Registry>,
     /// Canonical names, one per tag, shared by all events.
     names: Vec<TagName>,
+    /// The registry's spellings, one per tag (the name's own string when
+    /// they are the same): the raw tag of synthetic opens and of tags
+    /// written as spelled, shared rather than copied per element.
+    spellings: Vec<TagName>,
     limits: MachineLimits,
     state: State,
     lead: LeadCheck,
@@ -206,7 +210,13 @@ enum CallOmit {
 impl Machine {
     /// A machine for one response.
     pub(crate) fn new(registry: Arc<Registry>, limits: MachineLimits) -> Machine {
-        let names = registry.tags().iter().map(|t| TagName::from(t.name.as_str())).collect();
+        let names: Vec<TagName> = registry.tags().iter().map(|t| TagName::from(t.name.as_str())).collect();
+        let spellings = registry
+            .tags()
+            .iter()
+            .zip(&names)
+            .map(|(t, name)| if t.spelling == **name { name.clone() } else { TagName::from(t.spelling.as_str()) })
+            .collect();
         let n = registry.tags().len();
         let fence = if registry.tags().iter().any(|t| is_call_block(t.body)) {
             FenceWatch::Idle { line_start: true }
@@ -216,6 +226,7 @@ impl Machine {
         Machine {
             registry,
             names,
+            spellings,
             limits,
             state: State::Start,
             lead: LeadCheck::Settled,
@@ -283,6 +294,24 @@ impl Machine {
 
     fn name(&self, tag: TagId) -> TagName {
         self.names[tag.index()].clone()
+    }
+
+    /// The registry's spelling of `tag` (how synthetic tags are written).
+    fn spelling(&self, tag: TagId) -> TagName {
+        self.spellings[tag.index()].clone()
+    }
+
+    /// The raw tag of `tag` written as `written`: the shared name or
+    /// spelling when it is written exactly so (almost always), else a copy.
+    fn raw_name(&self, tag: TagId, written: &[u8]) -> TagName {
+        let (name, spelling) = (&self.names[tag.index()], &self.spellings[tag.index()]);
+        if written == name.as_bytes() {
+            name.clone()
+        } else if written == spelling.as_bytes() {
+            spelling.clone()
+        } else {
+            TagName::from(crate::scan::owned_text(written))
+        }
     }
 
     // ----- emitting -----------------------------------------------------
@@ -436,7 +465,7 @@ impl Machine {
 
     // ----- opening and closing -----------------------------------------
 
-    fn open_element(&mut self, tag: TagId, raw_tag: String, attrs: AttrMap, at: usize, opened: Opened) -> OpenElement {
+    fn open_element(&mut self, tag: TagId, raw_tag: TagName, attrs: AttrMap, at: usize, opened: Opened) -> OpenElement {
         let id = self.next_id;
         self.next_id += 1;
         let synthetic = opened != Opened::Tag;
@@ -491,7 +520,7 @@ impl Machine {
         } else {
             self.rewrite_open(tag);
         }
-        Some(self.open_element(tag, spec.spelling.clone(), AttrMap::new(), at, opened))
+        Some(self.open_element(tag, self.spelling(tag), AttrMap::new(), at, opened))
     }
 
     /// Appends inner text to the open element: to its element text (up to
@@ -627,7 +656,7 @@ impl Machine {
     }
 
     /// `<B>` (a registry tag, or a registry special marker) opens.
-    fn on_open(&mut self, tag: TagId, raw_tag: String, attrs: AttrMap, span: Span, raw: &[u8], self_closing: bool) {
+    fn on_open(&mut self, tag: TagId, raw_tag: TagName, attrs: AttrMap, span: Span, raw: &[u8], self_closing: bool) {
         // A call inside an open code block is an example the model shows.
         let omitted_call = self.call_omit == CallOmit::Idle && self.is_call_tag(tag);
         let example = omitted_call && self.inside_code_block();
@@ -969,7 +998,7 @@ impl Machine {
                     .attrs()
                     .map(|a| (crate::scan::owned_text(a.name), crate::scan::decode_entities(a.value)))
                     .collect();
-                let raw_tag = crate::scan::owned_text(tag.name);
+                let raw_tag = self.raw_name(id, tag.name);
                 self.on_open(id, raw_tag, attrs, tag.span, tag.raw, tag.kind == TagKind::SelfClosing);
             }
             TagKind::Close => self.on_close(id, tag.name, tag.span, tag.raw, false),
@@ -988,7 +1017,7 @@ impl Machine {
             }
         }
         match role {
-            MarkerRole::Open => self.on_open(id, crate::scan::owned_text(name), AttrMap::new(), span, raw, false),
+            MarkerRole::Open => self.on_open(id, self.raw_name(id, name), AttrMap::new(), span, raw, false),
             MarkerRole::Close => self.on_close(id, name, span, raw, true),
         }
     }
@@ -1171,7 +1200,7 @@ impl Machine {
         let from = self.registry.tag(el.tag).name.clone();
         el.tag = tag;
         el.body = self.registry.tag(tag).body;
-        el.raw_tag = self.registry.tag(tag).spelling.clone();
+        el.raw_tag = self.spelling(tag);
         self.lead = LeadCheck::Settled;
         self.mark_seen(tag, el.id);
         if let Some(r) = &mut self.rewrite {
@@ -1207,7 +1236,7 @@ impl Machine {
                 {
                     el.tag = t;
                     el.body = spec.body;
-                    el.raw_tag = spec.spelling.clone();
+                    el.raw_tag = self.spellings[t.index()].clone();
                 }
             }
             LeadCheck::Queued { id, mut queue, .. } => {
@@ -1232,7 +1261,7 @@ impl Machine {
                             }
                             Event::Element(e) if e.id == id => {
                                 e.tag = name.clone();
-                                e.raw_tag = spec.spelling.clone();
+                                e.raw_tag = self.spellings[t.index()].clone();
                             }
                             Event::Repair(r) if r.element == Some(id) => r.tag = Some(name.clone()),
                             _ => {}

@@ -151,7 +151,7 @@ struct TextRun {
 #[derive(Debug)]
 struct OpenRun {
     id: u32,
-    raw_tag: String,
+    raw_tag: TagName,
     start: usize,
     text: String,
     truncated: bool,
@@ -172,24 +172,19 @@ impl TextRun {
             None => {
                 let id = *next_id;
                 *next_id += 1;
+                let raw_tag = TagName::from(raw_tag);
                 out.push(
                     self.channel,
                     Event::Open(Open {
                         id,
                         tag: tag.clone(),
-                        raw_tag: raw_tag.to_string(),
+                        raw_tag: raw_tag.clone(),
                         attrs: AttrMap::new(),
                         synthetic: false,
                         at: offset,
                     }),
                 );
-                self.open.insert(OpenRun {
-                    id,
-                    raw_tag: raw_tag.to_string(),
-                    start: offset,
-                    text: String::new(),
-                    truncated: false,
-                })
+                self.open.insert(OpenRun { id, raw_tag, start: offset, text: String::new(), truncated: false })
             }
         };
         out.push(
@@ -471,7 +466,7 @@ impl ToolCalls {
             Event::Open(Open {
                 id: element,
                 tag: shared.tags.tool_call.clone(),
-                raw_tag: f.raw_tag.to_string(),
+                raw_tag: f.raw_tag.into(),
                 attrs,
                 synthetic: false,
                 at: self.offset,
@@ -536,7 +531,7 @@ impl ToolCalls {
             Event::Element(Box::new(Element {
                 id: call.element,
                 tag: tag.clone(),
-                raw_tag: call.raw_tag.to_string(),
+                raw_tag: call.raw_tag.into(),
                 attrs,
                 text: call.args,
                 payload: Value::Object(payload),
