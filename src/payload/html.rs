@@ -1203,9 +1203,12 @@ impl Pass {
         }
     }
 
-    /// Ends the pass: the remaining output, the report, and the content of
-    /// a removed element that was never closed (to filter again).
-    fn end(mut self) -> (Vec<u8>, FilterReport, Option<Vec<u8>>) {
+    /// Ends the pass, adding what it changed to `report`: the remaining
+    /// output, and the content of a removed element that was never closed
+    /// (to filter again). Added in place, not returned: a report of three
+    /// maps costs more to build and drop than content with nothing to
+    /// report costs to end.
+    fn end(mut self, report: &mut FilterReport) -> (Vec<u8>, Option<Vec<u8>>) {
         let mut rest = Vec::new();
         self.closer.finish(&mut rest);
         let mut early = Vec::new();
@@ -1218,13 +1221,14 @@ impl Pass {
             self.state().report.degraded = Some(e.to_string());
         }
         let mut out = early;
-        let (mut report, dropping) = match self.shared.take() {
+        let dropping = match self.shared.take() {
             Some(shared) => {
                 let mut shared = lock(&shared);
                 out.append(&mut shared.out);
-                (std::mem::take(&mut shared.report), shared.dropping.take())
+                report.merge(std::mem::take(&mut shared.report));
+                shared.dropping.take()
             }
-            None => (FilterReport::default(), None),
+            None => None,
         };
         // An elided comment still open at the end is removed as the
         // rewriter removes one at the end of its input.
@@ -1239,7 +1243,7 @@ impl Pass {
             }
             _ => None,
         };
-        (out, report, again)
+        (out, again)
     }
 }
 
@@ -1523,8 +1527,7 @@ impl HtmlFilter {
     fn finish_after(&mut self, mut bytes: Vec<u8>) -> String {
         let mut again = None;
         if let Some(pass) = self.pass.take() {
-            let (out, report, rest) = pass.end();
-            self.report.merge(report);
+            let (out, rest) = pass.end(&mut self.report);
             self.net.push(&out, &mut bytes);
             again = rest;
         }
@@ -1543,8 +1546,7 @@ impl HtmlFilter {
             let mut pass = Pass::new(self.limits, self.bypass);
             let out = pass.write(&rest);
             self.net.push(&out, &mut bytes);
-            let (out, report, next) = pass.end();
-            self.report.merge(report);
+            let (out, next) = pass.end(&mut self.report);
             self.net.push(&out, &mut bytes);
             again = next;
         }

@@ -575,26 +575,30 @@ fn finish_content(state: &mut ContentState, id: u32, tag: &crate::event::TagName
 /// passed the size limit: `html` then covers the part that was kept).
 fn content_payload(el: &Element, body: BodyState, comments: Vec<String>, out: &mut Vec<Event>) -> Payload {
     let mut payload = Payload::none();
-    let (html, report) = match body {
+    let mut filtered = |report: &html::FilterReport| {
+        if !report.is_clean_but_comments() {
+            payload.diagnostics.push(diag(
+                Level::Warning,
+                DiagnosticCode::HtmlFiltered,
+                &format!("content HTML filtered: {}", report.summary()),
+            ));
+        }
+    };
+    let html = match body {
         BodyState::Content(mut state) => {
             finish_content(&mut state, el.id, &el.tag, out);
-            let report = state.filter.take_report();
-            (std::mem::take(&mut state.html), report)
+            // Read in place: the report goes with the filter.
+            filtered(state.filter.report());
+            std::mem::take(&mut state.html)
         }
         // Reclassified into content after streaming as another tag: filter
         // the whole text now.
         BodyState::Plain | BodyState::Attp(_) | BodyState::Call(..) | BodyState::Quiet(_) => {
             let s = html::sanitize(&el.text);
-            (s.html, s.report)
+            filtered(&s.report);
+            s.html
         }
     };
-    if !report.is_clean_but_comments() {
-        payload.diagnostics.push(diag(
-            Level::Warning,
-            DiagnosticCode::HtmlFiltered,
-            &format!("content HTML filtered: {}", report.summary()),
-        ));
-    }
     let comments = Value::Array(comments.into_iter().map(Value::String).collect());
     let mut value = object!([("html", Value::String(html)), ("comments", comments)]);
     if el.truncated
