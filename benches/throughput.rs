@@ -11,6 +11,9 @@
 //! * `dense/*`: markup-dense output (an element every ~160 bytes: status
 //!   bars, choices, variable updates between short content), whole and at
 //!   4 bytes; divide the time by the element count for the cost per element;
+//! * `kinds/*`: the cost per element by kind: pairs of one element of a kind
+//!   and a short content (so that neither merges with its neighbour), whole;
+//!   criterion reports elements per second;
 //! * `hostile/*`: 1 MiB of `<`, an endless attribute, an endless comment,
 //!   `<b>` repeated, next to 1 MiB of prose: within 2x of prose.
 //!
@@ -78,14 +81,17 @@ fn bench_corpus(c: &mut Criterion) {
     g.finish();
 }
 
-/// Markup-dense output: an element every ~160 bytes.
-fn dense(size: usize) -> (Vec<u8>, usize) {
-    let pieces = [
-        "<content>She nods and steps closer to the fire.</content>\n",
-        "<status_bar><hp>41/60</hp><mood>calm</mood></status_bar>\n",
-        "<variable_update>[[\"ADD\", \"player.fear\", -1]]</variable_update>\n",
-        "<choice><option>Ask about the wolves</option><option>Rest</option></choice>\n",
-    ];
+/// The elements of markup-dense output, in the order they repeat.
+const DENSE: [&str; 4] = [
+    "<content>She nods and steps closer to the fire.</content>\n",
+    "<status_bar><hp>41/60</hp><mood>calm</mood></status_bar>\n",
+    "<variable_update>[[\"ADD\", \"player.fear\", -1]]</variable_update>\n",
+    "<choice><option>Ask about the wolves</option><option>Rest</option></choice>\n",
+];
+
+/// `pieces` repeated in order to at least `size` bytes, and how many
+/// elements that is (one per piece).
+fn repeated(pieces: &[&str], size: usize) -> (Vec<u8>, usize) {
     let mut out = String::new();
     let mut n = 0;
     while out.len() < size {
@@ -93,6 +99,11 @@ fn dense(size: usize) -> (Vec<u8>, usize) {
         n += 1;
     }
     (out.into_bytes(), n)
+}
+
+/// Markup-dense output: an element every ~160 bytes.
+fn dense(size: usize) -> (Vec<u8>, usize) {
+    repeated(&DENSE, size)
 }
 
 fn bench_dense(c: &mut Criterion) {
@@ -103,6 +114,30 @@ fn bench_dense(c: &mut Criterion) {
     g.sample_size(10);
     g.bench_function("whole", |b| b.iter(|| parse(&registry, black_box(&input), input.len())));
     g.bench_function("chunk4", |b| b.iter(|| parse(&registry, black_box(&input), 4)));
+    g.finish();
+}
+
+fn bench_kinds(c: &mut Criterion) {
+    let registry = Arc::new(Registry::filament());
+    let content = DENSE[0];
+    let kinds = [
+        ("thought", "<thought>She nods and steps closer to the fire.</thought>\n"),
+        ("status_bar", DENSE[1]),
+        ("variable_update", DENSE[2]),
+        ("choice", DENSE[3]),
+        // Content whose markup needs the HTML rewriter (an attribute to
+        // check), after a plain thought.
+        ("content_rewritten", "<thought>She nods.</thought>\n"),
+    ];
+    let styled = "<content>She nods and <span style=\"color: #c00\">steps</span> closer.</content>\n";
+    let mut g = c.benchmark_group("kinds");
+    g.sample_size(10);
+    for (name, element) in kinds {
+        let second = if name == "content_rewritten" { styled } else { content };
+        let (input, elements) = repeated(&[element, second], 256 << 10);
+        g.throughput(Throughput::Elements(elements as u64));
+        g.bench_function(name, |b| b.iter(|| parse(&registry, black_box(&input), input.len())));
+    }
     g.finish();
 }
 
@@ -197,5 +232,5 @@ fn bench_naive(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_corpus, bench_dense, bench_hostile, bench_scaling, bench_naive);
+criterion_group!(benches, bench_corpus, bench_dense, bench_kinds, bench_hostile, bench_scaling, bench_naive);
 criterion_main!(benches);
