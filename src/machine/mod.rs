@@ -1236,6 +1236,7 @@ impl Machine {
                 {
                     el.tag = t;
                     el.body = spec.body;
+                    // By field: `self.state` is borrowed here.
                     el.raw_tag = self.spellings[t.index()].clone();
                 }
             }
@@ -1251,6 +1252,7 @@ impl Machine {
                         });
                     }
                     let name = self.name(t);
+                    let spelling = self.spelling(t);
                     let from = reg.lead().map(|l| reg.tag(l).name.clone());
                     let mut at = 0;
                     for ev in &mut queue {
@@ -1261,7 +1263,7 @@ impl Machine {
                             }
                             Event::Element(e) if e.id == id => {
                                 e.tag = name.clone();
-                                e.raw_tag = self.spellings[t.index()].clone();
+                                e.raw_tag = spelling.clone();
                             }
                             Event::Repair(r) if r.element == Some(id) => r.tag = Some(name.clone()),
                             _ => {}
