@@ -43,7 +43,7 @@
 //! ```
 
 use super::net::{HTML_ELEMENTS, Net};
-use super::style::{StyleVerdict, filter_style};
+use super::style::{StyleVerdict, filter_style, style_is_safe};
 use crate::scan::{find_byte, find_byte3, run_of};
 use lol_html::html_content::{ContentType, TextType};
 use lol_html::send::{HtmlRewriter, Settings};
@@ -538,12 +538,18 @@ impl TagCloser {
         if !is_html_element(name) {
             return None;
         }
+        self.ended(name, end_tag);
+        Some(len)
+    }
+
+    /// The state after a whole tag of the HTML element `name` (lower
+    /// case): what the steps through it would leave.
+    fn ended(&mut self, name: &[u8], end_tag: bool) {
         self.name.clear();
         self.name.extend_from_slice(name);
         self.end_tag = end_tag;
         self.long_name = false;
         self.tag_end();
-        Some(len)
     }
 
     /// The name of the tag being read is complete: an HTML element keeps
@@ -831,8 +837,8 @@ enum Rewriting {
     Gone,
 }
 
-/// Whether a [`Pass`] may let runs of text and balanced, attribute-free
-/// kept tags bypass the rewriter (see [`Pass::balanced_run`]). Only the
+/// Whether a [`Pass`] may let runs of text and balanced kept tags that
+/// need no change bypass the rewriter (see [`Pass::balanced_run`]). Only the
 /// tests turn it off, to compare the two.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Bypass {
@@ -869,12 +875,56 @@ fn kept_tag(bytes: &[u8]) -> Option<(usize, bool, usize)> {
     Some((kept, end_tag, len))
 }
 
+/// The index of `span` in [`KEPT`].
+const SPAN: usize = 7;
+const _: () = assert!(matches!(KEPT[SPAN].as_bytes(), b"span"));
+
+/// Longest style value [`styled_span`] reads (a longer one goes to the
+/// rewriter; the look ahead stays bounded).
+const MAX_RUN_STYLE: usize = 512;
+
+/// The length of a `<span style="…">` start tag at the start of `bytes`
+/// that the rewriter would pass byte for byte: one `style` attribute,
+/// quoted, with no space around `=`, whose value has a declaration, no `&`
+/// (so no entity to decode) and only safe declarations written plainly
+/// ([`style_is_safe`]). For such a value [`filter_style`] keeps the
+/// attribute as written, and so does the element handler: the tag is
+/// markup a run may carry past the rewriter. Anything else (`<span
+/// title=…>`, an unsafe or encoded style, two attributes) is left to it.
+fn styled_span(bytes: &[u8]) -> Option<usize> {
+    const OPEN: &[u8] = b"<span style=";
+    if !bytes.get(..OPEN.len())?.eq_ignore_ascii_case(OPEN) {
+        return None;
+    }
+    let quote = *bytes.get(OPEN.len())?;
+    if quote != b'"' && quote != b'\'' {
+        return None;
+    }
+    let from = OPEN.len() + 1;
+    let rest = bytes.get(from..)?;
+    let len = find_byte(quote, &rest[..rest.len().min(MAX_RUN_STYLE)])?;
+    if rest.get(len + 1) != Some(&b'>') {
+        return None;
+    }
+    let value = std::str::from_utf8(&rest[..len]).ok()?;
+    let declares = value.split(';').any(|d| !d.trim().is_empty());
+    (declares && style_is_safe(value)).then_some(from + len + 2)
+}
+
+/// A tag a bypassing run may carry: an attribute-free kept tag
+/// ([`kept_tag`]) or a safely styled span start tag ([`styled_span`]).
+/// The kept element (its index in [`KEPT`]), whether it is an end tag,
+/// and the tag's length.
+fn run_tag(bytes: &[u8]) -> Option<(usize, bool, usize)> {
+    kept_tag(bytes).or_else(|| styled_span(bytes).map(|len| (SPAN, false, len)))
+}
+
 /// Most `<` [`next_run_start`] looks at before it gives up (markup dense
 /// with other tags, or a flood of `<`, goes to the rewriter whole).
 const MAX_RUN_STARTS_SEEN: usize = 8;
 
 /// The offset of the next place at or after `from` where a bypassing run
-/// may begin: an attribute-free kept start tag after text (one right after
+/// may begin: a kept start tag a run may carry ([`run_tag`]) after text (one right after
 /// another tag belongs to the markup the rewriter is reading, as in a
 /// flood of `<b>`), if any among the next few `<`.
 fn next_run_start(bytes: &[u8], from: usize) -> Option<usize> {
@@ -882,7 +932,7 @@ fn next_run_start(bytes: &[u8], from: usize) -> Option<usize> {
     for _ in 0..MAX_RUN_STARTS_SEEN {
         let lt = bytes.get(at..).and_then(|rest| find_byte(b'<', rest))?;
         at += lt;
-        if at > 0 && bytes[at - 1] != b'>' && matches!(kept_tag(&bytes[at..]), Some((_, false, _))) {
+        if at > 0 && bytes[at - 1] != b'>' && matches!(run_tag(&bytes[at..]), Some((_, false, _))) {
             return Some(at);
         }
         at += 1;
@@ -1067,21 +1117,23 @@ impl Pass {
     /// rewriter, and how far it looked (at least the run; no run begins
     /// before that).
     ///
-    /// The run is text without a stop byte and attribute-free tags of kept
-    /// elements (`<b>`, `</i>`, `<br>`), ending where every element it
-    /// opened is closed again and no end tag reached outside it. The
-    /// rewriter would pass such a run byte for byte: the element handler
-    /// changes nothing on a kept element without attributes, text in the
-    /// data state is copied, and no removed element is open (settled). Its
-    /// state would not change either: the run pushes and pops the same
-    /// elements on its open-element stack (so no later end tag finds a
-    /// different element there), and it ends in the data state, holding
-    /// nothing. The tag closer is left as its steps would leave it.
+    /// The run is text without a stop byte and tags of kept elements that
+    /// need no change ([`run_tag`]: `<b>`, `</i>`, `<br>`, `<span
+    /// style="color: red">`), ending where every element it opened is
+    /// closed again and no end tag reached outside it. The rewriter would
+    /// pass such a run byte for byte: the element handler changes nothing
+    /// on a kept element without attributes or with a style it keeps as
+    /// written, text in the data state is copied, and no removed element
+    /// is open (settled). Its state would not change either: the run
+    /// pushes and pops the same elements on its open-element stack (so no
+    /// later end tag finds a different element there), and it ends in the
+    /// data state, holding nothing. The tag closer is left as its steps
+    /// would leave it.
     fn balanced_run(&mut self, bytes: &[u8], stops: RunStops) -> (usize, usize) {
         self.run_open.clear();
         let mut i = 0;
         let mut balanced = 0;
-        // The start of the last tag within `balanced`.
+        // The last tag within `balanced`.
         let mut last_tag = None;
         loop {
             let stop = match stops {
@@ -1102,7 +1154,7 @@ impl Pass {
             if bytes[i] != b'<' {
                 break;
             }
-            let Some((kept, end_tag, len)) = kept_tag(&bytes[i..]) else { break };
+            let Some((kept, end_tag, len)) = run_tag(&bytes[i..]) else { break };
             if end_tag {
                 // As the rewriter's stack pops: up to the innermost element
                 // of that name; one opened before the run ends the run.
@@ -1117,16 +1169,15 @@ impl Pass {
                 }
                 self.run_open.push(kept);
             }
-            let tag = i;
             i += len;
             if self.run_open.is_empty() {
                 balanced = i;
-                last_tag = Some(tag);
+                last_tag = Some((kept, end_tag));
             }
         }
-        if let Some(tag) = last_tag {
+        if let Some((kept, end_tag)) = last_tag {
             // The closer's state after that tag (its steps would end it).
-            let _ = self.closer.simple_tag(&bytes[tag..]);
+            self.closer.ended(KEPT[kept].as_bytes(), end_tag);
         }
         (balanced, i)
     }
@@ -1777,8 +1828,20 @@ mod tests {
         let table: &[(&str, &str)] = &[
             // Never a rewriter: every tag is a balanced kept tag.
             ("a <b>b</b> <i><em>c</em></i><br>d", "a <b>b</b> <i><em>c</em></i><br>d"),
-            // A run that does not balance goes through the rewriter.
+            // Spans whose style is kept as written are carried too.
             ("<b>x <span style=\"color: red\">y</span></b>", "<b>x <span style=\"color: red\">y</span></b>"),
+            (
+                "a <SPAN STYLE='font-family: \"Noto Serif\"'>b</span>",
+                "a <SPAN STYLE='font-family: \"Noto Serif\"'>b</span>",
+            ),
+            // Other styles and attributes go through the rewriter.
+            ("a <span style=\"color: red; position: fixed\">b</span>", "a <span style=\"color: red\">b</span>"),
+            ("a <span style=\"color: &#114;ed\">b</span>", "a <span style=\"color: red\">b</span>"),
+            ("a <span style=\" ; \">b</span>", "a <span>b</span>"),
+            ("a <span style=\"color: red\" title=t>b</span>", "a <span style=\"color: red\">b</span>"),
+            ("a <span style=color:red>b</span>", "a <span style=color:red>b</span>"),
+            // A run that does not balance goes through the rewriter.
+            ("<b>x <span style=\"color: red\">y</b>", "<b>x <span style=\"color: red\">y</b>"),
             // An end tag of an element opened before the run.
             ("<span title=t><b>x</b></span>z", "<span><b>x</b></span>z"),
             // A removed element open around kept tags.
@@ -1807,6 +1870,42 @@ mod tests {
         assert_eq!((out.as_str(), report.comments), ("ac", 1));
     }
 
+    #[test]
+    fn styled_role_play_markup_builds_no_rewriter() {
+        let text = "<span style=\"color: #c00\">She nods</span> and <b>steps</b> closer.<br>\
+                    <span style='font-style: italic; color: rgb(90, 90, 90)'>(quietly)</span>";
+        for chunk in [usize::MAX, 1, 7] {
+            let mut f = HtmlFilter::new();
+            let mut out = String::new();
+            let mut start = 0;
+            while start < text.len() {
+                let end = (start + chunk).min(text.len());
+                out.push_str(&f.push(&text[start..end]));
+                start = end;
+            }
+            let built = f.pass.as_ref().is_some_and(|p| !matches!(p.rewriter, Rewriting::Waiting));
+            out.push_str(&f.finish());
+            if chunk == usize::MAX {
+                assert!(!built, "a whole styled run needs no rewriter");
+            }
+            assert_eq!(out, text, "at {chunk}");
+            assert!(f.report().is_clean(), "at {chunk}");
+        }
+        assert_eq!(styled_span(b"<span style=\"color: red\">"), Some(25));
+        for tag in [
+            "<span style=\"\">",
+            "<span style=\"color: red\"",
+            "<span style=\"color: red\" >",
+            "<span style = \"color: red\">",
+            "<span style=\"color: url(x)\">",
+            "<span style=\"color: &quot;\">",
+            "<span style=\"color: red'>",
+            "<spanx style=\"color: red\">",
+        ] {
+            assert_eq!(styled_span(tag.as_bytes()), None, "{tag}");
+        }
+    }
+
     proptest! {
         /// Balanced runs that bypass the rewriter change nothing: the same
         /// output and report as a filter that feeds every byte to it, at
@@ -1824,6 +1923,10 @@ mod tests {
                 Just("<!-->"), Just("<!--->"), Just("--!>"), Just("<!--<!-->"), Just("<!DOCTYPE x \">\">"),
                 Just("<?x>"), Just("</>"), Just("<![CDATA["), Just("]]>"), Just("<foreignObject>"),
                 Just("<noscript>"), Just("<xmp>"), Just("</xmp>"), Just("<b x='>'>"), Just("-"), Just("!"),
+                Just("<SPAN STYLE='font-family: \"x y\", serif'>"), Just("<span style=\"color: url(x)\">"),
+                Just("<span style=\"color: &#114;ed\">"), Just("<span style=\" ; \">"), Just("<span style=\""),
+                Just("<span style='color: red; position: fixed'>"), Just("<span style=\"font-size: 1.2em\" id=x>"),
+                Just("color: red\">"), Just("'"), Just("<span style=\"color:red;\">"),
             ], 0..28),
             chunk in prop_oneof![1usize..12, 60usize..200],
         ) {
