@@ -838,7 +838,7 @@ enum Rewriting {
 }
 
 /// Whether a [`Pass`] may let runs of text and balanced kept tags that
-/// need no change bypass the rewriter (see [`Pass::balanced_run`]). Only the
+/// need no change bypass the rewriter (see [`Pass::run`]). Only the
 /// tests turn it off, to compare the two.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Bypass {
@@ -919,6 +919,39 @@ fn run_tag(bytes: &[u8]) -> Option<(usize, bool, usize)> {
     kept_tag(bytes).or_else(|| styled_span(bytes).map(|len| (SPAN, false, len)))
 }
 
+/// Whether `bytes`, to their end, may be the start of a tag a run carries
+/// ([`run_tag`]) or of a comment, not yet complete: `<`, `</b`, `<span
+/// sty`, `<span style="color: r`, `<!-`.
+fn run_tag_prefix(bytes: &[u8]) -> bool {
+    const STYLED: &[u8] = b"<span style=";
+    let is_prefix = |whole: &[u8]| bytes.len() < whole.len() && whole[..bytes.len()].eq_ignore_ascii_case(bytes);
+    if bytes.first() != Some(&b'<') || bytes.len() > STYLED.len() + 2 + MAX_RUN_STYLE {
+        return false;
+    }
+    if is_prefix(b"<!--") {
+        return true;
+    }
+    // `<`, `</`, then (part of) a kept name, with no `>` yet.
+    let name = bytes.get(1 + usize::from(bytes.get(1) == Some(&b'/'))..).unwrap_or_default();
+    if KEPT.iter().any(|k| name.len() <= k.len() && k.as_bytes()[..name.len()].eq_ignore_ascii_case(name)) {
+        return true;
+    }
+    if bytes.len() <= STYLED.len() {
+        return is_prefix(STYLED) || bytes.eq_ignore_ascii_case(STYLED);
+    }
+    let (head, value) = bytes.split_at(STYLED.len());
+    if !head.eq_ignore_ascii_case(STYLED) {
+        return false;
+    }
+    // A quote, the value, and perhaps its closing quote, with no `>` yet.
+    match value.split_first() {
+        Some((&quote, value)) if quote == b'"' || quote == b'\'' => {
+            find_byte(quote, value).is_none_or(|at| at + 1 == value.len())
+        }
+        _ => false,
+    }
+}
+
 /// Most `<` [`next_run_start`] looks at before it gives up (markup dense
 /// with other tags, or a flood of `<`, goes to the rewriter whole).
 const MAX_RUN_STARTS_SEEN: usize = 8;
@@ -932,7 +965,10 @@ fn next_run_start(bytes: &[u8], from: usize) -> Option<usize> {
     for _ in 0..MAX_RUN_STARTS_SEEN {
         let lt = bytes.get(at..).and_then(|rest| find_byte(b'<', rest))?;
         at += lt;
-        if at > 0 && bytes[at - 1] != b'>' && matches!(run_tag(&bytes[at..]), Some((_, false, _))) {
+        if at > 0
+            && bytes[at - 1] != b'>'
+            && (matches!(run_tag(&bytes[at..]), Some((_, false, _))) || run_tag_prefix(&bytes[at..]))
+        {
             return Some(at);
         }
         at += 1;
@@ -958,9 +994,15 @@ struct Pass {
     elision: Elision,
     /// Comments removed here without the rewriter.
     elided_comments: usize,
-    /// The kept elements open in the run being looked at
-    /// ([`Pass::balanced_run`]), as indices into [`KEPT`]; reused.
-    run_open: Vec<usize>,
+    /// The kept elements that runs opened past the rewriter and that are
+    /// still open, innermost last ([`Pass::run`]): each as its index in
+    /// [`KEPT`] and where its start tag begins in [`Pass::unseen`].
+    run_open: Vec<(usize, usize)>,
+    /// Their start tags, as written.
+    unseen: Vec<u8>,
+    /// The start of a tag a run could carry, incomplete at the end of the
+    /// last write.
+    partial: Vec<u8>,
     rewriter: Rewriting,
     /// The rewriter's output and report, made with the rewriter: content
     /// whose markup never needs one (most) allocates and locks nothing.
@@ -991,6 +1033,8 @@ impl Pass {
             elision: Elision::None,
             elided_comments: 0,
             run_open: Vec::new(),
+            unseen: Vec::new(),
+            partial: Vec::new(),
             rewriter: Rewriting::Waiting,
             shared: None,
             limits,
@@ -1004,22 +1048,37 @@ impl Pass {
 
     /// Feeds bytes; returns the allowlisted output so far.
     ///
-    /// Runs that the rewriter would pass unchanged and leave as it found
-    /// them (see [`Pass::balanced_run`]) bypass it; the rest goes through
-    /// the tag closer and the rewriter, up to where such a run may begin
-    /// again.
+    /// Runs that the rewriter would pass unchanged (see [`Pass::run`])
+    /// bypass it; the rest goes through the tag closer and the rewriter, up
+    /// to where such a run may begin again. A tag a run could carry that
+    /// is not complete at the end of `bytes` is held until the next write
+    /// shows what it is (the rewriter would hold it too).
+    #[inline]
     fn write<'a>(&mut self, bytes: &'a [u8]) -> Cow<'a, [u8]> {
-        // The common delta, plain text: one search.
-        let plain = match self.run_stops() {
-            Some(RunStops::Lt) => find_byte(b'<', bytes).is_none(),
-            Some(RunStops::LtGtAmp) => find_byte3(b'<', b'>', b'&', bytes).is_none(),
-            None => false,
-        };
-        if plain {
-            self.bypassed(bytes.len());
-            return Cow::Borrowed(bytes);
+        if self.partial.is_empty() {
+            // The common delta, plain text: one search.
+            let plain = match self.run_stops() {
+                Some(RunStops::Lt) => find_byte(b'<', bytes).is_none(),
+                Some(RunStops::LtGtAmp) => find_byte3(b'<', b'>', b'&', bytes).is_none(),
+                None => false,
+            };
+            if plain {
+                self.bypassed(bytes.len());
+                return Cow::Borrowed(bytes);
+            }
+            return self.write_markup(bytes);
         }
-        let mut out = Vec::new();
+        let mut joined = std::mem::take(&mut self.partial);
+        joined.extend_from_slice(bytes);
+        Cow::Owned(self.write_markup(&joined).into_owned())
+    }
+
+    /// [`Pass::write`] of bytes that may hold markup, with nothing held
+    /// from before.
+    fn write_markup<'a>(&mut self, bytes: &'a [u8]) -> Cow<'a, [u8]> {
+        // The output: the input itself while only runs from its start have
+        // passed.
+        let mut out = Cow::Borrowed(&bytes[..0]);
         let mut i = 0;
         while i < bytes.len() {
             let rest = &bytes[i..];
@@ -1039,32 +1098,36 @@ impl Pass {
                 i += 4;
                 continue;
             }
-            let (run, looked) = match stops {
-                Some(stops) => self.balanced_run(rest, stops),
-                None => (0, 0),
+            let run = match stops {
+                Some(stops) => self.run(rest, stops),
+                None => 0,
             };
             if run > 0 {
                 self.bypassed(run);
-                if run == bytes.len() {
-                    return Cow::Borrowed(bytes);
+                match &mut out {
+                    Cow::Borrowed(passed) if passed.len() == i => *passed = &bytes[..i + run],
+                    out => out.to_mut().extend_from_slice(&rest[..run]),
                 }
-                out.extend_from_slice(&rest[..run]);
                 i += run;
                 continue;
             }
-            // Through the rewriter: what was looked at, and on to the next
-            // place a run may begin.
-            let end = next_run_start(rest, looked.max(1)).unwrap_or(rest.len());
+            if stops.is_some() && run_tag_prefix(rest) {
+                // The end of the input, and perhaps a tag a run carries.
+                self.partial.extend_from_slice(rest);
+                break;
+            }
+            // Through the rewriter, on to the next place a run may begin.
+            let end = next_run_start(rest, 1).unwrap_or(rest.len());
             let mut closed = Vec::new();
             self.closer.transform(&rest[..end], &mut closed);
             let filtered = self.write_closed(closed);
-            if end == bytes.len() {
+            if i == 0 && end == bytes.len() {
                 return Cow::Owned(filtered);
             }
-            out.extend_from_slice(&filtered);
+            out.to_mut().extend_from_slice(&filtered);
             i += end;
         }
-        Cow::Owned(out)
+        out
     }
 
     /// Reads an elided comment's bytes (the closer's comment states) up to
@@ -1114,26 +1177,22 @@ impl Pass {
     }
 
     /// The length of the run at the start of `bytes` that may bypass the
-    /// rewriter, and how far it looked (at least the run; no run begins
-    /// before that).
+    /// rewriter.
     ///
     /// The run is text without a stop byte and tags of kept elements that
     /// need no change ([`run_tag`]: `<b>`, `</i>`, `<br>`, `<span
-    /// style="color: red">`), ending where every element it opened is
-    /// closed again and no end tag reached outside it. The rewriter would
-    /// pass such a run byte for byte: the element handler changes nothing
-    /// on a kept element without attributes or with a style it keeps as
-    /// written, text in the data state is copied, and no removed element
-    /// is open (settled). Its state would not change either: the run
-    /// pushes and pops the same elements on its open-element stack (so no
-    /// later end tag finds a different element there), and it ends in the
-    /// data state, holding nothing. The tag closer is left as its steps
-    /// would leave it.
-    fn balanced_run(&mut self, bytes: &[u8], stops: RunStops) -> (usize, usize) {
-        self.run_open.clear();
+    /// style="color: red">`), in which an end tag only closes an element a
+    /// run opened. The rewriter would pass such a run byte for byte: the
+    /// element handler changes nothing on a kept element without
+    /// attributes or with a style it keeps as written, text in the data
+    /// state is copied, and no removed element is open (settled). What it
+    /// would remember of the run is the elements left open on its stack
+    /// (so that a later end tag finds them there): their start tags are
+    /// kept in [`Pass::unseen`] and shown to it before its next input
+    /// ([`Pass::reveal_unseen`]). The run ends in the data state, holding
+    /// nothing, and the tag closer is left as its steps would leave it.
+    fn run(&mut self, bytes: &[u8], stops: RunStops) -> usize {
         let mut i = 0;
-        let mut balanced = 0;
-        // The last tag within `balanced`.
         let mut last_tag = None;
         loop {
             let stop = match stops {
@@ -1142,44 +1201,61 @@ impl Pass {
             };
             let Some(at) = stop else {
                 i = bytes.len();
-                if self.run_open.is_empty() {
-                    balanced = i;
-                }
                 break;
             };
             i += at;
-            if self.run_open.is_empty() {
-                balanced = i;
-            }
             if bytes[i] != b'<' {
                 break;
             }
             let Some((kept, end_tag, len)) = run_tag(&bytes[i..]) else { break };
             if end_tag {
                 // As the rewriter's stack pops: up to the innermost element
-                // of that name; one opened before the run ends the run.
-                let Some(open) = self.run_open.iter().rposition(|&k| k == kept) else { break };
+                // of that name; one it has seen ends the run.
+                let Some(open) = self.run_open.iter().rposition(|&(k, _)| k == kept) else { break };
+                self.unseen.truncate(self.run_open[open].1);
                 self.run_open.truncate(open);
             } else if !KEPT_VOID.contains(&KEPT[kept]) {
                 if self.run_open.len() == MAX_RUN_DEPTH {
-                    // A flood of start tags: the rest goes to the rewriter
-                    // without another look.
-                    i = bytes.len();
+                    // A flood of start tags: the rest goes to the rewriter.
                     break;
                 }
-                self.run_open.push(kept);
+                self.run_open.push((kept, self.unseen.len()));
+                self.unseen.extend_from_slice(&bytes[i..i + len]);
             }
             i += len;
-            if self.run_open.is_empty() {
-                balanced = i;
-                last_tag = Some((kept, end_tag));
-            }
+            last_tag = Some((kept, end_tag));
         }
         if let Some((kept, end_tag)) = last_tag {
             // The closer's state after that tag (its steps would end it).
             self.closer.ended(KEPT[kept].as_bytes(), end_tag);
         }
-        (balanced, i)
+        i
+    }
+
+    /// Shows the rewriter the start tags of the elements that runs opened
+    /// past it and left open, so that its stack is what it would be had it
+    /// read them; it passes them unchanged, and that output was written
+    /// already, so it is dropped.
+    fn reveal_unseen(&mut self) {
+        if self.run_open.is_empty() {
+            return;
+        }
+        let Rewriting::Running(rw, origin) = &mut self.rewriter else { return };
+        let shared = self.shared.get_or_insert_with(Default::default);
+        let before = lock(shared).out.len();
+        let wrote = rw.write(&self.unseen);
+        // Its source locations count the tags it read now.
+        *origin = origin.saturating_sub(self.unseen.len());
+        let mut state = lock(shared);
+        debug_assert!(wrote.is_err() || state.out[before..] == self.unseen[..], "kept tags pass unchanged");
+        state.out.truncate(before);
+        if let Err(e) = wrote {
+            state.report.degraded = Some(e.to_string());
+            drop(state);
+            self.rewriter = Rewriting::Gone;
+        }
+        self.run_open.clear();
+        self.unseen.clear();
     }
 
     /// Feeds bytes that went through the [`TagCloser`].
@@ -1194,6 +1270,7 @@ impl Pass {
             let rewriter = build_rewriter(self.shared.get_or_insert_with(Default::default), self.limits);
             self.rewriter = Rewriting::Running(Box::new(rewriter), base);
         }
+        self.reveal_unseen();
         let origin = match &mut self.rewriter {
             Rewriting::Running(rw, origin) => {
                 // Room for the output at once (it is about as long as the
@@ -1261,6 +1338,9 @@ impl Pass {
     /// report costs to end.
     fn end(mut self, report: &mut FilterReport) -> (Vec<u8>, Option<Vec<u8>>) {
         let mut rest = Vec::new();
+        // A held tag start never completed: markup for the rewriter.
+        let partial = std::mem::take(&mut self.partial);
+        self.closer.transform(&partial, &mut rest);
         self.closer.finish(&mut rest);
         let mut early = Vec::new();
         if !rest.is_empty() {
@@ -1530,7 +1610,10 @@ impl HtmlFilter {
     pub fn push_in_place(&mut self, text: &mut String) {
         let passed = self.allowlist(text.as_bytes());
         // The common delta: both passes leave it as it is.
-        if matches!(passed, Cow::Borrowed(_)) && self.tail.is_empty() && self.net.pass_whole(text.as_bytes()) {
+        if matches!(passed, Cow::Borrowed(b) if b.len() == text.len())
+            && self.tail.is_empty()
+            && self.net.pass_whole(text.as_bytes())
+        {
             return;
         }
         let mut scratch = std::mem::take(&mut self.scratch);
@@ -1840,8 +1923,11 @@ mod tests {
             ("a <span style=\" ; \">b</span>", "a <span>b</span>"),
             ("a <span style=\"color: red\" title=t>b</span>", "a <span style=\"color: red\">b</span>"),
             ("a <span style=color:red>b</span>", "a <span style=color:red>b</span>"),
-            // A run that does not balance goes through the rewriter.
+            // Elements a run leaves open are shown to the rewriter before
+            // what follows: its stack holds them, as if it had read them.
             ("<b>x <span style=\"color: red\">y</b>", "<b>x <span style=\"color: red\">y</b>"),
+            ("<b>a<svg>c</b>d</svg>e", "<b>ad&#8203;e"),
+            ("<span style=\"color: red\">a<p>b</span>c</p>", "<span style=\"color: red\">abc&#8203;"),
             // An end tag of an element opened before the run.
             ("<span title=t><b>x</b></span>z", "<span><b>x</b></span>z"),
             // A removed element open around kept tags.
@@ -1885,9 +1971,7 @@ mod tests {
             }
             let built = f.pass.as_ref().is_some_and(|p| !matches!(p.rewriter, Rewriting::Waiting));
             out.push_str(&f.finish());
-            if chunk == usize::MAX {
-                assert!(!built, "a whole styled run needs no rewriter");
-            }
+            assert!(!built, "styled role-play markup needs no rewriter, at {chunk}");
             assert_eq!(out, text, "at {chunk}");
             assert!(f.report().is_clean(), "at {chunk}");
         }
