@@ -1956,6 +1956,31 @@ mod tests {
         assert_eq!((out.as_str(), report.comments), ("ac", 1));
     }
 
+    /// The bundled transcripts, whole and at two splits: the bypass gives
+    /// the output and report of the rewriter alone, on real role-play
+    /// markup.
+    #[test]
+    fn the_bypass_changes_nothing_on_the_transcripts() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut files = 0;
+        for dir in ["corpora", "tests/data"] {
+            let Ok(entries) = std::fs::read_dir(root.join(dir)) else { continue };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                let Ok(text) = std::fs::read_to_string(&path) else { continue };
+                if !text.contains('<') {
+                    continue;
+                }
+                files += 1;
+                for chunk in [usize::MAX, 3, 61] {
+                    let want = filter_by(Bypass::Never, &text, chunk);
+                    assert_eq!(filter_by(Bypass::Runs, &text, chunk), want, "{} at {chunk}", path.display());
+                }
+            }
+        }
+        assert!(files > 50, "only {files} transcripts found");
+    }
+
     #[test]
     fn styled_role_play_markup_builds_no_rewriter() {
         let text = "<span style=\"color: #c00\">She nods</span> and <b>steps</b> closer.<br>\
