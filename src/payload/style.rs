@@ -56,7 +56,9 @@ pub(crate) fn filter_style(raw: &str) -> StyleVerdict {
             continue;
         }
         match safe_declaration(decl) {
-            Some((prop, value)) => kept.push(format!("{prop}: {}", value.replace('"', "'"))),
+            Some((prop, value)) => {
+                kept.push(format!("{}: {}", prop.to_ascii_lowercase(), value.replace('"', "'")));
+            }
             None => changed = true,
         }
     }
@@ -70,53 +72,61 @@ pub(crate) fn filter_style(raw: &str) -> StyleVerdict {
 }
 
 /// Whether a raw style value, as it will be sent, is entirely safe (used by
-/// the final safety net on the filtered output).
+/// the final safety net on the filtered output, and by the HTML filter to
+/// let a span keep its style without the rewriter). It allocates nothing.
 pub(crate) fn style_is_safe(raw: &str) -> bool {
     !raw.contains(['&', '\\', '<', '>'])
         && raw.split(';').filter(|d| !d.trim().is_empty()).all(|d| safe_declaration(d).is_some())
 }
 
 /// A declaration `prop: value` whose property is allowed and whose value is
-/// plain: returns the lower-cased property and the trimmed value.
-fn safe_declaration(decl: &str) -> Option<(String, &str)> {
+/// plain: returns the property (trimmed, as written) and the trimmed value.
+fn safe_declaration(decl: &str) -> Option<(&str, &str)> {
     let (prop, value) = decl.split_once(':')?;
-    let prop = prop.trim().to_ascii_lowercase();
+    let prop = prop.trim();
     let value = value.trim();
-    if !SAFE_PROPERTIES.contains(&prop.as_str()) || !safe_value(&prop, value) {
+    if !SAFE_PROPERTIES.iter().any(|p| p.eq_ignore_ascii_case(prop)) || !safe_value(prop, value) {
         return None;
     }
     Some((prop, value))
 }
 
+/// Whether `hay` contains `needle` (lower case), ignoring ASCII case.
+fn contains_ignore_case(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w.eq_ignore_ascii_case(needle))
+}
+
 /// Letters, digits, `#`, `%`, `.`, `,`, `-`, `+`, spaces, `!important`,
 /// colour functions; quotes and non-ASCII letters in `font-family` only.
-/// No `url(`, `expression(`, escapes, comments or `:`.
+/// No `url(`, `expression(`, escapes, comments or `:`. ASCII case is
+/// ignored throughout (compared in place: a value is judged once per styled
+/// span, so it allocates nothing).
 fn safe_value(prop: &str, value: &str) -> bool {
     if value.is_empty() || value.len() > 200 {
         return false;
     }
-    let lower = value.to_ascii_lowercase();
+    let bytes = value.as_bytes();
     if ["expression", "url", "javascript", "vbscript", "behavior", "binding", "/*"]
         .iter()
-        .any(|bad| lower.contains(bad))
+        .any(|bad| contains_ignore_case(bytes, bad.as_bytes()))
     {
         return false;
     }
-    let family = prop == "font-family";
-    let bytes = lower.as_bytes();
+    let family = prop.eq_ignore_ascii_case("font-family");
     let mut in_function = false;
-    for (i, c) in lower.char_indices() {
-        let ok = match c {
+    for (i, c) in value.char_indices() {
+        let ok = match c.to_ascii_lowercase() {
             'a'..='z' | '0'..='9' | ' ' | '#' | '%' | '.' | ',' | '-' | '+' => true,
             '\'' | '"' => family,
-            '!' => lower[i..].starts_with("!important"),
+            '!' => bytes.get(i..i + 10).is_some_and(|w| w.eq_ignore_ascii_case(b"!important")),
             '(' => {
-                let ident_start = lower[..i]
+                let ident_start = value[..i]
                     .char_indices()
                     .rev()
                     .find(|(_, ch)| !ch.is_ascii_alphabetic())
                     .map_or(0, |(p, ch)| p + ch.len_utf8());
-                let ok = !in_function && SAFE_FUNCTIONS.contains(&&lower[ident_start..i]);
+                let ident = &value[ident_start..i];
+                let ok = !in_function && SAFE_FUNCTIONS.iter().any(|f| f.eq_ignore_ascii_case(ident));
                 in_function = true;
                 ok
             }
@@ -156,6 +166,13 @@ mod tests {
             ("color: 红(", Drop),
             ("text-decoration: underline !important", Keep),
             ("COLOR: Red", Keep),
+            ("Color: RGB(1, 2, 3) !IMPORTANT", Keep),
+            ("color: URL(x)", Drop),
+            ("color: Expression(x)", Drop),
+            ("color: red !importan", Drop),
+            ("color: RGBA(1, 2, 3, .5)", Keep),
+            ("color: calc(1)", Drop),
+            ("font-family: \"A\" ; Color: Red", Keep),
             ("color: red; background: url(x.png)", Rewrite("color: red".into())),
             ("color: red; position: fixed", Rewrite("color: red".into())),
             ("color: &#114;ed", Rewrite("color: red".into())),
