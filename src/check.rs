@@ -66,8 +66,9 @@ pub fn sse_split_invariance(selector: u8, input: &[u8]) -> Result<(), String> {
 }
 
 /// Runs every text entry point (lenient JSON, HTML filter, TAM, ACTION and
-/// ATTP readers, state ops) on `text`: none may panic, and the HTML filter's
-/// output must hold no executable vector.
+/// ATTP readers, state ops) on `text`: none may panic, the HTML filter's
+/// output must hold no executable vector, and the filter must give the same
+/// output at any split, with or without its runs that bypass the rewriter.
 ///
 /// # Errors
 ///
@@ -80,6 +81,11 @@ pub fn text_entry_points(text: &str) -> Result<(), String> {
         if lower.contains(bad) {
             return Err(format!("filtered HTML still holds {bad:?}"));
         }
+    }
+    // A split size of 1 to 16 bytes, chosen by the text.
+    let chunk = text.len() % 16 + 1;
+    if let Some(why) = crate::payload::html::bypass_disagreement(text, chunk) {
+        return Err(format!("HTML filter: {why}"));
     }
     let _ = crate::calls::tam::parse_tam(text);
     let _ = crate::calls::action::parse_action(text);

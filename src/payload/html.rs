@@ -843,7 +843,7 @@ enum Rewriting {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Bypass {
     Runs,
-    #[cfg_attr(not(test), allow(dead_code))]
+    #[cfg_attr(not(any(test, feature = "testing")), allow(dead_code))]
     Never,
 }
 
@@ -1756,6 +1756,41 @@ pub struct Sanitized {
     pub report: FilterReport,
 }
 
+/// Filters `text` in pieces of `chunk` bytes (widened to character
+/// boundaries), with or without the bypass.
+#[cfg(any(test, feature = "testing"))]
+fn filter_by(bypass: Bypass, text: &str, chunk: usize) -> (String, FilterReport) {
+    let mut f = HtmlFilter::with_bypass(FilterLimits::default(), bypass);
+    let mut out = String::new();
+    let mut start = 0;
+    while start < text.len() {
+        let mut end = (start + chunk.max(1)).min(text.len());
+        while !text.is_char_boundary(end) {
+            end += 1;
+        }
+        out.push_str(&f.push_owned(text[start..end].to_string()));
+        start = end;
+    }
+    out.push_str(&f.finish());
+    (out, f.report().clone())
+}
+
+/// The filter's self-check for the fuzz targets (`crate::check`): `text`
+/// whole and in pieces of `chunk` bytes, with runs bypassing the rewriter,
+/// must give what the rewriter alone gives the whole text. A description of
+/// the first difference.
+#[cfg(feature = "testing")]
+pub(crate) fn bypass_disagreement(text: &str, chunk: usize) -> Option<String> {
+    let want = filter_by(Bypass::Never, text, usize::MAX);
+    for (bypass, size) in [(Bypass::Runs, usize::MAX), (Bypass::Runs, chunk), (Bypass::Never, chunk)] {
+        let got = filter_by(bypass, text, size);
+        if got != want {
+            return Some(format!("{bypass:?} at chunk {size}: {got:?} where the rewriter alone gives {want:?}"));
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1860,24 +1895,6 @@ mod tests {
             prop_assert_eq!((whole.end_tag, whole.raw, whole.escaped), (steps.end_tag, steps.raw, steps.escaped));
             prop_assert_eq!(&whole.text_tags, &steps.text_tags);
         }
-    }
-
-    /// Filters `text` in pieces of `chunk` bytes (widened to character
-    /// boundaries), with or without the bypass.
-    fn filter_by(bypass: Bypass, text: &str, chunk: usize) -> (String, FilterReport) {
-        let mut f = HtmlFilter::with_bypass(FilterLimits::default(), bypass);
-        let mut out = String::new();
-        let mut start = 0;
-        while start < text.len() {
-            let mut end = (start + chunk.max(1)).min(text.len());
-            while !text.is_char_boundary(end) {
-                end += 1;
-            }
-            out.push_str(&f.push_owned(text[start..end].to_string()));
-            start = end;
-        }
-        out.push_str(&f.finish());
-        (out, f.report().clone())
     }
 
     #[test]
