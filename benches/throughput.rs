@@ -125,12 +125,19 @@ fn bench_kinds(c: &mut Criterion) {
         ("status_bar", DENSE[1], content),
         ("variable_update", DENSE[2], content),
         ("choice", DENSE[3], content),
-        // Content whose markup needs the HTML rewriter (an attribute to
-        // check), after a plain thought.
+        // Content styled as role-play output is (a span with a safe
+        // style, which the filter passes without its HTML rewriter), after
+        // a plain thought.
+        (
+            "content_styled",
+            "<thought>She nods.</thought>\n",
+            "<content>She nods and <span style=\"color: #c00\">steps</span> closer.</content>\n",
+        ),
+        // The same with an attribute to remove: the rewriter is built.
         (
             "content_rewritten",
             "<thought>She nods.</thought>\n",
-            "<content>She nods and <span style=\"color: #c00\">steps</span> closer.</content>\n",
+            "<content>She nods and <span title=\"t\" style=\"color: #c00\">steps</span> closer.</content>\n",
         ),
     ];
     let mut g = c.benchmark_group("kinds");

@@ -1336,11 +1336,17 @@ impl Pass {
     /// (to filter again). Added in place, not returned: a report of three
     /// maps costs more to build and drop than content with nothing to
     /// report costs to end.
-    fn end(mut self, report: &mut FilterReport) -> (Vec<u8>, Option<Vec<u8>>) {
+    ///
+    /// By reference, not by value: a pass is a few hundred bytes, and
+    /// moving it out of its filter to end it copied it for every content
+    /// element. It is dropped by its owner after this.
+    fn end(&mut self, report: &mut FilterReport) -> (Vec<u8>, Option<Vec<u8>>) {
         let mut rest = Vec::new();
-        // A held tag start never completed: markup for the rewriter.
-        let partial = std::mem::take(&mut self.partial);
-        self.closer.transform(&partial, &mut rest);
+        if !self.partial.is_empty() {
+            // A held tag start never completed: markup for the rewriter.
+            let partial = std::mem::take(&mut self.partial);
+            self.closer.transform(&partial, &mut rest);
+        }
         self.closer.finish(&mut rest);
         let mut early = Vec::new();
         if !rest.is_empty() {
@@ -1660,11 +1666,12 @@ impl HtmlFilter {
     /// (output not yet turned into text); returns all of it as text.
     fn finish_after(&mut self, mut bytes: Vec<u8>) -> String {
         let mut again = None;
-        if let Some(pass) = self.pass.take() {
+        if let Some(pass) = &mut self.pass {
             let (out, rest) = pass.end(&mut self.report);
             self.net.push(&out, &mut bytes);
             again = rest;
         }
+        self.pass = None;
         // Content of a removed element that was never closed: filter it
         // again as ordinary HTML (it follows the removed start tag).
         let mut rounds = 0;
