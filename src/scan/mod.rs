@@ -697,6 +697,15 @@ impl Scanner {
                         emit_text(sink, base + i, &chunk[i..i + lt]);
                     }
                     i += lt;
+                    // Most tags are simple and whole in the chunk: read at
+                    // once, in place, what the candidate machine would read
+                    // byte by byte into the hold buffer.
+                    if let Some((kind, len)) = simple_tag(&chunk[i..], self.limits.max_marker_len) {
+                        let raw = &chunk[i..i + len];
+                        sink.token(Token::Tag(TagToken::from_raw(kind, raw, Span::new(base + i, base + i + len))));
+                        i += len;
+                        continue;
+                    }
                     self.held.clear();
                     self.held.push(b'<');
                     self.held_start = base + i;
@@ -843,6 +852,32 @@ impl Scanner {
             self.state = ScanState::Text;
         }
     }
+}
+
+/// The kind and length of the simple tag `bytes` starts with (`<name>`,
+/// `</name>` or `<name/>`, nothing else between the brackets), when all of
+/// it is in `bytes` and it is at most `limit` bytes long; `None` otherwise,
+/// and the candidate machine decides. For a simple tag the two agree: it is
+/// the path `Lt`, `Name`/`CloseSlash`, `CloseName`, `SelfClose` through
+/// [`step`] ends in, a tag the machine would never give up (it gives up
+/// past `limit` held bytes, and the `>` is never held before the end).
+#[inline]
+fn simple_tag(bytes: &[u8], limit: usize) -> Option<(TagKind, usize)> {
+    let close = bytes.get(1) == Some(&b'/');
+    let start = 1 + usize::from(close);
+    if !is_name_start(*bytes.get(start)?) {
+        return None;
+    }
+    // The name, looked for no further than the limit.
+    let window = bytes.get(start + 1..bytes.len().min(limit))?;
+    let end = start + 1 + window.iter().position(|&b| !is_name_char(b))?;
+    let (kind, len) = match (bytes[end], close) {
+        (b'>', true) => (TagKind::Close, end + 1),
+        (b'>', false) => (TagKind::Open, end + 1),
+        (b'/', false) if bytes.get(end + 1) == Some(&b'>') => (TagKind::SelfClosing, end + 2),
+        _ => return None,
+    };
+    (len <= limit).then_some((kind, len))
 }
 
 fn emit_text(sink: &mut impl TokenSink, at: usize, bytes: &[u8]) {

@@ -289,6 +289,8 @@ mod props {
             Just(b" a=\"".to_vec()),
             Just(b"\"".to_vec()),
             Just(b"/".to_vec()),
+            Just(b"/>".to_vec()),
+            Just(b"b".to_vec()),
             Just("中文".as_bytes().to_vec()),
             proptest::collection::vec(any::<u8>(), 0..6),
         ]
