@@ -700,9 +700,12 @@ impl Scanner {
                     // Most tags are simple and whole in the chunk: read at
                     // once, in place, what the candidate machine would read
                     // byte by byte into the hold buffer.
-                    if let Some((kind, len)) = simple_tag(&chunk[i..], self.limits.max_marker_len) {
+                    if let Some((kind, name, len)) = simple_tag(&chunk[i..], self.limits.max_marker_len) {
                         let raw = &chunk[i..i + len];
-                        sink.token(Token::Tag(TagToken::from_raw(kind, raw, Span::new(base + i, base + i + len))));
+                        let span = Span::new(base + i, base + i + len);
+                        let tag = TagToken::simple(kind, raw, span, name);
+                        debug_assert_eq!(tag, TagToken::from_raw(kind, raw, span));
+                        sink.token(Token::Tag(tag));
                         i += len;
                         continue;
                     }
@@ -854,7 +857,7 @@ impl Scanner {
     }
 }
 
-/// The kind and length of the simple tag `bytes` starts with (`<name>`,
+/// The kind, the name and the length of the simple tag `bytes` starts with (`<name>`,
 /// `</name>` or `<name/>`, nothing else between the brackets), when all of
 /// it is in `bytes` and it is at most `limit` bytes long; `None` otherwise,
 /// and the candidate machine decides. For a simple tag the two agree: it is
@@ -862,7 +865,7 @@ impl Scanner {
 /// [`step`] ends in, a tag the machine would never give up (it gives up
 /// past `limit` held bytes, and the `>` is never held before the end).
 #[inline]
-fn simple_tag(bytes: &[u8], limit: usize) -> Option<(TagKind, usize)> {
+fn simple_tag(bytes: &[u8], limit: usize) -> Option<(TagKind, std::ops::Range<usize>, usize)> {
     let close = bytes.get(1) == Some(&b'/');
     let start = 1 + usize::from(close);
     if !is_name_start(*bytes.get(start)?) {
@@ -877,7 +880,7 @@ fn simple_tag(bytes: &[u8], limit: usize) -> Option<(TagKind, usize)> {
         (b'/', false) if bytes.get(end + 1) == Some(&b'>') => (TagKind::SelfClosing, end + 2),
         _ => return None,
     };
-    (len <= limit).then_some((kind, len))
+    (len <= limit).then_some((kind, start..end, len))
 }
 
 fn emit_text(sink: &mut impl TokenSink, at: usize, bytes: &[u8]) {

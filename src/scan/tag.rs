@@ -34,6 +34,14 @@ pub struct TagToken<'a> {
 }
 
 impl<'a> TagToken<'a> {
+    /// A tag with nothing but its name between the brackets (`<name>`,
+    /// `</name>`, `<name/>`), the name at `name` in `raw`: what
+    /// [`TagToken::from_raw`] reads from it, without reading it again.
+    pub(super) fn simple(kind: TagKind, raw: &'a [u8], span: Span, name: std::ops::Range<usize>) -> TagToken<'a> {
+        let attrs_at = name.end;
+        TagToken { kind, name: raw.get(name).unwrap_or_default(), raw, span, padded: false, attrs_at }
+    }
+
     pub(super) fn from_raw(kind: TagKind, raw: &'a [u8], span: Span) -> TagToken<'a> {
         // raw is `<`, optional spaces, optional `/`, optional spaces, name...
         let mut i = 1;
