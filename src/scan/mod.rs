@@ -23,10 +23,17 @@
 //!                  Text(xyz)
 //! ```
 //!
+//! A simple tag (`<name>`, `</name>`, `<name/>`: most tags) that is whole in
+//! the chunk is read at once where it lies, without the candidate machine
+//! or the hold buffer; the token is the one the machine would give
+//! (`simple_tag` says why), so how the input is split changes nothing.
+//!
 //! A candidate that turns out not to be a marker is released as text and the
 //! byte that broke it is looked at once more (it may start a new candidate:
 //! "A `<` met while reading a candidate tag ends that candidate"). So every
-//! byte is examined at most twice, and no accumulated buffer is ever
+//! byte is examined a bounded number of times (by the simple-tag read, which
+//! looks no further than the marker limit, by the candidate machine, and
+//! once more if it broke a candidate), and no accumulated buffer is ever
 //! re-scanned.
 //!
 //! Delimiters split across chunks need no special code: the candidate state
