@@ -104,13 +104,12 @@ struct OpenElement {
     truncated: bool,
 }
 
-/// A close tag of a mergeable element, waiting for the next non-space byte.
+/// A close tag of a mergeable element, waiting for the next non-space byte
+/// (the whitespace read since is in [`Machine::held_space`]).
 #[derive(Debug)]
 struct HeldClose {
     /// The close tag.
     span: Span,
-    /// Whitespace read since, and where it started.
-    space: Vec<u8>,
 }
 
 /// Where the machine is between two tokens.
@@ -137,6 +136,9 @@ enum State {
 /// How much text after an unclosed void tag is held while deciding whether
 /// it is the tag's body: a URL or an alt text, not a paragraph.
 const VOID_BODY_LIMIT: usize = 256;
+
+/// The most room [`Machine::held_space`] keeps between elements.
+const HELD_SPACE_ROOM: usize = 1024;
 
 /// A void element's open tag and the text after it, waiting for a decision.
 #[derive(Debug)]
@@ -186,6 +188,10 @@ pub(crate) struct Machine {
     events: Vec<Event>,
     text_target: TextTarget,
     text_buf: Vec<u8>,
+    /// The whitespace after a held close (`State::CloseHeld`), kept with
+    /// its room from one element to the next: almost every element ends
+    /// `</A>\n`.
+    held_space: Vec<u8>,
     /// The id of the first element of each tag (ids follow input order).
     first_seen: Vec<Option<u32>>,
     invalid_utf8_seen: bool,
@@ -234,6 +240,7 @@ impl Machine {
             events: Vec::new(),
             text_target: TextTarget::None,
             text_buf: Vec::new(),
+            held_space: Vec::new(),
             first_seen: vec![None; n],
             invalid_utf8_seen: false,
             rewrite: None,
@@ -289,7 +296,7 @@ impl Machine {
             LeadCheck::Queued { queued_bytes, .. } => *queued_bytes,
             _ => 0,
         };
-        el + queue + self.text_buf.capacity() + self.fence.held_len()
+        el + queue + self.text_buf.capacity() + self.held_space.capacity() + self.fence.held_len()
     }
 
     fn name(&self, tag: TagId) -> TagName {
@@ -815,7 +822,8 @@ impl Machine {
                     if let Some(r) = &mut self.rewrite {
                         r.hold_raw(close_bytes);
                     }
-                    self.state = State::CloseHeld(el, HeldClose { span, space: Vec::new() });
+                    self.held_space.clear();
+                    self.state = State::CloseHeld(el, HeldClose { span });
                     return;
                 }
                 self.rewrite_raw(close_bytes);
@@ -857,8 +865,24 @@ impl Machine {
         }
         let span = held.span;
         self.close_with_tag(el, span);
-        self.gap(span.end, &held.space);
+        let space = self.take_held_space();
+        self.gap(span.end, &space);
+        self.keep_held_space(space);
         self.state = State::Between;
+    }
+
+    /// The held whitespace, out of the machine while it is read.
+    fn take_held_space(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.held_space)
+    }
+
+    /// Gives the buffer of [`Machine::take_held_space`] back, emptied; a
+    /// large one is dropped, so that memory follows what is held now.
+    fn keep_held_space(&mut self, mut space: Vec<u8>) {
+        if space.capacity() <= HELD_SPACE_ROOM {
+            space.clear();
+            self.held_space = space;
+        }
     }
 
     #[inline]
@@ -911,9 +935,9 @@ impl Machine {
                     self.state = State::VoidOpen(el, hold);
                 }
             }
-            State::CloseHeld(mut el, mut held) => {
+            State::CloseHeld(mut el, held) => {
                 let n = leading_space(bytes);
-                held.space.extend_from_slice(&bytes[..n]);
+                self.held_space.extend_from_slice(&bytes[..n]);
                 if n == bytes.len() {
                     self.state = State::CloseHeld(el, held);
                     return;
@@ -931,9 +955,10 @@ impl Machine {
                     if let Some(r) = &mut self.rewrite {
                         r.drop_held();
                     }
-                    let mut text = held.space;
+                    let mut text = self.take_held_space();
                     text.extend_from_slice(&bytes[n..]);
                     self.element_text(&mut el, &text);
+                    self.keep_held_space(text);
                     self.state = State::Open(el);
                 } else {
                     self.resolve_held(el, held);
