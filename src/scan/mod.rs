@@ -864,10 +864,10 @@ impl Scanner {
     }
 }
 
-/// The kind, the name and the length of the simple tag `bytes` starts with (`<name>`,
-/// `</name>` or `<name/>`, nothing else between the brackets), when all of
-/// it is in `bytes` and it is at most `limit` bytes long; `None` otherwise,
-/// and the candidate machine decides. For a simple tag the two agree: it is
+/// The kind, the name and the length of the simple tag `bytes` starts with
+/// (`<name>`, `</name>` or `<name/>`, nothing else between the brackets),
+/// when all of it is in `bytes` and it is at most `limit` bytes long; `None`
+/// otherwise, and the candidate machine decides. For a simple tag the two agree: it is
 /// the path `Lt`, `Name`/`CloseSlash`, `CloseName`, `SelfClose` through
 /// [`step`] ends in, a tag the machine would never give up (it gives up
 /// past `limit` held bytes, and the `>` is never held before the end).

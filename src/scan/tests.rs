@@ -139,6 +139,26 @@ fn text_and_tags() {
     );
 }
 
+/// Simple tags whole in a chunk are read in place: the hold buffer is
+/// never used for them (it is for a tag with attributes, or one cut off).
+#[test]
+fn simple_tags_are_read_in_place() {
+    let mut c = Collect::default();
+    let mut sc = Scanner::default();
+    sc.feed(b"<status_bar><hp>41</hp><br/>x</status_bar>", &mut c);
+    assert_eq!(sc.held_capacity(), 0);
+    assert_eq!(c.done().toks.len(), 7);
+    for held in [&b"<hp max=\"9\">"[..], b"<h"] {
+        let mut sc = Scanner::default();
+        sc.feed(held, &mut Collect::default());
+        assert!(sc.held_capacity() > 0, "{held:?}");
+    }
+    // At the marker limit the machine decides, as for any tag.
+    let limits = ScanLimits { max_marker_len: 4, max_comment_len: 24 };
+    assert_eq!(scan_chunks(&[b"<abc>"], limits).toks, [Tok::Open("abc".into(), Vec::new())]);
+    assert_eq!(scan_chunks(&[b"<abcd>"], limits).toks, [Tok::TooLong, text("<abcd>")]);
+}
+
 #[test]
 fn attributes_quoted_unquoted_and_bare() {
     let toks = check_splits(br#"<media type="image" src='a b.png' alt=x hidden/>"#);
