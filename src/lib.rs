@@ -124,6 +124,7 @@ mod chain;
 #[doc(hidden)]
 pub mod check;
 pub mod event;
+mod jsonl;
 mod machine;
 #[cfg(feature = "mock")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mock")))]

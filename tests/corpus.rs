@@ -89,3 +89,38 @@ fn feed_with_batches_are_feed_into_events() {
     assert_eq!(parser.feed_with(&input, |_| Err("stop")), Err("stop"));
     assert!(parser.offset() < input.len());
 }
+
+/// `Event::write_json` (the JSONL writer of `spindle parse`) writes every
+/// event of every transcript, whole and byte by byte (many small deltas),
+/// exactly as serde does: the snapshots above are the serde form.
+#[test]
+fn every_event_writes_its_serde_json() {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let more: Vec<PathBuf> = std::fs::read_dir(&data)
+        .map(|d| {
+            d.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "txt")).collect()
+        })
+        .unwrap_or_default();
+    let mut checked = 0;
+    for path in transcripts().into_iter().chain(more) {
+        let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string();
+        let registry = Arc::new(Registry::profile(profile_for(&name)).expect("known profile"));
+        let input = std::fs::read(&path).expect("readable transcript");
+        for chunk in [input.len(), 1] {
+            let mut parser = Parser::with_options(registry.clone(), ParserOptions::default());
+            let mut events = Vec::new();
+            for c in input.chunks(chunk.max(1)) {
+                parser.feed_into(c, &mut events);
+            }
+            events.extend(parser.finish());
+            for event in &events {
+                let mut line = Vec::new();
+                event.write_json(&mut line);
+                let expected = serde_json::to_string(event).expect("events serialise");
+                assert_eq!(String::from_utf8_lossy(&line), expected, "{name} at chunk size {chunk}");
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 10_000, "{checked} events checked");
+}

@@ -57,22 +57,12 @@ pub(crate) fn json_line(
     Ok(())
 }
 
-/// Writes an event as one JSON line, exactly as [`json_line`] would. A
-/// delta, most of a stream's lines, is written field by field: serde's
-/// internally tagged form escapes every key and the tag string through a
-/// map serializer, several times the work of the line itself.
+/// Writes an event as one JSON line, exactly as [`json_line`] would
+/// ([`Event::write_json`]: the serde form, written field by field).
 fn event_line(out: &mut (impl Write + ?Sized), line: &mut Vec<u8>, event: &Event) -> Result<()> {
-    let Event::Delta(d) = event else {
-        return json_line(out, line, event);
-    };
     line.clear();
-    line.extend_from_slice(b"{\"type\":\"delta\",\"id\":");
-    serde_json::to_writer(&mut *line, &d.id)?;
-    line.extend_from_slice(b",\"tag\":");
-    serde_json::to_writer(&mut *line, &*d.tag)?;
-    line.extend_from_slice(b",\"text\":");
-    serde_json::to_writer(&mut *line, &d.text)?;
-    line.extend_from_slice(b"}\n");
+    event.write_json(line);
+    line.push(b'\n');
     out.write_all(line)?;
     Ok(())
 }

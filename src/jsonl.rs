@@ -1,0 +1,415 @@
+//! The JSON line of an event ([`Event::write_json`]): byte for byte its
+//! serde form (what `serde_json::to_writer` writes), written directly.
+//!
+//! This module owns that writer and nothing else: the shapes and their
+//! serde form are [`crate::event`]'s, and the serde form stays the contract.
+//! The writer exists for speed. A `spindle parse` of a whole transcript
+//! writes about five times its input as JSON (each text appears in its
+//! deltas, its element and its payload), and serde's internally tagged
+//! form goes through a map serializer per event and escapes strings a byte
+//! at a time. Here the common events (open, delta, close, element, gap,
+//! comment) are written field by field and strings are searched eight
+//! bytes at a time for the bytes JSON escapes; the rare ones go through
+//! serde. A test compares the two forms on every event of the bundled and
+//! recorded transcripts.
+//!
+//! Hand-written because no serializer does this: serde_json's string
+//! escaping cannot be replaced through its `Formatter`, and a faster
+//! serializer would have to match serde_json's output in every detail
+//! (number formatting, escapes, key order) to keep the JSONL contract.
+
+use crate::event::{Event, TagName};
+use crate::scan::Span;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+impl Event {
+    /// Appends the event's JSON (no newline) to `out`: exactly what
+    /// `serde_json::to_writer(out, self)` writes, several times faster for
+    /// the common events. For JSONL writers (`spindle parse`, sinks).
+    ///
+    /// ```
+    /// use spindle::{Registry, parse};
+    /// for event in parse(Registry::filament(), b"<content>Hi \"you\"</content>") {
+    ///     let mut line = Vec::new();
+    ///     event.write_json(&mut line);
+    ///     assert_eq!(line, serde_json::to_vec(&event).unwrap());
+    /// }
+    /// ```
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        match self {
+            Event::Open(o) => {
+                out.extend_from_slice(b"{\"type\":\"open\",\"id\":");
+                write_u64(out, u64::from(o.id));
+                out.extend_from_slice(b",\"tag\":");
+                write_str(out, &o.tag);
+                out.extend_from_slice(b",\"raw_tag\":");
+                write_str(out, &o.raw_tag);
+                out.extend_from_slice(b",\"attrs\":");
+                write_attrs(out, &o.attrs);
+                out.extend_from_slice(b",\"synthetic\":");
+                write_bool(out, o.synthetic);
+                out.extend_from_slice(b",\"at\":");
+                write_u64(out, o.at as u64);
+                out.push(b'}');
+            }
+            Event::Delta(d) => {
+                out.extend_from_slice(b"{\"type\":\"delta\",\"id\":");
+                write_u64(out, u64::from(d.id));
+                out.extend_from_slice(b",\"tag\":");
+                write_str(out, &d.tag);
+                out.extend_from_slice(b",\"text\":");
+                write_str(out, &d.text);
+                out.push(b'}');
+            }
+            Event::Close(c) => {
+                out.extend_from_slice(b"{\"type\":\"close\",\"id\":");
+                write_u64(out, u64::from(c.id));
+                out.extend_from_slice(b",\"tag\":");
+                write_str(out, &c.tag);
+                out.extend_from_slice(b",\"synthetic\":");
+                write_bool(out, c.synthetic);
+                out.extend_from_slice(b",\"at\":");
+                write_u64(out, c.at as u64);
+                out.push(b'}');
+            }
+            Event::Element(e) => {
+                out.extend_from_slice(b"{\"type\":\"element\",\"id\":");
+                write_u64(out, u64::from(e.id));
+                out.extend_from_slice(b",\"tag\":");
+                write_str(out, &e.tag);
+                out.extend_from_slice(b",\"raw_tag\":");
+                write_str(out, &e.raw_tag);
+                out.extend_from_slice(b",\"attrs\":");
+                write_attrs(out, &e.attrs);
+                out.extend_from_slice(b",\"text\":");
+                write_str(out, &e.text);
+                out.extend_from_slice(b",\"payload\":");
+                write_value(out, &e.payload);
+                out.extend_from_slice(b",\"span\":");
+                write_span(out, e.span);
+                if e.truncated {
+                    out.extend_from_slice(b",\"truncated\":true");
+                }
+                out.push(b'}');
+            }
+            Event::Gap(g) => {
+                out.extend_from_slice(b"{\"type\":\"gap\",\"text\":");
+                write_str(out, &g.text);
+                out.extend_from_slice(b",\"span\":");
+                write_span(out, g.span);
+                out.push(b'}');
+            }
+            Event::Comment(c) => {
+                out.extend_from_slice(b"{\"type\":\"comment\",\"element\":");
+                match c.element {
+                    Some(id) => write_u64(out, u64::from(id)),
+                    None => out.extend_from_slice(b"null"),
+                }
+                out.extend_from_slice(b",\"tag\":");
+                write_tag(out, c.tag.as_ref());
+                out.extend_from_slice(b",\"text\":");
+                write_str(out, &c.text);
+                out.extend_from_slice(b",\"span\":");
+                write_span(out, c.span);
+                out.push(b'}');
+            }
+            // Rare (a few per response): serde's form as it is.
+            Event::Repair(_) | Event::Diagnostic(_) | Event::CallDelta(_) => {
+                if let Err(e) = serde_json::to_writer(&mut *out, self) {
+                    // Cannot happen: writing to a `Vec` does not fail, and
+                    // every field serializes. Said in the line, not lost.
+                    out.extend_from_slice(b"{\"type\":\"error\",\"message\":");
+                    write_str(out, &e.to_string());
+                    out.push(b'}');
+                }
+            }
+        }
+    }
+}
+
+fn write_bool(out: &mut Vec<u8>, b: bool) {
+    out.extend_from_slice(if b { b"true" } else { b"false" });
+}
+
+fn write_u64(out: &mut Vec<u8>, n: u64) {
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+}
+
+fn write_span(out: &mut Vec<u8>, span: Span) {
+    out.push(b'[');
+    write_u64(out, span.start as u64);
+    out.push(b',');
+    write_u64(out, span.end as u64);
+    out.push(b']');
+}
+
+fn write_tag(out: &mut Vec<u8>, tag: Option<&TagName>) {
+    match tag {
+        Some(t) => write_str(out, t),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+fn write_attrs(out: &mut Vec<u8>, attrs: &BTreeMap<String, String>) {
+    out.push(b'{');
+    for (i, (name, value)) in attrs.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_str(out, name);
+        out.push(b':');
+        write_str(out, value);
+    }
+    out.push(b'}');
+}
+
+/// A JSON value as serde_json writes it (compact, keys in map order).
+fn write_value(out: &mut Vec<u8>, value: &Value) {
+    match value {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(b) => write_bool(out, *b),
+        Value::Number(n) => match (n.as_u64(), n.as_i64()) {
+            (Some(u), _) => write_u64(out, u),
+            (None, Some(i)) => out.extend_from_slice(itoa::Buffer::new().format(i).as_bytes()),
+            // A float: serde_json's own `Display`, which its serializer
+            // shares (shortest round-trip form).
+            (None, None) => out.extend_from_slice(n.to_string().as_bytes()),
+        },
+        Value::String(s) => write_str(out, s),
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_value(out, item);
+            }
+            out.push(b']');
+        }
+        Value::Object(map) => {
+            out.push(b'{');
+            for (i, (key, item)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_str(out, key);
+                out.push(b':');
+                write_value(out, item);
+            }
+            out.push(b'}');
+        }
+    }
+}
+
+/// Eight copies of a byte.
+const fn splat(b: u8) -> u64 {
+    0x0101_0101_0101_0101 * b as u64
+}
+
+/// The bytes of `word` (little-endian) that JSON escapes (`"`, `\` and
+/// the control characters below 0x20), as the high bit of each: the
+/// classic word tricks ("has a byte less than n", "has a zero byte").
+/// Borrows only run upwards, so the lowest bit set is always a byte to
+/// escape (higher ones may be false), which is all this is asked.
+fn escapes(word: u64) -> u64 {
+    let below = word.wrapping_sub(splat(0x20)) & !word;
+    let quote = word ^ splat(b'"');
+    let quote = quote.wrapping_sub(splat(1)) & !quote;
+    let backslash = word ^ splat(b'\\');
+    let backslash = backslash.wrapping_sub(splat(1)) & !backslash;
+    (below | quote | backslash) & splat(0x80)
+}
+
+/// Where the first byte at or after `from` that JSON escapes is.
+fn next_escape(bytes: &[u8], mut from: usize) -> Option<usize> {
+    // Eight bytes at a time.
+    while let Some(word) = bytes.get(from..).and_then(<[u8]>::first_chunk::<8>) {
+        let found = escapes(u64::from_le_bytes(*word));
+        if found != 0 {
+            return Some(from + found.trailing_zeros() as usize / 8);
+        }
+        from += 8;
+    }
+    if from >= bytes.len() {
+        return None;
+    }
+    // The last few bytes: the string's last eight, those before `from`
+    // (already read) replaced by spaces, which need nothing (masking them
+    // off the result instead would not do: an escaped byte among them
+    // borrows into the bytes above it).
+    if let Some(word) = bytes.last_chunk::<8>() {
+        let skip = from + 8 - bytes.len();
+        let read = (1u64 << (8 * skip)) - 1;
+        let word = (u64::from_le_bytes(*word) & !read) | (splat(b' ') & read);
+        let found = escapes(word);
+        return (found != 0).then(|| bytes.len() - 8 + found.trailing_zeros() as usize / 8);
+    }
+    // A short string, padded with spaces (which need nothing).
+    let rest = bytes.get(from..)?;
+    let mut word = [b' '; 8];
+    word[..rest.len()].copy_from_slice(rest);
+    let found = escapes(u64::from_le_bytes(word));
+    (found != 0).then(|| from + found.trailing_zeros() as usize / 8)
+}
+
+/// A JSON string, escaped as serde_json escapes it: `\"`, `\\`, `\b`,
+/// `\f`, `\n`, `\r`, `\t`, other controls as `\u00XX` (lower-case hex),
+/// everything else (DEL and non-ASCII included) as it is.
+pub(crate) fn write_str(out: &mut Vec<u8>, s: &str) {
+    let bytes = s.as_bytes();
+    out.reserve(bytes.len() + 2);
+    out.push(b'"');
+    // Bytes from `run` on are not written yet.
+    let mut run = 0;
+    while let Some(at) = next_escape(bytes, run) {
+        let Some(&b) = bytes.get(at) else { break };
+        out.extend_from_slice(&bytes[run..at]);
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            0x08 => out.extend_from_slice(b"\\b"),
+            0x0c => out.extend_from_slice(b"\\f"),
+            _ => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                out.extend_from_slice(b"\\u00");
+                out.push(HEX[usize::from(b >> 4)]);
+                out.push(HEX[usize::from(b & 0xf)]);
+            }
+        }
+        run = at + 1;
+    }
+    out.extend_from_slice(&bytes[run..]);
+    out.push(b'"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn serde_str(s: &str) -> Vec<u8> {
+        serde_json::to_vec(s).unwrap_or_default()
+    }
+
+    fn ours(s: &str) -> Vec<u8> {
+        let mut out = Vec::new();
+        write_str(&mut out, s);
+        out
+    }
+
+    #[test]
+    fn every_byte_value_escapes_as_serde_json_does() {
+        for b in 0u8..=0x7f {
+            let s = format!("ab{}cdefghijk{}", b as char, b as char);
+            assert_eq!(ours(&s), serde_str(&s), "byte {b:#x}");
+        }
+        // An escaped byte at each place of strings of each length, with
+        // bytes that need nothing but sit right above it (a space: one
+        // less than the control characters' bound) and escapes after it.
+        for len in 1..24 {
+            for at in 0..len {
+                for (b, after) in [(b'\r', b' '), (b'"', b'!'), (b'\\', b']'), (0, b' '), (b'\n', b'\t')] {
+                    let mut bytes = vec![b'a'; len];
+                    bytes[at] = b;
+                    bytes[at + 1..].fill(after);
+                    let s = String::from_utf8(bytes).unwrap_or_default();
+                    assert_eq!(ours(&s), serde_str(&s), "{s:?}");
+                }
+            }
+        }
+        for s in ["", "\"", "\\", "é日本\u{2028}\u{7f}", "12345678\n", "1234567\n8", "\u{1}\u{1f}\u{0}", "日\r aa\t"]
+        {
+            assert_eq!(ours(s), serde_str(s), "{s:?}");
+        }
+    }
+
+    #[test]
+    fn the_word_test_finds_the_first_escaped_byte_at_each_position() {
+        let escaped = (0u8..0x20).chain([b'"', b'\\']);
+        for at in 0..8 {
+            for b in escaped.clone() {
+                // Whatever lies above it (escaped bytes too), whatever that
+                // needs nothing lies below.
+                for above in 0u8..=0xff {
+                    for below in [b'a', b' ', 0x7f, 0x80, 0xff] {
+                        let mut word = [below; 8];
+                        word[at] = b;
+                        word[at + 1..].fill(above);
+                        let found = escapes(u64::from_le_bytes(word));
+                        assert_eq!(found.trailing_zeros() as usize / 8, at, "{b:#x} at {at} under {above:#x}");
+                    }
+                }
+            }
+            for b in (0x20u8..=0xff).filter(|b| !matches!(b, b'"' | b'\\')) {
+                let mut word = [b'a'; 8];
+                word[at] = b;
+                assert_eq!(escapes(u64::from_le_bytes(word)), 0, "{b:#x} at {at}");
+            }
+        }
+    }
+
+    #[test]
+    fn values_are_written_as_serde_json_writes_them() {
+        let value = serde_json::json!({
+            "z": [1, -2, 3.5, 1e300, -0.0, 18446744073709551615u64, -9223372036854775808i64],
+            "a": {"nested": [null, true, false, "x\ty"], "empty": {}, "list": []},
+            "\u{1}key": "v\"al",
+        });
+        let mut out = Vec::new();
+        write_value(&mut out, &value);
+        assert_eq!(out, serde_json::to_vec(&value).unwrap_or_default());
+    }
+
+    /// Pieces of responses that make every kind of event: elements of
+    /// each payload kind, attributes, comments, repairs, diagnostics, tool
+    /// calls, escapes and control characters.
+    fn piece() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("<thought>".to_string()),
+            Just("</thought>".to_string()),
+            Just("<content>".to_string()),
+            Just("</content>".to_string()),
+            Just("<status_bar><hp>3/5</hp><mood>\"ok\"</mood></status_bar>".to_string()),
+            Just("<variable_update>[[\"SET\", \"a.b\", 1.5], [\"ADD\", \"n\", -2]]</variable_update>".to_string()),
+            Just("<variable_update>[[\"NOPE\", 1]]</variable_update>".to_string()),
+            Just("<choice><option>A \\ B</option><option>C</option></choice>".to_string()),
+            Just("<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": [1, null, true]}}</tool_call>".to_string()),
+            Just("<span style=\"color: red\" onclick=\"x\">".to_string()),
+            Just("<!-- note -->".to_string()),
+            Just("<|im_end|>".to_string()),
+            Just("\n\n".to_string()),
+            "[a-z \"\\\\\t\r\x01\x1f\u{7f}é日]{0,12}",
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn strings_are_escaped_as_serde_json_does(s in "(\\PC|[\\x00-\\x1f\"\\\\\u{7f}])*") {
+            prop_assert_eq!(ours(&s), serde_str(&s));
+        }
+
+        #[test]
+        fn every_event_is_written_as_serde_json_writes_it(
+            pieces in proptest::collection::vec(piece(), 0..12),
+            chunk in 1usize..9,
+        ) {
+            let input = pieces.concat();
+            let mut parser = crate::Parser::new(crate::Registry::filament());
+            let mut events = Vec::new();
+            for c in input.as_bytes().chunks(chunk) {
+                parser.feed_into(c, &mut events);
+            }
+            events.extend(parser.finish());
+            for event in &events {
+                let mut line = Vec::new();
+                event.write_json(&mut line);
+                let expected = serde_json::to_vec(event).unwrap_or_default();
+                prop_assert_eq!(String::from_utf8_lossy(&line), String::from_utf8_lossy(&expected));
+            }
+        }
+    }
+}
