@@ -1370,6 +1370,15 @@ impl Machine {
     /// the call block that token opens, if any) or before the end of input
     /// (`None`).
     fn settle_fence(&mut self, call: Option<TagId>) {
+        // The common case, in place (nothing held: no state moved out).
+        match &mut self.fence {
+            FenceWatch::Idle { line_start } => {
+                *line_start = true;
+                return;
+            }
+            FenceWatch::Off | FenceWatch::InBlock { .. } => return,
+            FenceWatch::Opening { .. } | FenceWatch::Closing { .. } => {}
+        }
         match std::mem::replace(&mut self.fence, FenceWatch::Off) {
             FenceWatch::Opening { start, held } => match call {
                 Some(tag) if !self.inside_code_block() => {
@@ -1400,8 +1409,8 @@ impl Machine {
                 }
                 self.fence = FenceWatch::Idle { line_start: true };
             }
-            FenceWatch::Idle { .. } => self.fence = FenceWatch::Idle { line_start: true },
-            other @ (FenceWatch::Off | FenceWatch::InBlock { .. }) => self.fence = other,
+            // Settled above, in place.
+            other @ (FenceWatch::Idle { .. } | FenceWatch::Off | FenceWatch::InBlock { .. }) => self.fence = other,
         }
     }
 
