@@ -31,7 +31,7 @@ use super::json::{self, Leniency};
 use super::{Payload, diag, extract_child, leniency_diagnostics, object};
 use crate::event::DiagnosticCode;
 use crate::event::{Diagnostic, Element, Level};
-use crate::state::{Op, OpCode, Path, Segment};
+use crate::state::{Op, OpCode, OpRef, Path, Segment};
 use serde_json::{Value, json};
 
 /// The payload of a completed `variable_update` element.
@@ -214,12 +214,12 @@ fn read_ops(candidates: Vec<Value>, listed_invalid: Vec<Value>) -> ReadOps {
         if let Some((from, to)) = alias {
             read.diagnostics.push(diag(Level::Warning, DiagnosticCode::OpAlias, &format!("op {from:?} read as {to}")));
         }
-        match Op::from_json(&candidate) {
+        match Op::read_json(&candidate) {
             // An op already written as `[OP, path, value?]` in the
             // canonical spelling is its own normalised form: kept as read
-            // (no second copy of its path and value).
+            // (no copy of its path and value).
             Ok(op) if is_canonical(&candidate, &op) => read.ops.push(candidate),
-            Ok(op) => read.ops.push(op.into_json()),
+            Ok(op) => read.ops.push(op.to_op().into_json()),
             Err(e) => {
                 read.diagnostics.push(diag(
                     Level::Warning,
@@ -235,7 +235,7 @@ fn read_ops(candidates: Vec<Value>, listed_invalid: Vec<Value>) -> ReadOps {
 
 /// Whether `candidate` is exactly what `op.into_json()` gives: an array of
 /// the canonical op name, the path and the value (if the op takes one).
-fn is_canonical(candidate: &Value, op: &Op) -> bool {
+fn is_canonical(candidate: &Value, op: &OpRef<'_>) -> bool {
     match candidate.as_array().map(Vec::as_slice) {
         Some([Value::String(code), Value::String(path), rest @ ..]) => {
             code == op.code.as_str() && *path == op.path && rest.len() == usize::from(op.value.is_some())

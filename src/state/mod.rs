@@ -184,6 +184,38 @@ pub fn type_name(v: &Value) -> &'static str {
     }
 }
 
+/// An op read from JSON without a copy ([`Op::read_json`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OpRef<'a> {
+    pub(crate) code: OpCode,
+    pub(crate) path: &'a str,
+    pub(crate) value: Option<&'a Value>,
+}
+
+impl OpRef<'_> {
+    /// The op, its path and value copied.
+    pub(crate) fn to_op(self) -> Op {
+        Op { code: self.code, path: self.path.to_string(), value: self.value.cloned() }
+    }
+}
+
+/// [`Op::check`] of an op's parts: the path parses (checked without being
+/// built), the arity and the operand type fit the opcode.
+fn check(code: OpCode, path: &str, value: Option<&Value>) -> Result<(), OpError> {
+    if path.trim().is_empty() {
+        return Err(OpError::EmptyPath(code));
+    }
+    Path::check(path)?;
+    match (value, code.takes_value()) {
+        (None, true) => Err(OpError::Arity { op: code, expected: 3, found: 2, shape: "OP, path, value" }),
+        (Some(_), false) => Err(OpError::Arity { op: code, expected: 2, found: 3, shape: "OP, path" }),
+        (Some(v), true) if code.is_arithmetic() && !v.is_number() => {
+            Err(OpError::NotANumber { op: code, found: type_name(v) })
+        }
+        _ => Ok(()),
+    }
+}
+
 impl Op {
     /// An op; not checked (see [`Op::check`]).
     pub fn new(code: OpCode, path: &str, value: Option<Value>) -> Op {
@@ -199,22 +231,25 @@ impl Op {
     /// non-string or empty or unparsable path, or a non-number operand of
     /// ADD/SUB/MUL/DIV.
     pub fn from_json(value: &Value) -> Result<Op, OpError> {
-        let parts: Vec<&Value> = match value {
-            Value::Array(items) => items.iter().collect(),
+        Op::read_json(value).map(OpRef::to_op)
+    }
+
+    /// [`Op::from_json`] without the copy: the op's parts where they lie
+    /// in `value` (a reader that keeps the JSON as it is copies nothing).
+    pub(crate) fn read_json(value: &Value) -> Result<OpRef<'_>, OpError> {
+        let (first, path, operand, len) = match value {
+            Value::Array(items) => (items.first(), items.get(1), items.get(2), items.len()),
             Value::Object(map) => {
                 let get = |names: &[&str]| names.iter().find_map(|n| map.get(*n));
                 let code = get(&["op", "OP", "operation", "opcode", "action"])
                     .ok_or(OpError::NotAnOp("an object without \"op\""))?;
                 let path = get(&["path", "key", "target"]).ok_or(OpError::NotAnOp("an object without \"path\""))?;
-                let mut parts = vec![code, path];
-                if let Some(v) = get(&["value", "val", "amount"]) {
-                    parts.push(v);
-                }
-                parts
+                let operand = get(&["value", "val", "amount"]);
+                (Some(code), Some(path), operand, 2 + usize::from(operand.is_some()))
             }
             other => return Err(OpError::NotAnOp(type_name(other))),
         };
-        let Some(first) = parts.first() else {
+        let Some(first) = first else {
             return Err(OpError::NotAnOp("an empty array"));
         };
         let code = match first {
@@ -222,19 +257,18 @@ impl Op {
             other => return Err(OpError::UnknownOp(other.to_string())),
         };
         let (expected, shape) = if code.takes_value() { (3, "OP, path, value") } else { (2, "OP, path") };
-        if parts.len() != expected {
-            return Err(OpError::Arity { op: code, expected, found: parts.len(), shape });
+        if len != expected {
+            return Err(OpError::Arity { op: code, expected, found: len, shape });
         }
-        let path = match parts.get(1) {
-            Some(Value::String(s)) => s.clone(),
+        let path = match path {
+            Some(Value::String(s)) => s.as_str(),
             Some(other) => {
                 return Err(OpError::PathNotString { op: code, found: type_name(other) });
             }
             None => return Err(OpError::NotAnOp("an array without a path")),
         };
-        let op = Op { code, path, value: parts.get(2).map(|v| (*v).clone()) };
-        op.check()?;
-        Ok(op)
+        check(code, path, operand)?;
+        Ok(OpRef { code, path, value: operand })
     }
 
     /// Checks the path and the operand type.
@@ -243,18 +277,7 @@ impl Op {
     ///
     /// As [`Op::from_json`].
     pub fn check(&self) -> Result<(), OpError> {
-        if self.path.trim().is_empty() {
-            return Err(OpError::EmptyPath(self.code));
-        }
-        Path::parse(&self.path)?;
-        match (&self.value, self.code.takes_value()) {
-            (None, true) => Err(OpError::Arity { op: self.code, expected: 3, found: 2, shape: "OP, path, value" }),
-            (Some(_), false) => Err(OpError::Arity { op: self.code, expected: 2, found: 3, shape: "OP, path" }),
-            (Some(v), true) if self.code.is_arithmetic() && !v.is_number() => {
-                Err(OpError::NotANumber { op: self.code, found: type_name(v) })
-            }
-            _ => Ok(()),
-        }
+        check(self.code, &self.path, self.value.as_ref())
     }
 
     /// The `[OP, path, value?]` form.

@@ -1,6 +1,7 @@
 //! State paths: `a.b[0].c`, any Unicode in keys, `["k.with.dots"]` for keys
 //! that hold dots or brackets.
 
+use std::borrow::Cow;
 use std::fmt;
 
 /// One step of a [`Path`].
@@ -57,87 +58,24 @@ impl Path {
     /// [`PathError`] for an empty key (`a..b`, `a.`, `.a`), an unclosed or
     /// empty `[`, or an index that is not an integer.
     pub fn parse(text: &str) -> Result<Path, PathError> {
-        let err = |message: &str, at: usize| PathError { path: text.to_string(), message: message.to_string(), at };
-        let bytes = text.as_bytes();
         let mut segments = Vec::new();
-        let mut i = 0;
-        if text.is_empty() {
-            return Ok(Path::root());
-        }
-        // Whether a key must come next (at the start, or after a dot).
-        let mut want_key = bytes.first() != Some(&b'[');
-        while i < bytes.len() {
-            if want_key {
-                let start = i;
-                while i < bytes.len() && !matches!(bytes[i], b'.' | b'[' | b']') {
-                    i += 1;
-                }
-                if i == start {
-                    return Err(err("empty key", start));
-                }
-                segments.push(Segment::Key(text[start..i].to_string()));
-                want_key = false;
-                continue;
-            }
-            match bytes[i] {
-                b'.' => {
-                    i += 1;
-                    want_key = true;
-                    if i == bytes.len() {
-                        return Err(err("empty key", i));
-                    }
-                }
-                b'[' => {
-                    let open = i;
-                    i += 1;
-                    let (segment, next) = match bytes.get(i) {
-                        Some(&q @ (b'"' | b'\'')) => {
-                            let mut key = String::new();
-                            let mut j = i + 1;
-                            let mut closed = false;
-                            while j < bytes.len() {
-                                let c = bytes[j];
-                                if c == b'\\' && j + 1 < bytes.len() {
-                                    let ch_len = char_len(&text[j + 1..]);
-                                    key.push_str(&text[j + 1..j + 1 + ch_len]);
-                                    j += 1 + ch_len;
-                                    continue;
-                                }
-                                if c == q {
-                                    closed = true;
-                                    j += 1;
-                                    break;
-                                }
-                                let ch_len = char_len(&text[j..]);
-                                key.push_str(&text[j..j + ch_len]);
-                                j += ch_len;
-                            }
-                            if !closed {
-                                return Err(err("unclosed quoted key", open));
-                            }
-                            (Segment::Key(key), j)
-                        }
-                        _ => {
-                            let start = i;
-                            let mut j = i;
-                            while j < bytes.len() && bytes[j] != b']' {
-                                j += 1;
-                            }
-                            let inner = text[start..j].trim();
-                            let index = inner.parse::<i64>().map_err(|_| err("an index must be an integer", start))?;
-                            (Segment::Index(index), j)
-                        }
-                    };
-                    if bytes.get(next) != Some(&b']') {
-                        return Err(err("unclosed '['", open));
-                    }
-                    segments.push(segment);
-                    i = next + 1;
-                }
-                _ => return Err(err("expected '.' or '['", i)),
-            }
-        }
+        read(text, |step| {
+            segments.push(match step {
+                Step::Key(key) => Segment::Key(key.into_owned()),
+                Step::Index(i) => Segment::Index(i),
+            })
+        })?;
         Ok(Path { segments })
+    }
+
+    /// Whether `text` parses, as [`Path::parse`] decides, without building
+    /// the path (no allocation for an unquoted path).
+    ///
+    /// # Errors
+    ///
+    /// As [`Path::parse`].
+    pub(crate) fn check(text: &str) -> Result<(), PathError> {
+        read(text, |_| {})
     }
 
     /// The steps, from the root.
@@ -154,6 +92,98 @@ impl Path {
     pub(crate) fn prefix_string(&self, n: usize) -> String {
         Path { segments: self.segments.iter().take(n).cloned().collect() }.to_string()
     }
+}
+
+/// One step read from a path: a key as it lies in the text (unquoted) or
+/// as unescaped (quoted), or an index.
+enum Step<'a> {
+    Key(Cow<'a, str>),
+    Index(i64),
+}
+
+/// Reads the steps of a path in order, handing each to `each` (the parser
+/// of [`Path::parse`] and [`Path::check`]).
+fn read(text: &str, mut each: impl FnMut(Step<'_>)) -> Result<(), PathError> {
+    let err = |message: &str, at: usize| PathError { path: text.to_string(), message: message.to_string(), at };
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    if text.is_empty() {
+        return Ok(());
+    }
+    // Whether a key must come next (at the start, or after a dot).
+    let mut want_key = bytes.first() != Some(&b'[');
+    while i < bytes.len() {
+        if want_key {
+            let start = i;
+            while i < bytes.len() && !matches!(bytes[i], b'.' | b'[' | b']') {
+                i += 1;
+            }
+            if i == start {
+                return Err(err("empty key", start));
+            }
+            each(Step::Key(Cow::Borrowed(&text[start..i])));
+            want_key = false;
+            continue;
+        }
+        match bytes[i] {
+            b'.' => {
+                i += 1;
+                want_key = true;
+                if i == bytes.len() {
+                    return Err(err("empty key", i));
+                }
+            }
+            b'[' => {
+                let open = i;
+                i += 1;
+                let (segment, next) = match bytes.get(i) {
+                    Some(&q @ (b'"' | b'\'')) => {
+                        let mut key = String::new();
+                        let mut j = i + 1;
+                        let mut closed = false;
+                        while j < bytes.len() {
+                            let c = bytes[j];
+                            if c == b'\\' && j + 1 < bytes.len() {
+                                let ch_len = char_len(&text[j + 1..]);
+                                key.push_str(&text[j + 1..j + 1 + ch_len]);
+                                j += 1 + ch_len;
+                                continue;
+                            }
+                            if c == q {
+                                closed = true;
+                                j += 1;
+                                break;
+                            }
+                            let ch_len = char_len(&text[j..]);
+                            key.push_str(&text[j..j + ch_len]);
+                            j += ch_len;
+                        }
+                        if !closed {
+                            return Err(err("unclosed quoted key", open));
+                        }
+                        (Step::Key(Cow::Owned(key)), j)
+                    }
+                    _ => {
+                        let start = i;
+                        let mut j = i;
+                        while j < bytes.len() && bytes[j] != b']' {
+                            j += 1;
+                        }
+                        let inner = text[start..j].trim();
+                        let index = inner.parse::<i64>().map_err(|_| err("an index must be an integer", start))?;
+                        (Step::Index(index), j)
+                    }
+                };
+                if bytes.get(next) != Some(&b']') {
+                    return Err(err("unclosed '['", open));
+                }
+                each(segment);
+                i = next + 1;
+            }
+            _ => return Err(err("expected '.' or '['", i)),
+        }
+    }
+    Ok(())
 }
 
 fn char_len(s: &str) -> usize {
@@ -210,10 +240,20 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// The check without building decides as the parser does, with the
+        /// same error.
+        #[test]
+        fn check_decides_as_parse_does(text in "[a.\\[\\]'\"\\\\0-9 -]{0,12}") {
+            proptest::prop_assert_eq!(Path::check(&text), Path::parse(&text).map(|_| ()));
+        }
+    }
+
     #[test]
     fn rejects_bad_paths() {
         for bad in ["a..b", "a.", ".a", "a[", "a[x]", "a[1", "a['x]", "a]b", "a[1]b"] {
             let e = Path::parse(bad).expect_err(bad);
+            assert_eq!(Path::check(bad), Err(e.clone()), "{bad}");
             assert!(e.at <= bad.len(), "{e}");
         }
     }
