@@ -39,45 +39,25 @@ impl Event {
     pub fn write_json(&self, out: &mut Vec<u8>) {
         match self {
             Event::Open(o) => {
-                out.extend_from_slice(b"{\"type\":\"open\",\"id\":");
-                write_u64(out, u64::from(o.id));
-                out.extend_from_slice(b",\"tag\":");
-                write_str(out, &o.tag);
+                start(out, b"{\"type\":\"open\",\"id\":", o.id, &o.tag);
                 out.extend_from_slice(b",\"raw_tag\":");
                 write_str(out, &o.raw_tag);
                 out.extend_from_slice(b",\"attrs\":");
                 write_attrs(out, &o.attrs);
-                out.extend_from_slice(b",\"synthetic\":");
-                write_bool(out, o.synthetic);
-                out.extend_from_slice(b",\"at\":");
-                write_u64(out, o.at as u64);
-                out.push(b'}');
+                end_synthetic_at(out, o.synthetic, o.at);
             }
             Event::Delta(d) => {
-                out.extend_from_slice(b"{\"type\":\"delta\",\"id\":");
-                write_u64(out, u64::from(d.id));
-                out.extend_from_slice(b",\"tag\":");
-                write_str(out, &d.tag);
+                start(out, b"{\"type\":\"delta\",\"id\":", d.id, &d.tag);
                 out.extend_from_slice(b",\"text\":");
                 write_str(out, &d.text);
                 out.push(b'}');
             }
             Event::Close(c) => {
-                out.extend_from_slice(b"{\"type\":\"close\",\"id\":");
-                write_u64(out, u64::from(c.id));
-                out.extend_from_slice(b",\"tag\":");
-                write_str(out, &c.tag);
-                out.extend_from_slice(b",\"synthetic\":");
-                write_bool(out, c.synthetic);
-                out.extend_from_slice(b",\"at\":");
-                write_u64(out, c.at as u64);
-                out.push(b'}');
+                start(out, b"{\"type\":\"close\",\"id\":", c.id, &c.tag);
+                end_synthetic_at(out, c.synthetic, c.at);
             }
             Event::Element(e) => {
-                out.extend_from_slice(b"{\"type\":\"element\",\"id\":");
-                write_u64(out, u64::from(e.id));
-                out.extend_from_slice(b",\"tag\":");
-                write_str(out, &e.tag);
+                start(out, b"{\"type\":\"element\",\"id\":", e.id, &e.tag);
                 out.extend_from_slice(b",\"raw_tag\":");
                 write_str(out, &e.raw_tag);
                 out.extend_from_slice(b",\"attrs\":");
@@ -128,6 +108,24 @@ impl Event {
     }
 }
 
+/// How the events of an element start: `{"type":"open","id":3,"tag":"x"`
+/// (`head` up to the id).
+fn start(out: &mut Vec<u8>, head: &[u8], id: u32, tag: &str) {
+    out.extend_from_slice(head);
+    write_u64(out, u64::from(id));
+    out.extend_from_slice(b",\"tag\":");
+    write_str(out, tag);
+}
+
+/// How `open` and `close` end: `,"synthetic":false,"at":12}`.
+fn end_synthetic_at(out: &mut Vec<u8>, synthetic: bool, at: usize) {
+    out.extend_from_slice(b",\"synthetic\":");
+    write_bool(out, synthetic);
+    out.extend_from_slice(b",\"at\":");
+    write_u64(out, at as u64);
+    out.push(b'}');
+}
+
 fn write_bool(out: &mut Vec<u8>, b: bool) {
     out.extend_from_slice(if b { b"true" } else { b"false" });
 }
@@ -152,14 +150,23 @@ fn write_tag(out: &mut Vec<u8>, tag: Option<&TagName>) {
 }
 
 fn write_attrs(out: &mut Vec<u8>, attrs: &BTreeMap<String, String>) {
+    write_object(out, attrs, |out, value| write_str(out, value));
+}
+
+/// `{"key":value,...}`, each value written by `write`.
+fn write_object<'a, V: 'a>(
+    out: &mut Vec<u8>,
+    entries: impl IntoIterator<Item = (&'a String, &'a V)>,
+    write: impl Fn(&mut Vec<u8>, &'a V),
+) {
     out.push(b'{');
-    for (i, (name, value)) in attrs.iter().enumerate() {
+    for (i, (key, value)) in entries.into_iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        write_str(out, name);
+        write_str(out, key);
         out.push(b':');
-        write_str(out, value);
+        write(out, value);
     }
     out.push(b'}');
 }
@@ -187,18 +194,7 @@ fn write_value(out: &mut Vec<u8>, value: &Value) {
             }
             out.push(b']');
         }
-        Value::Object(map) => {
-            out.push(b'{');
-            for (i, (key, item)) in map.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_str(out, key);
-                out.push(b':');
-                write_value(out, item);
-            }
-            out.push(b'}');
-        }
+        Value::Object(map) => write_object(out, map, write_value),
     }
 }
 
