@@ -252,7 +252,7 @@ fn next_escape(bytes: &[u8], mut from: usize) -> Option<usize> {
 /// A JSON string, escaped as serde_json escapes it: `\"`, `\\`, `\b`,
 /// `\f`, `\n`, `\r`, `\t`, other controls as `\u00XX` (lower-case hex),
 /// everything else (DEL and non-ASCII included) as it is.
-pub(crate) fn write_str(out: &mut Vec<u8>, s: &str) {
+fn write_str(out: &mut Vec<u8>, s: &str) {
     let bytes = s.as_bytes();
     out.reserve(bytes.len() + 2);
     out.push(b'"');

@@ -195,7 +195,7 @@ pub(crate) struct OpRef<'a> {
 impl OpRef<'_> {
     /// The op, its path and value copied.
     pub(crate) fn to_op(self) -> Op {
-        Op { code: self.code, path: self.path.to_string(), value: self.value.cloned() }
+        Op::new(self.code, self.path, self.value.cloned())
     }
 }
 
