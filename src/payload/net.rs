@@ -349,11 +349,6 @@ impl Net {
         // A short buffer (a small delta) is read whole: every position in
         // it is within the window of its end.
         let mut specials = (buf.len() > WINDOW).then(|| Specials::new(buf));
-        if specials.is_none() {
-            // A short buffer: its quiet start passes without the loop's
-            // per-position checks.
-            i = quiet_len(buf);
-        }
         while i < buf.len() {
             // The escapes the filter itself writes (`&lt;` for every `<`
             // that starts nothing) pass whole: the entity decodes to no
@@ -371,9 +366,17 @@ impl Net {
             // A decision other than `Pass` needs a special byte (or the end
             // of the input) within `WINDOW` bytes: positions further from
             // one pass without a look (the prose fast path).
-            let skip_to = specials.as_mut().map_or(0, |s| s.next(i));
+            let (skip_to, end) = specials.as_mut().map_or((0, buf.len()), |s| s.next(i));
             if skip_to > i {
                 i = skip_to;
+                continue;
+            }
+            // Up to the special byte that ends the stretch, the quiet
+            // positions pass in one tight loop (what the checks below
+            // would decide for each).
+            let quiet = quiet_len(buf.get(i..end).unwrap_or_default());
+            if quiet > 0 {
+                i += quiet;
                 continue;
             }
             let b = buf[i];
@@ -497,8 +500,10 @@ const _: () = assert!(WINDOW > 2 + 40 + MAX_IGNORED + 1 && WINDOW > 11 + MAX_IGN
 
 /// Where the next decision that may not be `Pass` can be, from any
 /// position: at the next `<`, or `WINDOW` bytes before the next `&`, `:`,
-/// `(`, `=` or the end of the buffer. Each search is cached until it is
-/// passed, so walking a whole buffer is linear.
+/// `(`, `=` or the end of the buffer when no `<` comes first (a pattern
+/// holds no `<`: one that starts before it meets it and passes). Each
+/// search is cached until it is passed, so walking a whole buffer is
+/// linear.
 struct Specials<'a> {
     buf: &'a [u8],
     lt: Option<usize>,
@@ -511,13 +516,15 @@ impl<'a> Specials<'a> {
         Specials { buf, lt: None, amp: None, ends: None }
     }
 
-    /// The first position at or after `from` that needs a look.
-    fn next(&mut self, from: usize) -> usize {
+    /// The first position at or after `from` that needs a look (or one
+    /// before `from`: no skip), and the special byte (or the end of the
+    /// buffer) that ends the stretch of positions needing one.
+    fn next(&mut self, from: usize) -> (usize, usize) {
         let buf = self.buf;
         let len = buf.len();
         if buf.get(from) == Some(&b'<') {
             // At a `<` already (tag after tag): no search.
-            return from;
+            return (from, from);
         }
         let find = |cached: &mut Option<usize>, search: &dyn Fn(&[u8]) -> Option<usize>| {
             if cached.is_none_or(|p| p < from) {
@@ -528,7 +535,13 @@ impl<'a> Specials<'a> {
         let lt = find(&mut self.lt, &|b| memchr::memchr(b'<', b));
         let amp = find(&mut self.amp, &|b| memchr::memchr(b'&', b));
         let ends = find(&mut self.ends, &|b| memchr::memchr3(b':', b'(', b'=', b));
-        lt.min(amp.min(ends).min(len).saturating_sub(WINDOW))
+        let stop = amp.min(ends).min(len);
+        if lt < stop {
+            // A pattern that starts before the `<` meets it before its
+            // last character, entity or the end: all of them pass.
+            return (lt, lt);
+        }
+        (stop.saturating_sub(WINDOW), stop)
     }
 }
 

@@ -1,7 +1,7 @@
 //! The `style` attribute of `<span>`: only declarations of safe,
 //! URL-free properties with plain values survive (spec 003 §3.1.3).
 
-use crate::scan::decode_entities;
+use crate::scan::{decode_entities, find_byte};
 
 /// Properties a span may style. None of them takes a URL.
 const SAFE_PROPERTIES: &[&str] = &[
@@ -52,7 +52,7 @@ pub(crate) fn filter_style(raw: &str) -> StyleVerdict {
     let mut changed = decoded != raw || raw.contains(['\\', '<', '>']);
     let mut kept: Vec<String> = Vec::new();
     for decl in decoded.split(';') {
-        if decl.trim().is_empty() {
+        if trim(decl).is_empty() {
             continue;
         }
         match safe_declaration(decl) {
@@ -75,25 +75,55 @@ pub(crate) fn filter_style(raw: &str) -> StyleVerdict {
 /// the final safety net on the filtered output, and by the HTML filter to
 /// let a span keep its style without the rewriter). It allocates nothing.
 pub(crate) fn style_is_safe(raw: &str) -> bool {
-    !raw.contains(['&', '\\', '<', '>'])
-        && raw.split(';').filter(|d| !d.trim().is_empty()).all(|d| safe_declaration(d).is_some())
+    !raw.bytes().any(|b| matches!(b, b'&' | b'\\' | b'<' | b'>'))
+        && raw.split(';').all(|d| trim(d).is_empty() || safe_declaration(d).is_some())
 }
 
 /// A declaration `prop: value` whose property is allowed and whose value is
 /// plain: returns the property (trimmed, as written) and the trimmed value.
 fn safe_declaration(decl: &str) -> Option<(&str, &str)> {
-    let (prop, value) = decl.split_once(':')?;
-    let prop = prop.trim();
-    let value = value.trim();
+    let colon = find_byte(b':', decl.as_bytes())?;
+    let prop = trim(&decl[..colon]);
+    let value = trim(&decl[colon + 1..]);
     if !SAFE_PROPERTIES.iter().any(|p| p.eq_ignore_ascii_case(prop)) || !safe_value(prop, value) {
         return None;
     }
     Some((prop, value))
 }
 
-/// Whether `hay` contains `needle` (lower case), ignoring ASCII case.
-fn contains_ignore_case(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w.eq_ignore_ascii_case(needle))
+/// `str::trim`, with ASCII whitespace (all a declaration usually has
+/// around it) stripped byte by byte; only ends that are not ASCII go to
+/// the Unicode-aware trim.
+fn trim(s: &str) -> &str {
+    // The ASCII characters `char::is_whitespace` holds.
+    let space = |c: &u8| matches!(c, b' ' | b'\t' | b'\n' | b'\x0b' | b'\x0c' | b'\r');
+    let bytes = s.as_bytes();
+    let start = bytes.iter().position(|c| !space(c)).unwrap_or(bytes.len());
+    let end = bytes.iter().rposition(|c| !space(c)).map_or(start, |e| e + 1);
+    // Both cuts are after or before an ASCII byte: char boundaries.
+    let t = s.get(start..end).unwrap_or_default();
+    let ascii_ends = t.as_bytes().first().is_none_or(u8::is_ascii) && t.as_bytes().last().is_none_or(u8::is_ascii);
+    if ascii_ends { t } else { t.trim() }
+}
+
+/// Whether `value` holds a word no style value may hold (`url`,
+/// `expression`, a script scheme, `behavior`, `binding`, a comment),
+/// ignoring ASCII case: one pass, each position tried against the words
+/// that begin with its letter.
+fn has_banned_word(value: &[u8]) -> bool {
+    let starts = |rest: &[u8], word: &[u8]| rest.get(..word.len()).is_some_and(|w| w.eq_ignore_ascii_case(word));
+    (0..value.len()).any(|i| {
+        let rest = &value[i..];
+        match rest[0].to_ascii_lowercase() {
+            b'e' => starts(rest, b"expression"),
+            b'u' => starts(rest, b"url"),
+            b'j' => starts(rest, b"javascript"),
+            b'v' => starts(rest, b"vbscript"),
+            b'b' => starts(rest, b"behavior") || starts(rest, b"binding"),
+            b'/' => rest.get(1) == Some(&b'*'),
+            _ => false,
+        }
+    })
 }
 
 /// Letters, digits, `#`, `%`, `.`, `,`, `-`, `+`, spaces, `!important`,
@@ -106,10 +136,7 @@ fn safe_value(prop: &str, value: &str) -> bool {
         return false;
     }
     let bytes = value.as_bytes();
-    if ["expression", "url", "javascript", "vbscript", "behavior", "binding", "/*"]
-        .iter()
-        .any(|bad| contains_ignore_case(bytes, bad.as_bytes()))
-    {
+    if has_banned_word(bytes) {
         return false;
     }
     let family = prop.eq_ignore_ascii_case("font-family");
@@ -189,6 +216,26 @@ mod tests {
         ];
         for (style, want) in table {
             assert_eq!(&filter_style(style), want, "{style}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn trim_is_str_trim(s in "[ \t\n\x0b\x0c\r\u{85}\u{a0}\u{3000}\u{200b}a-c;:é]{0,12}") {
+            proptest::prop_assert_eq!(trim(&s), s.trim());
+        }
+    }
+
+    #[test]
+    fn banned_words_are_found_in_any_case_anywhere() {
+        for word in ["expression", "url", "javascript", "vbscript", "behavior", "binding", "/*"] {
+            for (before, after) in [("", ""), ("x ", ""), ("", " y"), ("ab", "cd")] {
+                let upper = format!("{before}{}{after}", word.to_ascii_uppercase());
+                assert!(has_banned_word(upper.as_bytes()), "{upper}");
+                let lower = format!("{before}{word}{after}");
+                assert!(has_banned_word(lower.as_bytes()), "{lower}");
+            }
+            assert!(!has_banned_word(&word.as_bytes()[..word.len() - 1]), "{word}");
         }
     }
 
