@@ -95,16 +95,20 @@ impl Event {
                 out.push(b'}');
             }
             // Rare (a few per response): serde's form as it is.
-            Event::Repair(_) | Event::Diagnostic(_) | Event::CallDelta(_) => {
-                if let Err(e) = serde_json::to_writer(&mut *out, self) {
-                    // Cannot happen: writing to a `Vec` does not fail, and
-                    // every field serializes. Said in the line, not lost.
-                    out.extend_from_slice(b"{\"type\":\"error\",\"message\":");
-                    write_str(out, &e.to_string());
-                    out.push(b'}');
-                }
-            }
+            Event::Repair(_) | Event::Diagnostic(_) | Event::CallDelta(_) => write_serde(out, self),
         }
+    }
+}
+
+/// Appends `value` in its serde form: the path of the rare events, and of
+/// other JSONL writers' rare lines (the sources' events).
+pub(crate) fn write_serde(out: &mut Vec<u8>, value: &impl serde::Serialize) {
+    if let Err(e) = serde_json::to_writer(&mut *out, value) {
+        // Cannot happen: writing to a `Vec` does not fail, and every
+        // field serializes. Said in the line, not lost.
+        out.extend_from_slice(b"{\"type\":\"error\",\"message\":");
+        write_str(out, &e.to_string());
+        out.push(b'}');
     }
 }
 
@@ -130,7 +134,7 @@ fn write_bool(out: &mut Vec<u8>, b: bool) {
     out.extend_from_slice(if b { b"true" } else { b"false" });
 }
 
-fn write_u64(out: &mut Vec<u8>, n: u64) {
+pub(crate) fn write_u64(out: &mut Vec<u8>, n: u64) {
     out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 

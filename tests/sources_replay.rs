@@ -261,6 +261,40 @@ fn recorded_tree_replays_and_keeps_every_content_byte() {
     assert!(checked > 1000, "only {checked} choices checked");
 }
 
+/// Every event of every recorded stream (and of the bundled corpora)
+/// writes the JSON that serde writes for it: `SourceEvent::write_json` is
+/// the fast form of the same contract (`spindle replay --format jsonl`).
+#[test]
+fn every_source_event_writes_its_serde_json() {
+    let mut files = Vec::new();
+    files_under(&manifest().join("corpora"), &mut files);
+    if let Some(dir) = recorded() {
+        files_under(&dir, &mut files);
+    }
+    let options = StreamOptions::default();
+    let (mut checked, mut choices, mut channels) = (0, 0, std::collections::BTreeSet::new());
+    for path in &files {
+        let Some((_, _, streams)) = replay_path(path, &options) else {
+            continue;
+        };
+        for event in streams.iter().flat_map(|s| &s.events) {
+            let mut line = Vec::new();
+            event.write_json(&mut line);
+            let expected = serde_json::to_string(event).expect("events serialise");
+            assert_eq!(String::from_utf8_lossy(&line), expected, "{}", path.display());
+            checked += 1;
+            if let Some(c) = event.as_choice_event() {
+                choices += 1;
+                channels.insert(c.channel.as_str());
+            }
+        }
+    }
+    assert!(checked > choices && choices > 1000, "{checked} events checked, {choices} of choices");
+    if recorded().is_some() {
+        assert!(channels.len() >= 3, "channels seen: {channels:?}");
+    }
+}
+
 /// Every chunk of every recorded stream, read and written back, is the
 /// same JSON document (unknown fields and nulls survive: a rewriting proxy
 /// depends on it).

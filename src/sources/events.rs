@@ -242,6 +242,31 @@ impl SourceEvent {
         }
     }
 
+    /// Appends the event's JSON (no newline) to `out`: exactly what
+    /// `serde_json::to_writer(out, self)` writes. A choice's parser event
+    /// (nearly every event) is written by [`Event::write_json`], with its
+    /// `choice` and `channel` after it; the rest go through serde.
+    ///
+    /// [`Event::write_json`]: crate::Event::write_json
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        match self {
+            SourceEvent::Choice(c) => {
+                c.event.write_json(out);
+                // The event's object, reopened for the two fields serde's
+                // `flatten` puts after its own.
+                if out.last() == Some(&b'}') {
+                    out.pop();
+                    out.extend_from_slice(b",\"choice\":");
+                    crate::jsonl::write_u64(out, u64::from(c.choice));
+                    out.extend_from_slice(b",\"channel\":\"");
+                    out.extend_from_slice(c.channel.as_str().as_bytes());
+                    out.extend_from_slice(b"\"}");
+                }
+            }
+            other => crate::jsonl::write_serde(out, other),
+        }
+    }
+
     /// The parser event, for [`SourceEvent::Choice`].
     pub fn as_choice_event(&self) -> Option<&ChoiceEvent> {
         match self {

@@ -245,7 +245,9 @@ pub(crate) fn run(args: ParseArgs) -> Result<ExitCode> {
             }
             Ok(())
         })?;
-        renderer.rewrite(&parser.take_rewrite())?;
+        if renderer.wants_rewrite() {
+            renderer.rewrite(&parser.take_rewrite())?;
+        }
         Ok(())
     };
     match args.file.as_ref().filter(|p| p.as_os_str() != "-") {

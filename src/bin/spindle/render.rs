@@ -142,6 +142,12 @@ impl Renderer {
         Ok(())
     }
 
+    /// Whether [`Renderer::rewrite`] prints (only `--format rewrite`):
+    /// otherwise the parser's corrected text need not be taken.
+    pub(crate) fn wants_rewrite(&self) -> bool {
+        self.format == Format::Rewrite
+    }
+
     pub(crate) fn rewrite(&mut self, bytes: &[u8]) -> Result<()> {
         if self.format == Format::Rewrite && !bytes.is_empty() {
             self.out.write_all(bytes)?;
@@ -152,7 +158,14 @@ impl Renderer {
     fn count(&mut self, event: &Event) {
         let c = &mut self.counts;
         match event {
-            Event::Element(e) => *c.elements.entry(e.tag.to_string()).or_default() += 1,
+            // Looked up by the borrowed name: a tag's name is allocated
+            // once per run, not once per element.
+            Event::Element(e) => match c.elements.get_mut(&*e.tag) {
+                Some(n) => *n += 1,
+                None => {
+                    c.elements.insert(e.tag.to_string(), 1);
+                }
+            },
             Event::Repair(r) => *c.repairs.entry(r.kind.as_str()).or_default() += 1,
             Event::Diagnostic(d) => *c.diagnostics.entry(d.code.to_string()).or_default() += 1,
             Event::Delta(_) => c.deltas += 1,

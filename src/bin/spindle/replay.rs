@@ -5,7 +5,6 @@
 use crate::parse::load_registry;
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use serde::Serialize;
 use spindle::Registry;
 use spindle::event::Event;
 use spindle::sources::transcript::{self, CheckResult, Detection, ReplayOutcome, TranscriptKind};
@@ -62,12 +61,19 @@ pub(crate) enum ReplayFormat {
     Jsonl,
 }
 
-/// An event with the file it came from.
-#[derive(Serialize)]
-struct Sourced<'a> {
-    #[serde(flatten)]
-    event: &'a SourceEvent,
-    source: &'a str,
+/// Writes an event with the file it came from as one JSON line: the
+/// event's object ([`SourceEvent::write_json`]) with a last field,
+/// `source`, added (`tail`: `,"source":"…"}` and the newline). The bytes
+/// are those of the event and a `source` field flattened by serde.
+fn sourced_line(out: &mut (impl Write + ?Sized), line: &mut Vec<u8>, event: &SourceEvent, tail: &[u8]) -> Result<()> {
+    line.clear();
+    event.write_json(line);
+    if line.last() == Some(&b'}') {
+        line.pop();
+    }
+    line.extend_from_slice(tail);
+    out.write_all(line)?;
+    Ok(())
 }
 
 /// Everything counted over a run.
@@ -336,8 +342,12 @@ fn replay_file(
                 Some(label) => format!("{name}#{label}"),
                 None => name.to_string(),
             };
+            // `,"source":"…"}`, escaped once for the stream.
+            let mut tail = b",\"source\":".to_vec();
+            serde_json::to_writer(&mut tail, &source)?;
+            tail.extend_from_slice(b"}\n");
             for event in &stream.events {
-                crate::render::json_line(out, &mut line, &Sourced { event, source: &source })?;
+                sourced_line(out, &mut line, event, &tail)?;
             }
         }
     }
