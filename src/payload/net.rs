@@ -374,7 +374,7 @@ impl Net {
             // Up to the special byte that ends the stretch, the quiet
             // positions pass in one tight loop (what the checks below
             // would decide for each).
-            let quiet = quiet_len(buf.get(i..end).unwrap_or_default());
+            let quiet = if end > i { quiet_len(buf.get(i..end).unwrap_or_default()) } else { 0 };
             if quiet > 0 {
                 i += quiet;
                 continue;
