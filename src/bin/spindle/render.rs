@@ -149,7 +149,7 @@ impl Renderer {
     }
 
     pub(crate) fn rewrite(&mut self, bytes: &[u8]) -> Result<()> {
-        if self.format == Format::Rewrite && !bytes.is_empty() {
+        if self.wants_rewrite() && !bytes.is_empty() {
             self.out.write_all(bytes)?;
         }
         Ok(())
