@@ -57,14 +57,12 @@ pub(crate) fn json_line(
     Ok(())
 }
 
-/// Writes an event as one JSON line, exactly as [`json_line`] would
-/// ([`Event::write_json`]: the serde form, written field by field).
-fn event_line(out: &mut (impl Write + ?Sized), line: &mut Vec<u8>, event: &Event) -> Result<()> {
-    line.clear();
-    event.write_json(line);
-    line.push(b'\n');
-    out.write_all(line)?;
-    Ok(())
+/// Appends an event as one JSON line to `lines`, exactly as [`json_line`]
+/// would write it ([`Event::write_json`]: the serde form, written field by
+/// field).
+fn push_event_line(lines: &mut Vec<u8>, event: &Event) {
+    event.write_json(lines);
+    lines.push(b'\n');
 }
 
 /// Prints events in one [`Format`].
@@ -76,6 +74,9 @@ pub(crate) struct Renderer {
     out: Box<dyn Write>,
     /// The JSON line being written ([`json_line`]).
     line: Vec<u8>,
+    /// Event lines not yet handed to `out`: up to [`OUT_BUFFER`] of them
+    /// go in one write (a write per line cost as much as building it).
+    lines: Vec<u8>,
     counts: Counts,
     /// The streaming element whose deltas are being printed (pretty).
     streaming: Option<u32>,
@@ -93,6 +94,7 @@ impl Renderer {
             format,
             out,
             line: Vec::new(),
+            lines: Vec::new(),
             counts: Counts::default(),
             streaming: None,
             stream_tags: registry.tags().iter().filter(|t| t.body.emits_deltas()).map(|t| t.name.clone()).collect(),
@@ -104,7 +106,12 @@ impl Renderer {
         for event in events {
             self.count(event);
             match self.format {
-                Format::Jsonl => event_line(&mut self.out, &mut self.line, event)?,
+                Format::Jsonl => {
+                    push_event_line(&mut self.lines, event);
+                    if self.lines.len() >= OUT_BUFFER {
+                        self.write_lines()?;
+                    }
+                }
                 Format::Pretty => self.pretty(event)?,
                 Format::Rewrite | Format::Summary => {}
             }
@@ -115,13 +122,25 @@ impl Renderer {
     /// Writes out what is buffered (the caller decides when: after each
     /// read of a live input, not after each simulated chunk of a file).
     pub(crate) fn flush(&mut self) -> Result<()> {
+        self.write_lines()?;
         self.out.flush()?;
+        Ok(())
+    }
+
+    /// Hands the event lines built so far to `out`, before anything else
+    /// is written there.
+    fn write_lines(&mut self) -> Result<()> {
+        if !self.lines.is_empty() {
+            self.out.write_all(&self.lines)?;
+            self.lines.clear();
+        }
         Ok(())
     }
 
     /// A tool runtime record (`tool_result`, `tool_audit`, `tool_task`):
     /// one JSON line; in pretty, the observation on its own line.
     pub(crate) fn tool_line(&mut self, value: &serde_json::Value) -> Result<()> {
+        self.write_lines()?;
         let kind = value.get("type").and_then(serde_json::Value::as_str).unwrap_or_default();
         *self.counts.elements.entry(kind.to_string()).or_default() += 1;
         match self.format {
@@ -241,6 +260,7 @@ impl Renderer {
     }
 
     pub(crate) fn finish(&mut self, bytes: usize, elapsed: Duration) -> Result<()> {
+        self.write_lines()?;
         match self.format {
             Format::Pretty => self.newline_if_needed()?,
             Format::Summary => {
@@ -259,6 +279,14 @@ impl Renderer {
         }
         self.out.flush()?;
         Ok(())
+    }
+}
+
+impl Drop for Renderer {
+    /// Lines of a run that ended early (an error) are still written, as
+    /// the `BufWriter` under them writes what it holds.
+    fn drop(&mut self) {
+        let _ = self.write_lines();
     }
 }
 
@@ -284,8 +312,8 @@ mod tests {
         for (i, text) in texts.iter().enumerate() {
             for tag in ["content", "odd\"tag\\"] {
                 let event = Event::Delta(Delta { id: i as u32 * 1000, tag: tag.into(), text: text.to_string() });
-                let (mut fast, mut line) = (Vec::new(), Vec::new());
-                event_line(&mut fast, &mut line, &event).unwrap_or_else(|e| panic!("{e}"));
+                let mut fast = Vec::new();
+                push_event_line(&mut fast, &event);
                 let mut serde = serde_json::to_vec(&event).unwrap_or_else(|e| panic!("{e}"));
                 serde.push(b'\n');
                 assert_eq!(String::from_utf8_lossy(&fast), String::from_utf8_lossy(&serde));
