@@ -6,7 +6,7 @@
 use serde_json::Value;
 use spindle::Registry;
 use spindle::sources::transcript::{self, CheckResult, Detection, ReplayOutcome, TranscriptKind};
-use spindle::sources::{ChatChunk, SourceEvent, StreamOptions, Truncation};
+use spindle::sources::{ChatChunk, ChatStream, SourceEvent, StreamOptions, StreamTap, Truncation};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -333,6 +333,61 @@ fn recorded_chunks_round_trip_losslessly() {
         }
     }
     assert!(n > 20_000, "only {n} chunks");
+}
+
+/// A tap that wants only events reads each chunk by its meaning (other
+/// fields skipped, not built); a rewriting proxy's tap reads it whole. The
+/// events must be the same, for every recorded SSE body and chunk file and
+/// every test stream (odd dialects, broken chunks, coerced fields).
+#[test]
+fn chunks_read_for_events_only_give_the_same_events() {
+    let mut files = Vec::new();
+    files_under(&manifest().join("tests/data"), &mut files);
+    if let Some(dir) = recorded() {
+        files_under(&dir, &mut files);
+    }
+    let options = StreamOptions::default();
+    let (mut sse, mut lines) = (0, 0);
+    for path in files {
+        let Ok(bytes) = std::fs::read(&path) else {
+            continue;
+        };
+        let (whole, meaning) = match transcript::detect(&path, &bytes) {
+            Detection::Replay(TranscriptKind::Sse) => {
+                sse += 1;
+                let mut tap = StreamTap::new(options.clone());
+                let mut frames = Vec::new();
+                tap.feed_frames(&bytes, &mut frames);
+                let mut whole: Vec<SourceEvent> = frames.into_iter().flat_map(|f| f.events).collect();
+                whole.extend(tap.finish_frames().events);
+                let mut tap = StreamTap::new(options.clone());
+                let mut meaning = Vec::new();
+                tap.feed_into(&bytes, &mut meaning);
+                tap.finish_into(&mut meaning);
+                (whole, meaning)
+            }
+            Detection::Replay(TranscriptKind::ChunkLines) => {
+                lines += 1;
+                let text = String::from_utf8_lossy(&bytes);
+                let (mut a, mut b) = (ChatStream::new(options.clone()), ChatStream::new(options.clone()));
+                let (mut whole, mut meaning) = (Vec::new(), Vec::new());
+                for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                    a.push_data("message", line, 0, &mut whole);
+                    b.push_data_events("message", line, 0, &mut meaning);
+                }
+                assert_eq!(a.response_model(), b.response_model(), "{}", path.display());
+                a.finish_into(&mut whole);
+                b.finish_into(&mut meaning);
+                (whole, meaning)
+            }
+            _ => continue,
+        };
+        assert_eq!(meaning, whole, "{}", path.display());
+    }
+    assert!(sse > 10 && lines > 0, "{sse} SSE bodies, {lines} chunk files");
+    if recorded().is_some() {
+        assert!(sse > 300 && lines > 30, "{sse} SSE bodies, {lines} chunk files");
+    }
 }
 
 fn spindle() -> Command {

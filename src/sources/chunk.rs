@@ -25,7 +25,7 @@
 //! assert_eq!(again, original);
 //! ```
 
-use serde::de::{Error as _, MapAccess, SeqAccess, Visitor};
+use serde::de::{Error as _, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
@@ -332,6 +332,125 @@ deserialize_open_struct!(Choice { index, delta, message, text, finish_reason, co
 deserialize_open_struct!(Delta { content, reasoning_content, reasoning, refusal, tool_calls, function_call } extra: 2);
 deserialize_open_struct!(ToolCallDelta { index, id, function } extra: 1);
 deserialize_open_struct!(FunctionDelta { name, arguments } extra: 1);
+
+/// Reads a chat chunk for what it means to the stream model only: the
+/// interpreted fields, and `id` and `model` when `named` (the stream
+/// model asks for them until it knows them). Every other key is skipped
+/// without being built ([`IgnoredAny`]). `None` when the text is
+/// not such a chunk: not JSON, a field of an unexpected type, a repeated
+/// field, or no `choices` (another dialect, a usage or error chunk); the
+/// caller then reads the whole chunk as before, so that its errors and
+/// diagnostics do not change.
+///
+/// Why: a whole chunk keeps every other key as JSON (`extra`) so that it
+/// can be written back unchanged, which a rewriting proxy needs. Each such
+/// key is a string, a value and a map entry; on recorded streams that was
+/// over half the cost of reading them. A tap that only wants the events
+/// does not pay it.
+pub(crate) fn read_chat_meaning(text: &str, named: bool) -> Option<ChatChunk> {
+    let chunk = if named {
+        serde_json::from_str::<Meaning<ChatChunk, true>>(text).ok()?.0
+    } else {
+        serde_json::from_str::<Meaning<ChatChunk>>(text).ok()?.0
+    };
+    (!chunk.choices.is_absent()).then_some(chunk)
+}
+
+/// A struct read by its meaning (see [`read_chat_meaning`]); `NAMED`: with
+/// its `kept` keys.
+struct Meaning<T, const NAMED: bool = false>(T);
+
+impl<T> Nullable<Meaning<T>> {
+    /// The field with its meaning unwrapped.
+    fn unwrap_meaning(self) -> Nullable<T> {
+        match self {
+            Nullable::Absent => Nullable::Absent,
+            Nullable::Null => Nullable::Null,
+            Nullable::Value(Meaning(v)) => Nullable::Value(v),
+        }
+    }
+}
+
+impl<T> Nullable<Vec<Meaning<T>>> {
+    /// The list with each item's meaning unwrapped (in place: the two
+    /// have one layout).
+    fn unwrap_meanings(self) -> Nullable<Vec<T>> {
+        match self {
+            Nullable::Absent => Nullable::Absent,
+            Nullable::Null => Nullable::Null,
+            Nullable::Value(items) => Nullable::Value(items.into_iter().map(|Meaning(v)| v).collect()),
+        }
+    }
+}
+
+/// `Deserialize` for [`Meaning`] of a struct: each listed field read as its
+/// type says (`plain`), or by its meaning too (`meaning`, then unwrapped by
+/// `$unwrap`), a repeated one an error; the `kept` keys into `extra` as
+/// they are when `NAMED`; every other key skipped.
+macro_rules! deserialize_meaning {
+    (
+        $name:ident {
+            plain: [$($plain:ident),* $(,)?],
+            meaning: [$($field:ident: $ty:ty => $unwrap:ident),* $(,)?],
+            kept: [$($kept:literal),* $(,)?] $(,)?
+        }
+    ) => {
+        impl<'de, const NAMED: bool> Deserialize<'de> for Meaning<$name, NAMED> {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct MeaningVisitor<const NAMED: bool>;
+                impl<'de, const NAMED: bool> Visitor<'de> for MeaningVisitor<NAMED> {
+                    type Value = Meaning<$name, NAMED>;
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        f.write_str(concat!("struct ", stringify!($name)))
+                    }
+                    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Meaning<$name, NAMED>, A::Error> {
+                        let mut out = $name::default();
+                        while let Some(Key(key)) = map.next_key()? {
+                            match key.as_ref() {
+                                $(stringify!($plain) => {
+                                    if !out.$plain.is_absent() {
+                                        return Err(A::Error::duplicate_field(stringify!($plain)));
+                                    }
+                                    out.$plain = map.next_value()?;
+                                })*
+                                $(stringify!($field) => {
+                                    if !out.$field.is_absent() {
+                                        return Err(A::Error::duplicate_field(stringify!($field)));
+                                    }
+                                    out.$field = map.next_value::<Nullable<$ty>>()?.$unwrap();
+                                })*
+                                kept if NAMED && { const KEPT: &[&str] = &[$($kept),*]; KEPT.contains(&kept) } => {
+                                    out.extra.insert(key.into_owned(), map.next_value()?);
+                                }
+                                _ => {
+                                    map.next_value::<IgnoredAny>()?;
+                                }
+                            }
+                        }
+                        Ok(Meaning(out))
+                    }
+                }
+                d.deserialize_map(MeaningVisitor::<NAMED>)
+            }
+        }
+    };
+}
+
+deserialize_meaning!(ChatChunk {
+    plain: [usage, error, prompt_filter_results],
+    meaning: [choices: Vec<Meaning<Choice>> => unwrap_meanings],
+    kept: ["id", "model"],
+});
+deserialize_meaning!(Choice {
+    plain: [index, text, finish_reason, content_filter_results],
+    meaning: [delta: Meaning<Delta> => unwrap_meaning, message: Meaning<Delta> => unwrap_meaning],
+    kept: [],
+});
+deserialize_meaning!(Delta {
+    plain: [content, reasoning_content, reasoning, refusal, tool_calls, function_call],
+    meaning: [],
+    kept: [],
+});
 
 /// A string, or a list of parts (hand-written: an untagged enum buffers
 /// the value before it tries each variant).

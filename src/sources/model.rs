@@ -1004,6 +1004,40 @@ impl ChatStream {
         at: usize,
         out: &mut Vec<SourceEvent>,
     ) -> Option<ChatChunk> {
+        self.push_data_as(event_type, data, at, out, ChunkUse::Returned)
+    }
+
+    /// [`ChatStream::push_data`] for a caller that wants the events only
+    /// (a tap, a replay): the same events, faster, because the chunk is
+    /// read for what it means instead of whole (its other fields, kept for
+    /// writing it back, are skipped).
+    ///
+    /// ```
+    /// use spindle::sources::{ChatStream, StreamOptions};
+    ///
+    /// let mut stream = ChatStream::new(StreamOptions::default());
+    /// let mut events = Vec::new();
+    /// let data = r#"{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m",
+    ///     "choices":[{"index":0,"delta":{"role":"assistant","content":"Hi"},"logprobs":null,"finish_reason":"stop"}]}"#;
+    /// stream.push_data_events("message", data, 0, &mut events);
+    /// stream.finish_into(&mut events);
+    /// let text: Vec<&str> = events.iter().filter_map(|e| e.as_element()).map(|e| e.text.as_str()).collect();
+    /// assert_eq!(text, ["Hi"]);
+    /// assert_eq!(stream.response_model(), Some(("m", "c1")));
+    /// ```
+    pub fn push_data_events(&mut self, event_type: &str, data: &str, at: usize, out: &mut Vec<SourceEvent>) {
+        self.push_data_as(event_type, data, at, out, ChunkUse::EventsOnly);
+    }
+
+    /// [`ChatStream::push_data`], reading chunks as `chunk_use` needs them.
+    pub(super) fn push_data_as(
+        &mut self,
+        event_type: &str,
+        data: &str,
+        at: usize,
+        out: &mut Vec<SourceEvent>,
+        chunk_use: ChunkUse,
+    ) -> Option<ChatChunk> {
         if self.stats.done {
             // `[DONE]` ended the stream: what follows is not content (a
             // second `[DONE]`, a stray chunk, a keep-alive payload). A
@@ -1046,7 +1080,7 @@ impl ChatStream {
         if !self.pending.is_empty() {
             let mut joined = std::mem::take(&mut self.pending);
             joined.push_str(data);
-            match serde_json::from_str::<ChatChunk>(&joined) {
+            match read_chunk(&joined, chunk_use, self.response.is_none()) {
                 Ok(chunk) => {
                     out.push(SourceEvent::Diagnostic(diagnostic(
                         Level::Warning,
@@ -1068,7 +1102,7 @@ impl ChatStream {
                 }
             }
         }
-        match serde_json::from_str::<ChatChunk>(data) {
+        match read_chunk(data, chunk_use, self.response.is_none()) {
             Ok(chunk) => {
                 self.push_chunk(&chunk, out);
                 Some(chunk)
@@ -1411,6 +1445,28 @@ impl ChatStream {
             state.finish(shared, None, &mut o);
         }
     }
+}
+
+/// What the caller of [`ChatStream::push_data_as`] does with the chunks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ChunkUse {
+    /// They are returned whole (every field, to be written back).
+    Returned,
+    /// Only their events are wanted.
+    EventsOnly,
+}
+
+/// Reads the JSON of a chunk: by its meaning when only events are wanted
+/// and it is a chat chunk, whole otherwise (and whenever the reading by
+/// meaning fails, so that errors read as they always did).
+/// `named`: whether the chunk's `id` and `model` are still wanted.
+fn read_chunk(text: &str, chunk_use: ChunkUse, named: bool) -> serde_json::Result<ChatChunk> {
+    if chunk_use == ChunkUse::EventsOnly
+        && let Some(chunk) = super::chunk::read_chat_meaning(text, named)
+    {
+        return Ok(chunk);
+    }
+    serde_json::from_str(text)
 }
 
 /// What a dialect adapter may do to one choice.

@@ -26,7 +26,7 @@
 
 use super::chunk::{ChatChunk, Choice, Content, Delta, Nullable};
 use super::events::SourceEvent;
-use super::model::{ChatStream, StreamOptions};
+use super::model::{ChatStream, ChunkUse, StreamOptions};
 use super::sse::{SseDecoder, SseFault, SseItem};
 use crate::event::DiagnosticCode;
 use crate::event::{Diagnostic, Level};
@@ -150,7 +150,7 @@ impl StreamTap {
         let mut items = std::mem::take(&mut self.items);
         self.decoder.feed_into(bytes, &mut items);
         for item in items.drain(..) {
-            self.item(&item, out);
+            self.item(&item, ChunkUse::EventsOnly, out);
         }
         self.items = items;
     }
@@ -163,7 +163,7 @@ impl StreamTap {
         self.decoder.feed_into(bytes, &mut items);
         for item in items.drain(..) {
             let mut events = Vec::new();
-            let chunk = self.item(&item, &mut events);
+            let chunk = self.item(&item, ChunkUse::Returned, &mut events);
             let rewrites = self.stream.take_rewrites();
             frames.push(TapFrame { item, chunk, events, rewrites });
         }
@@ -188,7 +188,7 @@ impl StreamTap {
         let mut end = TapEnd::default();
         let items = std::mem::take(&mut self.decoder).finish();
         for item in &items {
-            self.item(item, &mut end.events);
+            self.item(item, ChunkUse::EventsOnly, &mut end.events);
         }
         let mut rewrites = self.stream.take_rewrites();
         // Finishing closes what is open; its corrected text comes after.
@@ -221,9 +221,11 @@ impl StreamTap {
         self.decoder.offset()
     }
 
-    fn item(&mut self, item: &SseItem, out: &mut Vec<SourceEvent>) -> Option<ChatChunk> {
+    /// The events of one SSE item, and its chunk (whole when `chunk_use`
+    /// says it is returned).
+    fn item(&mut self, item: &SseItem, chunk_use: ChunkUse, out: &mut Vec<SourceEvent>) -> Option<ChatChunk> {
         match item {
-            SseItem::Event(e) => self.stream.push_data(&e.event, &e.data, e.at, out),
+            SseItem::Event(e) => self.stream.push_data_as(&e.event, &e.data, e.at, out, chunk_use),
             SseItem::Unterminated(e) => {
                 out.push(SourceEvent::Diagnostic(Diagnostic {
                     level: Level::Warning,
@@ -234,7 +236,7 @@ impl StreamTap {
                     message: "the stream ended without a blank line after its last event; the event was read anyway"
                         .into(),
                 }));
-                self.stream.push_data(&e.event, &e.data, e.at, out)
+                self.stream.push_data_as(&e.event, &e.data, e.at, out, chunk_use)
             }
             SseItem::Comment { .. } => None,
             SseItem::Fault(fault) => {

@@ -215,7 +215,7 @@ pub fn replay_in_reads(kind: TranscriptKind, bytes: &[u8], options: &StreamOptio
             let mut events = Vec::new();
             for (at, line) in lines(&text) {
                 if !line.trim().is_empty() {
-                    stream.push_data("message", line, at, &mut events);
+                    stream.push_data_events("message", line, at, &mut events);
                 }
             }
             stream.finish_into(&mut events);

@@ -357,13 +357,13 @@ mod tests {
             let mut events = Vec::new();
             let chunk =
                 json!({"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {"content": p}, "finish_reason": null}]});
-            stream.push_data("message", &chunk.to_string(), 0, &mut events);
+            stream.push_data_events("message", &chunk.to_string(), 0, &mut events);
             let rw = stream.take_rewrites();
             feed(&events, rw, &mut conv);
         }
         let mut events = Vec::new();
         let chunk = json!({"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]});
-        stream.push_data("message", &chunk.to_string(), 0, &mut events);
+        stream.push_data_events("message", &chunk.to_string(), 0, &mut events);
         let rw = stream.take_rewrites();
         feed(&events, rw, &mut conv);
         let mut events = Vec::new();
