@@ -210,7 +210,7 @@ pub fn replay_in_reads(kind: TranscriptKind, bytes: &[u8], options: &StreamOptio
             one(events)
         }
         TranscriptKind::ChunkLines => {
-            let text = String::from_utf8_lossy(bytes);
+            let text = crate::scan::text_lossy(bytes);
             let mut stream = ChatStream::new(with_framing(options, Framing::Chunks));
             let mut events = Vec::new();
             for (at, line) in lines(&text) {
@@ -247,7 +247,7 @@ pub fn replay_in_reads(kind: TranscriptKind, bytes: &[u8], options: &StreamOptio
             }
         }
         TranscriptKind::JsonLines => {
-            let text = String::from_utf8_lossy(bytes);
+            let text = crate::scan::text_lossy(bytes);
             if looks_like_chunk_line(bytes) {
                 return replay_in_reads(TranscriptKind::ChunkLines, bytes, options, read_size);
             }
@@ -268,7 +268,7 @@ pub fn replay_in_reads(kind: TranscriptKind, bytes: &[u8], options: &StreamOptio
             }
         }
         TranscriptKind::Text => {
-            let text = String::from_utf8_lossy(bytes);
+            let text = crate::scan::text_lossy(bytes);
             one(text_stream(options, &[&text]))
         }
     }
@@ -390,7 +390,7 @@ fn naive_sse_payloads(text: &str) -> Vec<String> {
 
 /// The expected content per stream and choice, or why it cannot be known.
 fn expected(kind: TranscriptKind, bytes: &[u8]) -> Result<Expected, String> {
-    let text = String::from_utf8_lossy(bytes);
+    let text = crate::scan::text_lossy(bytes);
     let from_payloads = |payloads: Vec<String>| -> Result<Expected, String> {
         let mut map = BTreeMap::new();
         let mut i = 0;
