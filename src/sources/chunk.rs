@@ -25,7 +25,7 @@
 //! assert_eq!(again, original);
 //! ```
 
-use serde::de::{Error as _, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{DeserializeSeed, Error as _, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
@@ -336,121 +336,197 @@ deserialize_open_struct!(FunctionDelta { name, arguments } extra: 1);
 /// Reads a chat chunk for what it means to the stream model only: the
 /// interpreted fields, and `id` and `model` when `named` (the stream
 /// model asks for them until it knows them). Every other key is skipped
-/// without being built ([`IgnoredAny`]). `None` when the text is
-/// not such a chunk: not JSON, a field of an unexpected type, a repeated
-/// field, or no `choices` (another dialect, a usage or error chunk); the
-/// caller then reads the whole chunk as before, so that its errors and
-/// diagnostics do not change.
+/// without being built ([`IgnoredAny`]). `None` when the text is not such
+/// a chunk: not JSON, a field of an unexpected type, a repeated field, or
+/// no `choices` (another dialect, a usage or error chunk); the caller then
+/// reads the whole chunk as before, so that its errors and diagnostics do
+/// not change.
 ///
 /// Why: a whole chunk keeps every other key as JSON (`extra`) so that it
 /// can be written back unchanged, which a rewriting proxy needs. Each such
 /// key is a string, a value and a map entry; on recorded streams that was
 /// over half the cost of reading them. A tap that only wants the events
-/// does not pay it.
+/// does not pay it. The choices and their deltas (a choice is most of a
+/// kilobyte) are also read in place rather than returned through serde's
+/// layers, each of which would copy them.
 pub(crate) fn read_chat_meaning(text: &str, named: bool) -> Option<ChatChunk> {
-    let chunk = if named {
-        serde_json::from_str::<Meaning<ChatChunk, true>>(text).ok()?.0
-    } else {
-        serde_json::from_str::<Meaning<ChatChunk>>(text).ok()?.0
-    };
+    let mut chunk = ChatChunk::default();
+    let mut de = serde_json::Deserializer::from_str(text);
+    ChunkInto { chunk: &mut chunk, named }.deserialize(&mut de).ok()?;
+    // As `serde_json::from_str`: nothing but whitespace after the value.
+    de.end().ok()?;
     (!chunk.choices.is_absent()).then_some(chunk)
 }
 
-/// A struct read by its meaning (see [`read_chat_meaning`]); `NAMED`: with
-/// its `kept` keys.
-struct Meaning<T, const NAMED: bool = false>(T);
-
-impl<T> Nullable<Meaning<T>> {
-    /// The field with its meaning unwrapped.
-    fn unwrap_meaning(self) -> Nullable<T> {
-        match self {
-            Nullable::Absent => Nullable::Absent,
-            Nullable::Null => Nullable::Null,
-            Nullable::Value(Meaning(v)) => Nullable::Value(v),
-        }
-    }
-}
-
-impl<T> Nullable<Vec<Meaning<T>>> {
-    /// The list with each item's meaning unwrapped (in place: the two
-    /// have one layout).
-    fn unwrap_meanings(self) -> Nullable<Vec<T>> {
-        match self {
-            Nullable::Absent => Nullable::Absent,
-            Nullable::Null => Nullable::Null,
-            Nullable::Value(items) => Nullable::Value(items.into_iter().map(|Meaning(v)| v).collect()),
-        }
-    }
-}
-
-/// `Deserialize` for [`Meaning`] of a struct: each listed field read as its
-/// type says (`plain`), or by its meaning too (`meaning`, then unwrapped by
-/// `$unwrap`), a repeated one an error; the `kept` keys into `extra` as
-/// they are when `NAMED`; every other key skipped.
-macro_rules! deserialize_meaning {
+/// Reads the keys of one object into `$out` (see [`read_chat_meaning`]):
+/// the `plain` fields as their types say, the `seeded` ones through a seed
+/// that reads them in place, a repeated one an error; `kept(key)` keys
+/// into `extra` as they are; every other key skipped.
+macro_rules! read_fields_into {
     (
-        $name:ident {
-            plain: [$($plain:ident),* $(,)?],
-            meaning: [$($field:ident: $ty:ty => $unwrap:ident),* $(,)?],
-            kept: [$($kept:literal),* $(,)?] $(,)?
-        }
-    ) => {
-        impl<'de, const NAMED: bool> Deserialize<'de> for Meaning<$name, NAMED> {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                struct MeaningVisitor<const NAMED: bool>;
-                impl<'de, const NAMED: bool> Visitor<'de> for MeaningVisitor<NAMED> {
-                    type Value = Meaning<$name, NAMED>;
-                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                        f.write_str(concat!("struct ", stringify!($name)))
+        $map:ident, $out:expr,
+        plain: [$($plain:ident),* $(,)?],
+        seeded: [$($field:ident => $seed:ident),* $(,)?],
+        kept: $kept:expr $(,)?
+    ) => {{
+        let out = $out;
+        while let Some(Key(key)) = $map.next_key()? {
+            match key.as_ref() {
+                $(stringify!($plain) => {
+                    if !out.$plain.is_absent() {
+                        return Err(serde::de::Error::duplicate_field(stringify!($plain)));
                     }
-                    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Meaning<$name, NAMED>, A::Error> {
-                        let mut out = $name::default();
-                        while let Some(Key(key)) = map.next_key()? {
-                            match key.as_ref() {
-                                $(stringify!($plain) => {
-                                    if !out.$plain.is_absent() {
-                                        return Err(A::Error::duplicate_field(stringify!($plain)));
-                                    }
-                                    out.$plain = map.next_value()?;
-                                })*
-                                $(stringify!($field) => {
-                                    if !out.$field.is_absent() {
-                                        return Err(A::Error::duplicate_field(stringify!($field)));
-                                    }
-                                    out.$field = map.next_value::<Nullable<$ty>>()?.$unwrap();
-                                })*
-                                kept if NAMED && { const KEPT: &[&str] = &[$($kept),*]; KEPT.contains(&kept) } => {
-                                    out.extra.insert(key.into_owned(), map.next_value()?);
-                                }
-                                _ => {
-                                    map.next_value::<IgnoredAny>()?;
-                                }
-                            }
-                        }
-                        Ok(Meaning(out))
+                    out.$plain = $map.next_value()?;
+                })*
+                $(stringify!($field) => {
+                    if !out.$field.is_absent() {
+                        return Err(serde::de::Error::duplicate_field(stringify!($field)));
                     }
+                    $map.next_value_seed($seed(&mut out.$field))?;
+                })*
+                other if ($kept)(other) => {
+                    out.extra.insert(key.into_owned(), $map.next_value()?);
                 }
-                d.deserialize_map(MeaningVisitor::<NAMED>)
+                _ => {
+                    $map.next_value::<IgnoredAny>()?;
+                }
             }
         }
-    };
+        Ok(())
+    }};
 }
 
-deserialize_meaning!(ChatChunk {
-    plain: [usage, error, prompt_filter_results],
-    meaning: [choices: Vec<Meaning<Choice>> => unwrap_meanings],
-    kept: ["id", "model"],
-});
-deserialize_meaning!(Choice {
-    plain: [index, text, finish_reason, content_filter_results],
-    meaning: [delta: Meaning<Delta> => unwrap_meaning, message: Meaning<Delta> => unwrap_meaning],
-    kept: [],
-});
-deserialize_meaning!(Delta {
-    plain: [content, reasoning_content, reasoning, refusal, tool_calls, function_call],
-    meaning: [],
-    kept: [],
-});
+/// A chunk's keys, read into it ([`read_chat_meaning`]).
+struct ChunkInto<'b> {
+    chunk: &'b mut ChatChunk,
+    named: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for ChunkInto<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ChunkInto<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("struct ChatChunk")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let named = self.named;
+        read_fields_into!(
+            map, self.chunk,
+            plain: [usage, error, prompt_filter_results],
+            seeded: [choices => ChoicesInto],
+            kept: |key: &str| named && (key == "id" || key == "model"),
+        )
+    }
+}
+
+/// `choices`: `null`, or a list whose choices are read in place.
+struct ChoicesInto<'b>(&'b mut Nullable<Vec<Choice>>);
+
+impl<'de> DeserializeSeed<'de> for ChoicesInto<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_option(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ChoicesInto<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list of choices")
+    }
+    fn visit_none<E: serde::de::Error>(self) -> Result<(), E> {
+        *self.0 = Nullable::Null;
+        Ok(())
+    }
+    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+        self.visit_none()
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let mut list: Vec<Choice> = Vec::with_capacity(seq.size_hint().unwrap_or(1).min(8));
+        loop {
+            // A slot for the next choice, read into where it stays.
+            list.push(Choice::default());
+            let Some(slot) = list.last_mut() else { break };
+            if seq.next_element_seed(ChoiceInto(slot))?.is_none() {
+                list.pop();
+                break;
+            }
+        }
+        *self.0 = Nullable::Value(list);
+        Ok(())
+    }
+}
+
+/// One choice's keys, read into it.
+struct ChoiceInto<'b>(&'b mut Choice);
+
+impl<'de> DeserializeSeed<'de> for ChoiceInto<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ChoiceInto<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("struct Choice")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        read_fields_into!(
+            map, self.0,
+            plain: [index, text, finish_reason, content_filter_results],
+            seeded: [delta => DeltaInto, message => DeltaInto],
+            kept: |_: &str| false,
+        )
+    }
+}
+
+/// A `delta` or `message`: `null`, or its keys read in place.
+struct DeltaInto<'b>(&'b mut Nullable<Delta>);
+
+impl<'de> DeserializeSeed<'de> for DeltaInto<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_option(self)
+    }
+}
+
+impl<'de> Visitor<'de> for DeltaInto<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("struct Delta")
+    }
+    fn visit_none<E: serde::de::Error>(self) -> Result<(), E> {
+        *self.0 = Nullable::Null;
+        Ok(())
+    }
+    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+        self.visit_none()
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        *self.0 = Nullable::Value(Delta::default());
+        let Nullable::Value(delta) = self.0 else { return Ok(()) };
+        read_fields_into!(
+            map, delta,
+            plain: [content, reasoning_content, reasoning, refusal, tool_calls, function_call],
+            seeded: [],
+            kept: |_: &str| false,
+        )
+    }
+}
 
 /// A string, or a list of parts (hand-written: an untagged enum buffers
 /// the value before it tries each variant).
