@@ -775,4 +775,67 @@ mod tests {
         let extra = serde_json::from_str::<FunctionDelta>(r#"{"x":1,"x":2}"#).unwrap_or_default();
         assert_eq!(extra.extra.get("x"), Some(&Value::from(2)));
     }
+
+    /// The whole chunk without the other fields, `id` and `model` kept
+    /// when `named`.
+    fn meaning_of_whole(text: &str, named: bool) -> Option<ChatChunk> {
+        let mut chunk: ChatChunk = serde_json::from_str(text).ok()?;
+        chunk.extra.retain(|k, _| named && (k == "id" || k == "model"));
+        for choice in chunk.choices.as_mut_option().into_iter().flatten() {
+            choice.extra.clear();
+            for delta in [&mut choice.delta, &mut choice.message] {
+                if let Some(d) = delta.as_mut_option() {
+                    d.extra.clear();
+                }
+            }
+        }
+        Some(chunk)
+    }
+
+    #[test]
+    fn a_chunk_read_by_meaning_is_the_whole_chunk_without_the_other_fields() {
+        let texts = [
+            r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","system_fingerprint":"fp",
+                "choices":[{"index":0,"delta":{"role":"assistant","content":"Hi \"x\""},"logprobs":{"content":[]},
+                "finish_reason":null}]}"#,
+            r#"{"choices":[{"index":1,"delta":{"reasoning_content":"hm","reasoning":"hm","refusal":null,
+                "tool_calls":[{"index":0,"id":"t","type":"function","function":{"name":"f","arguments":"{}"}}]}},
+                {"index":0,"message":{"content":[{"type":"text","text":"a"}]},"text":"legacy",
+                "finish_reason":"stop","content_filter_results":{"hate":{"filtered":false}}}],
+                "usage":{"total_tokens":3},"error":null,"prompt_filter_results":[]}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":1}}"#,
+            r#"{"choices":null}"#,
+            r#"{"choices":[{"delta":null,"function_call":{"name":"g"}}]}"#,
+            r#"{"choices":[{"delta":{"function_call":{"name":"g","arguments":{"a":1}}}}]} "#,
+        ];
+        for text in texts {
+            for named in [true, false] {
+                let whole = meaning_of_whole(text, named);
+                assert!(whole.is_some(), "{text}");
+                assert_eq!(read_chat_meaning(text, named), whole, "{text}");
+            }
+        }
+    }
+
+    #[test]
+    fn what_is_not_a_chat_chunk_is_left_to_the_whole_reading() {
+        for text in [
+            // Another dialect, no choices at all, not an object.
+            r#"{"type":"content_block_delta","delta":{"text":"x"}}"#,
+            r#"{"usage":{"total_tokens":3}}"#,
+            "[1]",
+            // Fields twice or of a wrong type, broken or trailing JSON.
+            r#"{"choices":[],"choices":[]}"#,
+            r#"{"choices":[{"delta":{},"delta":{}}]}"#,
+            r#"{"choices":[{"index":"0"}]}"#,
+            r#"{"choices":[null]}"#,
+            r#"{"choices":{"index":0}}"#,
+            r#"{"choices":[{"delta":"x"}]}"#,
+            r#"{"choices":[{"delta":{"content":5}}]}"#,
+            r#"{"choices":[]"#,
+            r#"{"choices":[]} x"#,
+        ] {
+            assert_eq!(read_chat_meaning(text, true), None, "{text}");
+        }
+    }
 }
