@@ -1020,10 +1020,10 @@ impl ChatStream {
     /// let data = r#"{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m",
     ///     "choices":[{"index":0,"delta":{"role":"assistant","content":"Hi"},"logprobs":null,"finish_reason":"stop"}]}"#;
     /// stream.push_data_events("message", data, 0, &mut events);
+    /// assert_eq!(stream.response_model(), Some(("m", "c1")));
     /// stream.finish_into(&mut events);
     /// let text: Vec<&str> = events.iter().filter_map(|e| e.as_element()).map(|e| e.text.as_str()).collect();
     /// assert_eq!(text, ["Hi"]);
-    /// assert_eq!(stream.response_model(), Some(("m", "c1")));
     /// ```
     pub fn push_data_events(&mut self, event_type: &str, data: &str, at: usize, out: &mut Vec<SourceEvent>) {
         self.push_data_as(event_type, data, at, out, ChunkUse::EventsOnly);
