@@ -419,26 +419,33 @@ impl<'de> Visitor<'de> for ChunkInto<'_> {
         read_fields_into!(
             map, self.chunk,
             plain: [usage, error, prompt_filter_results],
-            seeded: [choices => ChoicesInto],
+            seeded: [choices => NullableInto],
             kept: |key: &str| named && (key == "id" || key == "model"),
         )
     }
 }
 
-/// `choices`: `null`, or a list whose choices are read in place.
-struct ChoicesInto<'b>(&'b mut Nullable<Vec<Choice>>);
+/// A value that a reader fills where it already is (see
+/// [`read_chat_meaning`]).
+trait ReadInto<'de>: Default {
+    fn read_into<D: Deserializer<'de>>(&mut self, d: D) -> Result<(), D::Error>;
+}
 
-impl<'de> DeserializeSeed<'de> for ChoicesInto<'_> {
+/// A [`Nullable`] field read in place: `null` makes it `Null`; a value
+/// starts as the default and is read into.
+struct NullableInto<'b, T>(&'b mut Nullable<T>);
+
+impl<'de, T: ReadInto<'de>> DeserializeSeed<'de> for NullableInto<'_, T> {
     type Value = ();
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         d.deserialize_option(self)
     }
 }
 
-impl<'de> Visitor<'de> for ChoicesInto<'_> {
+impl<'de, T: ReadInto<'de>> Visitor<'de> for NullableInto<'_, T> {
     type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a list of choices")
+        f.write_str("null or a value")
     }
     fn visit_none<E: serde::de::Error>(self) -> Result<(), E> {
         *self.0 = Nullable::Null;
@@ -448,25 +455,43 @@ impl<'de> Visitor<'de> for ChoicesInto<'_> {
         self.visit_none()
     }
     fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_seq(self)
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        let mut list: Vec<Choice> = Vec::with_capacity(seq.size_hint().unwrap_or(1).min(8));
-        loop {
-            // A slot for the next choice, read into where it stays.
-            list.push(Choice::default());
-            let Some(slot) = list.last_mut() else { break };
-            if seq.next_element_seed(ChoiceInto(slot))?.is_none() {
-                list.pop();
-                break;
-            }
+        *self.0 = Nullable::Value(T::default());
+        match self.0 {
+            Nullable::Value(value) => value.read_into(d),
+            Nullable::Absent | Nullable::Null => Ok(()),
         }
-        *self.0 = Nullable::Value(list);
-        Ok(())
     }
 }
 
-/// One choice's keys, read into it.
+/// The list of `choices`, each choice read where it stays.
+impl<'de> ReadInto<'de> for Vec<Choice> {
+    fn read_into<D: Deserializer<'de>>(&mut self, d: D) -> Result<(), D::Error> {
+        struct ChoiceList<'b>(&'b mut Vec<Choice>);
+        impl<'de> Visitor<'de> for ChoiceList<'_> {
+            type Value = ();
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list of choices")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+                let list = self.0;
+                list.reserve(seq.size_hint().unwrap_or(1).min(8));
+                loop {
+                    // A slot for the next choice, read into where it stays.
+                    list.push(Choice::default());
+                    let Some(slot) = list.last_mut() else { break };
+                    if seq.next_element_seed(ChoiceInto(slot))?.is_none() {
+                        list.pop();
+                        break;
+                    }
+                }
+                Ok(())
+            }
+        }
+        d.deserialize_seq(ChoiceList(self))
+    }
+}
+
+/// One choice of the list, read into its slot.
 struct ChoiceInto<'b>(&'b mut Choice);
 
 impl<'de> DeserializeSeed<'de> for ChoiceInto<'_> {
@@ -485,46 +510,31 @@ impl<'de> Visitor<'de> for ChoiceInto<'_> {
         read_fields_into!(
             map, self.0,
             plain: [index, text, finish_reason, content_filter_results],
-            seeded: [delta => DeltaInto, message => DeltaInto],
+            seeded: [delta => NullableInto, message => NullableInto],
             kept: |_: &str| false,
         )
     }
 }
 
-/// A `delta` or `message`: `null`, or its keys read in place.
-struct DeltaInto<'b>(&'b mut Nullable<Delta>);
-
-impl<'de> DeserializeSeed<'de> for DeltaInto<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_option(self)
-    }
-}
-
-impl<'de> Visitor<'de> for DeltaInto<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("struct Delta")
-    }
-    fn visit_none<E: serde::de::Error>(self) -> Result<(), E> {
-        *self.0 = Nullable::Null;
-        Ok(())
-    }
-    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
-        self.visit_none()
-    }
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_map(self)
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        *self.0 = Nullable::Value(Delta::default());
-        let Nullable::Value(delta) = self.0 else { return Ok(()) };
-        read_fields_into!(
-            map, delta,
-            plain: [content, reasoning_content, reasoning, refusal, tool_calls, function_call],
-            seeded: [],
-            kept: |_: &str| false,
-        )
+/// A `delta` or `message`, its keys read into it.
+impl<'de> ReadInto<'de> for Delta {
+    fn read_into<D: Deserializer<'de>>(&mut self, d: D) -> Result<(), D::Error> {
+        struct DeltaFields<'b>(&'b mut Delta);
+        impl<'de> Visitor<'de> for DeltaFields<'_> {
+            type Value = ();
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("struct Delta")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+                read_fields_into!(
+                    map, self.0,
+                    plain: [content, reasoning_content, reasoning, refusal, tool_calls, function_call],
+                    seeded: [],
+                    kept: |_: &str| false,
+                )
+            }
+        }
+        d.deserialize_map(DeltaFields(self))
     }
 }
 
