@@ -6,7 +6,9 @@
 //! whether it was absent, `null` or a value ([`Nullable`]), so a chunk read
 //! here and written back is the same JSON document (keys may come out in
 //! another order). A proxy that rewrites content relies on that. What the
-//! fields mean is [`super::model`]'s business.
+//! fields mean is [`super::model`]'s business. A reader that does not
+//! write chunks back takes the faster crate-private `read_chat_meaning`,
+//! which skips the fields the model does not read.
 //!
 //! ```
 //! use spindle::sources::ChatChunk;

@@ -1030,6 +1030,9 @@ impl ChatStream {
     }
 
     /// [`ChatStream::push_data`], reading chunks as `chunk_use` needs them.
+    /// With [`ChunkUse::EventsOnly`] a returned chunk holds only what the
+    /// model reads (no `extra` fields but `id` and `model`): not one to
+    /// write back.
     pub(super) fn push_data_as(
         &mut self,
         event_type: &str,
