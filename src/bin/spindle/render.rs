@@ -43,21 +43,7 @@ struct Counts {
 /// costs few writes.
 pub(crate) const OUT_BUFFER: usize = 64 * 1024;
 
-/// Writes `value` as one JSON line: built in `line` (serde_json's many
-/// small writes land in a `Vec`, not in `out`), then written whole.
-pub(crate) fn json_line(
-    out: &mut (impl Write + ?Sized),
-    line: &mut Vec<u8>,
-    value: &impl serde::Serialize,
-) -> Result<()> {
-    line.clear();
-    serde_json::to_writer(&mut *line, value)?;
-    line.push(b'\n');
-    out.write_all(line)?;
-    Ok(())
-}
-
-/// Appends an event as one JSON line to `lines`, exactly as [`json_line`]
+/// Appends an event as one JSON line to `lines`, exactly as serde_json
 /// would write it ([`Event::write_json`]: the serde form, written field by
 /// field).
 fn push_event_line(lines: &mut Vec<u8>, event: &Event) {
@@ -72,10 +58,9 @@ pub(crate) struct Renderer {
     /// stdout is a terminal and NO_COLOR is unset. Never stripped for
     /// `rewrite`: its bytes must be exact.
     out: Box<dyn Write>,
-    /// The JSON line being written ([`json_line`]).
-    line: Vec<u8>,
-    /// Event lines not yet handed to `out`: up to [`OUT_BUFFER`] of them
-    /// go in one write (a write per line cost as much as building it).
+    /// JSON lines not yet handed to `out` (serde_json's many small writes
+    /// land in a `Vec`): up to [`OUT_BUFFER`] of them go in one write (a
+    /// write per line cost as much as building it).
     lines: Vec<u8>,
     counts: Counts,
     /// The streaming element whose deltas are being printed (pretty).
@@ -93,7 +78,6 @@ impl Renderer {
         Renderer {
             format,
             out,
-            line: Vec::new(),
             lines: Vec::new(),
             counts: Counts::default(),
             streaming: None,
@@ -140,11 +124,13 @@ impl Renderer {
     /// A tool runtime record (`tool_result`, `tool_audit`, `tool_task`):
     /// one JSON line; in pretty, the observation on its own line.
     pub(crate) fn tool_line(&mut self, value: &serde_json::Value) -> Result<()> {
-        self.write_lines()?;
         let kind = value.get("type").and_then(serde_json::Value::as_str).unwrap_or_default();
         *self.counts.elements.entry(kind.to_string()).or_default() += 1;
         match self.format {
-            Format::Jsonl => json_line(&mut self.out, &mut self.line, value)?,
+            Format::Jsonl => {
+                serde_json::to_writer(&mut self.lines, value)?;
+                self.lines.push(b'\n');
+            }
             Format::Pretty if kind != "tool_audit" => {
                 if !self.at_line_start {
                     self.out.write_all(b"\n")?;
@@ -157,8 +143,9 @@ impl Renderer {
             }
             _ => {}
         }
-        self.out.flush()?;
-        Ok(())
+        // Out at once, with the event lines before it: a tool result is
+        // not held back.
+        self.flush()
     }
 
     /// Whether [`Renderer::rewrite`] prints (only `--format rewrite`):
