@@ -648,7 +648,7 @@ pub(crate) fn whole_response(
     options.framing = crate::sources::Framing::Response;
     let mut stream = crate::sources::ChatStream::new(options);
     let mut events = Vec::new();
-    let text = String::from_utf8_lossy(body);
+    let text = crate::scan::text_lossy(body);
     stream.push_data_events("message", &text, 0, &mut events);
     let mut rewrites = stream.take_rewrites();
     rewrites.extend(stream.finish_with_rewrites(&mut events));

@@ -223,11 +223,11 @@ pub(crate) fn read_response(stream: &mut ChatStream, body: &[u8], out: &mut Vec<
         Err(_) if serde_json::from_slice::<serde_json::Value>(body).is_ok() => {
             // Valid JSON with fields of unexpected types: the stream model
             // coerces them and says so.
-            let text = String::from_utf8_lossy(body);
+            let text = crate::scan::text_lossy(body);
             stream.push_data("message", &text, 0, out);
         }
         Err(e) => {
-            let text = String::from_utf8_lossy(body);
+            let text = crate::scan::text_lossy(body);
             out.push(SourceEvent::Diagnostic(Diagnostic {
                 level: Level::Error,
                 code: DiagnosticCode::InvalidResponseJson,
