@@ -47,8 +47,8 @@ impl Event {
                 end_synthetic_at(out, o.synthetic, o.at);
             }
             Event::Delta(d) => {
-                start(out, b"{\"type\":\"delta\",\"id\":", d.id, &d.tag);
-                out.extend_from_slice(b",\"text\":");
+                start(out, DELTA_HEAD, d.id, &d.tag);
+                out.extend_from_slice(TEXT_KEY);
                 write_str(out, &d.text);
                 out.push(b'}');
             }
@@ -99,6 +99,65 @@ impl Event {
         }
     }
 }
+
+/// A writer of JSON lines: each event as [`Event::write_json`] writes it,
+/// then a newline. A run of deltas of one element (a stream read a few
+/// bytes at a time is mostly that) shares the start of its lines,
+/// `{"type":"delta","id":3,"tag":"content","text":`: it is written once and
+/// copied for the next deltas, not written again from the id and tag.
+///
+/// ```
+/// use spindle::{JsonLines, Registry, parse};
+/// let events = parse(Registry::filament(), b"<content>Hi \"you\"</content>");
+/// let (mut lines, mut out) = (JsonLines::new(), Vec::new());
+/// for event in &events {
+///     lines.push(event, &mut out);
+/// }
+/// let expected: String = events.iter().map(|e| serde_json::to_string(e).unwrap() + "\n").collect();
+/// assert_eq!(String::from_utf8(out).unwrap(), expected);
+/// ```
+#[derive(Debug, Default)]
+pub struct JsonLines {
+    /// The start of the last delta line written, up to its text.
+    head: Vec<u8>,
+    /// The element (id and tag) whose deltas `head` starts.
+    head_of: Option<(u32, TagName)>,
+}
+
+impl JsonLines {
+    /// A writer with no line written yet.
+    pub fn new() -> JsonLines {
+        JsonLines::default()
+    }
+
+    /// Appends `event`'s JSON line (its JSON and a newline) to `out`.
+    pub fn push(&mut self, event: &Event, out: &mut Vec<u8>) {
+        match event {
+            Event::Delta(d) => {
+                let same = matches!(&self.head_of, Some((id, tag)) if *id == d.id && (std::sync::Arc::ptr_eq(tag, &d.tag) || **tag == *d.tag));
+                if !same {
+                    self.head.clear();
+                    start(&mut self.head, DELTA_HEAD, d.id, &d.tag);
+                    self.head.extend_from_slice(TEXT_KEY);
+                    self.head_of = Some((d.id, d.tag.clone()));
+                }
+                out.extend_from_slice(&self.head);
+                write_str(out, &d.text);
+                out.extend_from_slice(b"}\n");
+            }
+            _ => {
+                event.write_json(out);
+                out.push(b'\n');
+            }
+        }
+    }
+}
+
+/// The start of a delta's line, up to its id.
+const DELTA_HEAD: &[u8] = b"{\"type\":\"delta\",\"id\":";
+
+/// The key of a delta's text, after its tag.
+const TEXT_KEY: &[u8] = b",\"text\":";
 
 /// Appends `value` in its serde form: the path of the rare events, and of
 /// other JSONL writers' rare lines (the sources' events).

@@ -156,6 +156,7 @@ pub use event::{
     AttrMap, CallDelta, Close, Comment, Delta, Diagnostic, DiagnosticCode, Element, Event, Gap, Level, Open, Repair,
     RepairKind, TagName,
 };
+pub use jsonl::JsonLines;
 pub use machine::MachineLimits;
 pub use parser::{CallText, Parser, ParserOptions, parse};
 pub use registry::Registry;

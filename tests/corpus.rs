@@ -8,7 +8,7 @@
 //! and review the diff. `CHUNK_SIZE=n` adds one more chunk size to compare.
 
 use spindle::event::{Event, coalesce};
-use spindle::{Parser, ParserOptions, Registry};
+use spindle::{JsonLines, Parser, ParserOptions, Registry};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -113,13 +113,21 @@ fn every_event_writes_its_serde_json() {
                 parser.feed_into(c, &mut events);
             }
             events.extend(parser.finish());
+            // `JsonLines` over the whole sequence: a delta line's start is
+            // kept from delta to delta of one element.
+            let (mut json, mut lines) = (JsonLines::new(), Vec::new());
+            let mut expected_lines = String::new();
             for event in &events {
                 let mut line = Vec::new();
                 event.write_json(&mut line);
                 let expected = serde_json::to_string(event).expect("events serialise");
                 assert_eq!(String::from_utf8_lossy(&line), expected, "{name} at chunk size {chunk}");
+                json.push(event, &mut lines);
+                expected_lines.push_str(&expected);
+                expected_lines.push('\n');
                 checked += 1;
             }
+            assert_eq!(String::from_utf8_lossy(&lines), expected_lines, "{name} as lines at chunk size {chunk}");
         }
     }
     assert!(checked > 10_000, "{checked} events checked");

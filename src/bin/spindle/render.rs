@@ -2,8 +2,8 @@
 //! corrected text, or a summary.
 
 use anyhow::Result;
-use spindle::Registry;
 use spindle::event::{Event, RepairKind};
+use spindle::{JsonLines, Registry};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::Duration;
@@ -43,14 +43,6 @@ struct Counts {
 /// costs few writes.
 pub(crate) const OUT_BUFFER: usize = 64 * 1024;
 
-/// Appends an event as one JSON line to `lines`, exactly as serde_json
-/// would write it ([`Event::write_json`]: the serde form, written field by
-/// field).
-fn push_event_line(lines: &mut Vec<u8>, event: &Event) {
-    event.write_json(lines);
-    lines.push(b'\n');
-}
-
 /// Prints events in one [`Format`].
 pub(crate) struct Renderer {
     format: Format,
@@ -62,6 +54,9 @@ pub(crate) struct Renderer {
     /// land in a `Vec`): up to [`OUT_BUFFER`] of them go in one write (a
     /// write per line cost as much as building it).
     lines: Vec<u8>,
+    /// Writes the event lines (the serde form of each, written field by
+    /// field; a run of deltas shares its line start).
+    json: JsonLines,
     counts: Counts,
     /// The streaming element whose deltas are being printed (pretty).
     streaming: Option<u32>,
@@ -79,6 +74,7 @@ impl Renderer {
             format,
             out,
             lines: Vec::new(),
+            json: JsonLines::new(),
             counts: Counts::default(),
             streaming: None,
             stream_tags: registry.tags().iter().filter(|t| t.body.emits_deltas()).map(|t| t.name.clone()).collect(),
@@ -91,7 +87,7 @@ impl Renderer {
             self.count(event);
             match self.format {
                 Format::Jsonl => {
-                    push_event_line(&mut self.lines, event);
+                    self.json.push(event, &mut self.lines);
                     if self.lines.len() >= OUT_BUFFER {
                         self.write_lines()?;
                     }
@@ -296,11 +292,14 @@ mod tests {
     #[test]
     fn a_delta_line_is_the_serde_line() {
         let texts = ["word ", "", "quote \" back\\slash \n tab\t ctl\u{1} \u{7f} 雪 🎉", "</content>"];
+        // One writer throughout: its line start is kept from delta to delta
+        // of one element, and must change with the id or the tag.
+        let mut json = JsonLines::new();
         for (i, text) in texts.iter().enumerate() {
-            for tag in ["content", "odd\"tag\\"] {
+            for tag in ["content", "content", "odd\"tag\\"] {
                 let event = Event::Delta(Delta { id: i as u32 * 1000, tag: tag.into(), text: text.to_string() });
                 let mut fast = Vec::new();
-                push_event_line(&mut fast, &event);
+                json.push(&event, &mut fast);
                 let mut serde = serde_json::to_vec(&event).unwrap_or_else(|e| panic!("{e}"));
                 serde.push(b'\n');
                 assert_eq!(String::from_utf8_lossy(&fast), String::from_utf8_lossy(&serde));
