@@ -50,6 +50,7 @@
 
 use super::{CallFormat, Findings, Lines, OnError, Step, ToolCall};
 use crate::event::DiagnosticCode;
+use crate::scan::find_str;
 use base64::Engine;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -141,45 +142,56 @@ impl NormalKey {
 /// assert_eq!((k.base.as_str(), k.step), ("file_path", Some(1)));
 /// ```
 pub fn normalize_key(raw: &str) -> NormalKey {
-    let chars: Vec<char> = raw.trim().chars().collect();
-    let mut out = String::with_capacity(raw.len() + 4);
-    for (i, &c) in chars.iter().enumerate() {
-        if !c.is_alphanumeric() {
-            out.push('_');
-            continue;
+    // One pass over the characters: a separator (`_`) is written only
+    // between words (never first, never twice in a row, dropped at the end),
+    // so no second pass over the result is needed.
+    let mut name = String::with_capacity(raw.len() + 4);
+    let separate = |name: &mut String| {
+        if !name.is_empty() && !name.ends_with('_') {
+            name.push('_');
         }
-        if c.is_uppercase() && i > 0 {
-            let prev = chars[i - 1];
-            let next_lower = chars.get(i + 1).is_some_and(|n| n.is_lowercase());
-            // fooBar, v2Name, HTTPRequest -> foo_bar, v2_name, http_request
-            if prev.is_lowercase() || prev.is_ascii_digit() || (prev.is_uppercase() && next_lower) {
-                out.push('_');
+    };
+    let mut prev: Option<char> = None;
+    let mut chars = raw.trim().chars().peekable();
+    while let Some(c) = chars.next() {
+        if !c.is_alphanumeric() {
+            separate(&mut name);
+        } else {
+            if c.is_uppercase()
+                && let Some(prev) = prev
+            {
+                let next_lower = chars.peek().is_some_and(|n| n.is_lowercase());
+                // fooBar, v2Name, HTTPRequest -> foo_bar, v2_name, http_request
+                if prev.is_lowercase() || prev.is_ascii_digit() || (prev.is_uppercase() && next_lower) {
+                    separate(&mut name);
+                }
+            }
+            if c.is_ascii() {
+                name.push(c.to_ascii_lowercase());
+            } else {
+                name.extend(c.to_lowercase());
             }
         }
-        out.extend(c.to_lowercase());
+        prev = Some(c);
     }
-    let mut name = String::with_capacity(out.len());
-    for c in out.chars() {
-        if c == '_' && (name.is_empty() || name.ends_with('_')) {
-            continue;
-        }
-        name.push(c);
-    }
-    while name.ends_with('_') {
+    if name.ends_with('_') {
         name.pop();
     }
-    let digits = name.chars().rev().take_while(char::is_ascii_digit).count();
+    // A trailing step number: ASCII digits, one byte each.
+    let digits = name.bytes().rev().take_while(u8::is_ascii_digit).count();
     let pre_len = name.len() - digits;
-    let pre = &name[..pre_len];
     let number = name[pre_len..].parse::<u64>().ok();
-    match (number, pre.chars().last()) {
+    match (number, name[..pre_len].chars().last()) {
         (Some(n), Some('_')) => {
-            let base = pre.trim_end_matches('_').to_string();
+            let base = name[..pre_len].trim_end_matches('_').to_string();
             NormalKey { name, base, step: Some(n), implicit: false }
         }
         (Some(n), Some(c)) if c.is_alphabetic() => {
-            let base = pre.to_string();
-            NormalKey { name: format!("{base}_{n}"), base, step: Some(n), implicit: true }
+            // `content1`: the name gets the separator.
+            let mut base = name;
+            base.truncate(pre_len);
+            let name = format!("{base}_{n}");
+            NormalKey { name, base, step: Some(n), implicit: true }
         }
         _ => NormalKey { base: name.clone(), name, step: None, implicit: false },
     }
@@ -213,24 +225,19 @@ fn is_hspace(c: char) -> bool {
 
 /// Reads `key:` (or `key：`) at `start` (a line start) of `s`.
 fn key_line(s: &str, start: usize) -> Option<KeyLine<'_>> {
-    let line_end = s[start..].find('\n').map_or(s.len(), |i| start + i);
+    let line_end = line_end(s, start);
     let line = &s[start..line_end];
     let lead = line.len() - line.trim_start_matches(is_hspace).len();
     let body = &line[lead..];
-    let (colon, colon_len) =
-        body.char_indices().find(|&(_, c)| c == ':' || c == '：').map(|(i, c)| (i, c.len_utf8()))?;
+    // The colon, `:` or the full-width `：` (read by bytes: both are
+    // whole characters, so the position is a character boundary).
+    let (colon, colon_len) = body.bytes().enumerate().find_map(|(i, b)| match b {
+        b':' => Some((i, 1)),
+        0xEF if body[i..].starts_with('：') => Some((i, '：'.len_utf8())),
+        _ => None,
+    })?;
     let key = body[..colon].trim_matches(is_hspace);
-    if key.is_empty()
-        || key.chars().count() > MAX_KEY_CHARS
-        || key.starts_with(['#', '`'])
-        || !key.chars().any(char::is_alphanumeric)
-        || key.chars().any(|c| {
-            matches!(
-                c,
-                '»' | '«' | '<' | '>' | '「' | '」' | '"' | '\'' | '{' | '}' | '[' | ']' | '(' | ')' | '=' | ',' | ';'
-            )
-        })
-    {
+    if key.starts_with(['#', '`']) || !plausible_key(key) {
         return None;
     }
     let rest_at = start + lead + colon + colon_len;
@@ -249,6 +256,26 @@ fn key_line(s: &str, start: usize) -> Option<KeyLine<'_>> {
     Some(KeyLine { key, open, after_colon })
 }
 
+/// Whether `key` (trimmed) can be a key: not empty, at most
+/// [`MAX_KEY_CHARS`] characters, at least one letter or digit, and none of
+/// the characters of delimiters, quotes, brackets and prose punctuation.
+fn plausible_key(key: &str) -> bool {
+    let (mut count, mut alphanumeric) = (0, false);
+    for c in key.chars() {
+        count += 1;
+        if count > MAX_KEY_CHARS
+            || matches!(
+                c,
+                '»' | '«' | '<' | '>' | '「' | '」' | '"' | '\'' | '{' | '}' | '[' | ']' | '(' | ')' | '=' | ',' | ';'
+            )
+        {
+            return false;
+        }
+        alphanumeric |= c.is_alphanumeric();
+    }
+    alphanumeric
+}
+
 /// Whether a key with no delimiters looks like a parameter name (at most
 /// three words of letters, digits, `_`, `-`, `.`), so that `key: value`
 /// may be read; longer text before a colon is prose.
@@ -259,11 +286,11 @@ fn plain_key(key: &str) -> bool {
 }
 
 fn line_end(s: &str, at: usize) -> usize {
-    s[at..].find('\n').map_or(s.len(), |i| at + i)
+    crate::scan::find_byte(b'\n', &s.as_bytes()[at..]).map_or(s.len(), |i| at + i)
 }
 
 fn next_line(s: &str, at: usize) -> usize {
-    s[at..].find('\n').map_or(s.len(), |i| at + i + 1)
+    crate::scan::find_byte(b'\n', &s.as_bytes()[at..]).map_or(s.len(), |i| at + i + 1)
 }
 
 fn is_fence(line: &str) -> bool {
@@ -282,25 +309,25 @@ const LOOKAHEAD: usize = 16 * 1024;
 /// follows it (within [`LOOKAHEAD`] bytes), that line's value would not be
 /// closed before it, and the value was not closed in another style on an
 /// earlier line: it is text of the value.
-fn next_key_line(s: &str, at: usize, style: Delimiter) -> Option<usize> {
+fn next_key_line(s: &str, at: usize, style: Delimiter) -> Option<(usize, KeyLine<'_>)> {
     let mut pos = next_line(s, at);
     while pos < s.len() {
-        if let Some(KeyLine { open: Some((other, vstart)), .. }) = key_line(s, pos) {
+        if let Some(kl @ KeyLine { open: Some((other, vstart)), .. }) = key_line(s, pos) {
             // Same style, or the value was already closed in another
             // style at the end of an earlier line: a real key line.
             if other == style || foreign_close(s, at, pos, style).is_some() {
-                return Some(pos);
+                return Some((pos, kl));
             }
             let mut end = (vstart + LOOKAHEAD).min(s.len());
             while !s.is_char_boundary(end) {
                 end -= 1;
             }
             let window = &s[vstart..end];
-            let own = window.find(style.close());
-            let theirs = window.find(other.close());
+            let own = find_str(window, style.close());
+            let theirs = find_str(window, other.close());
             let inside = own.is_some_and(|o| theirs.is_none_or(|t| o < t));
             if !inside {
-                return Some(pos);
+                return Some((pos, kl));
             }
         }
         pos = next_line(s, pos);
@@ -395,6 +422,9 @@ fn scan(s: &str, f: &mut Findings) -> Scan {
     let line_of = |_: &str, at: usize| lines.line(at);
     let mut out = Scan::default();
     let mut pos = 0;
+    // A key line already read further on (the line that ends a value, or
+    // the key after a closing delimiter), where the reading goes next.
+    let mut ahead: Option<(usize, KeyLine<'_>)> = None;
     while pos < s.len() {
         let end = line_end(s, pos);
         let line = &s[pos..end];
@@ -408,7 +438,11 @@ fn scan(s: &str, f: &mut Findings) -> Scan {
             pos = next_line(s, pos);
             continue;
         }
-        let Some(kl) = key_line(s, pos) else {
+        let read = match ahead.take() {
+            Some((at, kl)) if at == pos => Some(kl),
+            _ => key_line(s, pos),
+        };
+        let Some(kl) = read else {
             f.warn(
                 DiagnosticCode::StrayText,
                 format!("line {} is not a `key:»»»value«««` line and was ignored: {trimmed:?}", line_of(s, pos)),
@@ -454,8 +488,9 @@ fn scan(s: &str, f: &mut Findings) -> Scan {
         };
         out.style(style);
         let next_key = next_key_line(s, vstart, style);
-        let limit = next_key.unwrap_or(s.len());
-        let own_close = s[vstart..limit].find(style.close()).map(|i| vstart + i).filter(|&c| c < limit);
+        let limit = next_key.map_or(s.len(), |(at, _)| at);
+        ahead = next_key;
+        let own_close = find_str(&s[vstart..limit], style.close()).map(|i| vstart + i).filter(|&c| c < limit);
         let (value, resume) = match own_close {
             Some(c) => (&s[vstart..c], c + style.close().len()),
             None => {
@@ -514,8 +549,9 @@ fn scan(s: &str, f: &mut Findings) -> Scan {
             let rest = s[pos..rest_end].trim();
             if rest.is_empty() {
                 pos = next_line(s, pos);
-            } else if key_line(s, pos).is_some_and(|k| k.open.is_some()) {
+            } else if let Some(kl) = key_line(s, pos).filter(|k| k.open.is_some()) {
                 // `a:»»»x«««b:»»»y«««`: go on reading at `b`.
+                ahead = Some((pos, kl));
             } else {
                 f.warn(
                     DiagnosticCode::StrayText,
@@ -861,6 +897,96 @@ fn apply_hint(hint: &str, text: &str, label: &str, param: &str, f: &mut Findings
 
 #[cfg(test)]
 mod tests {
+    /// The first reading of spec 000 §2.3, character by character over a
+    /// collected `Vec<char>` and a second pass for the separators: the
+    /// reference the one-pass [`normalize_key`] must agree with.
+    fn normalize_key_reference(raw: &str) -> NormalKey {
+        let chars: Vec<char> = raw.trim().chars().collect();
+        let mut out = String::new();
+        for (i, &c) in chars.iter().enumerate() {
+            if !c.is_alphanumeric() {
+                out.push('_');
+                continue;
+            }
+            if c.is_uppercase() && i > 0 {
+                let prev = chars[i - 1];
+                let next_lower = chars.get(i + 1).is_some_and(|n| n.is_lowercase());
+                if prev.is_lowercase() || prev.is_ascii_digit() || (prev.is_uppercase() && next_lower) {
+                    out.push('_');
+                }
+            }
+            out.extend(c.to_lowercase());
+        }
+        let mut name = String::new();
+        for c in out.chars() {
+            if c == '_' && (name.is_empty() || name.ends_with('_')) {
+                continue;
+            }
+            name.push(c);
+        }
+        while name.ends_with('_') {
+            name.pop();
+        }
+        let digits = name.chars().rev().take_while(char::is_ascii_digit).count();
+        let pre_len = name.len() - digits;
+        let pre = &name[..pre_len];
+        let number = name[pre_len..].parse::<u64>().ok();
+        match (number, pre.chars().last()) {
+            (Some(n), Some('_')) => {
+                let base = pre.trim_end_matches('_').to_string();
+                NormalKey { name, base, step: Some(n), implicit: false }
+            }
+            (Some(n), Some(c)) if c.is_alphabetic() => {
+                let base = pre.to_string();
+                NormalKey { name: format!("{base}_{n}"), base, step: Some(n), implicit: true }
+            }
+            _ => NormalKey { base: name.clone(), name, step: None, implicit: false },
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn keys_normalise_as_the_reference_does(raw in "[a-zA-Z0-9 _\\-.:İıßǅΣσς Ⅻ٣é日\u{3000}\t]{0,24}") {
+            proptest::prop_assert_eq!(normalize_key(&raw), normalize_key_reference(&raw));
+        }
+    }
+
+    #[test]
+    fn keys_of_every_shape_normalise_as_the_reference_does() {
+        for raw in [
+            "",
+            " ",
+            "_",
+            "__a__",
+            "a__b",
+            "HTTPRequest",
+            "v2Name",
+            "fooBar",
+            "File-Path 1",
+            "CONTENT1",
+            "content_1_",
+            "sha256",
+            "x99999999999999999999999",
+            "İstanbul",
+            "ǅemal",
+            "ΣΑΣ",
+            "A1B2",
+            "a_1_2",
+            "1",
+            "_1",
+            "Ⅻ1",
+            "日本1",
+            "a-",
+            "-a",
+            "aB",
+            "ABc",
+            "a٣",
+            "a ٣",
+        ] {
+            assert_eq!(normalize_key(raw), normalize_key_reference(raw), "{raw:?}");
+        }
+    }
+
     use super::*;
 
     #[test]

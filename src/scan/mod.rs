@@ -325,6 +325,26 @@ pub(crate) fn find_byte3(a: u8, b: u8, c: u8, hay: &[u8]) -> Option<usize> {
     if hay.len() < SHORT { hay.iter().position(|&x| x == a || x == b || x == c) } else { memchr::memchr3(a, b, c, hay) }
 }
 
+/// Where `needle` (a short one: a delimiter, a marker) first occurs in
+/// `hay`: a search for its first byte, then a comparison. std's
+/// `str::find` builds a two-way searcher for each call, which costs more
+/// than searching the few lines of a tool-call value. Linear in `hay`
+/// times the needle's length. The position is a character boundary: the
+/// needle's first byte starts a character.
+pub(crate) fn find_str(hay: &str, needle: &str) -> Option<usize> {
+    let (hay, needle) = (hay.as_bytes(), needle.as_bytes());
+    let Some(&first) = needle.first() else { return Some(0) };
+    let mut from = 0;
+    while let Some(i) = hay.get(from..).and_then(|rest| find_byte(first, rest)) {
+        let at = from + i;
+        if hay.get(at..).is_some_and(|rest| rest.starts_with(needle)) {
+            return Some(at);
+        }
+        from = at + 1;
+    }
+    None
+}
+
 /// How many bytes at the start of `hay` are whole repeats of `unit`
 /// (`<<<<`, `&lt;`): compared sixteen bytes at a time, so that a flood of
 /// one byte or of one escape is measured in a few instructions per block,

@@ -379,3 +379,12 @@ mod props {
         Ok(())
     }
 }
+
+proptest::proptest! {
+    /// `find_str` finds what `str::find` finds, on text of few letters (so
+    /// that near matches are common) and multi-byte delimiters.
+    #[test]
+    fn find_str_is_str_find(hay in "[a«»「始末」<>]{0,40}", needle in "[a«»「始末」<>]{0,4}") {
+        proptest::prop_assert_eq!(find_str(&hay, &needle), hay.find(needle.as_str()));
+    }
+}
