@@ -71,6 +71,25 @@ fn corpora_match_their_expected_payloads() {
     }
 }
 
+/// A call's payload is written by moving the call into a value, not by
+/// serde: its text (keys in order) must be the serde text of the call it
+/// reads back as, on every call of the corpora.
+#[test]
+fn call_payloads_are_the_serde_form_of_their_calls() {
+    let mut checked = 0;
+    for (stem, profile_name) in corpora() {
+        let input = std::fs::read(format!("corpora/{stem}.txt")).unwrap();
+        for event in spindle::parse(profile(&profile_name), &input) {
+            let Some(el) = event.as_element().filter(|el| &*el.tag == profile_name.as_str()) else { continue };
+            let call: spindle::ToolCall = serde_json::from_value(el.payload.clone()).unwrap();
+            let text = serde_json::to_string(&el.payload).unwrap();
+            assert_eq!(text, serde_json::to_string(&call).unwrap(), "{stem}: element {}", el.id);
+            checked += 1;
+        }
+    }
+    assert!(checked >= 30, "{checked} calls checked");
+}
+
 /// In-process: every corpus at chunk sizes 2 to 13 gives the payloads of
 /// the whole input (the binary runs above cover 1, 7 and whole).
 #[test]

@@ -277,6 +277,92 @@ impl ToolCall {
         // cannot fail.
         serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
     }
+
+    /// [`ToolCall::to_value`] of a call that is not needed any more: its
+    /// strings and parameters move into the value instead of being copied
+    /// by serde, and each object is built from its shape (the payload
+    /// layer's `object!`) instead of hashing every key again. The
+    /// serde form stays the contract: a test compares the two on every
+    /// call of the bundled transcripts and on a call with every field set.
+    pub(crate) fn into_value(self) -> serde_json::Value {
+        use serde_json::Value;
+        let steps = Value::Array(self.steps.into_iter().map(Step::into_value).collect());
+        let mut value = crate::payload::object!([
+            ("format", unit_value(self.format)),
+            ("steps", steps),
+            ("request_id", self.request_id.map_or(Value::Null, Value::String)),
+            ("response_text", self.response_text.map_or(Value::Null, Value::String)),
+            ("warnings", strings(self.warnings)),
+        ]);
+        if let Value::Object(map) = &mut value {
+            // The fields serde leaves out when empty, in their order.
+            if let Some(comment) = self.comment {
+                map.insert("comment".into(), Value::String(comment));
+            }
+            if !self.comments.is_empty() {
+                map.insert("comments".into(), strings(self.comments));
+            }
+            if !self.unassigned.is_empty() {
+                map.insert("unassigned".into(), Value::Object(self.unassigned));
+            }
+            if let Some(error) = self.error {
+                map.insert("error".into(), Value::String(error));
+            }
+            if let Some(observation) = self.observation {
+                map.insert("observation".into(), Value::String(observation));
+            }
+            if let Some(attp) = self.attp {
+                // ATTP calls are few: their details go through serde.
+                map.insert("attp".into(), serde_json::to_value(attp).unwrap_or(Value::Null));
+            }
+            if let Some(code) = self.not_runnable {
+                map.insert("not_runnable".into(), Value::String(code));
+            }
+        }
+        value
+    }
+}
+
+impl Step {
+    /// The serde form of a step, built by moving its parts
+    /// ([`ToolCall::into_value`]).
+    fn into_value(self) -> serde_json::Value {
+        use serde_json::Value;
+        let string_map = |map: BTreeMap<String, String>| {
+            Value::Object(map.into_iter().map(|(k, v)| (k, Value::String(v))).collect())
+        };
+        let mut value = crate::payload::object!([
+            ("tool_id", Value::String(self.tool_id)),
+            ("params", Value::Object(self.params)),
+            ("on_error", unit_value(self.on_error)),
+            ("retry", Value::from(self.retry)),
+            ("type_hints", string_map(self.type_hints)),
+            ("uris", string_map(self.uris)),
+            ("index", self.index.map_or(Value::Null, Value::from)),
+        ]);
+        if let Value::Object(map) = &mut value {
+            if let Some(comment) = self.comment {
+                map.insert("comment".into(), Value::String(comment));
+            }
+            if let Some(code) = self.not_runnable {
+                map.insert("not_runnable".into(), Value::String(code));
+            }
+            if !self.shared.is_empty() {
+                map.insert("shared".into(), strings(self.shared));
+            }
+        }
+        value
+    }
+}
+
+/// A fieldless enum's serde form (its name, as serde spells it).
+fn unit_value(value: impl Serialize) -> serde_json::Value {
+    serde_json::to_value(value).unwrap_or(serde_json::Value::Null)
+}
+
+/// A list of strings as a JSON array.
+fn strings(list: Vec<String>) -> serde_json::Value {
+    serde_json::Value::Array(list.into_iter().map(serde_json::Value::String).collect())
 }
 
 /// Findings collected while reading one call: the `warnings` codes and the
@@ -315,7 +401,7 @@ impl Findings {
             }
         }
         let failed = call.error.is_some();
-        Payload { value: call.to_value(), diagnostics: self.diagnostics, failed }
+        Payload { value: call.into_value(), diagnostics: self.diagnostics, failed }
     }
 }
 
@@ -708,6 +794,57 @@ impl CallTracker {
 
 #[cfg(test)]
 mod tests {
+    use super::{AttpCall, CallFormat, OnError, Step, ToolCall, attp::Violation};
+
+    /// The serde text of a value (an ordered map's `==` ignores key order,
+    /// the text does not).
+    fn text(value: &serde_json::Value) -> String {
+        serde_json::to_string(value).unwrap_or_default()
+    }
+
+    #[test]
+    fn a_call_moved_into_its_value_is_its_serde_form() {
+        let mut step = Step::new("File.Write");
+        step.params.insert("path".into(), "a.txt".into());
+        step.params.insert("lines".into(), serde_json::json!([1, {"b": null}]));
+        step.on_error = OnError::Continue;
+        step.retry = 3;
+        step.type_hints.insert("lines".into(), "json".into());
+        step.uris.insert("path".into(), "fam://x".into());
+        step.index = Some(2);
+        step.comment = Some("note".into());
+        step.not_runnable = Some("cut_off".into());
+        step.shared = vec!["mode".into()];
+        let mut full = ToolCall::new(CallFormat::Attp);
+        full.steps = vec![step, Step::new("Search")];
+        full.request_id = Some("r1".into());
+        full.response_text = Some("Calling.".into());
+        full.warnings = vec!["stray_text".into()];
+        full.comment = Some("c".into());
+        full.comments = vec!["# a".into()];
+        full.unassigned.insert("x_9".into(), "y".into());
+        full.error = Some("bad".into());
+        full.observation = Some("Observation: bad".into());
+        full.attp = Some(AttpCall {
+            thought: Some("t".into()),
+            status: Some("success".into()),
+            target: None,
+            code: Some("print(1)".into()),
+            message: None,
+            violations: vec![Violation {
+                rule: "import".into(),
+                name: Some("os".into()),
+                line: 1,
+                message: "m".into(),
+            }],
+            calls: vec!["f".into()],
+        });
+        full.not_runnable = Some("second_action_block".into());
+        for call in [full, ToolCall::new(CallFormat::Tam), ToolCall::new(CallFormat::Filament)] {
+            assert_eq!(text(&call.clone().into_value()), text(&call.to_value()));
+        }
+    }
+
     use super::strip_fences;
 
     #[test]
