@@ -665,10 +665,15 @@ fn assemble(entries: Vec<Entry>, call: &mut ToolCall, f: &mut Findings) {
     let has_unnumbered = steps.contains_key(&None);
     let mut all = StepParts::default();
     let mut common = serde_json::Map::new();
-    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    // The line each key was first seen on, for the entries that repeat one
+    // (read before the entries are taken apart: the keys are borrowed).
+    let repeats: Vec<Option<usize>> = {
+        let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+        entries.iter().map(|e| seen.insert(&e.key.name, e.line)).collect()
+    };
 
-    for e in entries {
-        if let Some(first) = seen.insert(e.key.name.clone(), e.line) {
+    for (e, repeat) in entries.into_iter().zip(repeats) {
+        if let Some(first) = repeat {
             f.warn(
                 DiagnosticCode::DuplicateKey,
                 format!(
@@ -725,7 +730,7 @@ fn assemble(entries: Vec<Entry>, call: &mut ToolCall, f: &mut Findings) {
                     Target::Step(k) => steps.entry(k).or_default(),
                     Target::All => &mut all,
                 };
-                put(parts, &base, e.value);
+                put(parts, base, e.value);
             }
         }
     }
@@ -753,7 +758,7 @@ fn is_modifier(base: &str) -> bool {
     matches!(base, "on_error" | "retry") || base.starts_with("type_hint_") || base.starts_with("uri_")
 }
 
-fn put(parts: &mut StepParts, base: &str, value: String) {
+fn put(parts: &mut StepParts, base: String, value: String) {
     if base == "command" {
         parts.tool_id = Some(value);
     } else if base == "on_error" {
@@ -767,7 +772,7 @@ fn put(parts: &mut StepParts, base: &str, value: String) {
     } else if let Some(p) = base.strip_prefix("uri_") {
         parts.uris.insert(p.to_string(), value);
     } else {
-        parts.params.insert(base.to_string(), Value::String(value));
+        parts.params.insert(base, Value::String(value));
     }
 }
 
@@ -778,7 +783,8 @@ fn build_step(
     common: &serde_json::Map<String, Value>,
     f: &mut Findings,
 ) -> Step {
-    let label = index.map_or_else(|| "the step".to_string(), |n| format!("step {n}"));
+    // How findings name the step (written only for a finding).
+    let label = || index.map_or_else(|| "the step".to_string(), |n| format!("step {n}"));
     let mut step = Step::new(parts.tool_id.unwrap_or_default());
     step.index = index;
     step.comment = parts.comment;
@@ -799,7 +805,7 @@ fn build_step(
             other => {
                 f.warn(
                     DiagnosticCode::InvalidOnError,
-                    format!("{label}: on_error {other:?} is neither `stop` nor `continue`; `stop` is used"),
+                    format!("{}: on_error {other:?} is neither `stop` nor `continue`; `stop` is used", label()),
                 );
                 OnError::Stop
             }
@@ -808,9 +814,10 @@ fn build_step(
     if let Some(v) = parts.retry.or_else(|| all.retry.clone()) {
         match v.trim().parse::<u32>() {
             Ok(n) => step.retry = n,
-            Err(_) => {
-                f.warn(DiagnosticCode::InvalidRetry, format!("{label}: retry {v:?} is not a whole number; 0 is used"))
-            }
+            Err(_) => f.warn(
+                DiagnosticCode::InvalidRetry,
+                format!("{}: retry {v:?} is not a whole number; 0 is used", label()),
+            ),
         }
     }
     for (param, hint) in &step.type_hints {
@@ -818,7 +825,7 @@ fn build_step(
             continue;
         };
         let Value::String(text) = slot else { continue };
-        if let Some(v) = apply_hint(hint, text, &label, param, f) {
+        if let Some(v) = apply_hint(hint, text, &label(), param, f) {
             *slot = v;
         }
     }
