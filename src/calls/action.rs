@@ -125,7 +125,7 @@ struct Node {
 
 impl Node {
     /// The element's JSON value (spec 004 §3.2.3).
-    fn value(&self, f: &mut Findings, path: &str) -> Value {
+    fn value(&self, f: &mut Findings, path: &NodePath<'_>) -> Value {
         if self.children.is_empty() {
             return Value::String(self.text_value());
         }
@@ -139,7 +139,7 @@ impl Node {
         let all_items = self.children.iter().all(|c| c.name.eq_ignore_ascii_case("item"));
         if all_items {
             return Value::Array(
-                self.children.iter().enumerate().map(|(i, c)| c.value(f, &format!("{path}[{i}]"))).collect(),
+                self.children.iter().enumerate().map(|(i, c)| c.value(f, &NodePath::Item(path, i))).collect(),
             );
         }
         let mut map = object_of(&self.children, f, path);
@@ -174,15 +174,38 @@ impl Node {
     }
 }
 
+/// Where a node is in its tool element (`Write.lines[2].text`), for the
+/// findings that name it: written out only when one does, not for every
+/// node read.
+#[derive(Debug, Clone, Copy)]
+enum NodePath<'a> {
+    /// The tool element.
+    Root(&'a str),
+    /// A named child.
+    Child(&'a NodePath<'a>, &'a str),
+    /// The `i`-th `<item>` of a list.
+    Item(&'a NodePath<'a>, usize),
+}
+
+impl std::fmt::Display for NodePath<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NodePath::Root(name) => f.write_str(name),
+            NodePath::Child(parent, name) => write!(f, "{parent}.{name}"),
+            NodePath::Item(parent, i) => write!(f, "{parent}[{i}]"),
+        }
+    }
+}
+
 /// Child elements as an object: repeated names become arrays.
-fn object_of(children: &[Node], f: &mut Findings, path: &str) -> serde_json::Map<String, Value> {
+fn object_of(children: &[Node], f: &mut Findings, path: &NodePath<'_>) -> serde_json::Map<String, Value> {
     let mut counts: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
     for c in children {
         *counts.entry(c.name.as_str()).or_default() += 1;
     }
     let mut map = serde_json::Map::new();
     for c in children {
-        let v = c.value(f, &format!("{path}.{}", c.name));
+        let v = c.value(f, &NodePath::Child(path, &c.name));
         if counts.get(c.name.as_str()).copied().unwrap_or(0) > 1 {
             if let Value::Array(list) = map.entry(c.name.clone()).or_insert_with(|| Value::Array(Vec::new())) {
                 list.push(v);
@@ -340,7 +363,7 @@ pub fn parse_action(text: &str) -> (ToolCall, Findings) {
                 format!("text directly inside <{}> (not in a parameter element) was ignored: {text:?}", tool.name),
             );
         }
-        step.params = object_of(&tool.children, &mut f, &tool.name);
+        step.params = object_of(&tool.children, &mut f, &NodePath::Root(&tool.name));
         call.steps.push(step);
     }
     (call, f)
