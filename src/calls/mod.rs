@@ -286,36 +286,52 @@ impl ToolCall {
     /// call of the bundled transcripts and on a call with every field set.
     pub(crate) fn into_value(self) -> serde_json::Value {
         use serde_json::Value;
-        let steps = Value::Array(self.steps.into_iter().map(Step::into_value).collect());
+        // Every field named: a field added to `ToolCall` does not compile
+        // here until it is written.
+        let ToolCall {
+            format,
+            steps,
+            request_id,
+            response_text,
+            warnings,
+            comment,
+            comments,
+            unassigned,
+            error,
+            observation,
+            attp,
+            not_runnable,
+        } = self;
+        let steps = Value::Array(steps.into_iter().map(Step::into_value).collect());
         let mut value = crate::payload::object!([
-            ("format", unit_value(self.format)),
+            ("format", unit_value(format)),
             ("steps", steps),
-            ("request_id", self.request_id.map_or(Value::Null, Value::String)),
-            ("response_text", self.response_text.map_or(Value::Null, Value::String)),
-            ("warnings", strings(self.warnings)),
+            ("request_id", request_id.map_or(Value::Null, Value::String)),
+            ("response_text", response_text.map_or(Value::Null, Value::String)),
+            ("warnings", strings(warnings)),
         ]);
         if let Value::Object(map) = &mut value {
             // The fields serde leaves out when empty, in their order.
-            if let Some(comment) = self.comment {
+            if let Some(comment) = comment {
                 map.insert("comment".into(), Value::String(comment));
             }
-            if !self.comments.is_empty() {
-                map.insert("comments".into(), strings(self.comments));
+            if !comments.is_empty() {
+                map.insert("comments".into(), strings(comments));
             }
-            if !self.unassigned.is_empty() {
-                map.insert("unassigned".into(), Value::Object(self.unassigned));
+            if !unassigned.is_empty() {
+                map.insert("unassigned".into(), Value::Object(unassigned));
             }
-            if let Some(error) = self.error {
+            if let Some(error) = error {
                 map.insert("error".into(), Value::String(error));
             }
-            if let Some(observation) = self.observation {
+            if let Some(observation) = observation {
                 map.insert("observation".into(), Value::String(observation));
             }
-            if let Some(attp) = self.attp {
+            if let Some(attp) = attp {
                 // ATTP calls are few: their details go through serde.
                 map.insert("attp".into(), serde_json::to_value(attp).unwrap_or(Value::Null));
             }
-            if let Some(code) = self.not_runnable {
+            if let Some(code) = not_runnable {
                 map.insert("not_runnable".into(), Value::String(code));
             }
         }
@@ -331,24 +347,26 @@ impl Step {
         let string_map = |map: BTreeMap<String, String>| {
             Value::Object(map.into_iter().map(|(k, v)| (k, Value::String(v))).collect())
         };
+        // Every field named, as in `ToolCall::into_value`.
+        let Step { tool_id, params, on_error, retry, type_hints, uris, index, comment, not_runnable, shared } = self;
         let mut value = crate::payload::object!([
-            ("tool_id", Value::String(self.tool_id)),
-            ("params", Value::Object(self.params)),
-            ("on_error", unit_value(self.on_error)),
-            ("retry", Value::from(self.retry)),
-            ("type_hints", string_map(self.type_hints)),
-            ("uris", string_map(self.uris)),
-            ("index", self.index.map_or(Value::Null, Value::from)),
+            ("tool_id", Value::String(tool_id)),
+            ("params", Value::Object(params)),
+            ("on_error", unit_value(on_error)),
+            ("retry", Value::from(retry)),
+            ("type_hints", string_map(type_hints)),
+            ("uris", string_map(uris)),
+            ("index", index.map_or(Value::Null, Value::from)),
         ]);
         if let Value::Object(map) = &mut value {
-            if let Some(comment) = self.comment {
+            if let Some(comment) = comment {
                 map.insert("comment".into(), Value::String(comment));
             }
-            if let Some(code) = self.not_runnable {
+            if let Some(code) = not_runnable {
                 map.insert("not_runnable".into(), Value::String(code));
             }
-            if !self.shared.is_empty() {
-                map.insert("shared".into(), strings(self.shared));
+            if !shared.is_empty() {
+                map.insert("shared".into(), strings(shared));
             }
         }
         value
