@@ -233,7 +233,7 @@ fn key_line(s: &str, start: usize) -> Option<KeyLine<'_>> {
     // whole characters, so the position is a character boundary).
     let (colon, colon_len) = body.bytes().enumerate().find_map(|(i, b)| match b {
         b':' => Some((i, 1)),
-        0xEF if body[i..].starts_with('：') => Some((i, '：'.len_utf8())),
+        0xEF if body.as_bytes()[i..].starts_with("：".as_bytes()) => Some((i, "：".len())),
         _ => None,
     })?;
     let key = body[..colon].trim_matches(is_hspace);
