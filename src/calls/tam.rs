@@ -665,8 +665,8 @@ fn assemble(entries: Vec<Entry>, call: &mut ToolCall, f: &mut Findings) {
     let has_unnumbered = steps.contains_key(&None);
     let mut all = StepParts::default();
     let mut common = serde_json::Map::new();
-    // The line each key was first seen on, for the entries that repeat one
-    // (read before the entries are taken apart: the keys are borrowed).
+    // For an entry whose key came before, the line it last came on (read
+    // before the entries are taken apart: the keys are borrowed).
     let repeats: Vec<Option<usize>> = {
         let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
         entries.iter().map(|e| seen.insert(&e.key.name, e.line)).collect()
