@@ -1,7 +1,8 @@
 //! The JSON line of an event ([`Event::write_json`]): byte for byte its
 //! serde form (what `serde_json::to_writer` writes), written directly.
 //!
-//! This module owns that writer and nothing else: the shapes and their
+//! This module owns that writer, and [`JsonLines`], which writes such
+//! lines one after another, and nothing else: the shapes and their
 //! serde form are [`crate::event`]'s, and the serde form stays the contract.
 //! The writer exists for speed. A `spindle parse` of a whole transcript
 //! writes about five times its input as JSON (each text appears in its
@@ -47,8 +48,7 @@ impl Event {
                 end_synthetic_at(out, o.synthetic, o.at);
             }
             Event::Delta(d) => {
-                start(out, DELTA_HEAD, d.id, &d.tag);
-                out.extend_from_slice(TEXT_KEY);
+                delta_head(out, d.id, &d.tag);
                 write_str(out, &d.text);
                 out.push(b'}');
             }
@@ -137,8 +137,7 @@ impl JsonLines {
                 let same = matches!(&self.head_of, Some((id, tag)) if *id == d.id && (std::sync::Arc::ptr_eq(tag, &d.tag) || **tag == *d.tag));
                 if !same {
                     self.head.clear();
-                    start(&mut self.head, DELTA_HEAD, d.id, &d.tag);
-                    self.head.extend_from_slice(TEXT_KEY);
+                    delta_head(&mut self.head, d.id, &d.tag);
                     self.head_of = Some((d.id, d.tag.clone()));
                 }
                 out.extend_from_slice(&self.head);
@@ -153,11 +152,13 @@ impl JsonLines {
     }
 }
 
-/// The start of a delta's line, up to its id.
-const DELTA_HEAD: &[u8] = b"{\"type\":\"delta\",\"id\":";
-
-/// The key of a delta's text, after its tag.
-const TEXT_KEY: &[u8] = b",\"text\":";
+/// How a delta's line starts, up to its text:
+/// `{"type":"delta","id":3,"tag":"content","text":`.
+#[inline(always)]
+fn delta_head(out: &mut Vec<u8>, id: u32, tag: &str) {
+    start(out, b"{\"type\":\"delta\",\"id\":", id, tag);
+    out.extend_from_slice(b",\"text\":");
+}
 
 /// Appends `value` in its serde form: the path of the rare events, and of
 /// other JSONL writers' rare lines (the sources' events).
