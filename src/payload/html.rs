@@ -266,9 +266,35 @@ type Sink = Box<dyn FnMut(&[u8]) + Send>;
 
 type Rewriter = HtmlRewriter<'static, Sink>;
 
-/// Elements whose content the HTML tokenizer reads as raw text.
-const RAW_TEXT: &[&str] =
-    &["script", "style", "textarea", "title", "xmp", "iframe", "noembed", "noframes", "noscript", "plaintext"];
+/// What the HTML tokenizer reads after the start tag of an element.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AfterStart {
+    /// Markup, as before.
+    Data,
+    /// Foreign content (`<svg>`, `<math>`): see [`Mirror::Foreign`].
+    Foreign,
+    /// Raw text up to the element's end tag (`<script>`, `<textarea>`).
+    Raw(&'static str),
+}
+
+/// What follows the start tag of `name` (lower case). A `match` on the
+/// name: one comparison of lengths decides most names (`b`, `span`).
+fn after_start(name: &[u8]) -> AfterStart {
+    match name {
+        b"svg" | b"math" => AfterStart::Foreign,
+        b"script" => AfterStart::Raw("script"),
+        b"style" => AfterStart::Raw("style"),
+        b"textarea" => AfterStart::Raw("textarea"),
+        b"title" => AfterStart::Raw("title"),
+        b"xmp" => AfterStart::Raw("xmp"),
+        b"iframe" => AfterStart::Raw("iframe"),
+        b"noembed" => AfterStart::Raw("noembed"),
+        b"noframes" => AfterStart::Raw("noframes"),
+        b"noscript" => AfterStart::Raw("noscript"),
+        b"plaintext" => AfterStart::Raw("plaintext"),
+        _ => AfterStart::Data,
+    }
+}
 
 /// Where the [`TagCloser`] is, following the HTML tokenizer's states for
 /// tags, comments and raw text.
@@ -444,33 +470,34 @@ impl TagCloser {
             // held, every byte but one or two passes unchanged and leaves
             // the state as it is: copy up to such a byte (what the steps
             // below do one at a time).
-            let stop = match self.state {
-                Pre::Text | Pre::Raw => Some((b'<', b'<')),
-                Pre::Comment => Some((b'-', b'<')),
-                Pre::Bogus => Some((b'>', b'>')),
-                _ => None,
-            };
-            if let Some((stop, or)) = stop
-                && self.pending.is_empty()
-            {
-                let rest = &bytes[i..];
-                let at = if stop == or { find_byte(stop, rest) } else { find_byte3(stop, or, or, rest) };
-                let run = at.unwrap_or(rest.len());
-                if run > 0 {
-                    out.extend_from_slice(&bytes[i..i + run]);
-                    i += run;
+            if self.state == Pre::Text && self.pending.is_empty() && bytes[i] == b'<' {
+                if let Some(len) = self.simple_tag(&bytes[i..]) {
+                    // A whole `<name>` or `</name>` of an HTML element: what
+                    // the steps below would write and leave, in one go (tag
+                    // after tag, without a search for the next `<`).
+                    out.extend_from_slice(&bytes[i..i + len]);
+                    i += len;
                     continue;
                 }
-            }
-            if self.state == Pre::Text
-                && self.pending.is_empty()
-                && let Some(len) = self.simple_tag(&bytes[i..])
-            {
-                // A whole `<name>` or `</name>` of an HTML element: what the
-                // steps below would write and leave, in one go.
-                out.extend_from_slice(&bytes[i..i + len]);
-                i += len;
-                continue;
+            } else {
+                let stop = match self.state {
+                    Pre::Text | Pre::Raw => Some((b'<', b'<')),
+                    Pre::Comment => Some((b'-', b'<')),
+                    Pre::Bogus => Some((b'>', b'>')),
+                    _ => None,
+                };
+                if let Some((stop, or)) = stop
+                    && self.pending.is_empty()
+                {
+                    let rest = &bytes[i..];
+                    let at = if stop == or { find_byte(stop, rest) } else { find_byte3(stop, or, or, rest) };
+                    let run = at.unwrap_or(rest.len());
+                    if run > 0 {
+                        out.extend_from_slice(&bytes[i..i + run]);
+                        i += run;
+                        continue;
+                    }
+                }
             }
             if bytes[i] == b'<' && self.state == Pre::Lt && self.pending == b"<" {
                 // A run of `<` after a held `<`: each releases the one
@@ -544,12 +571,14 @@ impl TagCloser {
 
     /// The state after a whole tag of the HTML element `name` (lower
     /// case): what the steps through it would leave.
+    /// (`name` and `end_tag` are not kept: only a tag read by the steps
+    /// reads them again.)
     fn ended(&mut self, name: &[u8], end_tag: bool) {
-        self.name.clear();
-        self.name.extend_from_slice(name);
-        self.end_tag = end_tag;
         self.long_name = false;
-        self.tag_end();
+        self.state = Pre::Text;
+        if !end_tag {
+            self.enter(after_start(name));
+        }
     }
 
     /// The name of the tag being read is complete: an HTML element keeps
@@ -612,14 +641,20 @@ impl TagCloser {
     /// A tag ended: raw text follows a raw-text start tag.
     fn tag_end(&mut self) {
         self.state = Pre::Text;
-        if !self.end_tag && matches!(self.name.as_slice(), b"svg" | b"math") {
-            self.mirror = Mirror::Foreign;
+        if !self.end_tag {
+            self.enter(after_start(&self.name));
         }
-        if !self.end_tag
-            && let Some(raw) = RAW_TEXT.iter().find(|r| r.as_bytes() == self.name.as_slice())
-        {
-            self.raw = Some(raw);
-            self.state = Pre::Raw;
+    }
+
+    /// Enters what follows a start tag (in the data state).
+    fn enter(&mut self, after: AfterStart) {
+        match after {
+            AfterStart::Data => {}
+            AfterStart::Foreign => self.mirror = Mirror::Foreign,
+            AfterStart::Raw(raw) => {
+                self.raw = Some(raw);
+                self.state = Pre::Raw;
+            }
         }
     }
 
@@ -1891,6 +1926,7 @@ mod tests {
                 Just("<textarea>"), Just("<user>"), Just("</User>"), Just("<br/>"), Just("<p2>"), Just("<h1>"),
                 Just("<"), Just(">"), Just("/"), Just("!--"), Just("-->"), Just(" "), Just("x"), Just("\""),
                 Just("<b x='1'>"), Just("<aaaaaaaaaaaaaaaa>"), Just("<aaaaaaaaaaaaaaaaa>"), Just("<plaintext>"),
+                Just("<svg>"), Just("</math>"), Just("<MATH>"),
             ], 0..24),
         ) {
             let text = parts.concat();
@@ -1905,7 +1941,12 @@ mod tests {
             prop_assert_eq!(&whole_out, &steps_out);
             prop_assert_eq!(whole.state, steps.state);
             prop_assert_eq!(&whole.pending, &steps.pending);
-            prop_assert_eq!((whole.end_tag, whole.raw, whole.escaped), (steps.end_tag, steps.raw, steps.escaped));
+            prop_assert_eq!((whole.raw, whole.escaped, whole.mirror), (steps.raw, steps.escaped, steps.mirror));
+            // Which kind of tag is being read matters only while one is
+            // (a whole tag leaves no trace of it).
+            if whole.in_tag() {
+                prop_assert_eq!(whole.end_tag, steps.end_tag);
+            }
             prop_assert_eq!(&whole.text_tags, &steps.text_tags);
         }
     }
