@@ -1003,17 +1003,15 @@ impl Machine {
     }
 
     fn on_tag(&mut self, tag: TagToken<'_>) {
-        let reg = self.registry.clone();
-        let Some(id) = reg.lookup(tag.name) else {
+        // The registry is read through `self` (no `Arc` clone: a tag of
+        // HTML in content takes this path, one per tag).
+        let Some(id) = self.registry.lookup(tag.name) else {
             return self.on_markup_text(tag.span, tag.raw);
         };
         if let State::Open(el) = &self.state {
-            let body = reg.tag(el.tag).body;
+            let body = self.registry.tag(el.tag).body;
             let own_close = tag.kind == TagKind::Close && id == el.tag;
-            if body.is_opaque() && !own_close {
-                return self.on_markup_text(tag.span, tag.raw);
-            }
-            if reg.is_child(el.tag, tag.name) {
+            if (body.is_opaque() && !own_close) || self.registry.is_child(el.tag, tag.name) {
                 return self.on_markup_text(tag.span, tag.raw);
             }
         }
@@ -1031,12 +1029,11 @@ impl Machine {
     }
 
     fn on_special(&mut self, span: Span, raw: &[u8], name: &[u8]) {
-        let reg = self.registry.clone();
-        let Some((id, role)) = reg.lookup_marker(name) else {
+        let Some((id, role)) = self.registry.lookup_marker(name) else {
             return self.on_unknown_special(span, raw);
         };
         if let State::Open(el) = &self.state {
-            let opaque = reg.tag(el.tag).body.is_opaque();
+            let opaque = self.registry.tag(el.tag).body.is_opaque();
             if opaque && !(role == MarkerRole::Close && id == el.tag) {
                 return self.on_markup_text(span, raw);
             }
