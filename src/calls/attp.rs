@@ -137,56 +137,72 @@ const BUILTINS: &[&str] = &[
     "statistics",
 ];
 
-/// A Python token, as far as the policy needs.
+/// A Python token, as far as the policy needs: a slice of the code.
 #[derive(Debug, Clone, PartialEq)]
-enum Tok {
-    Name { text: String, line: usize, after_dot: bool },
-    Op { text: String },
+enum Tok<'a> {
+    Name { text: &'a str, line: usize, after_dot: bool },
+    Op { text: &'a str },
+}
+
+/// The two-character operators the policy distinguishes.
+const TWO_CHAR_OPS: [&str; 16] =
+    ["==", "!=", "<=", ">=", ":=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "->", "**", "//"];
+
+/// The character at byte `at` of `code`, if any.
+fn char_at(code: &str, at: usize) -> Option<char> {
+    code.get(at..)?.chars().next()
+}
+
+/// The byte after the run of characters from `at` that `keep` accepts.
+fn run_end(code: &str, at: usize, keep: impl Fn(char) -> bool) -> usize {
+    let rest = code.get(at..).unwrap_or_default();
+    at + rest.char_indices().find(|&(_, c)| !keep(c)).map_or(rest.len(), |(n, _)| n)
+}
+
+/// How many line ends `text` holds.
+fn line_ends(text: &[u8]) -> usize {
+    text.iter().filter(|&&b| b == b'\n').count()
 }
 
 /// Tokenizes Python enough for the policy: names and operators, with
 /// comments and string literals removed (f-string `{}` parts are lexed as
-/// code, on the line where the string starts).
-fn lex(code: &str, first_line: usize, out: &mut Vec<Tok>, depth: usize) {
-    let chars: Vec<char> = code.chars().collect();
+/// code, on the line where the string starts). Tokens are slices of `code`
+/// (no string per token), read by byte offsets; names may be any Unicode
+/// letters, as Python's are.
+fn lex<'a>(code: &'a str, first_line: usize, out: &mut Vec<Tok<'a>>, depth: usize) {
+    let bytes = code.as_bytes();
     let mut i = 0;
     let mut line = first_line;
     let mut last_dot = false;
-    while i < chars.len() {
-        let c = chars[i];
+    while let Some(c) = char_at(code, i) {
         if c == '\n' {
             line += 1;
             i += 1;
             continue;
         }
         if c.is_whitespace() || c == '\\' {
-            i += 1;
+            i += c.len_utf8();
             continue;
         }
         if c == '#' {
-            while i < chars.len() && chars[i] != '\n' {
-                i += 1;
-            }
+            i = crate::scan::find_byte(b'\n', &bytes[i..]).map_or(bytes.len(), |n| i + n);
             continue;
         }
         if c.is_alphabetic() || c == '_' {
             let start = i;
-            while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
-                i += 1;
-            }
-            let text: String = chars[start..i].iter().collect();
+            i = run_end(code, i, |c| c.is_alphanumeric() || c == '_');
+            let text = &code[start..i];
             let is_prefix =
-                text.len() <= 2 && text.chars().all(|c| matches!(c.to_ascii_lowercase(), 'r' | 'b' | 'u' | 'f'));
-            if is_prefix && i < chars.len() && matches!(chars[i], '"' | '\'') {
-                let fstring = text.to_ascii_lowercase().contains('f');
-                let raw = text.to_ascii_lowercase().contains('r');
-                let (end, body) = string_at(&chars, i, raw);
+                text.len() <= 2 && text.bytes().all(|b| matches!(b.to_ascii_lowercase(), b'r' | b'b' | b'u' | b'f'));
+            if is_prefix && matches!(bytes.get(i), Some(b'"' | b'\'')) {
+                let fstring = text.bytes().any(|b| b.eq_ignore_ascii_case(&b'f'));
+                let (end, body) = string_at(code, i);
                 if fstring && depth < 4 {
-                    for expr in fstring_exprs(&body) {
-                        lex(&expr, line, out, depth + 1);
+                    for expr in fstring_exprs(body) {
+                        lex(expr, line, out, depth + 1);
                     }
                 }
-                line += chars[i..end].iter().filter(|&&c| c == '\n').count();
+                line += line_ends(&bytes[i..end]);
                 i = end;
                 last_dot = false;
                 continue;
@@ -196,111 +212,87 @@ fn lex(code: &str, first_line: usize, out: &mut Vec<Tok>, depth: usize) {
             continue;
         }
         if matches!(c, '"' | '\'') {
-            let (end, _) = string_at(&chars, i, false);
-            line += chars[i..end].iter().filter(|&&c| c == '\n').count();
+            let (end, _) = string_at(code, i);
+            line += line_ends(&bytes[i..end]);
             i = end;
             last_dot = false;
             continue;
         }
         if c.is_ascii_digit() {
-            while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '.' || chars[i] == '_') {
-                i += 1;
-            }
+            i = run_end(code, i, |c| c.is_alphanumeric() || c == '.' || c == '_');
             last_dot = false;
             continue;
         }
-        // Operators: the two-character ones the policy distinguishes.
-        let two: String = chars[i..(i + 2).min(chars.len())].iter().collect();
-        let op = if matches!(
-            two.as_str(),
-            "==" | "!="
-                | "<="
-                | ">="
-                | ":="
-                | "+="
-                | "-="
-                | "*="
-                | "/="
-                | "%="
-                | "&="
-                | "|="
-                | "^="
-                | "->"
-                | "**"
-                | "//"
-        ) {
-            two
-        } else {
-            c.to_string()
+        // Operators: the two-character ones the policy distinguishes, else
+        // the one character.
+        let op = match code.get(i..i + 2) {
+            Some(two) if TWO_CHAR_OPS.contains(&two) => two,
+            _ => &code[i..i + c.len_utf8()],
         };
-        i += op.chars().count();
+        i += op.len();
         last_dot = op == ".";
         out.push(Tok::Op { text: op });
     }
 }
 
 /// The end (exclusive) and body of the string literal whose quote is at
-/// `at`; an unterminated string runs to the end.
-fn string_at(chars: &[char], at: usize, raw: bool) -> (usize, String) {
-    let q = chars[at];
-    let triple = chars.get(at + 1) == Some(&q) && chars.get(at + 2) == Some(&q);
+/// byte `at` of `code`; an unterminated string runs to the end. Read by
+/// bytes: the quote, `\\` and the line end are ASCII, and no byte of a
+/// multi-byte character is one of them, so an escape that skips only the
+/// first byte of one skips it all the same.
+fn string_at(code: &str, at: usize) -> (usize, &str) {
+    let bytes = code.as_bytes();
+    let q = bytes[at];
+    let triple = bytes.get(at + 1) == Some(&q) && bytes.get(at + 2) == Some(&q);
     let mut i = at + if triple { 3 } else { 1 };
     let start = i;
-    while i < chars.len() {
-        let c = chars[i];
-        if c == '\\' && !raw {
+    while let Some(&c) = bytes.get(i) {
+        if c == b'\\' {
+            // An escape, in a raw string too (it still cannot end on an
+            // escaped quote): the next character is not looked at.
             i += 2;
             continue;
         }
-        if c == '\\' && raw {
-            // A raw string still cannot end on an escaped quote.
-            i += 2;
-            continue;
+        if !triple && c == b'\n' {
+            return (i, &code[start..i]);
         }
-        if !triple && c == '\n' {
-            let body = chars[start..i].iter().collect();
-            return (i, body);
-        }
-        if c == q && (!triple || (chars.get(i + 1) == Some(&q) && chars.get(i + 2) == Some(&q))) {
-            let body = chars[start..i].iter().collect();
-            return (i + if triple { 3 } else { 1 }, body);
+        if c == q && (!triple || (bytes.get(i + 1) == Some(&q) && bytes.get(i + 2) == Some(&q))) {
+            return (i + if triple { 3 } else { 1 }, &code[start..i]);
         }
         i += 1;
     }
-    let body = chars[start.min(chars.len())..].iter().collect();
-    (chars.len(), body)
+    (bytes.len(), code.get(start..).unwrap_or_default())
 }
 
-/// The `{...}` expressions of an f-string body (`{{` is a literal brace).
-fn fstring_exprs(body: &str) -> Vec<String> {
+/// The `{...}` expressions of an f-string body (`{{` is a literal brace),
+/// as slices of it.
+fn fstring_exprs(body: &str) -> Vec<&str> {
     let mut out = Vec::new();
     let mut depth = 0usize;
-    let mut cur = String::new();
-    let mut chars = body.chars().peekable();
-    while let Some(c) = chars.next() {
+    // Where the expression being read starts.
+    let mut start = 0;
+    let mut chars = body.char_indices().peekable();
+    while let Some((at, c)) = chars.next() {
         match (depth, c) {
-            (0, '{') if chars.peek() == Some(&'{') => {
+            (0, '{') if chars.peek().map(|&(_, next)| next) == Some('{') => {
                 chars.next();
             }
-            (0, '{') => depth = 1,
-            (0, _) => {}
-            (_, '{') => {
-                depth += 1;
-                cur.push(c);
+            (0, '{') => {
+                depth = 1;
+                start = at + 1;
             }
+            (0, _) => {}
+            (_, '{') => depth += 1,
             (1, '}') => {
                 depth = 0;
-                out.push(std::mem::take(&mut cur));
+                out.push(&body[start..at]);
             }
-            (_, '}') => {
-                depth -= 1;
-                cur.push(c);
-            }
-            _ => cur.push(c),
+            (_, '}') => depth -= 1,
+            _ => {}
         }
     }
-    if !cur.is_empty() {
-        out.push(cur);
+    if depth > 0 && start < body.len() {
+        out.push(&body[start..]);
     }
     out
 }
@@ -339,22 +331,22 @@ pub fn check_code(code: &str) -> CodeReport {
     for (i, t) in toks.iter().enumerate() {
         let (text, line, after_dot) = match t {
             Tok::Op { text } => {
-                match text.as_str() {
+                match *text {
                     "(" | "[" | "{" => paren += 1,
                     ")" | "]" | "}" => paren = paren.saturating_sub(1),
                     _ => {}
                 }
                 continue;
             }
-            Tok::Name { text, line, after_dot } => (text.as_str(), *line, *after_dot),
+            Tok::Name { text, line, after_dot } => (*text, *line, *after_dot),
         };
         let next = toks.get(i + 1);
         let next_op = match next {
-            Some(Tok::Op { text }) => Some(text.as_str()),
+            Some(Tok::Op { text }) => Some(*text),
             _ => None,
         };
         let prev_name = match i.checked_sub(1).and_then(|p| toks.get(p)) {
-            Some(Tok::Name { text, .. }) => Some(text.as_str()),
+            Some(Tok::Name { text, .. }) => Some(*text),
             _ => None,
         };
         let mut push = |rule: &str, message: String| {
@@ -1126,5 +1118,233 @@ mod tests {
     #[test]
     fn table_header_ends_the_search() {
         assert_eq!(stream("[tool_call]\nthought = 'no'\n", 1), "");
+    }
+
+    /// The lexer as it was (over a `Vec<char>`, a string per token): the
+    /// reference the byte-offset lexer is held to.
+    #[derive(Debug, Clone, PartialEq)]
+    enum RefTok {
+        Name { text: String, line: usize, after_dot: bool },
+        Op { text: String },
+    }
+
+    /// Tokenizes Python enough for the policy: names and operators, with
+    /// comments and string literals removed (f-string `{}` parts are lexed as
+    /// code, on the line where the string starts).
+    fn lex_reference(code: &str, first_line: usize, out: &mut Vec<RefTok>, depth: usize) {
+        let chars: Vec<char> = code.chars().collect();
+        let mut i = 0;
+        let mut line = first_line;
+        let mut last_dot = false;
+        while i < chars.len() {
+            let c = chars[i];
+            if c == '\n' {
+                line += 1;
+                i += 1;
+                continue;
+            }
+            if c.is_whitespace() || c == '\\' {
+                i += 1;
+                continue;
+            }
+            if c == '#' {
+                while i < chars.len() && chars[i] != '\n' {
+                    i += 1;
+                }
+                continue;
+            }
+            if c.is_alphabetic() || c == '_' {
+                let start = i;
+                while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
+                    i += 1;
+                }
+                let text: String = chars[start..i].iter().collect();
+                let is_prefix =
+                    text.len() <= 2 && text.chars().all(|c| matches!(c.to_ascii_lowercase(), 'r' | 'b' | 'u' | 'f'));
+                if is_prefix && i < chars.len() && matches!(chars[i], '"' | '\'') {
+                    let fstring = text.to_ascii_lowercase().contains('f');
+                    let raw = text.to_ascii_lowercase().contains('r');
+                    let (end, body) = string_at_reference(&chars, i, raw);
+                    if fstring && depth < 4 {
+                        for expr in fstring_exprs_reference(&body) {
+                            lex_reference(&expr, line, out, depth + 1);
+                        }
+                    }
+                    line += chars[i..end].iter().filter(|&&c| c == '\n').count();
+                    i = end;
+                    last_dot = false;
+                    continue;
+                }
+                out.push(RefTok::Name { text, line, after_dot: last_dot });
+                last_dot = false;
+                continue;
+            }
+            if matches!(c, '"' | '\'') {
+                let (end, _) = string_at_reference(&chars, i, false);
+                line += chars[i..end].iter().filter(|&&c| c == '\n').count();
+                i = end;
+                last_dot = false;
+                continue;
+            }
+            if c.is_ascii_digit() {
+                while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '.' || chars[i] == '_') {
+                    i += 1;
+                }
+                last_dot = false;
+                continue;
+            }
+            // Operators: the two-character ones the policy distinguishes.
+            let two: String = chars[i..(i + 2).min(chars.len())].iter().collect();
+            let op = if matches!(
+                two.as_str(),
+                "==" | "!="
+                    | "<="
+                    | ">="
+                    | ":="
+                    | "+="
+                    | "-="
+                    | "*="
+                    | "/="
+                    | "%="
+                    | "&="
+                    | "|="
+                    | "^="
+                    | "->"
+                    | "**"
+                    | "//"
+            ) {
+                two
+            } else {
+                c.to_string()
+            };
+            i += op.chars().count();
+            last_dot = op == ".";
+            out.push(RefTok::Op { text: op });
+        }
+    }
+
+    /// The end (exclusive) and body of the string literal whose quote is at
+    /// `at`; an unterminated string runs to the end.
+    fn string_at_reference(chars: &[char], at: usize, raw: bool) -> (usize, String) {
+        let q = chars[at];
+        let triple = chars.get(at + 1) == Some(&q) && chars.get(at + 2) == Some(&q);
+        let mut i = at + if triple { 3 } else { 1 };
+        let start = i;
+        while i < chars.len() {
+            let c = chars[i];
+            if c == '\\' && !raw {
+                i += 2;
+                continue;
+            }
+            if c == '\\' && raw {
+                // A raw string still cannot end on an escaped quote.
+                i += 2;
+                continue;
+            }
+            if !triple && c == '\n' {
+                let body = chars[start..i].iter().collect();
+                return (i, body);
+            }
+            if c == q && (!triple || (chars.get(i + 1) == Some(&q) && chars.get(i + 2) == Some(&q))) {
+                let body = chars[start..i].iter().collect();
+                return (i + if triple { 3 } else { 1 }, body);
+            }
+            i += 1;
+        }
+        let body = chars[start.min(chars.len())..].iter().collect();
+        (chars.len(), body)
+    }
+
+    /// The `{...}` expressions of an f-string body (`{{` is a literal brace).
+    fn fstring_exprs_reference(body: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut depth = 0usize;
+        let mut cur = String::new();
+        let mut chars = body.chars().peekable();
+        while let Some(c) = chars.next() {
+            match (depth, c) {
+                (0, '{') if chars.peek() == Some(&'{') => {
+                    chars.next();
+                }
+                (0, '{') => depth = 1,
+                (0, _) => {}
+                (_, '{') => {
+                    depth += 1;
+                    cur.push(c);
+                }
+                (1, '}') => {
+                    depth = 0;
+                    out.push(std::mem::take(&mut cur));
+                }
+                (_, '}') => {
+                    depth -= 1;
+                    cur.push(c);
+                }
+                _ => cur.push(c),
+            }
+        }
+        if !cur.is_empty() {
+            out.push(cur);
+        }
+        out
+    }
+
+    // ----- the lexer, held to its first version ---------------------------
+
+    /// The tokens of the lexer, owned, as the reference gives them.
+    fn lexed(code: &str) -> Vec<RefTok> {
+        let mut toks = Vec::new();
+        lex(code, 1, &mut toks, 0);
+        toks.into_iter()
+            .map(|t| match t {
+                Tok::Name { text, line, after_dot } => RefTok::Name { text: text.to_string(), line, after_dot },
+                Tok::Op { text } => RefTok::Op { text: text.to_string() },
+            })
+            .collect()
+    }
+
+    fn lexed_reference(code: &str) -> Vec<RefTok> {
+        let mut toks = Vec::new();
+        lex_reference(code, 1, &mut toks, 0);
+        toks
+    }
+
+    #[test]
+    fn the_lexer_reads_as_the_reference_does() {
+        let cases = [
+            "__result__ = search_web(\"rust\", max_results=3)",
+            "x = f'{a + b} and {{literal}} {c[\"k\"]} {d'\nimport os",
+            "s = rb'\\'' + u\"\"\"multi\nline\"\"\" # comment\ny = 1.5e3 ** 2 // 3 -> z",
+            "名前 = 值(1)  # 中文\n__result__ := ñ.é",
+            "'unterminated\nnext = 1",
+            "f\"{x:{width}}\" + F'{'",
+            "a\\\n b != c <= d >= e += f -= g *= h /= i %= j &= k |= l ^= m",
+            "\"\\\u{e9}\" + '\\",
+            "",
+            "fr'{x}' BR\"y\" Rb'\\'",
+        ];
+        for code in cases {
+            assert_eq!(lexed(code), lexed_reference(code), "{code:?}");
+        }
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any mix of the lexer's tricky pieces (quotes, escapes, braces,
+        /// prefixes, comments, line ends, non-ASCII names and operators)
+        /// gives the reference's tokens.
+        #[test]
+        fn lexes_as_the_reference(
+            parts in proptest::collection::vec(prop_oneof![
+                Just("x"), Just("__result__"), Just("f"), Just("rb"), Just("Fr"), Just("u"), Just("'"),
+                Just("\""), Just("'''"), Just("\\"), Just("{"), Just("}"), Just("{{"), Just("#"), Just("\n"),
+                Just(" "), Just("="), Just("=="), Just("*"), Just("/"), Just("."), Just("("), Just("1.5"),
+                Just("名"), Just("é"), Just("，"), Just("\u{3000}"), Just("->"), Just(":="),
+            ], 0..32),
+        ) {
+            let code = parts.concat();
+            prop_assert_eq!(lexed(&code), lexed_reference(&code));
+        }
     }
 }
