@@ -1366,16 +1366,20 @@ impl Machine {
     /// Decides held fence text before a token that is not text (`call`:
     /// the call block that token opens, if any) or before the end of input
     /// (`None`).
+    #[inline]
     fn settle_fence(&mut self, call: Option<TagId>) {
-        // The common case, in place (nothing held: no state moved out).
+        // The common case, in place (nothing held: no state moved out), and
+        // inline: every tag passes here.
         match &mut self.fence {
-            FenceWatch::Idle { line_start } => {
-                *line_start = true;
-                return;
-            }
-            FenceWatch::Off | FenceWatch::InBlock { .. } => return,
-            FenceWatch::Opening { .. } | FenceWatch::Closing { .. } => {}
+            FenceWatch::Idle { line_start } => *line_start = true,
+            FenceWatch::Off | FenceWatch::InBlock { .. } => {}
+            FenceWatch::Opening { .. } | FenceWatch::Closing { .. } => self.settle_held_fence(call),
         }
+    }
+
+    /// [`Machine::settle_fence`] with fence text held (out of line).
+    #[inline(never)]
+    fn settle_held_fence(&mut self, call: Option<TagId>) {
         match std::mem::replace(&mut self.fence, FenceWatch::Off) {
             FenceWatch::Opening { start, held } => match call {
                 Some(tag) if !self.inside_code_block() => {
@@ -1406,7 +1410,7 @@ impl Machine {
                 }
                 self.fence = FenceWatch::Idle { line_start: true };
             }
-            // Settled above, in place.
+            // Settled by `settle_fence`, in place.
             other @ (FenceWatch::Idle { .. } | FenceWatch::Off | FenceWatch::InBlock { .. }) => self.fence = other,
         }
     }
