@@ -350,6 +350,12 @@ impl Net {
         // it is within the window of its end.
         let mut specials = (buf.len() > WINDOW).then(|| Specials::new(buf));
         while i < buf.len() {
+            if buf[i] == b'<'
+                && let Some(len) = bare_allowed_tag(&buf[i..])
+            {
+                i += len;
+                continue;
+            }
             // The escapes the filter itself writes (`&lt;` for every `<`
             // that starts nothing) pass whole: the entity decodes to no
             // pattern's first character and no position inside it starts
@@ -683,6 +689,23 @@ fn stray_end_tag(tag: &[u8]) -> bool {
         && HTML_ELEMENTS.binary_search(&name.as_str()).is_ok()
 }
 
+/// Whether `name` (any case) is an allowed element.
+fn is_allowed(name: &[u8]) -> bool {
+    ALLOWED.iter().any(|a| a.as_bytes().eq_ignore_ascii_case(name))
+}
+
+/// The length of a `<name>` or `</name>` of an allowed element, whole at
+/// the start of `buf` (what [`check_tag`] decides for it, without looking
+/// for its `>` first): tag after tag of inline HTML passes here.
+#[inline]
+fn bare_allowed_tag(buf: &[u8]) -> Option<usize> {
+    let start = if buf.get(1) == Some(&b'/') { 2 } else { 1 };
+    // The longest allowed name, `strong`, and one more.
+    let name_len = buf.get(start..)?.iter().take(7).take_while(|b| b.is_ascii_alphanumeric()).count();
+    let end = start + name_len;
+    (name_len > 0 && buf.get(end) == Some(&b'>') && is_allowed(&buf[start..end])).then_some(end + 1)
+}
+
 /// `<name>`, `</name>`, `<br/>`, `<span style="..">` with a safe style.
 fn whitelisted_tag(tag: &[u8]) -> bool {
     // The common forms, `<name>` and `</name>`, decided on the bytes (the
@@ -690,7 +713,7 @@ fn whitelisted_tag(tag: &[u8]) -> bool {
     if let Some(inner) = tag.strip_prefix(b"<").and_then(|t| t.strip_suffix(b">")) {
         let name = inner.strip_prefix(b"/").unwrap_or(inner);
         if !name.is_empty() && name.iter().all(u8::is_ascii_alphanumeric) {
-            return ALLOWED.iter().any(|a| a.as_bytes().eq_ignore_ascii_case(name));
+            return is_allowed(name);
         }
     }
     let Ok(tag) = std::str::from_utf8(tag) else {
@@ -705,7 +728,7 @@ fn whitelisted_tag(tag: &[u8]) -> bool {
     };
     let name_len = inner.bytes().take_while(u8::is_ascii_alphanumeric).count();
     let name = &inner[..name_len];
-    if !ALLOWED.iter().any(|a| a.eq_ignore_ascii_case(name)) {
+    if !is_allowed(name.as_bytes()) {
         return false;
     }
     let rest = &inner[name_len..];
