@@ -474,9 +474,17 @@ impl TagCloser {
                 if let Some(len) = self.simple_tag(&bytes[i..]) {
                     // A whole `<name>` or `</name>` of an HTML element: what
                     // the steps below would write and leave, in one go (tag
-                    // after tag, without a search for the next `<`).
-                    out.extend_from_slice(&bytes[i..i + len]);
+                    // after tag, without a search for the next `<`, and
+                    // copied as one run).
+                    let from = i;
                     i += len;
+                    while self.state == Pre::Text
+                        && bytes.get(i) == Some(&b'<')
+                        && let Some(len) = self.simple_tag(&bytes[i..])
+                    {
+                        i += len;
+                    }
+                    out.extend_from_slice(&bytes[from..i]);
                     continue;
                 }
             } else {
@@ -558,10 +566,16 @@ impl TagCloser {
     #[inline(always)]
     fn simple_tag(&mut self, bytes: &[u8]) -> Option<usize> {
         let (end_tag, written, len) = bare_tag(bytes, 16)?;
-        let mut name = [0u8; 16];
-        let name = &mut name[..written.len()];
-        name.copy_from_slice(written);
-        name.make_ascii_lowercase();
+        // Names are lower case as written, almost always: then no copy.
+        let mut lower = [0u8; 16];
+        let name = if written.iter().any(u8::is_ascii_uppercase) {
+            let lower = &mut lower[..written.len()];
+            lower.copy_from_slice(written);
+            lower.make_ascii_lowercase();
+            &*lower
+        } else {
+            written
+        };
         if !is_html_element(name) {
             return None;
         }
