@@ -277,9 +277,13 @@ enum AfterStart {
     Raw(&'static str),
 }
 
-/// What follows the start tag of `name` (lower case). A `match` on the
-/// name: one comparison of lengths decides most names (`b`, `span`).
-fn after_start(name: &[u8]) -> AfterStart {
+/// What follows a tag of `name` (lower case): markup after an end tag,
+/// else by the name. A `match` on the name: one comparison of lengths
+/// decides most names (`b`, `span`).
+fn after_tag(name: &[u8], end_tag: bool) -> AfterStart {
+    if end_tag {
+        return AfterStart::Data;
+    }
     match name {
         b"svg" | b"math" => AfterStart::Foreign,
         b"script" => AfterStart::Raw("script"),
@@ -589,10 +593,7 @@ impl TagCloser {
     /// reads them again.)
     fn ended(&mut self, name: &[u8], end_tag: bool) {
         self.long_name = false;
-        self.state = Pre::Text;
-        if !end_tag {
-            self.enter(after_start(name));
-        }
+        self.leave_tag(after_tag(name, end_tag));
     }
 
     /// The name of the tag being read is complete: an HTML element keeps
@@ -654,14 +655,12 @@ impl TagCloser {
 
     /// A tag ended: raw text follows a raw-text start tag.
     fn tag_end(&mut self) {
-        self.state = Pre::Text;
-        if !self.end_tag {
-            self.enter(after_start(&self.name));
-        }
+        self.leave_tag(after_tag(&self.name, self.end_tag));
     }
 
-    /// Enters what follows a start tag (in the data state).
-    fn enter(&mut self, after: AfterStart) {
+    /// Leaves a tag for what follows it.
+    fn leave_tag(&mut self, after: AfterStart) {
+        self.state = Pre::Text;
         match after {
             AfterStart::Data => {}
             AfterStart::Foreign => self.mirror = Mirror::Foreign,
