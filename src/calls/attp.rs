@@ -326,7 +326,7 @@ pub fn check_code(code: &str) -> CodeReport {
     lex(code, 1, &mut toks, 0);
     let mut report = CodeReport::default();
     let mut assigned = false;
-    let mut defined: Vec<String> = Vec::new();
+    let mut defined: Vec<&str> = Vec::new();
     let mut paren = 0usize;
     for (i, t) in toks.iter().enumerate() {
         let (text, line, after_dot) = match t {
@@ -378,7 +378,7 @@ pub fn check_code(code: &str) -> CodeReport {
         }
         let defines = matches!(prev_name, Some("def" | "class")) || (next_op == Some("=") && paren == 0);
         if defines {
-            defined.push(text.to_string());
+            defined.push(text);
         } else if next_op == Some("(")
             && !KEYWORDS.contains(&text)
             && !BUILTINS.contains(&text)
@@ -388,7 +388,7 @@ pub fn check_code(code: &str) -> CodeReport {
             report.calls.push(text.to_string());
         }
     }
-    report.calls.retain(|c| !defined.contains(c));
+    report.calls.retain(|c| !defined.contains(&c.as_str()));
     if !assigned {
         report.violations.push(Violation {
             rule: "no_result".into(),
