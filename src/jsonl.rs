@@ -134,7 +134,7 @@ impl JsonLines {
     pub fn push(&mut self, event: &Event, out: &mut Vec<u8>) {
         match event {
             Event::Delta(d) => {
-                let same = matches!(&self.head_of, Some((id, tag)) if *id == d.id && (std::sync::Arc::ptr_eq(tag, &d.tag) || **tag == *d.tag));
+                let same = matches!(&self.head_of, Some((id, tag)) if *id == d.id && *tag == d.tag);
                 if !same {
                     self.head.clear();
                     delta_head(&mut self.head, d.id, &d.tag);

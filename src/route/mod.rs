@@ -492,7 +492,7 @@ impl Router {
             return filter;
         };
         let spec = registry.tag(id);
-        let name: TagName = Arc::from(spec.name.as_str());
+        let name = TagName::from(spec.name.as_str());
         match filter {
             Filter::Element(_) => Filter::Element(name),
             Filter::Delta(_) => {

@@ -135,7 +135,7 @@ impl Topic<Arc<Element>> {
     /// Completed elements whose canonical tag is `tag` (an alias is
     /// resolved when the router knows the registry).
     pub fn elements(tag: &str) -> Self {
-        Topic::new(Filter::Element(Arc::from(tag.trim())))
+        Topic::new(Filter::Element(TagName::from(tag.trim())))
     }
 
     /// Every completed element, whatever its tag.
@@ -148,7 +148,7 @@ impl Topic<Delta> {
     /// Text deltas of elements whose canonical tag is `tag`. Only streaming
     /// tags (body kind `stream`, such as thought and content) emit deltas.
     pub fn deltas(tag: &str) -> Self {
-        Topic::new(Filter::Delta(Arc::from(tag.trim())))
+        Topic::new(Filter::Delta(TagName::from(tag.trim())))
     }
 
     /// Every text delta, whatever its tag.
