@@ -484,7 +484,7 @@ pub(crate) fn details(el: &Element) -> Payload {
             let summary_nodes = tree::parse(found.inner);
             let mut s = String::new();
             tree::collect_text(&summary_nodes, &mut s);
-            (Some(s.trim().to_string()), found.rest)
+            (Some(s.trim().to_string()), found.rest.into_owned())
         }
         None => {
             out.diagnostics.push(diag(

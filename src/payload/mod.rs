@@ -156,8 +156,9 @@ pub(crate) fn leniency_diagnostics(used: &[json::Used], base: usize) -> Vec<Diag
 pub(crate) struct Child<'a> {
     /// The child's inner text.
     pub(crate) inner: &'a str,
-    /// The parent's text without the child.
-    pub(crate) rest: String,
+    /// The parent's text without the child (borrowed when the child came
+    /// first, as the spec writes it).
+    pub(crate) rest: std::borrow::Cow<'a, str>,
     /// Where `rest` starts in the parent's text when the child came first
     /// (its offset after the child), else 0.
     pub(crate) rest_base: usize,
@@ -192,7 +193,7 @@ pub(crate) fn extract_child<'a>(text: &'a str, name: &str) -> Option<Child<'a>> 
     let before = &text[..open_start];
     let after = &text[rest_from..];
     let rest_base = if before.trim().is_empty() { rest_from } else { 0 };
-    let rest = if before.trim().is_empty() { after.to_string() } else { format!("{before}{after}") };
+    let rest = if before.trim().is_empty() { after.into() } else { format!("{before}{after}").into() };
     Some(Child { inner, rest, rest_base, closed })
 }
 
@@ -708,15 +709,15 @@ mod tests {
     #[test]
     fn extract_child_cases() {
         let c = extract_child("<analysis>why</analysis>\n[1]", "analysis").unwrap_or_else(|| panic!("no child"));
-        assert_eq!((c.inner, c.rest.as_str(), c.closed), ("why", "\n[1]", true));
+        assert_eq!((c.inner, &*c.rest, c.closed), ("why", "\n[1]", true));
         assert_eq!(c.rest_base, 24);
         let c = extract_child("< Analysis >why</ analysis >[1]", "analysis").unwrap_or_else(|| panic!("no child"));
-        assert_eq!((c.inner, c.rest.as_str()), ("why", "[1]"));
+        assert_eq!((c.inner, &*c.rest), ("why", "[1]"));
         let c = extract_child("<analysis>\n- a\n- b\n[[\"SET\", \"x\", 1]]", "analysis")
             .unwrap_or_else(|| panic!("no child"));
-        assert_eq!((c.inner, c.rest.as_str(), c.closed), ("\n- a\n- b\n", "[[\"SET\", \"x\", 1]]", false));
+        assert_eq!((c.inner, &*c.rest, c.closed), ("\n- a\n- b\n", "[[\"SET\", \"x\", 1]]", false));
         let c = extract_child("pre <summary>S</summary> post", "summary").unwrap_or_else(|| panic!("no child"));
-        assert_eq!((c.inner, c.rest.as_str(), c.rest_base), ("S", "pre  post", 0));
+        assert_eq!((c.inner, &*c.rest, c.rest_base), ("S", "pre  post", 0));
         assert!(extract_child("<analysisx>no</analysisx>", "analysis").is_none());
         let c = extract_child("<analysis/>[1]", "analysis").unwrap_or_else(|| panic!("no child"));
         assert_eq!(c.inner, "");

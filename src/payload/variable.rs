@@ -33,6 +33,7 @@ use crate::event::DiagnosticCode;
 use crate::event::{Diagnostic, Element, Level};
 use crate::state::{Op, OpCode, OpRef, Path, Segment};
 use serde_json::{Value, json};
+use std::borrow::Cow;
 
 /// The payload of a completed `variable_update` element.
 pub(crate) fn variable_update(el: &Element) -> Payload {
@@ -114,7 +115,7 @@ pub(crate) fn variable_update(el: &Element) -> Payload {
 /// Separates the `<analysis>` child from the ops. Returns the analysis, the
 /// text around it, and the offset of that text in the element (for
 /// diagnostics, exact when the analysis comes first, as the spec writes it).
-fn split_analysis(text: &str, diagnostics: &mut Vec<Diagnostic>) -> (Option<String>, String, usize) {
+fn split_analysis<'a>(text: &'a str, diagnostics: &mut Vec<Diagnostic>) -> (Option<String>, Cow<'a, str>, usize) {
     match extract_child(text, "analysis") {
         Some(found) => {
             if !found.closed {
@@ -128,7 +129,7 @@ fn split_analysis(text: &str, diagnostics: &mut Vec<Diagnostic>) -> (Option<Stri
             let analysis = (!analysis.is_empty()).then_some(analysis);
             (analysis, found.rest, found.rest_base)
         }
-        None => (None, text.to_string(), 0),
+        None => (None, Cow::Borrowed(text), 0),
     }
 }
 
