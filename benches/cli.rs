@@ -5,7 +5,7 @@
 //!   dynamic loader, the allocator and argument parsing: what no per-file
 //!   run can go below. Compare the groups below with it.
 //! * `cli/per_file_whole`, `cli/per_file_chunk4`: `spindle parse FILE`
-//!   (default JSONL) for every transcript of `corpora/`, each in its own
+//!   (default profile and JSONL) for every transcript of `corpora/`, each in its own
 //!   process, whole and with `--chunk-size 4`. Small transcripts measure
 //!   the start more than the parse; this is the figure a per-transcript
 //!   run of the release binary sees.
@@ -15,19 +15,11 @@
 //! Run: `cargo bench --bench cli`. The binary is the one Cargo builds for
 //! this benchmark (`CARGO_BIN_EXE_spindle`, the bench profile: release).
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+mod common;
 
-/// The transcripts of `corpora/`, sorted by name.
-fn transcripts() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpora");
-    let mut files: Vec<PathBuf> =
-        std::fs::read_dir(dir).map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect()).unwrap_or_default();
-    files.retain(|p| p.extension().is_some_and(|x| x == "txt"));
-    files.sort();
-    files
-}
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use std::path::Path;
+use std::process::{Command, Stdio};
 
 /// Runs `spindle parse FILE [--chunk-size N]` to completion; panics (the
 /// benchmark is void) when it fails.
@@ -44,15 +36,15 @@ fn parse(file: &Path, chunk: Option<usize>) {
 }
 
 fn bench_cli(c: &mut Criterion) {
-    let files = transcripts();
-    let bytes: u64 = files.iter().filter_map(|f| std::fs::metadata(f).ok()).map(|m| m.len()).sum();
+    let files = common::transcripts();
     let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
     let empty = tmp.join("cli-bench-empty.txt");
     let joined = tmp.join("cli-bench-joined.txt");
     let all: Vec<u8> = files.iter().filter_map(|f| std::fs::read(f).ok()).flatten().collect();
-    if std::fs::write(&empty, b"").and_then(|()| std::fs::write(&joined, &all)).is_err() {
-        panic!("cannot write the benchmark's inputs under {}", tmp.display());
+    if let Err(e) = std::fs::write(&empty, b"").and_then(|()| std::fs::write(&joined, &all)) {
+        panic!("cannot write the benchmark's inputs under {}: {e}", tmp.display());
     }
+    let bytes = all.len() as u64;
 
     let mut g = c.benchmark_group("cli");
     g.sample_size(10);

@@ -30,19 +30,15 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod common;
+
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use spindle::{Parser, Registry};
 use std::hint::black_box;
-use std::path::Path;
 use std::sync::Arc;
 
 fn corpus() -> Vec<(Arc<Registry>, Vec<u8>)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpora");
-    let mut files: Vec<_> =
-        std::fs::read_dir(dir).map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect()).unwrap_or_default();
-    files.retain(|p: &std::path::PathBuf| p.extension().is_some_and(|x| x == "txt"));
-    files.sort();
-    files
+    common::transcripts()
         .into_iter()
         .filter_map(|p| {
             let name = p.file_name()?.to_str()?.to_string();
