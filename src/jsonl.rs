@@ -8,18 +8,18 @@
 //! writes about five times its input as JSON (each text appears in its
 //! deltas, its element and its payload), and serde's internally tagged
 //! form goes through a map serializer per event and escapes strings a byte
-//! at a time. Here the common events (open, delta, close, element, gap,
-//! comment) are written field by field and strings are searched eight
-//! bytes at a time for the bytes JSON escapes; the rare ones go through
-//! serde. A test compares the two forms on every event of the bundled and
-//! recorded transcripts.
+//! at a time. Here every event but `call_delta` (short fragments, rare) is
+//! written field by field, and strings are searched eight bytes at a time
+//! for the bytes JSON escapes; the rare kind goes through serde. A test
+//! compares the two forms on every event of the bundled and recorded
+//! transcripts.
 //!
 //! Hand-written because no serializer does this: serde_json's string
 //! escaping cannot be replaced through its `Formatter`, and a faster
 //! serializer would have to match serde_json's output in every detail
 //! (number formatting, escapes, key order) to keep the JSONL contract.
 
-use crate::event::{Event, TagName};
+use crate::event::{Event, Level, TagName};
 use crate::scan::Span;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -94,8 +94,59 @@ impl Event {
                 write_span(out, c.span);
                 out.push(b'}');
             }
-            // Rare (a few per response): serde's form as it is.
-            Event::Repair(_) | Event::Diagnostic(_) | Event::CallDelta(_) => write_serde(out, self),
+            // A few per response, but their texts are long (a diagnostic's
+            // message, a fallback's text): serde would escape them a byte
+            // at a time.
+            Event::Repair(r) => {
+                out.extend_from_slice(b"{\"type\":\"repair\",\"kind\":");
+                write_str(out, r.kind.as_str());
+                out.extend_from_slice(b",\"tag\":");
+                write_tag(out, r.tag.as_ref());
+                out.extend_from_slice(b",\"at\":");
+                write_u64(out, r.at as u64);
+                if let Some(id) = r.element {
+                    out.extend_from_slice(b",\"element\":");
+                    write_u64(out, u64::from(id));
+                }
+                if let Some(span) = r.span {
+                    out.extend_from_slice(b",\"span\":");
+                    write_span(out, span);
+                }
+                if let Some(from) = &r.from {
+                    out.extend_from_slice(b",\"from\":");
+                    write_str(out, from);
+                }
+                if let Some(text) = &r.text {
+                    out.extend_from_slice(b",\"text\":");
+                    write_str(out, text);
+                }
+                out.push(b'}');
+            }
+            Event::Diagnostic(d) => {
+                out.extend_from_slice(b"{\"type\":\"diagnostic\",\"level\":");
+                out.extend_from_slice(match d.level {
+                    Level::Info => b"\"info\"",
+                    Level::Warning => b"\"warning\"",
+                    Level::Error => b"\"error\"",
+                });
+                out.extend_from_slice(b",\"code\":");
+                write_str(out, d.code.as_str());
+                out.extend_from_slice(b",\"tag\":");
+                write_tag(out, d.tag.as_ref());
+                if let Some(id) = d.element {
+                    out.extend_from_slice(b",\"element\":");
+                    write_u64(out, u64::from(id));
+                }
+                if let Some(at) = d.at {
+                    out.extend_from_slice(b",\"at\":");
+                    write_u64(out, at as u64);
+                }
+                out.extend_from_slice(b",\"message\":");
+                write_str(out, &d.message);
+                out.push(b'}');
+            }
+            // Rare, and mostly short fragments: serde's form as it is.
+            Event::CallDelta(_) => write_serde(out, self),
         }
     }
 }
@@ -518,6 +569,57 @@ mod tests {
         let mut out = Vec::new();
         write_value(&mut out, &value);
         assert_eq!(out, serde_json::to_vec(&value).unwrap_or_default());
+    }
+
+    #[test]
+    fn repairs_and_diagnostics_are_written_as_serde_json_writes_them() {
+        use crate::event::{Diagnostic, DiagnosticCode, Repair, RepairKind};
+        let kinds = [
+            RepairKind::HeaderInserted,
+            RepairKind::AutoClosed,
+            RepairKind::MergedAdjacent,
+            RepairKind::MismatchedClose,
+            RepairKind::StrayCloseDropped,
+            RepairKind::ClosedAtEof,
+            RepairKind::TruncatedMarker,
+            RepairKind::FallbackToContent,
+            RepairKind::Reclassified,
+            RepairKind::SpecialTokenDropped,
+            RepairKind::FenceDropped,
+        ];
+        let mut events = Vec::new();
+        // Each optional field present and absent, with texts to escape.
+        for (i, kind) in kinds.into_iter().enumerate() {
+            for mask in 0..32u32 {
+                let on = |bit: u32| mask & (1 << bit) != 0;
+                events.push(Event::Repair(Box::new(Repair {
+                    kind,
+                    tag: on(0).then(|| TagName::from("content")),
+                    at: i * 1000,
+                    element: on(1).then_some(7),
+                    span: on(2).then(|| Span::new(3, 40)),
+                    from: on(3).then(|| "Thought \"x\"".to_string()),
+                    text: on(4).then(|| "line\none\t<b>é日</b>\u{1}".repeat(3)),
+                })));
+            }
+        }
+        for (i, &code) in DiagnosticCode::ALL.iter().enumerate() {
+            for (level, mask) in [(Level::Info, 0u32), (Level::Warning, 5), (Level::Error, 2), (Level::Warning, 7)] {
+                events.push(Event::Diagnostic(Diagnostic {
+                    level,
+                    code,
+                    tag: (mask & 1 != 0).then(|| TagName::from("status_bar")),
+                    element: (mask & 2 != 0).then_some(u32::MAX),
+                    at: (mask & 4 != 0).then_some(i),
+                    message: format!("the <x> \"body\" is\nnot JSON: {i}"),
+                }));
+            }
+        }
+        for event in &events {
+            let mut out = Vec::new();
+            event.write_json(&mut out);
+            assert_eq!(String::from_utf8_lossy(&out), serde_json::to_string(event).unwrap_or_default());
+        }
     }
 
     /// Pieces of responses that make every kind of event: elements of

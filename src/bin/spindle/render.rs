@@ -73,7 +73,9 @@ impl Renderer {
         Renderer {
             format,
             out,
-            lines: Vec::new(),
+            // Room for a full batch and the line that passes the mark: the
+            // buffer is not grown (and copied) on the way there.
+            lines: if format == Format::Jsonl { Vec::with_capacity(2 * OUT_BUFFER) } else { Vec::new() },
             json: JsonLines::new(),
             counts: Counts::default(),
             streaming: None,
