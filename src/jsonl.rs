@@ -8,9 +8,8 @@
 //! writes about five times its input as JSON (each text appears in its
 //! deltas, its element and its payload), and serde's internally tagged
 //! form goes through a map serializer per event and escapes strings a byte
-//! at a time. Here every event but `call_delta` (short fragments, rare) is
-//! written field by field, and strings are searched eight bytes at a time
-//! for the bytes JSON escapes; the rare kind goes through serde. A test
+//! at a time. Here every event is written field by field, and strings are
+//! searched eight bytes at a time for the bytes JSON escapes. A test
 //! compares the two forms on every event of the bundled and recorded
 //! transcripts.
 //!
@@ -26,8 +25,8 @@ use std::collections::BTreeMap;
 
 impl Event {
     /// Appends the event's JSON (no newline) to `out`: exactly what
-    /// `serde_json::to_writer(out, self)` writes, several times faster for
-    /// the common events. For JSONL writers (`spindle parse`, sinks).
+    /// `serde_json::to_writer(out, self)` writes, several times faster. For
+    /// JSONL writers (`spindle parse`, sinks).
     ///
     /// ```
     /// use spindle::{Registry, parse};
@@ -145,8 +144,16 @@ impl Event {
                 write_str(out, &d.message);
                 out.push(b'}');
             }
-            // Rare, and mostly short fragments: serde's form as it is.
-            Event::CallDelta(_) => write_serde(out, self),
+            Event::CallDelta(c) => {
+                start(out, b"{\"type\":\"call_delta\",\"id\":", c.id, &c.tag);
+                if let Some(name) = &c.name {
+                    out.extend_from_slice(b",\"name\":");
+                    write_str(out, name);
+                }
+                out.extend_from_slice(b",\"arguments\":");
+                write_str(out, &c.arguments);
+                out.push(b'}');
+            }
         }
     }
 }
@@ -211,8 +218,8 @@ fn delta_head(out: &mut Vec<u8>, id: u32, tag: &str) {
     out.extend_from_slice(b",\"text\":");
 }
 
-/// Appends `value` in its serde form: the path of the rare events, and of
-/// other JSONL writers' rare lines (the sources' events).
+/// Appends `value` in its serde form: the path of other JSONL writers'
+/// rare lines (the sources' own events).
 pub(crate) fn write_serde(out: &mut Vec<u8>, value: &impl serde::Serialize) {
     if let Err(e) = serde_json::to_writer(&mut *out, value) {
         // Cannot happen: writing to a `Vec` does not fail, and every
@@ -572,8 +579,8 @@ mod tests {
     }
 
     #[test]
-    fn repairs_and_diagnostics_are_written_as_serde_json_writes_them() {
-        use crate::event::{Diagnostic, DiagnosticCode, Repair, RepairKind};
+    fn repairs_diagnostics_and_call_deltas_are_written_as_serde_json_writes_them() {
+        use crate::event::{CallDelta, Diagnostic, DiagnosticCode, Repair, RepairKind};
         let kinds = [
             RepairKind::HeaderInserted,
             RepairKind::AutoClosed,
@@ -613,6 +620,12 @@ mod tests {
                     at: (mask & 4 != 0).then_some(i),
                     message: format!("the <x> \"body\" is\nnot JSON: {i}"),
                 }));
+            }
+        }
+        for name in [None, Some("get_weather"), Some("a \"quoted\" name")] {
+            for arguments in ["", "{\"city\": \"Par", "is\\n\u{1}\"}"] {
+                let (name, arguments) = (name.map(str::to_string), arguments.to_string());
+                events.push(Event::CallDelta(CallDelta { id: 3, tag: TagName::from("tool_call"), name, arguments }));
             }
         }
         for event in &events {
