@@ -5,10 +5,10 @@
 //!   dynamic loader, the allocator and argument parsing: what no per-file
 //!   run can go below. Compare the groups below with it.
 //! * `cli/per_file_whole`, `cli/per_file_chunk4`: `spindle parse FILE`
-//!   (default profile and JSONL) for every transcript of `corpora/`, each in its own
-//!   process, whole and with `--chunk-size 4`. Small transcripts measure
-//!   the start more than the parse; this is the figure a per-transcript
-//!   run of the release binary sees.
+//!   (default profile and JSONL) for every transcript of `corpora/`, each
+//!   in its own process, whole and with `--chunk-size 4`. Small transcripts
+//!   measure the start more than the parse; this is the figure a
+//!   per-transcript run of the release binary sees.
 //! * `cli/joined_whole`, `cli/joined_chunk4`: the same transcripts joined
 //!   into one file, parsed by one process (one start for all of them).
 //!

@@ -18,7 +18,7 @@
 //! serializer would have to match serde_json's output in every detail
 //! (number formatting, escapes, key order) to keep the JSONL contract.
 
-use crate::event::{Event, Level, TagName};
+use crate::event::{Event, TagName};
 use crate::scan::Span;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -123,11 +123,7 @@ impl Event {
             }
             Event::Diagnostic(d) => {
                 out.extend_from_slice(b"{\"type\":\"diagnostic\",\"level\":");
-                out.extend_from_slice(match d.level {
-                    Level::Info => b"\"info\"",
-                    Level::Warning => b"\"warning\"",
-                    Level::Error => b"\"error\"",
-                });
+                write_str(out, d.level.as_str());
                 out.extend_from_slice(b",\"code\":");
                 write_str(out, d.code.as_str());
                 out.extend_from_slice(b",\"tag\":");
@@ -580,7 +576,7 @@ mod tests {
 
     #[test]
     fn repairs_diagnostics_and_call_deltas_are_written_as_serde_json_writes_them() {
-        use crate::event::{CallDelta, Diagnostic, DiagnosticCode, Repair, RepairKind};
+        use crate::event::{CallDelta, Diagnostic, DiagnosticCode, Level, Repair, RepairKind};
         let kinds = [
             RepairKind::HeaderInserted,
             RepairKind::AutoClosed,
