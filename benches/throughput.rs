@@ -15,7 +15,10 @@
 //!   and a short content (so that neither merges with its neighbour), whole;
 //!   criterion reports elements per second;
 //! * `hostile/*`: 1 MiB of `<`, an endless attribute, an endless comment,
-//!   `<b>` repeated, next to 1 MiB of prose: within 2x of prose.
+//!   `<b>` repeated, next to 1 MiB of prose: within 2x of prose;
+//! * `delta/*`: the cost per delta, markup-free prose fed 4 bytes at a time
+//!   into one content element (the HTML filter on every delta) and into one
+//!   thought (no filter); criterion reports deltas per second.
 //!
 //! Run: `cargo bench --bench throughput` (add `-- --quick` for a fast pass).
 //!
@@ -168,6 +171,24 @@ fn bench_hostile(c: &mut Criterion) {
     g.finish();
 }
 
+fn bench_delta(c: &mut Criterion) {
+    let registry = Arc::new(Registry::filament());
+    // About 256 KiB: 65,000 deltas.
+    let prose =
+        "The lamp turned slowly above the dark water, and the keeper counted the steps. ".repeat((256 << 10) / 80);
+    let mut g = c.benchmark_group("delta");
+    g.sample_size(10);
+    for tag in ["content", "thought"] {
+        let input = format!("<{tag}>{prose}</{tag}>").into_bytes();
+        // One delta per 4-byte chunk (the tags' chunks included).
+        g.throughput(Throughput::Elements(input.len().div_ceil(4) as u64));
+        g.bench_with_input(BenchmarkId::from_parameter(tag), &input, |b, input| {
+            b.iter(|| parse(&registry, black_box(input), 4))
+        });
+    }
+    g.finish();
+}
+
 /// One representative response (719 bytes): a thought, content with
 /// inline HTML, a comment and `a < b` prose, a variable update and a status
 /// bar. Every scaling input is this unit repeated, so the 1 KiB and the
@@ -237,5 +258,14 @@ fn bench_naive(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_corpus, bench_dense, bench_kinds, bench_hostile, bench_scaling, bench_naive);
+criterion_group!(
+    benches,
+    bench_corpus,
+    bench_dense,
+    bench_kinds,
+    bench_hostile,
+    bench_delta,
+    bench_scaling,
+    bench_naive
+);
 criterion_main!(benches);

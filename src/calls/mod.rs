@@ -471,22 +471,30 @@ pub fn attp_payload(el: &Element) -> Payload {
 
 /// The payload of a TAM element in its context.
 pub fn tam_payload_in(el: &Element, ctx: &CallContext) -> Payload {
-    let (call, mut findings) = tam::parse_tam(&el.text);
-    let call = finish_call(call, &mut findings, ctx, "TAM block");
-    findings.into_payload(call)
+    call_payload(BodyKind::Tam, el, ctx, ctx.response_text.clone())
 }
 
 /// The payload of an ACTION element in its context.
 pub fn action_payload_in(el: &Element, ctx: &CallContext) -> Payload {
-    let (call, mut findings) = action::parse_action(&el.text);
-    let call = finish_call(call, &mut findings, ctx, "ACTION block");
-    findings.into_payload(call)
+    call_payload(BodyKind::Action, el, ctx, ctx.response_text.clone())
 }
 
 /// The payload of an ATTP element in its context.
 pub fn attp_payload_in(el: &Element, ctx: &CallContext) -> Payload {
-    let (call, mut findings) = attp::parse_attp(&el.text);
-    let call = finish_call(call, &mut findings, ctx, "ATTP document");
+    call_payload(BodyKind::Attp, el, ctx, ctx.response_text.clone())
+}
+
+/// The payload of a call element read as `body` (TAM, ACTION, or else
+/// ATTP) in its context, whose response text comes by value: the tracker
+/// moves its own in (a few KiB of text before each block, copied per call
+/// otherwise).
+fn call_payload(body: BodyKind, el: &Element, ctx: &CallContext, response_text: Option<String>) -> Payload {
+    let ((call, mut findings), what) = match body {
+        BodyKind::Tam => (tam::parse_tam(&el.text), "TAM block"),
+        BodyKind::Action => (action::parse_action(&el.text), "ACTION block"),
+        _ => (attp::parse_attp(&el.text), "ATTP document"),
+    };
+    let call = finish_call(call, &mut findings, ctx, response_text, what);
     findings.into_payload(call)
 }
 
@@ -552,9 +560,15 @@ pub fn call_of(registry: &Registry, el: &Element) -> Option<ToolCall> {
 }
 
 /// Applies what the context knows to a call.
-fn finish_call(mut call: ToolCall, findings: &mut Findings, ctx: &CallContext, what: &str) -> ToolCall {
+fn finish_call(
+    mut call: ToolCall,
+    findings: &mut Findings,
+    ctx: &CallContext,
+    response_text: Option<String>,
+    what: &str,
+) -> ToolCall {
     if call.format != CallFormat::Attp {
-        call.response_text = ctx.response_text.clone();
+        call.response_text = response_text;
     }
     if ctx.cut_off {
         findings.warn(
@@ -794,19 +808,17 @@ impl CallTracker {
         self.text.retain(|(id, _)| *id > el.id);
         self.text_len = self.text.iter().map(|(_, t)| t.len()).sum();
         let text_truncated = std::mem::take(&mut self.text_dropped);
+        // The response text goes into the call by value, not through the
+        // context (which would copy it).
         let ctx = CallContext {
-            response_text: Some(response_text),
+            response_text: None,
             previous_blocks,
             cut_off: self.cut_off.contains(&el.id),
             text_truncated,
         };
         self.cut_off.retain(|id| *id != el.id);
         self.counted.retain(|id| *id >= el.id);
-        Some(match body {
-            BodyKind::Tam => tam_payload_in(el, &ctx),
-            BodyKind::Action => action_payload_in(el, &ctx),
-            _ => attp_payload_in(el, &ctx),
-        })
+        Some(call_payload(body, el, &ctx, Some(response_text)))
     }
 }
 

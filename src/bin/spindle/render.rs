@@ -34,7 +34,7 @@ const GREEN: &str = "\x1b[32m";
 struct Counts {
     elements: BTreeMap<String, usize>,
     repairs: BTreeMap<&'static str, usize>,
-    diagnostics: BTreeMap<String, usize>,
+    diagnostics: BTreeMap<&'static str, usize>,
     deltas: usize,
     comments: usize,
 }
@@ -68,7 +68,12 @@ impl Renderer {
     pub(crate) fn new(format: Format, registry: &Registry) -> Renderer {
         let out: Box<dyn Write> = match format {
             Format::Pretty => Box::new(std::io::BufWriter::new(anstream::AutoStream::auto(std::io::stdout()))),
-            _ => Box::new(std::io::BufWriter::with_capacity(OUT_BUFFER, std::io::stdout())),
+            // The line batch is the buffer: each batch of whole lines goes
+            // to stdout in one write, not copied into a second buffer first.
+            Format::Jsonl => Box::new(std::io::stdout()),
+            Format::Rewrite | Format::Summary => {
+                Box::new(std::io::BufWriter::with_capacity(OUT_BUFFER, std::io::stdout()))
+            }
         };
         Renderer {
             format,
@@ -171,7 +176,7 @@ impl Renderer {
                 }
             },
             Event::Repair(r) => *c.repairs.entry(r.kind.as_str()).or_default() += 1,
-            Event::Diagnostic(d) => *c.diagnostics.entry(d.code.to_string()).or_default() += 1,
+            Event::Diagnostic(d) => *c.diagnostics.entry(d.code.as_str()).or_default() += 1,
             Event::Delta(_) => c.deltas += 1,
             Event::Comment(_) => c.comments += 1,
             _ => {}
@@ -269,7 +274,7 @@ impl Renderer {
 
 impl Drop for Renderer {
     /// Lines of a run that ended early (an error) are still written, as
-    /// the `BufWriter` under them writes what it holds.
+    /// the `BufWriter` under the other formats writes what it holds.
     fn drop(&mut self) {
         let _ = self.write_lines();
     }

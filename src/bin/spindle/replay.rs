@@ -91,7 +91,7 @@ struct Totals {
     event_types: BTreeMap<&'static str, usize>,
     elements: BTreeMap<String, usize>,
     repairs: BTreeMap<&'static str, usize>,
-    diagnostics: BTreeMap<String, usize>,
+    diagnostics: BTreeMap<&'static str, usize>,
     done: usize,
     truncated: usize,
     truncated_why: BTreeMap<&'static str, usize>,
@@ -118,10 +118,10 @@ impl Totals {
                 SourceEvent::Choice(c) => match &c.event {
                     Event::Element(el) => *self.elements.entry(el.tag.to_string()).or_default() += 1,
                     Event::Repair(r) => *self.repairs.entry(r.kind.as_str()).or_default() += 1,
-                    Event::Diagnostic(d) => *self.diagnostics.entry(d.code.to_string()).or_default() += 1,
+                    Event::Diagnostic(d) => *self.diagnostics.entry(d.code.as_str()).or_default() += 1,
                     _ => {}
                 },
-                SourceEvent::Diagnostic(d) => *self.diagnostics.entry(d.code.to_string()).or_default() += 1,
+                SourceEvent::Diagnostic(d) => *self.diagnostics.entry(d.code.as_str()).or_default() += 1,
                 SourceEvent::Truncated { why, .. } => {
                     if !truncated {
                         *self.truncated_why.entry(why.as_str()).or_default() += 1;
@@ -427,7 +427,7 @@ fn print_summary(w: &mut impl Write, t: &Totals, wall: Duration, check: bool) ->
     table(w, "events by type", t.event_types.iter().map(|(k, v)| (*k, *v)))?;
     table(w, "elements by tag", t.elements.iter().map(|(k, v)| (k.as_str(), *v)))?;
     table(w, "repairs", t.repairs.iter().map(|(k, v)| (*k, *v)))?;
-    table(w, "diagnostics", t.diagnostics.iter().map(|(k, v)| (k.as_str(), *v)))?;
+    table(w, "diagnostics", t.diagnostics.iter().map(|(k, v)| (*k, *v)))?;
     table(w, "skipped files", t.skipped.iter().map(|(k, v)| (k.as_str(), *v)))?;
     if !t.failed.is_empty() {
         writeln!(w, "failed files")?;
