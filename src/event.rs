@@ -258,53 +258,92 @@ pub struct Element {
     pub truncated: bool,
 }
 
-/// What kind of change a repair made.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum RepairKind {
-    /// An open tag was inserted before bare text.
-    HeaderInserted,
-    /// An element was closed because another top-level tag began.
-    AutoClosed,
-    /// `</A>` + whitespace + `<A>` (or bare text) continued one element.
-    MergedAdjacent,
-    /// A close tag of another name closed the open element.
-    MismatchedClose,
-    /// A close tag with nothing to close was dropped.
-    StrayCloseDropped,
-    /// An element was still open at end of input.
-    ClosedAtEof,
-    /// A marker cut off by the end of input was dropped.
-    TruncatedMarker,
-    /// An unparseable payload's text was shown as content.
-    FallbackToContent,
-    /// An implicitly opened element turned out to be another tag.
-    Reclassified,
-    /// A special token the registry does not know (`<|im_end|>`) between
-    /// elements was dropped.
-    SpecialTokenDropped,
-    /// A Markdown code fence around a tool-call block was taken out of the
-    /// text around the block (its bytes are the repair's `span`).
-    FenceDropped,
+/// Declares an enum of stable snake_case names from `Variant =>
+/// "name"` pairs (each with its own doc lines, if any), so that the name a
+/// value prints and parses as is written once: the enum, `ALL`, `as_str`,
+/// `from_name`, and serde through the names. Each variant's doc ends with
+/// its name.
+macro_rules! named_enum {
+    (
+        $(#[$meta:meta])*
+        pub enum $enum:ident ($what:literal) {
+            $($(#[doc = $doc:literal])* $variant:ident => $name:literal,)*
+        }
+    ) => {
+        $(#[$meta])*
+        #[non_exhaustive]
+        pub enum $enum {
+            $(
+                $(#[doc = $doc])*
+                #[doc = concat!("`", $name, "`")]
+                $variant,
+            )*
+        }
+
+        impl $enum {
+            #[doc = concat!("Every ", $what, ".")]
+            pub const ALL: &'static [$enum] = &[$($enum::$variant,)*];
+
+            /// The name it prints as (in JSON too).
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($enum::$variant => $name,)*
+                }
+            }
+
+            #[doc = concat!("The ", $what, " of a printed name.")]
+            pub fn from_name(name: &str) -> Option<$enum> {
+                match name {
+                    $($name => Some($enum::$variant),)*
+                    _ => None,
+                }
+            }
+        }
+
+        impl Serialize for $enum {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $enum {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let name = String::deserialize(d)?;
+                $enum::from_name(&name)
+                    .ok_or_else(|| serde::de::Error::custom(format!(concat!("unknown ", $what, " {:?}"), name)))
+            }
+        }
+    };
 }
 
-impl RepairKind {
-    /// The snake_case name used in JSON.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RepairKind::HeaderInserted => "header_inserted",
-            RepairKind::AutoClosed => "auto_closed",
-            RepairKind::MergedAdjacent => "merged_adjacent",
-            RepairKind::MismatchedClose => "mismatched_close",
-            RepairKind::StrayCloseDropped => "stray_close_dropped",
-            RepairKind::ClosedAtEof => "closed_at_eof",
-            RepairKind::TruncatedMarker => "truncated_marker",
-            RepairKind::FallbackToContent => "fallback_to_content",
-            RepairKind::Reclassified => "reclassified",
-            RepairKind::SpecialTokenDropped => "special_token_dropped",
-            RepairKind::FenceDropped => "fence_dropped",
-        }
+named_enum! {
+    /// What kind of change a repair made.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum RepairKind ("repair kind") {
+        /// An open tag was inserted before bare text.
+        HeaderInserted => "header_inserted",
+        /// An element was closed because another top-level tag began.
+        AutoClosed => "auto_closed",
+        /// `</A>` + whitespace + `<A>` (or bare text) continued one element.
+        MergedAdjacent => "merged_adjacent",
+        /// A close tag of another name closed the open element.
+        MismatchedClose => "mismatched_close",
+        /// A close tag with nothing to close was dropped.
+        StrayCloseDropped => "stray_close_dropped",
+        /// An element was still open at end of input.
+        ClosedAtEof => "closed_at_eof",
+        /// A marker cut off by the end of input was dropped.
+        TruncatedMarker => "truncated_marker",
+        /// An unparseable payload's text was shown as content.
+        FallbackToContent => "fallback_to_content",
+        /// An implicitly opened element turned out to be another tag.
+        Reclassified => "reclassified",
+        /// A special token the registry does not know (`<|im_end|>`) between
+        /// elements was dropped.
+        SpecialTokenDropped => "special_token_dropped",
+        /// A Markdown code fence around a tool-call block was taken out of the
+        /// text around the block (its bytes are the repair's `span`).
+        FenceDropped => "fence_dropped",
     }
 }
 
@@ -461,156 +500,124 @@ pub fn coalesce(events: impl IntoIterator<Item = Event>) -> Vec<Event> {
     out
 }
 
-/// Declares [`DiagnosticCode`] from `Variant => "snake_case_name"` pairs,
-/// so the name a code prints and parses as is written once.
-macro_rules! diagnostic_codes {
-    ($($variant:ident => $name:literal,)*) => {
-        /// What a [`Diagnostic`] is about: a stable code, printed in
-        /// `snake_case` (`missing_mandatory`, `element_too_large`, ...).
-        /// Compare codes with the variants, not with strings; comparing with
-        /// a `&str` works too, for tests and scripts.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        #[non_exhaustive]
-        pub enum DiagnosticCode {
-            $(
-                #[doc = concat!("`", $name, "`")]
-                $variant,
-            )*
-        }
-
-        impl DiagnosticCode {
-            /// Every code.
-            pub const ALL: &'static [DiagnosticCode] = &[$(DiagnosticCode::$variant,)*];
-
-            /// The code as it is printed.
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $(DiagnosticCode::$variant => $name,)*
-                }
-            }
-
-            /// The code of a printed name.
-            pub fn from_name(name: &str) -> Option<DiagnosticCode> {
-                match name {
-                    $($name => Some(DiagnosticCode::$variant),)*
-                    _ => None,
-                }
-            }
-        }
-    };
-}
-
-diagnostic_codes! {
-    AlternateDelimitersUsed => "alternate_delimiters_used",
-    AnalysisUnclosed => "analysis_unclosed",
-    ArgumentsNotObject => "arguments_not_object",
-    ArgumentsRepaired => "arguments_repaired",
-    ArgumentsString => "arguments_string",
-    AttributesIgnored => "attributes_ignored",
-    CallArgumentsStreamedDiffer => "call_arguments_streamed_differ",
-    CallInCodeBlock => "call_in_code_block",
-    ChoicePlainLines => "choice_plain_lines",
-    ChoiceWithoutOptions => "choice_without_options",
-    ChunkFieldsCoerced => "chunk_fields_coerced",
-    ChunkRejoined => "chunk_rejoined",
-    CloseTagCaseMismatch => "close_tag_case_mismatch",
-    DataAfterDone => "data_after_done",
-    DataAfterFinish => "data_after_finish",
-    DetailsWithoutSummary => "details_without_summary",
-    DuplicateKey => "duplicate_key",
-    ElementTooLarge => "element_too_large",
-    EmptyArguments => "empty_arguments",
-    HtmlFiltered => "html_filtered",
-    InvalidArguments => "invalid_arguments",
-    InvalidChunkJson => "invalid_chunk_json",
-    InvalidOnError => "invalid_on_error",
-    InvalidOp => "invalid_op",
-    InvalidResponseJson => "invalid_response_json",
-    InvalidRetry => "invalid_retry",
-    InvalidToml => "invalid_toml",
-    InvalidUtf8 => "invalid_utf8",
-    JsonCodeFence => "json_code_fence",
-    JsonComment => "json_comment",
-    JsonControlCharacter => "json_control_character",
-    JsonFullwidthPunctuation => "json_fullwidth_punctuation",
-    JsonInvalidEscape => "json_invalid_escape",
-    JsonJsLiteral => "json_js_literal",
-    JsonMismatchedBracket => "json_mismatched_bracket",
-    JsonMissingComma => "json_missing_comma",
-    JsonNumberFormat => "json_number_format",
-    JsonPythonLiteral => "json_python_literal",
-    JsonSingleQuotes => "json_single_quotes",
-    JsonSmartQuotes => "json_smart_quotes",
-    JsonSurroundingProse => "json_surrounding_prose",
-    JsonTrailingComma => "json_trailing_comma",
-    JsonTruncated => "json_truncated",
-    JsonUnescapedQuote => "json_unescaped_quote",
-    JsonUnquotedKey => "json_unquoted_key",
-    JsonUnquotedString => "json_unquoted_string",
-    KeyCase => "key_case",
-    LeadUndecided => "lead_undecided",
-    MalformedXml => "malformed_xml",
-    MarkerTooLong => "marker_too_long",
-    MediaSrcRefused => "media_src_refused",
-    MediaTypeInferred => "media_type_inferred",
-    MediaWithoutSrc => "media_without_src",
-    MissingCloseDelimiter => "missing_close_delimiter",
-    MissingCode => "missing_code",
-    MissingCommand => "missing_command",
-    MissingDelimiters => "missing_delimiters",
-    MissingMandatory => "missing_mandatory",
-    MissingMessage => "missing_message",
-    MissingStatus => "missing_status",
-    MissingTarget => "missing_target",
-    MissingThought => "missing_thought",
-    MissingToolCall => "missing_tool_call",
-    MixedContent => "mixed_content",
-    MixedDelimitersUsed => "mixed_delimiters_used",
-    MixedNumberedCommands => "mixed_numbered_commands",
-    MultipleTools => "multiple_tools",
-    MvuFormat => "mvu_format",
-    NoFinishReason => "no_finish_reason",
-    NoOps => "no_ops",
-    OpAlias => "op_alias",
-    OpsNotWrapped => "ops_not_wrapped",
-    OrderViolation => "order_violation",
-    ParamsWithoutCommand => "params_without_command",
-    PayloadTruncated => "payload_truncated",
-    PayloadUnparsable => "payload_unparsable",
-    PolicyViolation => "policy_violation",
-    PropsNotObject => "props_not_object",
-    RedactedThinking => "redacted_thinking",
-    ResponseTextTruncated => "response_text_truncated",
-    ResponseTooLarge => "response_too_large",
-    SecondActionBlock => "second_action_block",
-    SseEventTooLarge => "sse_event_too_large",
-    SseIgnoredField => "sse_ignored_field",
-    SseInvalidUtf8 => "sse_invalid_utf8",
-    SseLineTooLong => "sse_line_too_long",
-    SseUnterminatedEvent => "sse_unterminated_event",
-    StatusBarLines => "status_bar_lines",
-    StepNumberMismatch => "step_number_mismatch",
-    StrayText => "stray_text",
-    TextOutsideToml => "text_outside_toml",
-    TooManyChoices => "too_many_choices",
-    ToolCallFragmentAfterComplete => "tool_call_fragment_after_complete",
-    ToolCallRepeated => "tool_call_repeated",
-    ToolCallWithoutName => "tool_call_without_name",
-    ToolTextIgnored => "tool_text_ignored",
-    TruncatedChunk => "truncated_chunk",
-    TruncatedMarkup => "truncated_markup",
-    TypeHintFailed => "type_hint_failed",
-    UiComponentViewInvalid => "ui_component_view_invalid",
-    UiComponentWithoutView => "ui_component_without_view",
-    UnclosedElements => "unclosed_elements",
-    UnclosedFence => "unclosed_fence",
-    UnexpectedChunkShape => "unexpected_chunk_shape",
-    UnknownKey => "unknown_key",
-    UnknownTypeHint => "unknown_type_hint",
-    UnnumberedParamAppliedToAll => "unnumbered_param_applied_to_all",
-    UnrecognizedChunk => "unrecognized_chunk",
-    UnsupportedContentPart => "unsupported_content_part",
-    UnterminatedBlock => "unterminated_block",
+named_enum! {
+    /// What a [`Diagnostic`] is about: a stable code, printed in
+    /// `snake_case` (`missing_mandatory`, `element_too_large`, ...).
+    /// Compare codes with the variants, not with strings; comparing with
+    /// a `&str` works too, for tests and scripts.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum DiagnosticCode ("diagnostic code") {
+        AlternateDelimitersUsed => "alternate_delimiters_used",
+        AnalysisUnclosed => "analysis_unclosed",
+        ArgumentsNotObject => "arguments_not_object",
+        ArgumentsRepaired => "arguments_repaired",
+        ArgumentsString => "arguments_string",
+        AttributesIgnored => "attributes_ignored",
+        CallArgumentsStreamedDiffer => "call_arguments_streamed_differ",
+        CallInCodeBlock => "call_in_code_block",
+        ChoicePlainLines => "choice_plain_lines",
+        ChoiceWithoutOptions => "choice_without_options",
+        ChunkFieldsCoerced => "chunk_fields_coerced",
+        ChunkRejoined => "chunk_rejoined",
+        CloseTagCaseMismatch => "close_tag_case_mismatch",
+        DataAfterDone => "data_after_done",
+        DataAfterFinish => "data_after_finish",
+        DetailsWithoutSummary => "details_without_summary",
+        DuplicateKey => "duplicate_key",
+        ElementTooLarge => "element_too_large",
+        EmptyArguments => "empty_arguments",
+        HtmlFiltered => "html_filtered",
+        InvalidArguments => "invalid_arguments",
+        InvalidChunkJson => "invalid_chunk_json",
+        InvalidOnError => "invalid_on_error",
+        InvalidOp => "invalid_op",
+        InvalidResponseJson => "invalid_response_json",
+        InvalidRetry => "invalid_retry",
+        InvalidToml => "invalid_toml",
+        InvalidUtf8 => "invalid_utf8",
+        JsonCodeFence => "json_code_fence",
+        JsonComment => "json_comment",
+        JsonControlCharacter => "json_control_character",
+        JsonFullwidthPunctuation => "json_fullwidth_punctuation",
+        JsonInvalidEscape => "json_invalid_escape",
+        JsonJsLiteral => "json_js_literal",
+        JsonMismatchedBracket => "json_mismatched_bracket",
+        JsonMissingComma => "json_missing_comma",
+        JsonNumberFormat => "json_number_format",
+        JsonPythonLiteral => "json_python_literal",
+        JsonSingleQuotes => "json_single_quotes",
+        JsonSmartQuotes => "json_smart_quotes",
+        JsonSurroundingProse => "json_surrounding_prose",
+        JsonTrailingComma => "json_trailing_comma",
+        JsonTruncated => "json_truncated",
+        JsonUnescapedQuote => "json_unescaped_quote",
+        JsonUnquotedKey => "json_unquoted_key",
+        JsonUnquotedString => "json_unquoted_string",
+        KeyCase => "key_case",
+        LeadUndecided => "lead_undecided",
+        MalformedXml => "malformed_xml",
+        MarkerTooLong => "marker_too_long",
+        MediaSrcRefused => "media_src_refused",
+        MediaTypeInferred => "media_type_inferred",
+        MediaWithoutSrc => "media_without_src",
+        MissingCloseDelimiter => "missing_close_delimiter",
+        MissingCode => "missing_code",
+        MissingCommand => "missing_command",
+        MissingDelimiters => "missing_delimiters",
+        MissingMandatory => "missing_mandatory",
+        MissingMessage => "missing_message",
+        MissingStatus => "missing_status",
+        MissingTarget => "missing_target",
+        MissingThought => "missing_thought",
+        MissingToolCall => "missing_tool_call",
+        MixedContent => "mixed_content",
+        MixedDelimitersUsed => "mixed_delimiters_used",
+        MixedNumberedCommands => "mixed_numbered_commands",
+        MultipleTools => "multiple_tools",
+        MvuFormat => "mvu_format",
+        NoFinishReason => "no_finish_reason",
+        NoOps => "no_ops",
+        OpAlias => "op_alias",
+        OpsNotWrapped => "ops_not_wrapped",
+        OrderViolation => "order_violation",
+        ParamsWithoutCommand => "params_without_command",
+        PayloadTruncated => "payload_truncated",
+        PayloadUnparsable => "payload_unparsable",
+        PolicyViolation => "policy_violation",
+        PropsNotObject => "props_not_object",
+        RedactedThinking => "redacted_thinking",
+        ResponseTextTruncated => "response_text_truncated",
+        ResponseTooLarge => "response_too_large",
+        SecondActionBlock => "second_action_block",
+        SseEventTooLarge => "sse_event_too_large",
+        SseIgnoredField => "sse_ignored_field",
+        SseInvalidUtf8 => "sse_invalid_utf8",
+        SseLineTooLong => "sse_line_too_long",
+        SseUnterminatedEvent => "sse_unterminated_event",
+        StatusBarLines => "status_bar_lines",
+        StepNumberMismatch => "step_number_mismatch",
+        StrayText => "stray_text",
+        TextOutsideToml => "text_outside_toml",
+        TooManyChoices => "too_many_choices",
+        ToolCallFragmentAfterComplete => "tool_call_fragment_after_complete",
+        ToolCallRepeated => "tool_call_repeated",
+        ToolCallWithoutName => "tool_call_without_name",
+        ToolTextIgnored => "tool_text_ignored",
+        TruncatedChunk => "truncated_chunk",
+        TruncatedMarkup => "truncated_markup",
+        TypeHintFailed => "type_hint_failed",
+        UiComponentViewInvalid => "ui_component_view_invalid",
+        UiComponentWithoutView => "ui_component_without_view",
+        UnclosedElements => "unclosed_elements",
+        UnclosedFence => "unclosed_fence",
+        UnexpectedChunkShape => "unexpected_chunk_shape",
+        UnknownKey => "unknown_key",
+        UnknownTypeHint => "unknown_type_hint",
+        UnnumberedParamAppliedToAll => "unnumbered_param_applied_to_all",
+        UnrecognizedChunk => "unrecognized_chunk",
+        UnsupportedContentPart => "unsupported_content_part",
+        UnterminatedBlock => "unterminated_block",
+    }
 }
 
 impl std::fmt::Display for DiagnosticCode {
@@ -631,33 +638,35 @@ impl PartialEq<str> for DiagnosticCode {
     }
 }
 
-impl Serialize for DiagnosticCode {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
-}
-
-impl<'de> Deserialize<'de> for DiagnosticCode {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let name = String::deserialize(d)?;
-        DiagnosticCode::from_name(&name)
-            .ok_or_else(|| serde::de::Error::custom(format!("unknown diagnostic code {name:?}")))
-    }
-}
-
 #[cfg(test)]
 mod code_tests {
-    use super::DiagnosticCode;
+    use super::{DiagnosticCode, RepairKind};
+
+    /// Every value of a [`named_enum!`] serializes as its name, in snake
+    /// case, and parses back; an unknown name does not parse.
+    fn prints_and_parses_as_its_name<T>(all: &[T], as_str: fn(T) -> &'static str, from_name: fn(&str) -> Option<T>)
+    where
+        T: Copy + PartialEq + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
+    {
+        for &value in all {
+            let json = serde_json::to_string(&value).unwrap_or_default();
+            assert_eq!(json, format!("\"{}\"", as_str(value)));
+            assert_eq!(serde_json::from_str::<T>(&json).ok(), Some(value));
+            assert_eq!(from_name(as_str(value)), Some(value));
+            assert!(as_str(value).bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'));
+        }
+        assert_eq!(from_name("no_such_name"), None);
+        assert!(serde_json::from_str::<T>("\"no_such_name\"").is_err());
+    }
+
+    #[test]
+    fn every_repair_kind_prints_and_parses_as_its_name() {
+        prints_and_parses_as_its_name(RepairKind::ALL, RepairKind::as_str, RepairKind::from_name);
+    }
 
     #[test]
     fn every_code_prints_and_parses_as_its_name() {
-        for &code in DiagnosticCode::ALL {
-            let json = serde_json::to_string(&code).unwrap_or_default();
-            assert_eq!(json, format!("\"{}\"", code.as_str()));
-            assert_eq!(serde_json::from_str::<DiagnosticCode>(&json).ok(), Some(code));
-            assert!(code.as_str().bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'));
-        }
-        assert!(serde_json::from_str::<DiagnosticCode>("\"no_such_code\"").is_err());
+        prints_and_parses_as_its_name(DiagnosticCode::ALL, DiagnosticCode::as_str, DiagnosticCode::from_name);
         assert_eq!(DiagnosticCode::MissingMandatory, "missing_mandatory");
     }
 }

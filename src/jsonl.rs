@@ -577,22 +577,9 @@ mod tests {
     #[test]
     fn repairs_diagnostics_and_call_deltas_are_written_as_serde_json_writes_them() {
         use crate::event::{CallDelta, Diagnostic, DiagnosticCode, Level, Repair, RepairKind};
-        let kinds = [
-            RepairKind::HeaderInserted,
-            RepairKind::AutoClosed,
-            RepairKind::MergedAdjacent,
-            RepairKind::MismatchedClose,
-            RepairKind::StrayCloseDropped,
-            RepairKind::ClosedAtEof,
-            RepairKind::TruncatedMarker,
-            RepairKind::FallbackToContent,
-            RepairKind::Reclassified,
-            RepairKind::SpecialTokenDropped,
-            RepairKind::FenceDropped,
-        ];
         let mut events = Vec::new();
         // Each optional field present and absent, with texts to escape.
-        for (i, kind) in kinds.into_iter().enumerate() {
+        for (i, &kind) in RepairKind::ALL.iter().enumerate() {
             for mask in 0..32u32 {
                 let on = |bit: u32| mask & (1 << bit) != 0;
                 events.push(Event::Repair(Box::new(Repair {
