@@ -377,6 +377,12 @@ struct TagCloser {
     escaped: usize,
     /// Whether its states still follow the tokenizer's.
     mirror: Mirror,
+    /// Whether it may have written a `<` since [`TagCloser::take_lt`]: its
+    /// output is markup for the rewriter only then. Set by every write that
+    /// may carry one; not by its escapes of `<` floods and its copies of
+    /// text runs that stop at `<`, so that a flood of `<` (four times as
+    /// long once escaped) is not searched again for a `<`.
+    wrote_lt: bool,
 }
 
 /// Whether the [`TagCloser`]'s states can be taken for the HTML tokenizer's.
@@ -452,7 +458,13 @@ impl TagCloser {
             text_tags: BTreeMap::new(),
             escaped: 0,
             mirror: Mirror::Exact,
+            wrote_lt: false,
         }
+    }
+
+    /// Whether a `<` may have been written since the last call.
+    fn take_lt(&mut self) -> bool {
+        std::mem::take(&mut self.wrote_lt)
     }
 
     fn transform(&mut self, bytes: &[u8], out: &mut Vec<u8>) {
@@ -489,6 +501,7 @@ impl TagCloser {
                         i += len;
                     }
                     out.extend_from_slice(&bytes[from..i]);
+                    self.wrote_lt = true;
                     continue;
                 }
             } else {
@@ -505,6 +518,8 @@ impl TagCloser {
                     let at = if stop == or { find_byte(stop, rest) } else { find_byte3(stop, or, or, rest) };
                     let run = at.unwrap_or(rest.len());
                     if run > 0 {
+                        // A bogus comment's run stops at `>` only.
+                        self.wrote_lt |= stop != b'<' && or != b'<';
                         out.extend_from_slice(&bytes[i..i + run]);
                         i += run;
                         continue;
@@ -557,6 +572,7 @@ impl TagCloser {
                     // `< ` or `<3`: the `<` starts nothing.
                     self.release_lt(out);
                 }
+                self.wrote_lt |= !self.pending.is_empty() || b == b'<';
                 out.append(&mut self.pending);
                 out.push(b);
             }
@@ -602,12 +618,15 @@ impl TagCloser {
     fn decide(&mut self, out: &mut Vec<u8>) {
         let html = !self.long_name && is_html_element(&self.name);
         if html || self.pending.is_empty() {
+            self.wrote_lt |= !self.pending.is_empty();
             out.append(&mut self.pending);
         } else {
             let name = std::str::from_utf8(&self.name).unwrap_or_default().to_string();
             *self.text_tags.entry(name).or_default() += 1;
+            let rest = self.pending.get(1..).unwrap_or_default();
+            self.wrote_lt |= rest.contains(&b'<');
             out.extend_from_slice(b"&lt;");
-            out.extend_from_slice(self.pending.get(1..).unwrap_or_default());
+            out.extend_from_slice(rest);
             self.pending.clear();
             self.state = Pre::Text;
         }
@@ -624,6 +643,7 @@ impl TagCloser {
             out.extend_from_slice(b"&lt;");
             self.escaped += 1;
         } else {
+            self.wrote_lt |= !self.pending.is_empty();
             out.append(&mut self.pending);
         }
     }
@@ -637,6 +657,7 @@ impl TagCloser {
 
     /// Releases a tag start still held at the end of the input.
     fn finish(&mut self, out: &mut Vec<u8>) {
+        self.wrote_lt |= !self.pending.is_empty();
         out.append(&mut self.pending);
     }
 
@@ -1316,8 +1337,10 @@ impl Pass {
     fn write_closed(&mut self, bytes: Vec<u8>) -> Vec<u8> {
         let base = self.fed;
         self.fed += bytes.len();
+        let lt = self.closer.take_lt();
+        debug_assert!(lt || find_byte(b'<', &bytes).is_none(), "the tag closer wrote a `<` it did not note");
         if matches!(self.rewriter, Rewriting::Waiting) {
-            if find_byte(b'<', &bytes).is_none() {
+            if !lt || find_byte(b'<', &bytes).is_none() {
                 // No markup: the bytes are the output, as they are.
                 return bytes;
             }
