@@ -82,7 +82,7 @@ impl Event {
             Event::Comment(c) => {
                 out.extend_from_slice(b"{\"type\":\"comment\",\"element\":");
                 match c.element {
-                    Some(id) => write_u64(out, u64::from(id)),
+                    Some(id) => write_id(out, id),
                     None => out.extend_from_slice(b"null"),
                 }
                 out.extend_from_slice(b",\"tag\":");
@@ -103,22 +103,10 @@ impl Event {
                 write_tag(out, r.tag.as_ref());
                 out.extend_from_slice(b",\"at\":");
                 write_u64(out, r.at as u64);
-                if let Some(id) = r.element {
-                    out.extend_from_slice(b",\"element\":");
-                    write_u64(out, u64::from(id));
-                }
-                if let Some(span) = r.span {
-                    out.extend_from_slice(b",\"span\":");
-                    write_span(out, span);
-                }
-                if let Some(from) = &r.from {
-                    out.extend_from_slice(b",\"from\":");
-                    write_str(out, from);
-                }
-                if let Some(text) = &r.text {
-                    out.extend_from_slice(b",\"text\":");
-                    write_str(out, text);
-                }
+                optional(out, b",\"element\":", r.element, write_id);
+                optional(out, b",\"span\":", r.span, write_span);
+                optional(out, b",\"from\":", r.from.as_deref(), write_str);
+                optional(out, b",\"text\":", r.text.as_deref(), write_str);
                 out.push(b'}');
             }
             Event::Diagnostic(d) => {
@@ -128,24 +116,15 @@ impl Event {
                 write_str(out, d.code.as_str());
                 out.extend_from_slice(b",\"tag\":");
                 write_tag(out, d.tag.as_ref());
-                if let Some(id) = d.element {
-                    out.extend_from_slice(b",\"element\":");
-                    write_u64(out, u64::from(id));
-                }
-                if let Some(at) = d.at {
-                    out.extend_from_slice(b",\"at\":");
-                    write_u64(out, at as u64);
-                }
+                optional(out, b",\"element\":", d.element, write_id);
+                optional(out, b",\"at\":", d.at, |out, at| write_u64(out, at as u64));
                 out.extend_from_slice(b",\"message\":");
                 write_str(out, &d.message);
                 out.push(b'}');
             }
             Event::CallDelta(c) => {
                 start(out, b"{\"type\":\"call_delta\",\"id\":", c.id, &c.tag);
-                if let Some(name) = &c.name {
-                    out.extend_from_slice(b",\"name\":");
-                    write_str(out, name);
-                }
+                optional(out, b",\"name\":", c.name.as_deref(), write_str);
                 out.extend_from_slice(b",\"arguments\":");
                 write_str(out, &c.arguments);
                 out.push(b'}');
@@ -232,7 +211,7 @@ pub(crate) fn write_serde(out: &mut Vec<u8>, value: &impl serde::Serialize) {
 #[inline(always)]
 fn start(out: &mut Vec<u8>, head: &[u8], id: u32, tag: &str) {
     out.extend_from_slice(head);
-    write_u64(out, u64::from(id));
+    write_id(out, id);
     out.extend_from_slice(b",\"tag\":");
     write_str(out, tag);
 }
@@ -244,6 +223,21 @@ fn end_synthetic_at(out: &mut Vec<u8>, synthetic: bool, at: usize) {
     out.extend_from_slice(b",\"at\":");
     write_u64(out, at as u64);
     out.push(b'}');
+}
+
+/// Writes `key` (`,"name":`) and the value when there is one: the fields
+/// serde skips when they are `None`.
+fn optional<T>(out: &mut Vec<u8>, key: &[u8], value: Option<T>, write: impl FnOnce(&mut Vec<u8>, T)) {
+    if let Some(value) = value {
+        out.extend_from_slice(key);
+        write(out, value);
+    }
+}
+
+/// Writes an element id.
+#[inline]
+fn write_id(out: &mut Vec<u8>, id: u32) {
+    write_u64(out, u64::from(id));
 }
 
 fn write_bool(out: &mut Vec<u8>, b: bool) {
