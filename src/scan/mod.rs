@@ -346,7 +346,8 @@ pub(crate) fn find_str(hay: &str, needle: &str) -> Option<usize> {
 }
 
 /// How many bytes at the start of `hay` are whole repeats of `unit`
-/// (`<<<<`, `&lt;`): compared sixteen bytes at a time, so that a flood of
+/// (`<<<<`, `&lt;`): compared sixty-four bytes at a time (four sixteen-byte
+/// words, without a branch between them), then sixteen, so that a flood of
 /// one byte or of one escape is measured in a few instructions per block,
 /// not several per byte.
 #[inline]
@@ -356,8 +357,15 @@ pub(crate) fn repeats(unit: [u8; 4], hay: &[u8]) -> usize {
         quarter.copy_from_slice(&unit);
     }
     let block = u128::from_ne_bytes(block);
+    let is_block = |c: &[u8]| <[u8; 16]>::try_from(c).is_ok_and(|c| u128::from_ne_bytes(c) == block);
     let mut len = 0;
-    for chunk in hay.chunks_exact(16) {
+    for chunk in hay.chunks_exact(64) {
+        if !chunk.chunks_exact(16).fold(true, |all, c| all & is_block(c)) {
+            break;
+        }
+        len += 64;
+    }
+    for chunk in hay[len..].chunks_exact(16) {
         match <[u8; 16]>::try_from(chunk) {
             Ok(c) if u128::from_ne_bytes(c) == block => len += 16,
             _ => break,
