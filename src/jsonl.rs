@@ -194,7 +194,8 @@ fn delta_head(out: &mut Vec<u8>, id: u32, tag: &str) {
 }
 
 /// Appends `value` in its serde form: the path of other JSONL writers'
-/// rare lines (the sources' own events).
+/// rare lines (the sources' own events, hence only with them).
+#[cfg(feature = "sources")]
 pub(crate) fn write_serde(out: &mut Vec<u8>, value: &impl serde::Serialize) {
     if let Err(e) = serde_json::to_writer(&mut *out, value) {
         // Cannot happen: writing to a `Vec` does not fail, and every
