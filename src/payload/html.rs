@@ -122,8 +122,11 @@ pub struct FilterReport {
     /// Bytes of unclosed removed elements' content that were past the hold
     /// limit and were dropped.
     pub dropped_bytes: usize,
-    /// Why the HTML tokenizer gave up, if it did (all markup after that
-    /// point was escaped instead).
+    /// Why the HTML tokenizer gave up, if it did. The markup after that
+    /// point passed the safety net alone: tags written exactly as the
+    /// allowlist writes them (`<b>`, `</i>`, a safely styled span) were
+    /// kept, the end tags of other HTML elements dropped, and every other
+    /// `<` escaped.
     pub degraded: Option<String>,
 }
 
@@ -201,7 +204,9 @@ impl FilterReport {
             ));
         }
         if let Some(why) = &self.degraded {
-            parts.push(format!("the HTML tokenizer gave up ({why}); markup after that point was escaped"));
+            parts.push(format!(
+                "the HTML tokenizer gave up ({why}); after that point only the safety net filtered the markup: allowed tags written plainly were kept, other tags escaped or dropped"
+            ));
         }
         parts.join("; ")
     }
