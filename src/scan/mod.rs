@@ -366,10 +366,10 @@ pub(crate) fn repeats(unit: [u8; 4], hay: &[u8]) -> usize {
         len += 64;
     }
     for chunk in hay[len..].chunks_exact(16) {
-        match <[u8; 16]>::try_from(chunk) {
-            Ok(c) if u128::from_ne_bytes(c) == block => len += 16,
-            _ => break,
+        if !is_block(chunk) {
+            break;
         }
+        len += 16;
     }
     let unit = u32::from_ne_bytes(unit);
     for chunk in hay[len..].chunks_exact(4) {
