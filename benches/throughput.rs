@@ -31,7 +31,11 @@
 /// The binary's allocator (the default `mimalloc` feature).
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: alloc::Allocator = alloc::Allocator;
+
+#[cfg(feature = "mimalloc")]
+#[path = "../src/bin/spindle/alloc.rs"]
+mod alloc;
 
 mod common;
 

@@ -16,7 +16,11 @@
 /// figures are the binary's.
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: alloc::Allocator = alloc::Allocator;
+
+#[cfg(feature = "mimalloc")]
+#[path = "../src/bin/spindle/alloc.rs"]
+mod alloc;
 
 use spindle::{Parser, ParserOptions, Registry};
 use std::sync::Arc;

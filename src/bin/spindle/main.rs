@@ -1,6 +1,9 @@
 //! The `spindle` command: `parse` (one response), and the tools built on it.
+#![deny(unsafe_code)]
 
 mod agent;
+#[cfg(feature = "mimalloc")]
+mod alloc;
 mod cli;
 mod demo;
 mod mock;
@@ -14,7 +17,7 @@ mod tools;
 /// The allocator of the binary: see the `mimalloc` feature in Cargo.toml.
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: alloc::Allocator = alloc::Allocator;
 
 use clap::{CommandFactory, Parser as ClapParser, Subcommand};
 use std::process::ExitCode;
