@@ -108,8 +108,11 @@ impl Default for Builder {
     fn default() -> Self {
         // The root and room for three levels of children (no growth on
         // the usual status bar or choice list).
+        // The root's children too start with room for four, and an open
+        // element's for one (a leaf's text): a first push into an empty
+        // vector takes the slower path of growing it.
         let mut stack = Vec::with_capacity(4);
-        stack.push(ElementNode { name: String::new(), attrs: Vec::new(), children: Vec::new() });
+        stack.push(ElementNode { name: String::new(), attrs: Vec::new(), children: Vec::with_capacity(4) });
         Builder { stack, text: Vec::new(), verbatim: false }
     }
 }
@@ -169,11 +172,10 @@ impl TokenSink for Builder {
                         let void = VOID.iter().any(|v| v.as_bytes().eq_ignore_ascii_case(tag.name));
                         let name = owned_text(tag.name);
                         let attrs = tag.attrs().map(|a| (owned_text(a.name), decode_entities(a.value))).collect();
-                        let node = ElementNode { name, attrs, children: Vec::new() };
                         if tag.kind == TagKind::SelfClosing || void {
-                            self.push_node(Node::Element(node));
+                            self.push_node(Node::Element(ElementNode { name, attrs, children: Vec::new() }));
                         } else {
-                            self.stack.push(node);
+                            self.stack.push(ElementNode { name, attrs, children: Vec::with_capacity(1) });
                         }
                     }
                     TagKind::Close => {
