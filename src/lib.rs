@@ -97,7 +97,7 @@
 //! | `prompt` | `prompt`: Skein blocks, world books, cards, sandboxed Jinja2, `<use_protocol>` registries | minijinja, png, chrono |
 //! | `mock` | `mock`: the mock upstream (test support) | axum |
 //! | `cli` | the `spindle` binary | all of the above, clap |
-//! | `mimalloc` | mimalloc as the binary's (and examples') allocator; the library never sets one | mimalloc (C) |
+//! | `mimalloc` | mimalloc as the binary's (and examples') allocator, through its C entry points (the binary's only `unsafe` code); the library never sets one and forbids `unsafe` | libmimalloc-sys (C) |
 //!
 //! # Guarantees
 //!
