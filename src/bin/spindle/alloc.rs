@@ -42,26 +42,14 @@ pub struct Allocator;
 unsafe impl GlobalAlloc for Allocator {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: plain FFI calls with a size and a power-of-two alignment.
-        unsafe {
-            if layout.align() <= PLAIN_ALIGN {
-                libmimalloc_sys::mi_malloc(layout.size()).cast()
-            } else {
-                libmimalloc_sys::mi_malloc_aligned(layout.size(), layout.align()).cast()
-            }
-        }
+        // SAFETY: mimalloc's allocating entry points, as `new_block` says.
+        unsafe { new_block(layout, libmimalloc_sys::mi_malloc, libmimalloc_sys::mi_malloc_aligned) }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: as in `alloc`.
-        unsafe {
-            if layout.align() <= PLAIN_ALIGN {
-                libmimalloc_sys::mi_zalloc(layout.size()).cast()
-            } else {
-                libmimalloc_sys::mi_zalloc_aligned(layout.size(), layout.align()).cast()
-            }
-        }
+        // SAFETY: as in `alloc`, zeroed.
+        unsafe { new_block(layout, libmimalloc_sys::mi_zalloc, libmimalloc_sys::mi_zalloc_aligned) }
     }
 
     #[inline]
@@ -81,6 +69,25 @@ unsafe impl GlobalAlloc for Allocator {
                 libmimalloc_sys::mi_realloc_aligned(ptr.cast::<c_void>(), new_size, layout.align()).cast()
             }
         }
+    }
+}
+
+/// A new block for `layout`: from `plain` when the layout's alignment is
+/// one every block has, else from `aligned` with the alignment.
+///
+/// # Safety
+///
+/// `plain` and `aligned` are a pair of mimalloc's allocating entry points
+/// (`mi_malloc` and `mi_malloc_aligned`, or the zeroing pair).
+#[inline(always)]
+unsafe fn new_block(
+    layout: Layout,
+    plain: unsafe extern "C" fn(usize) -> *mut c_void,
+    aligned: unsafe extern "C" fn(usize, usize) -> *mut c_void,
+) -> *mut u8 {
+    // SAFETY: a size and a power-of-two alignment, as both take.
+    unsafe {
+        if layout.align() <= PLAIN_ALIGN { plain(layout.size()) } else { aligned(layout.size(), layout.align()) }.cast()
     }
 }
 
