@@ -106,11 +106,10 @@ struct Builder {
 
 impl Default for Builder {
     fn default() -> Self {
-        // The root and room for three levels of children (no growth on
-        // the usual status bar or choice list).
-        // The root's children too start with room for four, and an open
-        // element's for one (a leaf's text): a first push into an empty
-        // vector takes the slower path of growing it.
+        // The root and room for three levels of children, and room for
+        // four children of the root (an open element gets room for one, a
+        // leaf's text): no growth on the usual status bar or choice list
+        // (a first push into an empty vector takes the slow growing path).
         let mut stack = Vec::with_capacity(4);
         stack.push(ElementNode { name: String::new(), attrs: Vec::new(), children: Vec::with_capacity(4) });
         Builder { stack, text: Vec::new(), verbatim: false }
