@@ -296,6 +296,10 @@ impl ArgumentStream {
                         FirstKey::Undecided if buf.len() <= 256 => Phase::BareKey(buf),
                         FirstKey::Wrapper => Phase::Held,
                         FirstKey::Lenient => Phase::Stopped,
+                        // Decided inside a character: hold its other bytes
+                        // too, so that the replay below and the copy after
+                        // it both start at a character boundary.
+                        FirstKey::Undecided | FirstKey::Plain if ends_inside_char(&buf) => Phase::BareKey(buf),
                         FirstKey::Undecided | FirstKey::Plain => {
                             // Replay the held bytes as the start of the copy.
                             self.phase = Phase::BareReady;
@@ -321,7 +325,7 @@ impl ArgumentStream {
             }
         }
         if let Some(start) = run {
-            args.push_str(&text[start..]);
+            push_run(args, text, start, text.len());
         }
     }
 
@@ -462,7 +466,7 @@ impl ArgumentStream {
                         // unquoted key: only the lenient reader follows;
                         // stop before this byte.
                         if let Some(start) = run.take() {
-                            args.push_str(&text[start..i]);
+                            push_run(args, text, start, i);
                         }
                         return (None, false);
                     }
@@ -470,14 +474,14 @@ impl ArgumentStream {
                 }
                 if out_of_string && b == b',' && lex.depth > 0 {
                     if let Some(start) = run.take() {
-                        args.push_str(&text[start..i]);
+                        push_run(args, text, start, i);
                     }
                     return (Some(ArgsCopy::Raw { lex, comma: Some(",".into()), last }), false);
                 }
                 match lex.step(b) {
                     LexStep::Done => {
                         if let Some(start) = run.take() {
-                            args.push_str(&text[start..=i]);
+                            push_run(args, text, start, i + 1);
                         }
                         (Some(ArgsCopy::Raw { lex, comma, last }), true)
                     }
@@ -494,7 +498,7 @@ impl ArgumentStream {
                             // so `i` is at a char boundary when `b` is not a
                             // continuation byte.
                             if b & 0xC0 != 0x80 {
-                                let ch = text[i..].chars().next().unwrap_or('\u{FFFD}');
+                                let ch = text.get(i..).and_then(|t| t.chars().next()).unwrap_or('\u{FFFD}');
                                 args.push(ch);
                             }
                         }
@@ -669,6 +673,22 @@ fn decode_escape(seq: &str) -> Option<Escape> {
     Some(Escape::Char(char::from_u32(hi).unwrap_or('\u{FFFD}')))
 }
 
+/// Whether `bytes` (valid UTF-8 up to their end) stop inside a character.
+fn ends_inside_char(bytes: &[u8]) -> bool {
+    crate::scan::incomplete_utf8_tail(bytes) > 0
+}
+
+/// Appends `text[start..end]`: a run of arguments copied as written. Runs
+/// start and end at character boundaries (a run starts at an ASCII byte
+/// or after a whole character); were one not to, its bytes are appended
+/// lossily rather than panicking.
+fn push_run(args: &mut String, text: &str, start: usize, end: usize) {
+    match text.get(start..end) {
+        Some(run) => args.push_str(run),
+        None => args.push_str(&String::from_utf8_lossy(text.as_bytes().get(start..end).unwrap_or_default())),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -769,6 +789,21 @@ mod tests {
         // A wrapper body: held to the end, then the payload's arguments.
         every_split(Some("f"), r#"{"arguments": {"a": 1}}"#, "f", json!({"a": 1}), r#"{"a":1}"#);
         every_split(Some("f"), "", "f", json!({}), "{}");
+    }
+
+    /// A first key too long to decide within 256 bytes is decided at the
+    /// byte after them, which may fall inside a character: the copy must
+    /// still start and end at character boundaries (found by fuzzing: a
+    /// slice inside a character panicked).
+    #[test]
+    fn a_long_first_key_of_multibyte_characters() {
+        for ch in ["é", "\u{FFFD}", "猫", "🦀"] {
+            for pad in 0..4 {
+                let key = format!("{}{}", "k".repeat(pad), ch.repeat(300));
+                let body = format!("{{\"{key}\": 1, \"b\": \"{ch}\"}}");
+                every_split(Some("f"), &body, "f", json!({key.as_str(): 1, "b": ch}), &body);
+            }
+        }
     }
 
     #[test]
