@@ -329,7 +329,13 @@ const MVU_CALLS: &[&str] = &["set", "add", "assign", "insert", "remove", "unset"
 
 /// Whether the ops text is in the MVU `_.set(...)` form rather than JSON.
 fn is_mvu(text: &str) -> bool {
-    let body = text.trim_start_matches("```").trim_start();
+    // Not `trim_start_matches("```")`: a `&str` pattern builds a two-way
+    // searcher (~350 instructions), paid by every update, fenced or not.
+    let mut body = text;
+    while let Some(rest) = body.strip_prefix("```") {
+        body = rest;
+    }
+    let body = body.trim_start();
     if body.starts_with(['[', '{']) {
         return false;
     }
@@ -560,5 +566,10 @@ mod tests {
         assert!(is_mvu("_. add('a', 1)"));
         assert!(!is_mvu("[[\"SET\", \"a\", \"_.set('x', 1)\"]]"));
         assert!(!is_mvu("my_.set(1)"));
+        // A fence (one or more) before the ops is looked past.
+        assert!(!is_mvu("```[[\"SET\", \"a\", \"_.set('x', 1)\"]]```"));
+        assert!(!is_mvu("``````\n{\"op\": \"_.set('x', 1)\"}"));
+        assert!(is_mvu("```js\n_.set('a', 1);\n```"));
+        assert!(is_mvu("``_.set('a', 1);"));
     }
 }
