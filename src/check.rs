@@ -97,3 +97,55 @@ pub fn text_entry_points(text: &str) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// Runs every prompt-side entry point on `data`: the bytes as a Jinja2
+/// template in the sandbox (small limits, so that any loop ends fast), as
+/// a card, as a world-book entry, as SillyTavern text to migrate, and as a
+/// prompt declaring protocols. None may panic; a render must keep to its
+/// output limit and give the same text twice (it is seeded).
+///
+/// # Errors
+///
+/// A description of the first broken promise.
+#[cfg(feature = "prompt")]
+pub fn prompt_entry_points(data: &[u8]) -> Result<(), String> {
+    use crate::prompt::{RenderLimits, Renderer};
+    use serde_json::json;
+    let text = String::from_utf8_lossy(data);
+    let max_output = 16 * 1024;
+    let now = chrono::DateTime::parse_from_rfc3339("2026-01-02T03:04:05+08:00").map_err(|e| e.to_string())?;
+    let renderer = Renderer::new().with_seed(7).with_now(now).with_limits(RenderLimits {
+        fuel: 20_000,
+        recursion: 16,
+        max_output,
+    });
+    let vars =
+        json!({"user": {"name": "Ann", "persona": "a traveller"}, "char": "Bo", "items": [1, "two", {"three": 3}]});
+    let state = json!({"hp": 3, "bag": ["torch"], "flags": {"met": true}});
+    let first = renderer.render(&text, &vars, &state);
+    if let Ok(out) = &first
+        && out.len() > max_output
+    {
+        return Err(format!("a render wrote {} bytes past its limit of {max_output}", out.len()));
+    }
+    let second = renderer.render(&text, &vars, &state);
+    if first.as_ref().ok() != second.as_ref().ok() {
+        return Err("two renders with one seed differ".into());
+    }
+    let _ = crate::prompt::import_bytes(data);
+    let _ = crate::prompt::normalize_entry("entry", &text);
+    let migrated = crate::prompt::migrate(&text);
+    let rendered = renderer.render(&migrated.text, &vars, &state);
+    // Text with no macro shows as written (SillyTavern's `{%` is text):
+    // only the one trailing newline Jinja drops (`\n`, then `\r`) may go.
+    if !text.contains("{{") && !["<USER>", "<BOT>", "<CHAR>"].iter().any(|n| text.contains(n)) {
+        let shown = rendered.map_err(|e| format!("migrated text without macros failed to render: {e}"))?;
+        let trimmed = text.strip_suffix('\n').unwrap_or(&text);
+        let trimmed = trimmed.strip_suffix('\r').unwrap_or(trimmed);
+        if shown != text && shown != trimmed {
+            return Err(format!("migrated text without macros rendered as {shown:?}, not as written"));
+        }
+    }
+    let _ = crate::prompt::registry_for(&text);
+    Ok(())
+}

@@ -1,6 +1,6 @@
 //! Replays the saved fuzz inputs of `tests/fuzz/testdata/` (minimised
 //! crashes and hand-picked seeds) through the same checks the fuzz targets
-//! make (`parse`, `sse`, `text`), so CI never needs cargo-fuzz. A file's
+//! make (`parse`, `sse`, `text`, `prompt`), so CI never needs cargo-fuzz. A file's
 //! first byte selects the profile and chunk size, as in
 //! `fuzz/fuzz_targets/parse.rs`.
 
@@ -28,6 +28,9 @@ fn saved_fuzz_inputs_pass_the_fuzz_checks() {
             }
         }
         if let Err(why) = spindle::check::text_entry_points(&String::from_utf8_lossy(input)) {
+            panic!("{}: {why}", entry.path().display());
+        }
+        if let Err(why) = spindle::check::prompt_entry_points(input) {
             panic!("{}: {why}", entry.path().display());
         }
     }

@@ -11,7 +11,13 @@
 //! variables read the read-only `state`.
 
 use serde::Serialize;
+use std::borrow::Cow;
 use std::collections::HashSet;
+
+/// Deepest nesting of macros inside macros' arguments that is converted
+/// (`{{setvar::x::{{user}}}}` is depth 2); deeper text is kept as written.
+/// Each level is converted by a nested call, so this bounds the stack.
+const MAX_NESTING: usize = 16;
 
 /// What happened to one macro.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -61,7 +67,12 @@ pub struct Migration {
 /// assert_eq!(m.notes.len(), 3);
 /// ```
 pub fn migrate(input: &str) -> Migration {
-    let mut m = Migrator { locals: HashSet::new(), notes: Vec::new(), out: String::new() };
+    migrate_nested(input, 0)
+}
+
+/// [`migrate`] of text `depth` macros deep.
+fn migrate_nested(input: &str, depth: usize) -> Migration {
+    let mut m = Migrator { locals: HashSet::new(), notes: Vec::new(), out: String::new(), depth };
     m.run(input);
     Migration { text: m.out, notes: m.notes }
 }
@@ -71,6 +82,8 @@ struct Migrator {
     locals: HashSet<String>,
     notes: Vec<MigrationNote>,
     out: String,
+    /// How many macros deep this text is (0: the input itself).
+    depth: usize,
 }
 
 /// `{{ expr }}`.
@@ -81,6 +94,36 @@ fn expr(e: &str) -> String {
 /// A Jinja string literal.
 fn lit(s: &str) -> String {
     format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'").replace('\n', "\\n"))
+}
+
+/// Text that renders as itself: SillyTavern shows `{%` and `{#` as
+/// written, so any `{` that would open a Jinja tag, expression or comment
+/// is written as the expression `{{ '{' }}`. Whole unknown macros stay
+/// readable inside `{% raw %}`, unless they hold `endraw`, which would end
+/// the raw block early.
+fn literal(text: &str) -> Cow<'_, str> {
+    let opens = |t: &str| t.as_bytes().windows(2).any(|w| w[0] == b'{' && matches!(w[1], b'{' | b'%' | b'#'));
+    if !opens(text) {
+        return Cow::Borrowed(text);
+    }
+    if text.starts_with("{{") && !text.contains("endraw") {
+        return Cow::Owned(format!("{{% raw %}}{text}{{% endraw %}}"));
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '{' && matches!(chars.peek(), Some('{' | '%' | '#')) {
+            out.push_str("{{ '{' }}");
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// A Jinja comment holding `text` (a `#}` in it cannot end it early).
+fn comment(text: &str) -> String {
+    format!("{{# {} #}}", text.replace("#}", "# }"))
 }
 
 /// A Jinja literal for a `setvar` value: a number as a number, else a string.
@@ -114,6 +157,23 @@ fn list(items: &[&str]) -> String {
     format!("[{}]", items.iter().map(|s| lit(s.trim())).collect::<Vec<_>>().join(", "))
 }
 
+/// The line of an offset, counted incrementally (offsets asked for only
+/// grow).
+struct Lines {
+    line: usize,
+    counted: usize,
+}
+
+impl Lines {
+    fn at(&mut self, input: &str, offset: usize) -> usize {
+        if let Some(part) = input.as_bytes().get(self.counted..offset) {
+            self.line += memchr::memchr_iter(b'\n', part).count();
+            self.counted = offset;
+        }
+        self.line
+    }
+}
+
 impl Migrator {
     fn note(&mut self, line: usize, from: &str, to: &str, kind: NoteKind, note: Option<&str>) {
         self.notes.push(MigrationNote {
@@ -128,48 +188,67 @@ impl Migrator {
     fn run(&mut self, input: &str) {
         let mut rest = input;
         let mut consumed = 0usize;
-        let line_at = |offset: usize| input[..offset].matches('\n').count() + 1;
+        // Lines are counted once, up to each macro in turn (offsets only
+        // grow), and each name is searched for again only once passed:
+        // a long card with many macros is read in linear time.
+        let mut lines = Lines { line: 1, counted: 0 };
+        // Where each name is next (absolute), once searched for: found at
+        // `Some(at)`, or absent from there to the end (`None`).
+        let mut angles: [Option<Option<usize>>; 3] = [None; 3];
+        let mut brace: Option<Option<usize>> = None;
+        const ANGLES: [&str; 3] = ["<USER>", "<BOT>", "<CHAR>"];
         loop {
             // The next `{{` or `<USER>`-style name.
-            let next_brace = rest.find("{{");
-            let next_angle = ["<USER>", "<BOT>", "<CHAR>"]
+            if brace.is_none_or(|found| found.is_some_and(|at| at < consumed)) {
+                brace = Some(rest.find("{{").map(|i| consumed + i));
+            }
+            let next_brace = brace.flatten().map(|at| at - consumed);
+            for (next, name) in angles.iter_mut().zip(ANGLES) {
+                if next.is_none_or(|found| found.is_some_and(|at| at < consumed)) {
+                    *next = Some(rest.find(name).map(|i| consumed + i));
+                }
+            }
+            let next_angle = angles
                 .iter()
-                .filter_map(|n| rest.find(n).map(|i| (i, *n)))
+                .zip(ANGLES)
+                .filter_map(|(next, name)| next.flatten().map(|at| (at - consumed, name)))
                 .min_by_key(|(i, _)| *i);
             match (next_brace, next_angle) {
                 (_, Some((i, name))) if next_brace.is_none_or(|b| i < b) => {
-                    self.out.push_str(&rest[..i]);
+                    self.out.push_str(&literal(&rest[..i]));
                     let to = if name == "<USER>" { expr("user") } else { expr("char") };
-                    self.note(line_at(consumed + i), name, &to, NoteKind::Converted, None);
+                    self.note(lines.at(input, consumed + i), name, &to, NoteKind::Converted, None);
                     self.out.push_str(&to);
                     rest = &rest[i + name.len()..];
                     consumed += i + name.len();
                 }
                 (Some(b), _) => {
-                    self.out.push_str(&rest[..b]);
-                    let Some(end) = closing(&rest[b..]) else {
-                        // An unclosed `{{`: kept as text.
+                    self.out.push_str(&literal(&rest[..b]));
+                    let closed = closing(&rest[b..]).filter(|_| self.depth < MAX_NESTING);
+                    let Some(end) = closed else {
+                        // An unclosed `{{` (or one nested too deep): kept
+                        // as text.
                         let tail = &rest[b..];
-                        self.note(
-                            line_at(consumed + b),
-                            "{{",
-                            "{{ '{{' }}",
-                            NoteKind::Unsupported,
-                            Some("an unclosed {{ is kept as text"),
-                        );
-                        self.out.push_str(&format!("{{% raw %}}{tail}{{% endraw %}}"));
+                        let why = if self.depth < MAX_NESTING {
+                            "an unclosed {{ is kept as text"
+                        } else {
+                            "macros nested this deep are kept as text"
+                        };
+                        let to = literal(tail);
+                        self.note(lines.at(input, consumed + b), "{{", "{{ '{{' }}", NoteKind::Unsupported, Some(why));
+                        self.out.push_str(&to);
                         return;
                     };
                     let whole = &rest[b..b + end];
                     let inner = &whole[2..whole.len() - 2];
-                    let line = line_at(consumed + b);
+                    let line = lines.at(input, consumed + b);
                     let converted = self.convert(inner, whole, line);
                     self.out.push_str(&converted);
                     rest = &rest[b + end..];
                     consumed += b + end;
                 }
                 (None, _) => {
-                    self.out.push_str(rest);
+                    self.out.push_str(&literal(rest));
                     return;
                 }
             }
@@ -186,7 +265,7 @@ impl Migrator {
         // the inside first, as text.
         let converted_inner;
         let t = if t.contains("{{") {
-            let sub = migrate(t);
+            let sub = migrate_nested(t, self.depth + 1);
             for mut n in sub.notes {
                 n.line += line - 1;
                 self.notes.push(n);
@@ -213,7 +292,7 @@ impl Migrator {
         };
         // Comments, conditionals.
         if let Some(c) = t.strip_prefix("//") {
-            return done(self, format!("{{# {} #}}", c.trim()));
+            return done(self, comment(c.trim()));
         }
         if let Some(cond) = t.strip_prefix("#if ").or_else(|| t.strip_prefix("#if\t")) {
             let cond = self.condition(cond);
@@ -243,7 +322,7 @@ impl Migrator {
             return done(self, expr(&format!("now | date_format({})", lit(fmt.trim()))));
         }
         if let Some(word) = t.strip_prefix("banned ") {
-            let to = format!("{{# banned {} (safety filter) #}}", word.trim());
+            let to = comment(&format!("banned {} (safety filter)", word.trim()));
             self.note(
                 line,
                 whole,
@@ -427,7 +506,7 @@ impl Migrator {
     }
 
     fn unsupported(&mut self, whole: &str, line: usize) -> String {
-        let to = format!("{{% raw %}}{whole}{{% endraw %}}");
+        let to = literal(whole).into_owned();
         self.note(line, whole, &to, NoteKind::Unsupported, Some("no Jinja2 equivalent; kept as written"));
         to
     }
@@ -499,5 +578,53 @@ mod tests {
         assert_eq!(m.notes[1].kind, NoteKind::NeedsHost);
         let out = Renderer::new().render("a {% raw %}{{frobnicate::x}}{% endraw %} b", &json!({}), &json!({})).unwrap();
         assert_eq!(out, "a {{frobnicate::x}} b", "kept visibly");
+    }
+
+    /// SillyTavern shows `{%` and `{#` as written; so must the migrated
+    /// template, whatever follows them.
+    #[test]
+    fn jinja_syntax_in_the_text_stays_text() {
+        let r = Renderer::new();
+        let vars = json!({"user": "Ann"});
+        for (st, shown) in [
+            ("50{% off {# x #} for {{user}}", "50{% off {# x #} for Ann"),
+            ("{%- set x = 1 -%}{{ x }} {{user}}", "{%- set x = 1 -%}"),
+            ("{{frob {% endraw %}{% set a = 1 %}}} after", "{{frob {% endraw %}{% set a = 1 %}}} after"),
+            ("open {{ never closed {% if %}", "open {{ never closed {% if %}"),
+        ] {
+            let m = migrate(st);
+            let out = r.render(&m.text, &vars, &json!({})).unwrap_or_else(|e| panic!("{st:?} -> {:?}: {e}", m.text));
+            assert!(out.starts_with(shown), "{st:?} -> {:?} -> {out:?}", m.text);
+        }
+        // A comment's text cannot end the comment early.
+        let m = migrate("a{{// x #}{% if y %} }}b");
+        assert_eq!(r.render(&m.text, &vars, &json!({})).unwrap(), "ab");
+    }
+
+    /// Macros nested past `MAX_NESTING` are kept as text: the conversion
+    /// recurses per level, so this is what bounds its stack.
+    #[test]
+    fn deep_nesting_is_kept_as_text() {
+        let st = format!("{}x{}", "{{".repeat(20_000), "}}".repeat(20_000));
+        let m = migrate(&st);
+        assert!(m.notes.iter().any(|n| n.note.as_deref() == Some("macros nested this deep are kept as text")));
+        let out = Renderer::new().render(&m.text, &json!({}), &json!({}));
+        assert!(out.is_ok(), "{out:?}");
+    }
+
+    /// Lines are counted incrementally and names searched for once each:
+    /// a long card with many macros is converted in linear time (this
+    /// test would take minutes if each macro rescanned the text).
+    #[test]
+    fn many_macros_in_a_long_text() {
+        let st = "{{user}} meets {{char}}.\n".repeat(60_000);
+        let m = migrate(&st);
+        assert_eq!(m.notes.len(), 120_000);
+        assert_eq!(m.notes.last().map(|n| n.line), Some(60_000));
+        let st = "<USER> and <BOT> {{char}}\n".repeat(60_000);
+        let m = migrate(&st);
+        assert_eq!(m.notes.len(), 180_000);
+        assert_eq!(m.notes.last().map(|n| n.line), Some(60_000));
+        assert!(m.text.starts_with("{{ user }} and {{ char }} {{ char }}\n"));
     }
 }

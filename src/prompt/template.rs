@@ -53,6 +53,14 @@ use rand_chacha::rand_core::{RngCore, SeedableRng};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// The renderer's limits.
+///
+/// They bound time (`fuel`), stack (`recursion`) and output
+/// (`max_output`). Memory is bounded per operation only: minijinja refuses
+/// a `range` of more than 100,000 items and a repeated string or list of
+/// more than 100,000,000, but a value built and joined with itself again
+/// and again (`{% set a = a ~ a %}`) can still grow past what the machine
+/// has in a few instructions. Render templates from untrusted sources in a
+/// process with an OS memory limit (`ulimit -v`, a container's limit).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RenderLimits {
     /// Most template instructions one render may run (default 1,000,000).
