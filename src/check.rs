@@ -42,7 +42,11 @@ pub fn split_invariance(selector: u8, input: &[u8]) -> Result<(), String> {
 }
 
 /// Decodes `input` as SSE whole and in chunks chosen by `selector`;
-/// the items must agree.
+/// the items must agree. Their data then goes through [`ChatStream`]
+/// (a chat-completions stream), and the whole input is read as a response
+/// body: neither may panic.
+///
+/// [`ChatStream`]: crate::sources::ChatStream
 ///
 /// # Errors
 ///
@@ -62,6 +66,21 @@ pub fn sse_split_invariance(selector: u8, input: &[u8]) -> Result<(), String> {
     if a != b {
         return Err(format!("SSE items differ at chunk size {chunk}"));
     }
+    // The events of a model stream: the chunks these items carry, and the
+    // same bytes read as one (non-streamed) response body.
+    use crate::sources::{ChatStream, SseItem, StreamOptions};
+    let mut stream = ChatStream::new(StreamOptions::default());
+    let mut events = Vec::new();
+    for item in &a {
+        match item {
+            SseItem::Event(e) | SseItem::Unterminated(e) => {
+                stream.push_data_events(&e.event, &e.data, e.at, &mut events)
+            }
+            SseItem::Comment { .. } | SseItem::Fault(_) => {}
+        }
+    }
+    stream.finish_into(&mut events);
+    let _ = ChatStream::response_events(StreamOptions::default(), input);
     Ok(())
 }
 
