@@ -98,11 +98,14 @@ fn lit(s: &str) -> String {
 
 /// Text that renders as itself: SillyTavern shows `{%` and `{#` as
 /// written, so any `{` that would open a Jinja tag, expression or comment
-/// is written as the expression `{{ '{' }}`. Whole unknown macros stay
-/// readable inside `{% raw %}`, unless they hold `endraw`, which would end
-/// the raw block early.
+/// is written as the expression `{{ '{' }}`; so is a `{` at the end, which
+/// would open one with the `{{`, `{%` or `{#` written after it. Whole
+/// unknown macros stay readable inside `{% raw %}`, unless they hold
+/// `endraw`, which would end the raw block early.
 fn literal(text: &str) -> Cow<'_, str> {
-    let opens = |t: &str| t.as_bytes().windows(2).any(|w| w[0] == b'{' && matches!(w[1], b'{' | b'%' | b'#'));
+    let opens = |t: &str| {
+        t.ends_with('{') || t.as_bytes().windows(2).any(|w| w[0] == b'{' && matches!(w[1], b'{' | b'%' | b'#'))
+    };
     if !opens(text) {
         return Cow::Borrowed(text);
     }
@@ -112,7 +115,7 @@ fn literal(text: &str) -> Cow<'_, str> {
     let mut out = String::with_capacity(text.len() + 16);
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
-        if c == '{' && matches!(chars.peek(), Some('{' | '%' | '#')) {
+        if c == '{' && matches!(chars.peek(), Some('{' | '%' | '#') | None) {
             out.push_str("{{ '{' }}");
         } else {
             out.push(c);
@@ -591,6 +594,9 @@ mod tests {
             ("{%- set x = 1 -%}{{ x }} {{user}}", "{%- set x = 1 -%}"),
             ("{{frob {% endraw %}{% set a = 1 %}}} after", "{{frob {% endraw %}{% set a = 1 %}}} after"),
             ("open {{ never closed {% if %}", "open {{ never closed {% if %}"),
+            // A `{` before a macro or a name does not join its braces.
+            ("a{{{user}} {<USER>} {", "a{"),
+            ("x{<USER>} {", "x{Ann} {"),
         ] {
             let m = migrate(st);
             let out = r.render(&m.text, &vars, &json!({})).unwrap_or_else(|e| panic!("{st:?} -> {:?}: {e}", m.text));
