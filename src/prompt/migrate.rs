@@ -267,7 +267,11 @@ impl Migrator {
         // Nested macros in arguments (`{{setvar::x::{{user}}}}`): convert
         // the inside first, as text.
         let converted_inner;
-        let t = if t.contains("{{") {
+        // Arguments with macros inside are template text once converted
+        // (their plain parts made literal there); without, they are as
+        // written.
+        let nested = t.contains("{{");
+        let t = if nested {
             let sub = migrate_nested(t, self.depth + 1);
             for mut n in sub.notes {
                 n.line += line - 1;
@@ -398,7 +402,8 @@ impl Migrator {
                 self.locals.insert(name.clone());
                 let id = ident(&name);
                 let to = if value.contains('\n') {
-                    format!("{{% set {id} %}}{value}{{% endset %}}")
+                    let body = if nested { Cow::Borrowed(value.as_str()) } else { literal(&value) };
+                    format!("{{% set {id} %}}{body}{{% endset %}}")
                 } else {
                     format!("{{% set {id} = {} %}}", value_lit(&value))
                 };
@@ -602,6 +607,9 @@ mod tests {
             let out = r.render(&m.text, &vars, &json!({})).unwrap_or_else(|e| panic!("{st:?} -> {:?}: {e}", m.text));
             assert!(out.starts_with(shown), "{st:?} -> {:?} -> {out:?}", m.text);
         }
+        // Nor in a variable's value set over several lines.
+        let m = migrate("{{setvar::v::a {% if\n{# b}}{{getvar::v}}");
+        assert_eq!(r.render(&m.text, &vars, &json!({})).unwrap(), "a {% if\n{# b");
         // A comment's text cannot end the comment early.
         let m = migrate("a{{// x #}{% if y %} }}b");
         assert_eq!(r.render(&m.text, &vars, &json!({})).unwrap(), "ab");
