@@ -506,15 +506,13 @@ impl ArgumentStream {
                     return (Some(ArgsCopy::Decoded { escape }), false);
                 }
                 escape.push(b as char);
-                if let Some(done) = decode_escape(&escape) {
-                    match done {
-                        Escape::Char(c) => {
-                            args.push(c);
-                            escape.clear();
-                        }
-                        Escape::NeedMore => {}
-                        Escape::Bad => return (None, false),
+                match decode_escape(&escape) {
+                    Escape::Char(c) => {
+                        args.push(c);
+                        escape.clear();
                     }
+                    Escape::NeedMore => {}
+                    Escape::Bad => return (None, false),
                 }
                 (Some(ArgsCopy::Decoded { escape }), false)
             }
@@ -635,6 +633,7 @@ fn first_key(buf: &[u8]) -> FirstKey {
     }
 }
 
+#[derive(Debug, PartialEq)]
 enum Escape {
     Char(char),
     NeedMore,
@@ -642,35 +641,52 @@ enum Escape {
 }
 
 /// Decodes one JSON escape sequence (`\n`, `\u00e9`, a surrogate pair
-/// `\ud83d\ude00`) once it is complete.
-fn decode_escape(seq: &str) -> Option<Escape> {
+/// `\ud83d\ude00`) once it is complete. `seq` holds the bytes read so far,
+/// each as a char, so a byte that is not ASCII is in it as a longer char:
+/// the hex digits are checked, not sliced blindly.
+fn decode_escape(seq: &str) -> Escape {
     let b = seq.as_bytes();
     if b.len() < 2 {
-        return Some(Escape::NeedMore);
+        return Escape::NeedMore;
     }
     if b[1] != b'u' {
-        return Some(match serde_json::from_str::<String>(&format!("\"{seq}\"")) {
+        return match serde_json::from_str::<String>(&format!("\"{seq}\"")) {
             Ok(s) => s.chars().next().map_or(Escape::Bad, Escape::Char),
             Err(_) => Escape::Bad,
-        });
+        };
     }
-    if b.len() < 6 {
-        return Some(Escape::NeedMore);
-    }
-    let hi = u32::from_str_radix(&seq[2..6], 16).ok()?;
+    // The four hex digits from byte `at` on: `None` while fewer have
+    // arrived, `Some(None)` when one is not a hex digit.
+    let hex = |at: usize| -> Option<Option<u32>> {
+        let digits = b.get(at..).unwrap_or_default();
+        let got = &digits[..digits.len().min(4)];
+        if !got.iter().all(u8::is_ascii_hexdigit) {
+            return Some(None);
+        }
+        if got.len() < 4 {
+            return None;
+        }
+        Some(Some(got.iter().fold(0, |n, &c| n * 16 + char::from(c).to_digit(16).unwrap_or(0))))
+    };
+    let hi = match hex(2) {
+        None => return Escape::NeedMore,
+        Some(None) => return Escape::Bad,
+        Some(Some(hi)) => hi,
+    };
     if (0xD800..0xDC00).contains(&hi) {
         // A high surrogate: its low half follows as `\uXXXX`.
-        if b.len() < 12 {
-            if b.len() > 6 && b[6] != b'\\' || b.len() > 7 && b[7] != b'u' {
-                return Some(Escape::Char('\u{FFFD}'));
-            }
-            return Some(Escape::NeedMore);
+        if b.len() > 6 && b[6] != b'\\' || b.len() > 7 && b[7] != b'u' {
+            return Escape::Char('\u{FFFD}');
         }
-        let lo = u32::from_str_radix(&seq[8..12], 16).ok()?;
+        let lo = match hex(8) {
+            None => return Escape::NeedMore,
+            Some(None) => return Escape::Bad,
+            Some(Some(lo)) => lo,
+        };
         let c = 0x10000 + ((hi - 0xD800) << 10) + (lo.wrapping_sub(0xDC00) & 0x3FF);
-        return Some(Escape::Char(char::from_u32(c).unwrap_or('\u{FFFD}')));
+        return Escape::Char(char::from_u32(c).unwrap_or('\u{FFFD}'));
     }
-    Some(Escape::Char(char::from_u32(hi).unwrap_or('\u{FFFD}')))
+    Escape::Char(char::from_u32(hi).unwrap_or('\u{FFFD}'))
 }
 
 /// Whether `bytes` (valid UTF-8 up to their end) stop inside a character.
@@ -789,6 +805,35 @@ mod tests {
         // A wrapper body: held to the end, then the payload's arguments.
         every_split(Some("f"), r#"{"arguments": {"a": 1}}"#, "f", json!({"a": 1}), r#"{"a":1}"#);
         every_split(Some("f"), "", "f", json!({}), "{}");
+    }
+
+    /// Escapes are decoded when whole; bytes that are not hex digits (a
+    /// byte past ASCII arrives as a longer char) end the streaming instead
+    /// of being sliced through (found by fuzzing: a slice inside a
+    /// character panicked).
+    #[test]
+    fn escapes() {
+        for (seq, want) in [
+            ("\\", Escape::NeedMore),
+            ("\\n", Escape::Char('\n')),
+            ("\\q", Escape::Bad),
+            ("\\u00", Escape::NeedMore),
+            ("\\u00e9", Escape::Char('é')),
+            ("\\u00E9", Escape::Char('é')),
+            ("\\u+0e9", Escape::Bad),
+            ("\\uzz", Escape::Bad),
+            ("\\u\u{bb}", Escape::Bad),
+            ("\\u1\u{bf}", Escape::Bad),
+            ("\\u15e\u{bf}", Escape::Bad),
+            ("\\ud83d", Escape::NeedMore),
+            ("\\ud83d\\u", Escape::NeedMore),
+            ("\\ud83d\\ude", Escape::NeedMore),
+            ("\\ud83d\\ude00", Escape::Char('😀')),
+            ("\\ud83d\\ud\u{bf}", Escape::Bad),
+            ("\\ud83dx", Escape::Char('\u{FFFD}')),
+        ] {
+            assert_eq!(decode_escape(seq), want, "{seq:?}");
+        }
     }
 
     /// A first key too long to decide within 256 bytes is decided at the
