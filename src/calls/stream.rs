@@ -31,6 +31,7 @@
 //! and [`ArgumentStream::finish`] reports that the fragments and the
 //! payload differ.
 
+use crate::scan::incomplete_utf8_tail;
 use serde_json::Value;
 
 /// Body keys that name the tool (as the payload reader has them).
@@ -299,7 +300,7 @@ impl ArgumentStream {
                         // Decided inside a character: hold its other bytes
                         // too, so that the replay below and the copy after
                         // it both start at a character boundary.
-                        FirstKey::Undecided | FirstKey::Plain if ends_inside_char(&buf) => Phase::BareKey(buf),
+                        FirstKey::Undecided | FirstKey::Plain if incomplete_utf8_tail(&buf) > 0 => Phase::BareKey(buf),
                         FirstKey::Undecided | FirstKey::Plain => {
                             // Replay the held bytes as the start of the copy.
                             self.phase = Phase::BareReady;
@@ -687,11 +688,6 @@ fn decode_escape(seq: &str) -> Escape {
         return Escape::Char(char::from_u32(c).unwrap_or('\u{FFFD}'));
     }
     Escape::Char(char::from_u32(hi).unwrap_or('\u{FFFD}'))
-}
-
-/// Whether `bytes` (valid UTF-8 up to their end) stop inside a character.
-fn ends_inside_char(bytes: &[u8]) -> bool {
-    crate::scan::incomplete_utf8_tail(bytes) > 0
 }
 
 /// Appends `text[start..end]`: a run of arguments copied as written. Runs

@@ -195,27 +195,21 @@ impl Migrator {
         // grow), and each name is searched for again only once passed:
         // a long card with many macros is read in linear time.
         let mut lines = Lines { line: 1, counted: 0 };
-        // Where each name is next (absolute), once searched for: found at
-        // `Some(at)`, or absent from there to the end (`None`).
-        let mut angles: [Option<Option<usize>>; 3] = [None; 3];
-        let mut brace: Option<Option<usize>> = None;
-        const ANGLES: [&str; 3] = ["<USER>", "<BOT>", "<CHAR>"];
+        // Where each of `{{` and the names is next (absolute), once searched
+        // for: found at `Some(at)`, or absent from there to the end (`None`).
+        const NEEDLES: [&str; 4] = ["{{", "<USER>", "<BOT>", "<CHAR>"];
+        let mut next: [Option<Option<usize>>; 4] = [None; 4];
         loop {
-            // The next `{{` or `<USER>`-style name.
-            if brace.is_none_or(|found| found.is_some_and(|at| at < consumed)) {
-                brace = Some(rest.find("{{").map(|i| consumed + i));
-            }
-            let next_brace = brace.flatten().map(|at| at - consumed);
-            for (next, name) in angles.iter_mut().zip(ANGLES) {
-                if next.is_none_or(|found| found.is_some_and(|at| at < consumed)) {
-                    *next = Some(rest.find(name).map(|i| consumed + i));
+            for (found, needle) in next.iter_mut().zip(NEEDLES) {
+                if found.is_none_or(|at| at.is_some_and(|at| at < consumed)) {
+                    *found = Some(rest.find(needle).map(|i| consumed + i));
                 }
             }
-            let next_angle = angles
-                .iter()
-                .zip(ANGLES)
-                .filter_map(|(next, name)| next.flatten().map(|at| (at - consumed, name)))
-                .min_by_key(|(i, _)| *i);
+            // The next `{{` or `<USER>`-style name, relative to `rest`.
+            let ahead = |k: usize| next[k].flatten().map(|at| at - consumed);
+            let next_brace = ahead(0);
+            let next_angle =
+                (1..NEEDLES.len()).filter_map(|k| ahead(k).map(|i| (i, NEEDLES[k]))).min_by_key(|(i, _)| *i);
             match (next_brace, next_angle) {
                 (_, Some((i, name))) if next_brace.is_none_or(|b| i < b) => {
                     self.out.push_str(&literal(&rest[..i]));
@@ -227,15 +221,15 @@ impl Migrator {
                 }
                 (Some(b), _) => {
                     self.out.push_str(&literal(&rest[..b]));
-                    let closed = closing(&rest[b..]).filter(|_| self.depth < MAX_NESTING);
-                    let Some(end) = closed else {
+                    let too_deep = self.depth >= MAX_NESTING;
+                    let Some(end) = closing(&rest[b..]).filter(|_| !too_deep) else {
                         // An unclosed `{{` (or one nested too deep): kept
                         // as text.
                         let tail = &rest[b..];
-                        let why = if self.depth < MAX_NESTING {
-                            "an unclosed {{ is kept as text"
-                        } else {
+                        let why = if too_deep {
                             "macros nested this deep are kept as text"
+                        } else {
+                            "an unclosed {{ is kept as text"
                         };
                         let to = literal(tail);
                         self.note(lines.at(input, consumed + b), "{{", "{{ '{{' }}", NoteKind::Unsupported, Some(why));
