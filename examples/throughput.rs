@@ -11,6 +11,10 @@
 //! a directory: each `.txt` in it is parsed with its own parser and the
 //! profile its name asks for (as `benches/throughput.rs` does with
 //! `corpora/`), PROFILE being the fallback.
+//!
+//! With REPEAT > 1 it also prints the first pass apart from the others:
+//! the first runs on cold caches (code and data not yet loaded), which is
+//! what one `spindle parse` of a small file pays.
 
 /// The binary's allocator (the default `mimalloc` feature), so that the
 /// figures are the binary's.
@@ -50,6 +54,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         inputs.push((registry, std::fs::read(&path)?));
     }
     let started = Instant::now();
+    let mut first = None;
     let mut events = 0usize;
     let mut buf = Vec::new();
     for _ in 0..repeat {
@@ -62,9 +67,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             events += parser.finish().len();
         }
+        first.get_or_insert_with(|| started.elapsed());
     }
-    let secs = started.elapsed().as_secs_f64();
+    let elapsed = started.elapsed();
+    let secs = elapsed.as_secs_f64();
     let bytes = inputs.iter().map(|(_, i)| i.len()).sum::<usize>() * repeat;
     println!("{bytes} bytes, {events} events, {:.3} s, {:.1} MB/s", secs, bytes as f64 / secs / 1e6);
+    if let Some(first) = first.filter(|_| repeat > 1) {
+        let rest = (elapsed - first) / u32::try_from(repeat - 1).unwrap_or(u32::MAX);
+        println!("first pass {first:.1?} (cold caches), then {rest:.1?} per pass");
+    }
     Ok(())
 }
