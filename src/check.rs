@@ -154,6 +154,13 @@ pub fn prompt_entry_points(data: &[u8]) -> Result<(), String> {
     let _ = crate::prompt::import_bytes(data);
     let _ = crate::prompt::normalize_entry("entry", &text);
     let migrated = crate::prompt::migrate(&text);
+    // Whatever the macros, the migrated template compiles (global writes
+    // aside: the sandbox refuses `set_global` by design).
+    if !migrated.text.contains("{% set_global")
+        && let Err(e) = minijinja::Environment::new().template_from_str(&migrated.text)
+    {
+        return Err(format!("the migration of {text:?} does not compile: {e} ({:?})", migrated.text));
+    }
     let rendered = renderer.render(&migrated.text, &vars, &state);
     // Text with no macro shows as written (SillyTavern's `{%` is text):
     // only the one trailing newline Jinja drops (`\n`, then `\r`) may go.

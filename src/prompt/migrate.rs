@@ -72,8 +72,16 @@ pub fn migrate(input: &str) -> Migration {
 
 /// [`migrate`] of text `depth` macros deep.
 fn migrate_nested(input: &str, depth: usize) -> Migration {
-    let mut m = Migrator { locals: HashSet::new(), notes: Vec::new(), out: String::new(), depth };
+    let mut m = Migrator {
+        locals: HashSet::new(),
+        notes: Vec::new(),
+        out: String::new(),
+        depth,
+        blocks: Vec::new(),
+        first_note: 0,
+    };
     m.run(input);
+    m.keep_unclosed_blocks();
     Migration { text: m.out, notes: m.notes }
 }
 
@@ -84,6 +92,49 @@ struct Migrator {
     out: String,
     /// How many macros deep this text is (0: the input itself).
     depth: usize,
+    /// The `{{#if}}` blocks open at this point, innermost last.
+    blocks: Vec<Block>,
+    /// The first note of the macro being converted (those of the macros
+    /// in its arguments follow).
+    first_note: usize,
+}
+
+/// An `{{#if}}` block open at this point of the text. Jinja2 needs its
+/// blocks balanced, SillyTavern shows a block macro it cannot pair as
+/// text: an `{{else}}` or `{{/if}}` converts only inside a converted
+/// block, and a block never closed is turned back into text at the end.
+struct Block {
+    mode: BlockMode,
+    branch: Branch,
+    /// Each of its macros converted so far (`{{#if}}`, `{{else}}`): undone
+    /// if the block is never closed.
+    written: Vec<Written>,
+}
+
+/// How an `{{#if}}` block is migrated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BlockMode {
+    /// As `{% if %}`…`{% endif %}`.
+    Converted,
+    /// As text: its condition has no Jinja2 equivalent, so its `{{else}}`
+    /// and `{{/if}}` are kept as text too.
+    Kept,
+}
+
+/// Which branch of an `{{#if}}` block the text is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Branch {
+    Then,
+    Else,
+}
+
+/// A converted block macro: where its Jinja2 starts in the output, how
+/// long it is, its note, and the macro as written.
+struct Written {
+    at: usize,
+    len: usize,
+    note: usize,
+    whole: String,
 }
 
 /// `{{ expr }}`.
@@ -135,25 +186,69 @@ fn value_lit(s: &str) -> String {
     if !t.is_empty() && t.parse::<f64>().is_ok() && !t.starts_with('+') { t.to_string() } else { lit(s) }
 }
 
-/// A template variable name for an ST variable name (letters, digits, `_`).
+/// A template variable name for an ST variable name: [`name_chars`], and
+/// a leading `_` on a name Jinja2 reserves or the sandbox keeps read-only
+/// (`true`, `loop`, `state`, …).
 fn ident(name: &str) -> String {
-    let mut out: String = name.trim().chars().map(|c| if c.is_alphanumeric() || c == '_' { c } else { '_' }).collect();
+    let mut out = name_chars(name);
+    if RESERVED.contains(&out.as_str()) {
+        out.insert(0, '_');
+    }
+    out
+}
+
+/// An ST name's characters as a Jinja2 name's (an attribute's, after a
+/// `.`, where reserved names are fine): the characters Jinja2 takes in a
+/// name (Unicode identifier characters, `_`) kept, others made `_`, and a
+/// `_` before a leading digit.
+fn name_chars(name: &str) -> String {
+    let mut out: String = name
+        .trim()
+        .chars()
+        .enumerate()
+        .map(|(i, c)| {
+            let fits =
+                c == '_' || if i == 0 { unicode_ident::is_xid_start(c) } else { unicode_ident::is_xid_continue(c) };
+            if fits || c.is_ascii_digit() { c } else { '_' }
+        })
+        .collect();
     if out.is_empty() || out.starts_with(|c: char| c.is_ascii_digit()) {
         out.insert(0, '_');
     }
     out
 }
 
-/// A state path (`a.b[0]` kept; other characters made safe).
+/// Names a template cannot assign or read as a plain variable: Jinja2's
+/// constants and operators, the loop and self variables, and the sandbox's
+/// read-only state.
+const RESERVED: &[&str] =
+    &["true", "false", "none", "True", "False", "None", "not", "in", "loop", "self", "state", "state_desc"];
+
+/// A state path: its segments as names, `a.b[0]` kept (an index of
+/// digits); any other bracket made safe with the rest of its segment.
 fn path(p: &str) -> String {
     p.trim()
         .split('.')
         .map(|seg| match seg.split_once('[') {
-            Some((head, tail)) => format!("{}[{tail}", ident(head)),
-            None => ident(seg),
+            Some((head, tail)) if is_index_chain(tail) => format!("{}[{tail}", name_chars(head)),
+            _ => name_chars(seg),
         })
         .collect::<Vec<_>>()
         .join(".")
+}
+
+/// Whether `tail` (after a segment's first `[`) is `0]`, `0][1]`, …: list
+/// indices only.
+fn is_index_chain(tail: &str) -> bool {
+    tail.strip_suffix(']')
+        .is_some_and(|t| t.split("][").all(|index| !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit())))
+}
+
+/// The scope of a Tavern-Helper variable macro (`get_chat_variable` with
+/// `prefix` `get_`: `chat`), when it names one.
+fn helper_scope<'a>(helper: &'a str, prefix: &str) -> Option<&'a str> {
+    let scope = helper.strip_prefix(prefix)?.strip_suffix("_variable")?;
+    matches!(scope, "message" | "chat" | "character" | "preset" | "global").then_some(scope)
 }
 
 fn list(items: &[&str]) -> String {
@@ -254,6 +349,7 @@ impl Migrator {
 
     /// One macro (`inner` is between the braces).
     fn convert(&mut self, inner: &str, whole: &str, line: usize) -> String {
+        self.first_note = self.notes.len();
         // The value of a `setvar` keeps its whitespace (a block set's
         // newlines); everything else is read trimmed.
         let full = inner.trim_start();
@@ -295,15 +391,14 @@ impl Migrator {
         if let Some(c) = t.strip_prefix("//") {
             return done(self, comment(c.trim()));
         }
-        if let Some(cond) = t.strip_prefix("#if ").or_else(|| t.strip_prefix("#if\t")) {
-            let cond = self.condition(cond);
-            return done(self, format!("{{% if {cond} %}}"));
+        if let Some(cond) = t.strip_prefix("#if").filter(|c| c.is_empty() || c.starts_with(char::is_whitespace)) {
+            return self.open_block(cond, whole, line);
         }
         if t == "/if" {
-            return done(self, "{% endif %}".into());
+            return self.close_block(whole, line);
         }
         if t == "else" {
-            return done(self, "{% else %}".into());
+            return self.else_branch(whole, line);
         }
         // `name:arg` forms (single colon).
         if let Some((head, arg)) = t.split_once(':')
@@ -457,28 +552,20 @@ impl Migrator {
             ("instructassistantprefix", 1) => done(self, expr("instruct.assistant_prefix")),
             ("instructassistantsuffix", 1) => done(self, expr("instruct.assistant_suffix")),
             ("useravatar", 1) => done(self, expr("user.avatar_path")),
-            (helper, 2) if helper.starts_with("get_") && helper.ends_with("_variable") => {
-                let scope = &helper[4..helper.len() - 9];
-                if matches!(scope, "message" | "chat" | "character" | "preset" | "global") {
-                    done(self, expr(&format!("state.{scope}.{}", path(args[1]))))
-                } else {
-                    self.unsupported(whole, line)
-                }
+            (helper, 2) if helper_scope(helper, "get_").is_some() => {
+                let scope = helper_scope(helper, "get_").unwrap_or_default();
+                done(self, expr(&format!("state.{scope}.{}", path(args[1]))))
             }
-            (helper, 2) if helper.starts_with("format_") && helper.ends_with("_variable") => {
-                let scope = &helper[7..helper.len() - 9];
-                if matches!(scope, "message" | "chat" | "character" | "preset" | "global") {
-                    done(self, expr(&format!("state.{scope}.{} | to_yaml", path(args[1]))))
-                } else {
-                    self.unsupported(whole, line)
-                }
+            (helper, 2) if helper_scope(helper, "format_").is_some() => {
+                let scope = helper_scope(helper, "format_").unwrap_or_default();
+                done(self, expr(&format!("state.{scope}.{} | to_yaml", path(args[1]))))
             }
             (_, 1) if is_identifier(name) => {
                 // A variable set earlier, or a dynamic variable of the state.
                 if self.locals.contains(name) {
                     done(self, expr(&ident(name)))
                 } else {
-                    let to = expr(&format!("state.{}", ident(name)));
+                    let to = expr(&format!("state.{}", name_chars(name)));
                     self.note(
                         line,
                         whole,
@@ -493,24 +580,116 @@ impl Migrator {
         }
     }
 
-    /// `{{#if x}}`'s condition: a variable set earlier as is, a known macro
-    /// converted, anything else as written.
-    fn condition(&mut self, cond: &str) -> String {
+    /// `{{#if x}}`'s condition as a Jinja2 expression: a variable set
+    /// earlier as is, a state variable or path (`a.b`) read from `state`,
+    /// one macro converted (to a `{{ … }}` expression); anything else has
+    /// no equivalent (`None`): it could not be read back as one expression.
+    fn condition(&self, cond: &str) -> Option<String> {
         let c = cond.trim();
-        if c.starts_with("{{") {
-            // A macro as the condition, already converted by `convert`.
-            return c.trim_start_matches("{{").trim_end_matches("}}").trim().to_string();
+        if let Some(e) = c.strip_prefix("{{ ").and_then(|c| c.strip_suffix(" }}")) {
+            // A macro as the condition, converted by `convert` to one
+            // expression (not a statement, nor text around it).
+            return (!["{{", "}}", "{%", "%}", "{#", "#}"].iter().any(|s| e.contains(s))).then(|| e.to_string());
         }
-        if is_identifier(c) && !self.locals.contains(c) && !matches!(c, "user" | "char") {
-            return format!("state.{}", ident(c));
+        if matches!(c, "user" | "char") || self.locals.contains(c) && is_identifier(c) {
+            return Some(ident(c));
         }
-        c.to_string()
+        if !c.is_empty() && c.split('.').all(is_identifier) {
+            return Some(format!("state.{}", path(c)));
+        }
+        None
+    }
+
+    /// `{{#if cond}}`: opens a block, converted when its condition is.
+    fn open_block(&mut self, cond: &str, whole: &str, line: usize) -> String {
+        let Some(cond) = self.condition(cond) else {
+            self.blocks.push(Block { mode: BlockMode::Kept, branch: Branch::Then, written: Vec::new() });
+            return self.kept(whole, line, "the condition is not a variable, a state path or one macro: kept as written, with its {{else}} and {{/if}}");
+        };
+        let to = format!("{{% if {cond} %}}");
+        let written = self.written(whole, &to, line);
+        self.blocks.push(Block { mode: BlockMode::Converted, branch: Branch::Then, written: vec![written] });
+        to
+    }
+
+    /// `{{else}}`: the other branch of the innermost block.
+    fn else_branch(&mut self, whole: &str, line: usize) -> String {
+        match self.blocks.last().map(|b| (b.mode, b.branch)) {
+            Some((BlockMode::Converted, Branch::Then)) => {
+                let to = "{% else %}".to_string();
+                let written = self.written(whole, &to, line);
+                if let Some(block) = self.blocks.last_mut() {
+                    block.branch = Branch::Else;
+                    block.written.push(written);
+                }
+                to
+            }
+            Some((BlockMode::Kept, _)) => self.kept(whole, line, "the {{else}} of an {{#if}} kept as written"),
+            Some((BlockMode::Converted, Branch::Else)) => {
+                self.kept(whole, line, "a second {{else}} in one {{#if}} has no Jinja2 equivalent; kept as written")
+            }
+            None => self.kept(whole, line, "an {{else}} outside any {{#if}} is kept as written"),
+        }
+    }
+
+    /// `{{/if}}`: closes the innermost block.
+    fn close_block(&mut self, whole: &str, line: usize) -> String {
+        match self.blocks.pop().map(|b| b.mode) {
+            Some(BlockMode::Converted) => {
+                let to = "{% endif %}".to_string();
+                self.note(line, whole, &to, NoteKind::Converted, None);
+                to
+            }
+            Some(BlockMode::Kept) => self.kept(whole, line, "the {{/if}} of an {{#if}} kept as written"),
+            None => self.kept(whole, line, "an {{/if}} without an {{#if}} is kept as written"),
+        }
+    }
+
+    /// Notes a converted block macro about to be written at the end of the
+    /// output.
+    fn written(&mut self, whole: &str, to: &str, line: usize) -> Written {
+        self.note(line, whole, to, NoteKind::Converted, None);
+        Written { at: self.out.len(), len: to.len(), note: self.notes.len() - 1, whole: whole.to_string() }
+    }
+
+    /// At the end of the text: the macros of every converted block never
+    /// closed by `{{/if}}` are turned back into text (Jinja2 would refuse
+    /// the whole template), their notes saying so.
+    fn keep_unclosed_blocks(&mut self) {
+        let mut undo: Vec<Written> =
+            self.blocks.drain(..).filter(|b| b.mode == BlockMode::Converted).flat_map(|b| b.written).collect();
+        // From the end, so that each replacement leaves the earlier offsets
+        // as they are.
+        undo.sort_by_key(|w| std::cmp::Reverse(w.at));
+        for w in undo {
+            let to = literal(&w.whole).into_owned();
+            if self.out.get(w.at..w.at + w.len).is_some() {
+                self.out.replace_range(w.at..w.at + w.len, &to);
+            }
+            if let Some(n) = self.notes.get_mut(w.note) {
+                n.to = to;
+                n.kind = NoteKind::Unsupported;
+                n.note = Some("an {{#if}} never closed by {{/if}} is kept as written".into());
+            }
+        }
+    }
+
+    /// A macro kept as written, with why. The macros inside it are kept
+    /// with it: the notes of those converted go (the notes of those kept,
+    /// with their reasons, stay).
+    fn kept(&mut self, whole: &str, line: usize, why: &str) -> String {
+        let (first, mut i) = (self.first_note, 0);
+        self.notes.retain(|n| {
+            i += 1;
+            i <= first || n.kind == NoteKind::Unsupported
+        });
+        let to = literal(whole).into_owned();
+        self.note(line, whole, &to, NoteKind::Unsupported, Some(why));
+        to
     }
 
     fn unsupported(&mut self, whole: &str, line: usize) -> String {
-        let to = literal(whole).into_owned();
-        self.note(line, whole, &to, NoteKind::Unsupported, Some("no Jinja2 equivalent; kept as written"));
-        to
+        self.kept(whole, line, "no Jinja2 equivalent; kept as written")
     }
 }
 
@@ -607,6 +786,207 @@ mod tests {
         // A comment's text cannot end the comment early.
         let m = migrate("a{{// x #}{% if y %} }}b");
         assert_eq!(r.render(&m.text, &vars, &json!({})).unwrap(), "ab");
+    }
+
+    /// Jinja2 needs `{% if %}` blocks balanced; SillyTavern shows block
+    /// macros it cannot pair as text. Every case renders, and each kept
+    /// macro says why.
+    #[test]
+    fn block_macros_pair_or_stay_text() {
+        let r = Renderer::new();
+        for (st, want, shown) in [
+            // Closed: converted, nested too.
+            (
+                "{{#if a}}{{#if b}}x{{else}}y{{/if}}{{/if}}",
+                "{% if state.a %}{% if state.b %}x{% else %}y{% endif %}{% endif %}",
+                "y",
+            ),
+            // A condition that is no variable, path or single macro: the
+            // block is kept, with its `else` and `/if`; what is inside still
+            // converts.
+            (
+                "{{#if a b}}{{#if c}}x{{/if}}{{else}}y{{/if}}",
+                "{% raw %}{{#if a b}}{% endraw %}{% if state.c %}x{% endif %}{% raw %}{{else}}{% endraw %}y{% raw %}{{/if}}{% endraw %}",
+                "{{#if a b}}x{{else}}y{{/if}}",
+            ),
+            ("{{#if}}x{{/if}}", "{% raw %}{{#if}}{% endraw %}x{% raw %}{{/if}}{% endraw %}", "{{#if}}x{{/if}}"),
+            (
+                "{{#if {{user}} {{char}}}}x{{/if}}",
+                "{% raw %}{{#if {{user}} {{char}}}}{% endraw %}x{% raw %}{{/if}}{% endraw %}",
+                "{{#if {{user}} {{char}}}}x{{/if}}",
+            ),
+            // Never closed: turned back into text at the end, `else` too;
+            // an inner block that closes stays converted.
+            (
+                "{{#if a}}x{{else}}{{#if b}}y{{/if}}z",
+                "{% raw %}{{#if a}}{% endraw %}x{% raw %}{{else}}{% endraw %}{% if state.b %}y{% endif %}z",
+                "{{#if a}}x{{else}}z",
+            ),
+            // Unpaired `else` and `/if`, a second `else`.
+            (
+                "a{{else}}b{{/if}}c",
+                "a{% raw %}{{else}}{% endraw %}b{% raw %}{{/if}}{% endraw %}c",
+                "a{{else}}b{{/if}}c",
+            ),
+            (
+                "{{#if a}}x{{else}}y{{else}}z{{/if}}",
+                "{% if state.a %}x{% else %}y{% raw %}{{else}}{% endraw %}z{% endif %}",
+                "x",
+            ),
+            // One macro as the condition; `user` and a local as they are.
+            (
+                "{{#if {{getvar::a}}}}x{{/if}}{{setvar::n::1}}{{#if n}}y{{/if}}{{#if user}}z{{/if}}",
+                "{% if state.a %}x{% endif %}{% set n = 1 %}{% if n %}y{% endif %}{% if user %}z{% endif %}",
+                "xyz",
+            ),
+        ] {
+            let m = migrate(st);
+            assert_eq!(m.text, want, "{st}");
+            for n in m.notes.iter().filter(|n| n.kind == NoteKind::Unsupported) {
+                assert!(n.note.is_some(), "{st}: {n:?}");
+            }
+            let out = r.render(&m.text, &json!({"user": "Ann"}), &json!({"a": true, "b": false, "c": true}));
+            assert_eq!(out.as_deref().ok(), Some(shown), "{st} -> {}: {out:?}", m.text);
+        }
+        // A kept macro's report is its own: the macros inside went with it.
+        let m = migrate("{{char}}{{#if {{user}} {{frob::x}}}}");
+        assert_eq!(
+            m.notes.iter().map(|n| (n.from.as_str(), n.kind)).collect::<Vec<_>>(),
+            [
+                ("{{char}}", NoteKind::Converted),
+                ("{{frob::x}}", NoteKind::Unsupported),
+                ("{{#if {{user}} {{frob::x}}}}", NoteKind::Unsupported)
+            ]
+        );
+        let m = migrate("{{#if a}}x");
+        assert_eq!(m.notes[0].kind, NoteKind::Unsupported);
+        assert_eq!(m.notes[0].to, "{% raw %}{{#if a}}{% endraw %}");
+        assert_eq!(m.notes[0].note.as_deref(), Some("an {{#if}} never closed by {{/if}} is kept as written"));
+    }
+
+    /// Names and paths become names Jinja2 reads, whatever they hold.
+    #[test]
+    fn names_and_paths_are_safe_jinja() {
+        for (st, want) in [
+            // Reserved names as variables get a `_`; as attributes of
+            // `state` they are fine.
+            (
+                "{{setvar::true::1}}{{true}} {{none}} {{getvar::loop}}",
+                "{% set _true = 1 %}{{ _true }} {{ state.none }} {{ state.loop }}",
+            ),
+            ("{{setvar::state::1}}{{incvar::loop}}", "{% set _state = 1 %}{% set _loop = state.loop + 1 %}"),
+            // Brackets: list indices kept, anything else made a name.
+            (
+                "{{getvar::a[1][2].b}} {{getvar::a[}} {{getvar::a[x]}} {{getvar::a[0 %}}",
+                "{{ state.a[1][2].b }} {{ state.a_ }} {{ state.a_x_ }} {{ state.a_0__ }}",
+            ),
+            // Characters Jinja2 takes in a name, and no others.
+            (
+                "{{setvar::x²::1}}{{setvar::猫::2}}{{setvar::9a::3}}",
+                "{% set x_ = 1 %}{% set 猫 = 2 %}{% set _9a = 3 %}",
+            ),
+            // Tavern-Helper names without a scope: no macro.
+            (
+                "{{get_variable::x}}{{format_variable::x}}",
+                "{% raw %}{{get_variable::x}}{% endraw %}{% raw %}{{format_variable::x}}{% endraw %}",
+            ),
+        ] {
+            let m = migrate(st);
+            assert_eq!(m.text, want, "{st}");
+            let out = Renderer::new().render(&m.text, &json!({}), &json!({"loop": 1, "a": [0, [1, 2, {"b": 3}]]}));
+            assert!(out.is_ok(), "{st} -> {}: {out:?}", m.text);
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever the text, macros and braces, the migrated template
+        /// compiles (global writes aside: the sandbox refuses those by
+        /// design, and the report says the host must apply them).
+        #[test]
+        fn migrated_templates_compile(pieces in proptest::collection::vec(piece(), 0..24)) {
+            let st = pieces.concat();
+            let m = migrate(&st);
+            if !m.text.contains("{% set_global") {
+                let env = minijinja::Environment::new();
+                let compiled = env.template_from_str(&m.text).map(|_| ());
+                proptest::prop_assert!(compiled.is_ok(), "{st:?} -> {:?}: {compiled:?}", m.text);
+            }
+        }
+    }
+
+    /// A piece of SillyTavern text: plain text, braces and Jinja-looking
+    /// marks, block macros, and macros with odd names and arguments.
+    fn piece() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let word = prop_oneof![
+            Just(String::new()),
+            "[a-z]{1,3}",
+            Just("true".to_string()),
+            Just("loop".to_string()),
+            Just("state".to_string()),
+            Just("a.b".to_string()),
+            Just("a[0]".to_string()),
+            Just("a[".to_string()),
+            Just("x²".to_string()),
+            Just("猫".to_string()),
+            Just("1".to_string()),
+            "[ -~]{0,4}",
+        ];
+        let name = prop_oneof![
+            Just("user"),
+            Just("char"),
+            Just("getvar"),
+            Just("setvar"),
+            Just("addvar"),
+            Just("incvar"),
+            Just("getglobalvar"),
+            Just("random"),
+            Just("pick"),
+            Just("roll"),
+            Just("timeDiff"),
+            Just("outlet"),
+            Just("get_chat_variable"),
+            Just("get_variable"),
+            Just("format_variable"),
+            Just("format_preset_variable"),
+            Just("datetimeformat "),
+            Just("time_UTC"),
+            Just("banned "),
+            Just("//"),
+            Just("noop"),
+            Just("frob"),
+            Just("reverse:"),
+            Just("random:"),
+            Just("roll "),
+        ];
+        prop_oneof![
+            "[a-z \n]{0,6}",
+            prop_oneof![
+                Just("{"),
+                Just("}"),
+                Just("{{"),
+                Just("}}"),
+                Just("{%"),
+                Just("%}"),
+                Just("{#"),
+                Just("#}"),
+                Just("<USER>"),
+                Just("{% endraw %}")
+            ]
+            .prop_map(str::to_string),
+            word.clone().prop_map(|c| format!("{{{{#if {c}}}}}")),
+            Just("{{else}}".to_string()),
+            Just("{{/if}}".to_string()),
+            (name, proptest::collection::vec(word, 0..3)).prop_map(|(n, args)| {
+                let mut m = format!("{{{{{n}");
+                for a in args {
+                    m.push_str("::");
+                    m.push_str(&a);
+                }
+                m.push_str("}}");
+                m
+            }),
+        ]
     }
 
     /// Macros nested past `MAX_NESTING` are kept as text: the conversion
