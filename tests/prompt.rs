@@ -186,7 +186,11 @@ fn render_is_reproducible_with_a_seed_and_a_fixed_time() {
 fn hostile_templates_end_with_a_clear_error() {
     let tmp = tempfile::Builder::new().prefix("spindle-prompt-").tempdir().unwrap();
     let dir = tmp.path();
+    // A value joined with itself 40 times (10 TB at the end): fuel pays for
+    // the bytes created, so it ends with the limit long before.
+    let grow = format!("{{% set a = 'xxxxxxxxxx' %}}{}{{{{ a | length }}}}", "{% set a = a ~ a %}".repeat(40));
     for (name, t, want) in [
+        ("grow.j2", grow.as_str(), "fuel"),
         ("loop.j2", "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}", "limit"),
         ("rec.j2", "{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "limit"),
         ("big.j2", "{% for a in range(100000) %}{{ 'x' * 1000 }}{% endfor %}", "limit"),

@@ -54,16 +54,18 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 /// The renderer's limits.
 ///
-/// They bound time (`fuel`), stack (`recursion`) and output
-/// (`max_output`). Memory is bounded per operation only: minijinja refuses
-/// a `range` of more than 100,000 items and a repeated string or list of
-/// more than 100,000,000, but a value built and joined with itself again
-/// and again (`{% set a = a ~ a %}`) can still grow past what the machine
-/// has in a few instructions. Render templates from untrusted sources in a
-/// process with an OS memory limit (`ulimit -v`, a container's limit).
+/// They bound time and memory (`fuel`), stack (`recursion`) and output
+/// (`max_output`). Fuel pays for instructions and for data: minijinja
+/// charges one fuel per instruction and one per 64 bytes of every string,
+/// list or map a template creates (`~`, `+`, `*`, filters, captured
+/// output), and refuses an allocation larger than the fuel left. So a
+/// value joined with itself again and again (`{% set a = a ~ a %}`) ends
+/// with the fuel limit, and one render creates at most 64 bytes of data
+/// per fuel (64 MB at the default).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RenderLimits {
-    /// Most template instructions one render may run (default 1,000,000).
+    /// Most work one render may do (default 1,000,000): one fuel per
+    /// instruction, one per 64 bytes of data created.
     pub fuel: u64,
     /// Deepest nesting of macro calls and blocks (default 64).
     pub recursion: usize,
