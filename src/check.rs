@@ -172,6 +172,7 @@ pub fn prompt_entry_points(data: &[u8]) -> Result<(), String> {
             return Err(format!("migrated text without macros rendered as {shown:?}, not as written"));
         }
     }
-    let _ = crate::prompt::registry_for(&text);
+    // The registry file is generated: it always loads.
+    crate::prompt::registry_for(&text).map_err(|e| format!("the registry of {text:?} does not load: {e}"))?;
     Ok(())
 }

@@ -124,7 +124,10 @@ pub fn registry_for(prompt: &str) -> Result<ProtocolRegistry, RegistryError> {
         if names.is_empty() { "nothing".to_string() } else { names.join(", ") }
     );
     if !unknown.is_empty() {
-        toml.push_str(&format!("# unknown protocols (nothing added): {}\n", unknown.join(", ")));
+        // Quoted as the declared names are: a control character written
+        // as is would end the comment, and TOML refuses one there.
+        let quoted: Vec<String> = unknown.iter().map(|u| format!("{u:?}")).collect();
+        toml.push_str(&format!("# unknown protocols (nothing added): {}\n", quoted.join(", ")));
     }
     if attp && wanted.len() == 2 {
         toml.push_str("name = \"prompt\"\nextends = \"attp\"\n");
@@ -159,6 +162,19 @@ mod tests {
         let tags: Vec<&str> = r.registry.tags().iter().map(|t| t.name.as_str()).collect();
         assert_eq!(tags, ["thought", "content", "variable_update", "tam"]);
         assert!(Registry::from_toml_str(&r.toml).is_ok());
+    }
+
+    /// Whatever the declared names hold, the file is valid TOML.
+    #[test]
+    fn control_characters_in_names_stay_out_of_the_toml() {
+        for p in [
+            "<use_protocol>a\u{1}b tam</use_protocol>",
+            "<use_protocol>a\u{7f}b</use_protocol>",
+            "<use_protocol>\u{2028}x\u{85}</use_protocol>",
+        ] {
+            let r = registry_for(p);
+            assert!(r.is_ok(), "{p:?}: {r:?}");
+        }
     }
 
     #[test]
