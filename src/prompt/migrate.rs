@@ -353,30 +353,32 @@ impl Migrator {
         // The value of a `setvar` keeps its whitespace (a block set's
         // newlines); everything else is read trimmed.
         let full = inner.trim_start();
-        let t = inner.trim();
-        // Nested macros in arguments (`{{setvar::x::{{user}}}}`): convert
-        // the inside first, as text.
-        let converted_inner;
-        // Arguments with macros inside are template text once converted
-        // (their plain parts made literal there); without, they are as
-        // written.
-        let nested = t.contains("{{");
-        let t = if nested {
-            let sub = migrate_nested(t, self.depth + 1);
-            for mut n in sub.notes {
-                n.line += line - 1;
-                self.notes.push(n);
-            }
-            converted_inner = sub.text;
-            converted_inner.as_str()
-        } else {
-            t
-        };
-        let args: Vec<&str> = if t.contains("{{") || full.len() == t.len() {
-            t.split("::").collect()
-        } else {
-            full.split("::").collect()
-        };
+        // The arguments, split at the `::` outside nested macros; one with
+        // macros inside (`{{setvar::x::{{user}}}}`) is converted on its
+        // own, to template text (its plain parts made literal there): a
+        // split after converting could cut a `{% raw %}` block or a string
+        // literal the conversion wrote.
+        let pieces: Vec<Arg<'_>> = split_args(full)
+            .into_iter()
+            .map(|(at, piece)| {
+                if !piece.contains("{{") {
+                    return Arg::Text(piece);
+                }
+                let sub = migrate_nested(piece, self.depth + 1);
+                // Lines of the nested notes: from the start of the macro.
+                let before = 2 + inner.len() - full.len() + at;
+                let lines = whole.as_bytes().get(..before).map_or(0, |b| memchr::memchr_iter(b'\n', b).count());
+                for mut n in sub.notes {
+                    n.line += line - 1 + lines;
+                    self.notes.push(n);
+                }
+                Arg::Template(sub.text)
+            })
+            .collect();
+        let args: Vec<&str> = pieces.iter().map(Arg::as_str).collect();
+        // The whole macro, its arguments converted, trimmed.
+        let joined = args.join("::");
+        let t = joined.trim();
         let name = args[0].trim();
         let lower = name.to_ascii_lowercase();
         let done = |m: &mut Migrator, to: String| {
@@ -491,8 +493,8 @@ impl Migrator {
                 self.locals.insert(name.clone());
                 let id = ident(&name);
                 let to = if value.contains('\n') {
-                    let body = if nested { Cow::Borrowed(value.as_str()) } else { literal(&value) };
-                    format!("{{% set {id} %}}{body}{{% endset %}}")
+                    let body: Vec<Cow<'_, str>> = pieces[2..].iter().map(Arg::as_template).collect();
+                    format!("{{% set {id} %}}{}{{% endset %}}", body.join("::"))
                 } else {
                     format!("{{% set {id} = {} %}}", value_lit(&value))
                 };
@@ -697,6 +699,59 @@ fn is_identifier(s: &str) -> bool {
     !s.is_empty()
         && s.chars().next().is_some_and(|c| c.is_alphabetic() || c == '_')
         && s.chars().all(|c| c.is_alphanumeric() || c == '_')
+}
+
+/// One argument of a macro (between its `::`).
+enum Arg<'a> {
+    /// As written: no macro inside.
+    Text(&'a str),
+    /// Template text: the macros inside converted, the rest made literal.
+    Template(String),
+}
+
+impl Arg<'_> {
+    fn as_str(&self) -> &str {
+        match self {
+            Arg::Text(s) => s,
+            Arg::Template(t) => t,
+        }
+    }
+
+    /// The argument as template text that shows it.
+    fn as_template(&self) -> Cow<'_, str> {
+        match self {
+            Arg::Text(s) => literal(s),
+            Arg::Template(t) => Cow::Borrowed(t),
+        }
+    }
+}
+
+/// `s` split at each `::` outside nested macros, with the offset of each
+/// piece.
+fn split_args(s: &str) -> Vec<(usize, &str)> {
+    let b = s.as_bytes();
+    let (mut depth, mut i, mut start) = (0usize, 0usize, 0usize);
+    let mut out = Vec::new();
+    while i < b.len() {
+        match b.get(i..i + 2) {
+            Some(b"{{") => {
+                depth += 1;
+                i += 2;
+            }
+            Some(b"}}") if depth > 0 => {
+                depth -= 1;
+                i += 2;
+            }
+            Some(b"::") if depth == 0 => {
+                out.push((start, s.get(start..i).unwrap_or_default()));
+                i += 2;
+                start = i;
+            }
+            _ => i += 1,
+        }
+    }
+    out.push((start, s.get(start..).unwrap_or_default()));
+    out
 }
 
 /// The length of the macro starting at `s` (`{{…}}`, nested ones counted).
@@ -977,6 +1032,27 @@ mod tests {
             word.clone().prop_map(|c| format!("{{{{#if {c}}}}}")),
             Just("{{else}}".to_string()),
             Just("{{/if}}".to_string()),
+            // Macros inside arguments, values over several lines.
+            (
+                prop_oneof![Just("setvar::v::"), Just("random::"), Just("// "), Just("#if "), Just("getvar::")],
+                proptest::collection::vec(
+                    prop_oneof![
+                        Just("{{user}}"),
+                        Just("{{frob::a}}"),
+                        Just("{{#if a}}"),
+                        Just("{{else}}"),
+                        Just("{{/if}}"),
+                        Just("\n"),
+                        Just("{%"),
+                        Just("::"),
+                        Just("'"),
+                        Just("{% endraw %}"),
+                        Just("x"),
+                    ],
+                    0..5,
+                ),
+            )
+                .prop_map(|(head, inside)| format!("{{{{{head}{}}}}}", inside.concat())),
             (name, proptest::collection::vec(word, 0..3)).prop_map(|(n, args)| {
                 let mut m = format!("{{{{{n}");
                 for a in args {
