@@ -986,6 +986,7 @@ mod tests {
             Just("猫".to_string()),
             Just("1".to_string()),
             "[ -~]{0,4}",
+            "[\\x00-\\x20\\x7f\\u{85}\\u{2028}]{1,2}",
         ];
         let name = prop_oneof![
             Just("user"),
