@@ -492,7 +492,9 @@ impl Migrator {
                 let value = args[2..].join("::");
                 self.locals.insert(name.clone());
                 let id = ident(&name);
-                let to = if value.contains('\n') {
+                // A block set when the value spans lines or holds macros
+                // (they render into it, as SillyTavern evaluates them first).
+                let to = if value.contains('\n') || pieces[2..].iter().any(|p| matches!(p, Arg::Template(_))) {
                     let body: Vec<Cow<'_, str>> = pieces[2..].iter().map(Arg::as_template).collect();
                     format!("{{% set {id} %}}{}{{% endset %}}", body.join("::"))
                 } else {
@@ -903,6 +905,10 @@ mod tests {
             let out = r.render(&m.text, &json!({"user": "Ann"}), &json!({"a": true, "b": false, "c": true}));
             assert_eq!(out.as_deref().ok(), Some(shown), "{st} -> {}: {out:?}", m.text);
         }
+        // Macros in a variable's value render into it.
+        let m = migrate("{{setvar::x::{{user}} and {{char}}}}{{getvar::x}}");
+        assert_eq!(m.text, "{% set x %}{{ user }} and {{ char }}{% endset %}{{ x }}");
+        assert_eq!(r.render(&m.text, &json!({"user": "Ann", "char": "Bo"}), &json!({})).unwrap(), "Ann and Bo");
         // A kept macro's report is its own: the macros inside went with it.
         let m = migrate("{{char}}{{#if {{user}} {{frob::x}}}}");
         assert_eq!(
