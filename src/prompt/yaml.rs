@@ -21,7 +21,43 @@ pub fn to_yaml(value: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use serde_json::json;
+
+    /// JSON values whose strings look like other YAML (`yes`, `null`,
+    /// `1e3`, `- x`, `a: b`, `#`, leading spaces, line breaks, …).
+    fn value() -> impl Strategy<Value = Value> {
+        let text = prop_oneof![
+            "[ -~]{0,6}",
+            "(yes|no|null|~|true|NaN|\\.inf|0x10|012|\\+1|1:20|2001-01-01|---|\\.\\.\\.|- x|a: b|#x|'q'|\"q\"|\\||>|\\{a\\}|\\[1\\]|@x|`x|%x|!x|&x|\\*x)",
+            "[ \\t\\r\\n\\x00\\u{85}\\u{2028}\\u{feff}a:#-]{0,5}",
+        ];
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            (-1e300f64..1e300).prop_map(Value::from),
+            text.clone().prop_map(Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 4, move |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+                proptest::collection::vec((text.clone(), inner), 0..4)
+                    .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        /// The YAML a prompt holds means the value it was written from.
+        #[test]
+        fn yaml_reads_back_as_the_value(v in value()) {
+            let yaml = to_yaml(&v);
+            let back: Value = serde_saphyr::from_str(&yaml).map_err(|e| TestCaseError::fail(format!("{e}\n{yaml}")))?;
+            prop_assert_eq!(back, v, "{}", yaml);
+        }
+    }
 
     #[test]
     fn two_spaces_and_indented_sequences() {
