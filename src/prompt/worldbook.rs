@@ -7,7 +7,10 @@
 //!
 //! * JSON: parsed and written as 2-space YAML; invalid JSON is kept as text
 //!   and reported.
-//! * YAML: re-indented to 2 spaces (parsed and written back).
+//! * YAML: re-indented to 2 spaces (parsed and written back, YAML 1.2
+//!   booleans only) when that loses no text; YAML that it would change (a
+//!   comment, an alias, a number's spelling, a key written twice) is read
+//!   line by line as below, and reported.
 //! * Markdown: headings become keys (nested by level), lists become
 //!   sequences (nested lists under their item), `key: value` and
 //!   `**key**: value` lines become mappings; prose under a heading becomes
@@ -74,11 +77,18 @@ pub fn normalize_entry(tag: &str, text: &str) -> Normalized {
         kept.extend(notes);
         (EntryFormat::Markdown, Some(v))
     } else {
-        match serde_saphyr::from_str::<Value>(trimmed) {
-            Ok(v @ (Value::Object(_) | Value::Array(_))) => (EntryFormat::Yaml, Some(v)),
-            Ok(_) | Err(_) if trimmed.lines().any(|l| key_value(l).is_some()) => {
-                // Looks like YAML but does not parse: read it as Markdown-ish
-                // `key: value` lines, keep the rest.
+        match serde_saphyr::from_str_with_options::<Value>(trimmed, yaml_options()) {
+            Ok(v @ (Value::Object(_) | Value::Array(_))) if keeps_every_word(trimmed, &to_yaml(&v)) => {
+                (EntryFormat::Yaml, Some(v))
+            }
+            parsed @ (Ok(_) | Err(_)) if trimmed.lines().any(|l| key_value(l).is_some()) => {
+                // Looks like YAML but does not parse, or re-writing it would
+                // lose text (a comment, an alias, a number's spelling, a key
+                // written twice): read it as Markdown-ish `key: value` lines,
+                // keep the rest.
+                if parsed.is_ok() {
+                    kept.push((1, "YAML that re-indenting would change (a comment, an alias, a number's spelling): read line by line instead".into()));
+                }
                 let (v, notes) = markdown(trimmed);
                 kept.extend(notes);
                 (EntryFormat::Markdown, Some(v))
@@ -94,6 +104,24 @@ pub fn normalize_entry(tag: &str, text: &str) -> Normalized {
         body.lines().map(|l| if l.is_empty() { "\n".to_string() } else { format!("  {l}\n") }).collect();
     let text = format!("<{tag}>\n{indented}</{tag}>");
     Normalized { tag, format, value, text, kept }
+}
+
+/// How an entry's YAML is read: YAML 1.2 booleans only (`no` and `y` stay
+/// text), `007` and `1_000` as written, a key written twice refused (so
+/// that the entry is read line by line and keeps both).
+fn yaml_options() -> serde_saphyr::Options {
+    let mut options = serde_saphyr::Options::default();
+    options.strict_booleans = true;
+    options.leading_zero_numbers_as_strings = true;
+    options.underscored_numbers_as_strings = true;
+    options.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::Error;
+    options
+}
+
+/// Whether every word (run of letters and digits) of `text` is still in
+/// `written`: re-writing the entry lost none of its text.
+fn keeps_every_word(text: &str, written: &str) -> bool {
+    text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).all(|w| written.contains(w))
 }
 
 /// `<name>…</name>` around the whole text: the name and the inside.
@@ -180,14 +208,39 @@ impl Section {
             _ => {
                 let mut map = self.map;
                 if !self.items.is_empty() {
-                    map.insert("items".into(), Value::Array(self.items));
+                    insert_keeping(&mut map, "items".into(), Value::Array(self.items));
                 }
                 if !self.text.is_empty() {
-                    map.insert("text".into(), Value::String(self.text.join("\n")));
+                    insert_keeping(&mut map, "text".into(), Value::String(self.text.join("\n")));
                 }
                 Value::Object(map)
             }
         }
+    }
+}
+
+/// Puts `value` under `key`, losing nothing when the key is there already
+/// (a heading or a `key: value` line written twice, a `text:` key beside
+/// prose): two mappings merge (by the same rule), a list takes the value
+/// in, anything else becomes a list of both. A key without a value
+/// (`null`) gives way.
+fn insert_keeping(map: &mut Map<String, Value>, key: String, value: Value) {
+    match map.get_mut(&key) {
+        None => {
+            map.insert(key, value);
+        }
+        Some(old) => match (old, value) {
+            (_, Value::Null) => {}
+            (old @ Value::Null, value) => *old = value,
+            (Value::Object(old), Value::Object(new)) => {
+                for (k, v) in new {
+                    insert_keeping(old, k, v);
+                }
+            }
+            (Value::Array(old), Value::Array(new)) => old.extend(new),
+            (Value::Array(old), value) => old.push(value),
+            (old, value) => *old = Value::Array(vec![std::mem::take(old), value]),
+        },
     }
 }
 
@@ -201,7 +254,7 @@ fn markdown(text: &str) -> (Value, Vec<(usize, String)>) {
             && let Some((_, key, section)) = stack.pop()
             && let Some((_, _, parent)) = stack.last_mut()
         {
-            parent.map.insert(key, section.into_value());
+            insert_keeping(&mut parent.map, key, section.into_value());
         }
     };
     for (n, line) in text.lines().enumerate() {
@@ -252,7 +305,7 @@ fn markdown(text: &str) -> (Value, Vec<(usize, String)>) {
                 section.items.push(value);
             }
         } else if let Some((k, v)) = key_value(line) {
-            section.map.insert(k, if v.is_empty() { Value::Null } else { Value::String(v) });
+            insert_keeping(&mut section.map, k, if v.is_empty() { Value::Null } else { Value::String(v) });
         } else {
             notes.push((n + 1, format!("kept as text: {trimmed}")));
             section.text.push(trimmed.to_string());
@@ -268,6 +321,47 @@ fn markdown(text: &str) -> (Value, Vec<(usize, String)>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// A line of a world-book entry in Markdown or `key: value` form.
+    fn line() -> impl Strategy<Value = String> {
+        let word = "[a-z]{1,5}";
+        prop_oneof![
+            (1..4usize, word).prop_map(|(n, w)| format!("{} {w}", "#".repeat(n))),
+            (prop_oneof![Just(""), Just("  "), Just("    ")], prop_oneof![Just("- "), Just("* "), Just("+ ")], word)
+                .prop_map(|(i, m, w)| format!("{i}{m}{w}")),
+            (word, word).prop_map(|(k, v)| format!("{k}: {v}")),
+            (word, word).prop_map(|(k, v)| format!("**{k}**: {v}")),
+            (word, word).prop_map(|(k, v)| format!("- {k}: {v}")),
+            (prop_oneof![Just("text"), Just("items")], word).prop_map(|(k, v)| format!("{k}: {v}")),
+            word.prop_map(|w| format!("{w} {w}x.")),
+            word.prop_map(|w| format!("{w}:")),
+            // What YAML would re-spell or drop: 1.1 booleans, number
+            // spellings, comments, anchors and aliases.
+            (
+                word,
+                prop_oneof![Just("1.10"), Just("007"), Just("y"), Just("no"), Just("1_000"), Just("on"), Just("0x1f")]
+            )
+                .prop_map(|(k, v)| format!("{k}: {v}")),
+            (word, word, word).prop_map(|(k, v, c)| format!("{k}: {v} # {c}")),
+            (word, word).prop_map(|(k, a)| format!("{k}: &{a} val")),
+            (word, word).prop_map(|(k, a)| format!("{k}: *{a}")),
+            Just(String::new()),
+        ]
+    }
+
+    proptest! {
+        /// "Kept as text, never dropped": every word of an entry is in its
+        /// normalised text, whatever the entry repeats.
+        #[test]
+        fn no_word_is_lost(lines in proptest::collection::vec(line(), 1..12)) {
+            let entry = lines.join("\n");
+            let n = normalize_entry("e", &entry);
+            for w in entry.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
+                prop_assert!(n.text.contains(w), "{w:?} lost from {entry:?}:\n{}", n.text);
+            }
+        }
+    }
 
     const FOREST: &str = "<location_forest>\n  name: Dark Forest\n  atmosphere: Eerie, misty\n  creatures:\n    - Shadow Wolves\n    - Forest Spirits\n  loot:\n    - Ancient Bark\n    - Moon Petals\n</location_forest>";
 
@@ -304,6 +398,19 @@ mod tests {
             )
         );
         assert_eq!(n.kept, [(2, "kept as text: The town is old.".to_string())]);
+        // A heading or key written twice, a `text:` key beside prose:
+        // nothing is lost.
+        let n = normalize_entry("lore", "## A\n### B\nbee\n## A\nagain\nkey: one\nkey: two\ntext: three\nprose\n");
+        assert_eq!(
+            n.value,
+            Some(serde_json::json!({"A": {"B": "bee", "key": ["one", "two"], "text": ["three", "again\nprose"]}}))
+        );
+        // YAML that re-writing would change is read line by line.
+        let n = normalize_entry("lore", "alive: y\nversion: 1.10 # the old one\n");
+        assert_eq!(n.value, Some(serde_json::json!({"alive": "y", "version": "1.10 # the old one"})));
+        assert!(n.kept[0].1.contains("re-indenting would change"), "{:?}", n.kept);
+        let n = normalize_entry("lore", "alive: y\nage: 007\n");
+        assert_eq!((n.format, n.value), (EntryFormat::Yaml, Some(serde_json::json!({"alive": "y", "age": "007"}))));
         let n = normalize_entry("9 lives!", "Just a sentence.");
         assert_eq!((n.format, n.tag.as_str()), (EntryFormat::Text, "entry_9_lives_"));
         assert_eq!(n.text, "<entry_9_lives_>\n  Just a sentence.\n</entry_9_lives_>");
