@@ -182,6 +182,22 @@ fn render_is_reproducible_with_a_seed_and_a_fixed_time() {
     assert_eq!(args("7").1, out, "same seed, same render");
 }
 
+/// Variables read as a prompt means them: `NO` (a country code) and `yes`
+/// stay text; a key written twice is an error, not a silent overwrite.
+#[test]
+fn vars_yaml_keeps_words_as_written() {
+    let tmp = tempfile::Builder::new().prefix("spindle-prompt-").tempdir().unwrap();
+    let (t, vars, twice) = (tmp.path().join("t.j2"), tmp.path().join("v.yaml"), tmp.path().join("w.yaml"));
+    std::fs::write(&t, "{{ user }} from {{ country }} says {{ answer }} ({{ code }})").unwrap();
+    std::fs::write(&vars, "user: Ann\ncountry: NO\nanswer: yes\ncode: 007\n").unwrap();
+    std::fs::write(&twice, "user: Ann\nuser: Bo\n").unwrap();
+    let (code, out, err) = spindle(&["prompt", "render", t.to_str().unwrap(), "--vars", vars.to_str().unwrap()]);
+    assert_eq!((code, out.as_str()), (Some(0), "Ann from NO says yes (007)"), "{err}");
+    let (code, _, err) = spindle(&["prompt", "render", t.to_str().unwrap(), "--vars", twice.to_str().unwrap()]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("duplicate mapping key: user") && !err.contains("DuplicateKeyPolicy"), "{err}");
+}
+
 #[test]
 fn hostile_templates_end_with_a_clear_error() {
     let tmp = tempfile::Builder::new().prefix("spindle-prompt-").tempdir().unwrap();

@@ -25,4 +25,4 @@ pub use protocols::{PROTOCOLS, ProtocolRegistry, declared_protocols, registry_fo
 pub use skein::{Block, Skein};
 pub use template::{RenderError, RenderLimits, Renderer};
 pub use worldbook::{EntryFormat, Normalized, normalize_entry};
-pub use yaml::to_yaml;
+pub use yaml::{YamlError, from_yaml, to_yaml};

@@ -16,7 +16,7 @@
 //!   `**key**: value` lines become mappings; prose under a heading becomes
 //!   its text; what fits none of these is kept as text and reported.
 
-use super::yaml::to_yaml;
+use super::yaml::{from_yaml, to_yaml};
 use serde_json::{Map, Value};
 
 /// What an entry was written in.
@@ -77,7 +77,10 @@ pub fn normalize_entry(tag: &str, text: &str) -> Normalized {
         kept.extend(notes);
         (EntryFormat::Markdown, Some(v))
     } else {
-        match serde_saphyr::from_str_with_options::<Value>(trimmed, yaml_options()) {
+        // YAML 1.2 booleans (`no` and `y` stay text), `007` as written, a
+        // key written twice refused (so that the entry is read line by
+        // line and keeps both).
+        match from_yaml(trimmed) {
             Ok(v @ (Value::Object(_) | Value::Array(_))) if keeps_every_word(trimmed, &to_yaml(&v)) => {
                 (EntryFormat::Yaml, Some(v))
             }
@@ -104,18 +107,6 @@ pub fn normalize_entry(tag: &str, text: &str) -> Normalized {
         body.lines().map(|l| if l.is_empty() { "\n".to_string() } else { format!("  {l}\n") }).collect();
     let text = format!("<{tag}>\n{indented}</{tag}>");
     Normalized { tag, format, value, text, kept }
-}
-
-/// How an entry's YAML is read: YAML 1.2 booleans only (`no` and `y` stay
-/// text), `007` and `1_000` as written, a key written twice refused (so
-/// that the entry is read line by line and keeps both).
-fn yaml_options() -> serde_saphyr::Options {
-    let mut options = serde_saphyr::Options::default();
-    options.strict_booleans = true;
-    options.leading_zero_numbers_as_strings = true;
-    options.underscored_numbers_as_strings = true;
-    options.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::Error;
-    options
 }
 
 /// Whether every word (run of letters and digits) of `text` is still in

@@ -18,6 +18,43 @@ pub fn to_yaml(value: &Value) -> String {
     text
 }
 
+/// YAML as prompts read it (`spindle prompt render --vars`, world-book
+/// entries): YAML 1.2 booleans only, so `no`, `y` and `NO` (a country
+/// code) stay text; `007` and `1_000` as written; a key written twice is
+/// an error, not a silent overwrite.
+///
+/// ```
+/// use spindle::prompt::from_yaml;
+/// use serde_json::json;
+///
+/// let v = from_yaml("country: NO\nanswer: yes\ncode: 007\nok: true").unwrap();
+/// assert_eq!(v, json!({"country": "NO", "answer": "yes", "code": "007", "ok": true}));
+/// assert!(from_yaml("a: 1\na: 2").is_err());
+/// ```
+///
+/// # Errors
+///
+/// The text is not YAML (the message says where).
+pub fn from_yaml(text: &str) -> Result<Value, YamlError> {
+    serde_saphyr::from_str_with_options(text, options())
+        // The crate's advice is for its own callers, not for a prompt's.
+        .map_err(|e| YamlError(e.to_string().replace(", set DuplicateKeyPolicy in Options if acceptable", "")))
+}
+
+/// Why [`from_yaml`] failed.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct YamlError(String);
+
+fn options() -> serde_saphyr::Options {
+    let mut options = serde_saphyr::Options::default();
+    options.strict_booleans = true;
+    options.leading_zero_numbers_as_strings = true;
+    options.underscored_numbers_as_strings = true;
+    options.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::Error;
+    options
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -55,7 +92,10 @@ mod tests {
         fn yaml_reads_back_as_the_value(v in value()) {
             let yaml = to_yaml(&v);
             let back: Value = serde_saphyr::from_str(&yaml).map_err(|e| TestCaseError::fail(format!("{e}\n{yaml}")))?;
-            prop_assert_eq!(back, v, "{}", yaml);
+            prop_assert_eq!(&back, &v, "{}", yaml);
+            // And so it does as spindle reads YAML.
+            let ours = from_yaml(&yaml).map_err(|e| TestCaseError::fail(format!("{e}\n{yaml}")))?;
+            prop_assert_eq!(ours, v, "{}", yaml);
         }
     }
 

@@ -102,7 +102,7 @@ fn read_data(path: &Path) -> Result<serde_json::Value> {
     if json {
         serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", path.display()))
     } else {
-        serde_saphyr::from_str(&text).map_err(|e| anyhow::anyhow!("{} is not valid YAML: {e}", path.display()))
+        spindle::prompt::from_yaml(&text).map_err(|e| anyhow::anyhow!("{} is not valid YAML: {e}", path.display()))
     }
 }
 
