@@ -180,10 +180,19 @@ fn comment(text: &str) -> String {
     format!("{{# {} #}}", text.replace("#}", "# }"))
 }
 
-/// A Jinja literal for a `setvar` value: a number as a number, else a string.
+/// A Jinja literal for a `setvar` value: a number as a number, else a
+/// string. A number is what Jinja2 reads as one: an integer that fits 64
+/// bits (`-3`), or digits, a point and digits (`1.5`); `inf`, `1e5`, `.5`
+/// and integers too large for minijinja stay strings.
 fn value_lit(s: &str) -> String {
     let t = s.trim();
-    if !t.is_empty() && t.parse::<f64>().is_ok() && !t.starts_with('+') { t.to_string() } else { lit(s) }
+    let digits = |d: &str| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit());
+    let unsigned = t.strip_prefix('-').unwrap_or(t);
+    let number = match unsigned.split_once('.') {
+        None => digits(unsigned) && t.parse::<i64>().is_ok(),
+        Some((whole, fraction)) => digits(whole) && digits(fraction) && t.parse::<f64>().is_ok_and(f64::is_finite),
+    };
+    if number { t.to_string() } else { lit(s) }
 }
 
 /// A template variable name for an ST variable name: [`name_chars`], and
@@ -946,6 +955,11 @@ mod tests {
                 "{{setvar::x²::1}}{{setvar::猫::2}}{{setvar::9a::3}}",
                 "{% set x_ = 1 %}{% set 猫 = 2 %}{% set _9a = 3 %}",
             ),
+            // Numbers Jinja2 reads as numbers; the rest as strings.
+            (
+                "{{setvar::a::-3}}{{setvar::b::1.5}}{{setvar::c::inf}}{{setvar::d::99999999999999999999}}{{setvar::e::.5}}",
+                "{% set a = -3 %}{% set b = 1.5 %}{% set c = 'inf' %}{% set d = '99999999999999999999' %}{% set e = '.5' %}",
+            ),
             // Tavern-Helper names without a scope: no macro.
             (
                 "{{get_variable::x}}{{format_variable::x}}",
@@ -991,6 +1005,22 @@ mod tests {
             Just("x²".to_string()),
             Just("猫".to_string()),
             Just("1".to_string()),
+            prop_oneof![
+                Just("-3"),
+                Just("1.5"),
+                Just("99999999999999999999"),
+                Just("-9223372036854775808"),
+                Just("1e400"),
+                Just("inf"),
+                Just("NaN"),
+                Just(".5"),
+                Just("5."),
+                Just("1e5"),
+                Just("+1"),
+                Just("-0.0"),
+                Just("1111111111111111111111111111111111111111111111111111111111111111111111111111111111111111111"),
+            ]
+            .prop_map(str::to_string),
             "[ -~]{0,4}",
             "[\\x00-\\x20\\x7f\\u{85}\\u{2028}]{1,2}",
         ];
