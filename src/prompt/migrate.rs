@@ -186,13 +186,19 @@ fn comment(text: &str) -> String {
 /// and integers too large for minijinja stay strings.
 fn value_lit(s: &str) -> String {
     let t = s.trim();
+    if is_number(t) { t.to_string() } else { lit(s) }
+}
+
+/// Whether Jinja2 (minijinja) reads `t` as a number literal, the same
+/// number: an integer that fits 64 bits, or digits, a point and digits
+/// (finite), either after an optional `-`.
+fn is_number(t: &str) -> bool {
     let digits = |d: &str| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit());
     let unsigned = t.strip_prefix('-').unwrap_or(t);
-    let number = match unsigned.split_once('.') {
+    match unsigned.split_once('.') {
         None => digits(unsigned) && t.parse::<i64>().is_ok(),
         Some((whole, fraction)) => digits(whole) && digits(fraction) && t.parse::<f64>().is_ok_and(f64::is_finite),
-    };
-    if number { t.to_string() } else { lit(s) }
+    }
 }
 
 /// A template variable name for an ST variable name: [`name_chars`], and
@@ -441,7 +447,7 @@ impl Migrator {
         }
         if let Some(off) = t.strip_prefix("time_UTC").or_else(|| t.strip_prefix("time_utc")) {
             let hours = off.trim().trim_start_matches('+');
-            if hours.parse::<f64>().is_ok() {
+            if is_number(hours) {
                 return done(self, expr(&format!("now | utc_offset({hours}) | time_format")));
             }
         }
@@ -1043,6 +1049,9 @@ mod tests {
             Just("format_preset_variable"),
             Just("datetimeformat "),
             Just("time_UTC"),
+            Just("time_UTC+99999999999999999999"),
+            Just("time_UTC.5"),
+            Just("time_UTC+inf"),
             Just("banned "),
             Just("//"),
             Just("noop"),
