@@ -391,8 +391,13 @@ impl Migrator {
             })
             .collect();
         let args: Vec<&str> = pieces.iter().map(Arg::as_str).collect();
-        // The whole macro, its arguments converted, trimmed.
-        let joined = args.join("::");
+        // The whole macro, its arguments converted, trimmed: the text as
+        // written when no argument held a macro (nothing to join again).
+        let joined = if pieces.iter().any(|p| matches!(p, Arg::Template(_))) {
+            Cow::Owned(args.join("::"))
+        } else {
+            Cow::Borrowed(full)
+        };
         let t = joined.trim();
         let name = args[0].trim();
         let lower = name.to_ascii_lowercase();
