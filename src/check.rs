@@ -152,7 +152,15 @@ pub fn prompt_entry_points(data: &[u8]) -> Result<(), String> {
         return Err("two renders with one seed differ".into());
     }
     let _ = crate::prompt::import_bytes(data);
-    let _ = crate::prompt::normalize_entry("entry", &text);
+    let entry = crate::prompt::normalize_entry("entry", &text);
+    // A world-book entry's text, whatever it holds, ends its block only at
+    // the block's end.
+    let block = crate::prompt::Block::text("lorebook_entry", entry.text).role("system").render();
+    for tag in ["lorebook_entry>", "block>"] {
+        if block.to_ascii_lowercase().matches(&format!("</{tag}")).count() != 1 {
+            return Err(format!("the entry {text:?} closes its block early: {block:?}"));
+        }
+    }
     let migrated = crate::prompt::migrate(&text);
     // Whatever the macros, the migrated template compiles (global writes
     // aside: the sandbox refuses `set_global` by design).

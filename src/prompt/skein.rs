@@ -8,6 +8,7 @@
 
 use super::yaml::to_yaml;
 use serde_json::Value;
+use std::borrow::Cow;
 
 /// One block of a Skein.
 #[derive(Debug, Clone, PartialEq)]
@@ -82,12 +83,49 @@ impl Block {
                 if t.is_empty() { String::new() } else { format!("{t}\n") }
             }
         };
+        let enclosing: Vec<&str> =
+            std::iter::once(self.tag.as_str()).chain(self.wrappers.iter().map(|(tag, ..)| tag.as_str())).collect();
+        let body = guard_close_tags(&body, &enclosing);
         let mut out = format!("<{}{attrs}>\n{body}</{}>", self.tag, self.tag);
         for (tag, attr, value) in self.wrappers.iter().rev() {
             out = format!("<{tag} {attr}=\"{}\">\n{out}\n</{tag}>", escape_attr(value));
         }
         out
     }
+}
+
+/// `text` with every close tag of one of `tags` (`</lorebook_entry>`,
+/// `</Block `, matched as a reader of tags matches them: ASCII case
+/// ignored, the name ending at anything but a name character) written
+/// with `&lt;` instead of `<`, so that a body (a card's text, a
+/// world-book entry) cannot end its block, or a wrapper around it, before
+/// its end. Every other byte is kept.
+fn guard_close_tags<'a>(text: &'a str, tags: &[&str]) -> Cow<'a, str> {
+    let bytes = text.as_bytes();
+    let closes_one = |at: usize| {
+        let rest = &bytes[at + 2..];
+        tags.iter().any(|tag| {
+            rest.len() >= tag.len()
+                && rest[..tag.len()].eq_ignore_ascii_case(tag.as_bytes())
+                && !rest
+                    .get(tag.len())
+                    .is_some_and(|&b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'))
+        })
+    };
+    let mut out = String::new();
+    let mut written = 0;
+    for (at, _) in text.match_indices("</") {
+        if closes_one(at) {
+            out.push_str(&text[written..at]);
+            out.push_str("&lt;");
+            written = at + 1;
+        }
+    }
+    if written == 0 {
+        return Cow::Borrowed(text);
+    }
+    out.push_str(&text[written..]);
+    Cow::Owned(out)
 }
 
 fn escape_attr(v: &str) -> String {
@@ -170,7 +208,10 @@ impl Skein {
                 && b.wrappers.is_empty()
                 && let Body::Text(t) = &b.body
             {
-                out.push_str(&format!("<use_protocol>{}</use_protocol>", t.trim()));
+                out.push_str(&format!(
+                    "<use_protocol>{}</use_protocol>",
+                    guard_close_tags(t.trim(), &["use_protocol"])
+                ));
             } else {
                 out.push_str(&b.render());
             }
@@ -213,5 +254,57 @@ mod tests {
             b.render(),
             "<format type=\"yaml\">\n<world_state id=\"w&quot;1\">\na: 1\n</world_state>\n</format>"
         );
+    }
+
+    /// The block's close tags in `text`: `</NAME` with ASCII case ignored
+    /// and the name ending at a character no tag name holds.
+    fn closes(text: &str, name: &str) -> usize {
+        let lower = text.to_ascii_lowercase();
+        lower
+            .match_indices(&format!("</{name}"))
+            .filter(|(at, m)| {
+                !lower[at + m.len()..].chars().next().is_some_and(|c| c.is_ascii_alphanumeric() || "_-.:".contains(c))
+            })
+            .count()
+    }
+
+    #[test]
+    fn a_body_cannot_close_its_block_early() {
+        let b =
+            Block::text("lorebook_entry", "Ends </lorebook_entry> here </LOREBOOK_ENTRY >, </lorebook_entry_2> stays")
+                .role("system");
+        assert_eq!(
+            b.render(),
+            "<block role=\"system\">\n<lorebook_entry>\nEnds &lt;/lorebook_entry> here &lt;/LOREBOOK_ENTRY >, \
+             </lorebook_entry_2> stays\n</lorebook_entry>\n</block>"
+        );
+        let card = Skein::new().character_card(json!({"description": "a </character_card> b </block>"})).render();
+        assert_eq!(card, "<character_card>\ndescription: a &lt;/character_card> b </block>\n</character_card>\n");
+        let p = Skein::new().use_protocol("x</use_protocol><use_protocol>y").render();
+        assert_eq!(closes(&p, "use_protocol"), 1, "{p}");
+    }
+
+    proptest::proptest! {
+        /// Whatever a text body holds, the rendered block closes each of
+        /// its tags once, at its end, and holds every byte of the body
+        /// (a guarded `<` written `&lt;`).
+        #[test]
+        fn a_block_closes_once(pieces in proptest::collection::vec(proptest::sample::select(vec![
+            "</lorebook_entry>", "</Lorebook_Entry\n>", "</lorebook_entryx>", "</block>", "</BLOCK", "</priority ",
+            "</", "<", "/", ">", "lorebook_entry", " text ", "\n", "\u{3000}", "é",
+        ]), 0..16)) {
+            let body = pieces.concat();
+            let block = Block::text("lorebook_entry", body.clone()).role("system").priority("high");
+            let rendered = block.render();
+            for tag in ["lorebook_entry", "block", "priority"] {
+                proptest::prop_assert_eq!(closes(&rendered, tag), 1, "{}: {:?}", tag, rendered);
+            }
+            let trimmed = body.trim_end();
+            let inner = if trimmed.is_empty() { String::new() } else { format!("{trimmed}\n") };
+            let plain = format!(
+                "<block role=\"system\">\n<priority level=\"high\">\n<lorebook_entry>\n{inner}</lorebook_entry>\n</priority>\n</block>"
+            );
+            proptest::prop_assert_eq!(rendered.replace("&lt;/", "</"), plain);
+        }
     }
 }
