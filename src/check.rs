@@ -170,6 +170,15 @@ pub fn prompt_entry_points(data: &[u8]) -> Result<(), String> {
         return Err(format!("the migration of {text:?} does not compile: {e} ({:?})", migrated.text));
     }
     let rendered = renderer.render(&migrated.text, &vars, &state);
+    // A migration that reports every macro converted renders (a limit
+    // aside: the fuel here is small).
+    if !migrated.text.contains("{% set_global")
+        && migrated.notes.iter().all(|n| n.kind == crate::prompt::NoteKind::Converted)
+        && let Err(e) = &rendered
+        && !matches!(e, crate::prompt::RenderError::Limit(_))
+    {
+        return Err(format!("the migration of {text:?} reports every macro converted but does not render: {e}"));
+    }
     // Text with no macro shows as written (SillyTavern's `{%` is text):
     // only the one trailing newline Jinja drops (`\n`, then `\r`) may go.
     if !text.contains("{{") && !["<USER>", "<BOT>", "<CHAR>"].iter().any(|n| text.contains(n)) {

@@ -32,6 +32,7 @@
 //! | `random(list)` | one item, from a seeded generator ([`Renderer::with_seed`]) |
 //! | `pick(list)` | one item chosen by a hash of the list and the seed: the same list gives the same item |
 //! | `roll('2d6+1')` | dice: `NdM`, `dM`, `+`/`-` constants |
+//! | `addvar(current, value)` | SillyTavern's `addvar`: unset counts as 0, numbers add, a list gets the value, anything else joins as text |
 //! | `time_diff(a, b)` | the time between two RFC 3339 times, in words (`2 hours`) |
 //! | `outlet(name)` | the text of world-info outlet `name` (from the `outlets` variable) |
 //! | `x \| time_format(fmt)` | a time in moment.js tokens (default `LT`: `9:05 PM`) |
@@ -176,6 +177,7 @@ impl Renderer {
             }
             Ok(items[(h % items.len() as u64) as usize].clone())
         });
+        env.add_function("addvar", addvar);
         let dice = Arc::new(Mutex::new(ChaCha8Rng::seed_from_u64(self.seed ^ 0x5eed)));
         env.add_function("roll", move |formula: String| -> Result<i64, Error> {
             roll(&formula, &mut dice.lock().unwrap_or_else(PoisonError::into_inner))
@@ -365,13 +367,23 @@ fn items_of(args: &[Value]) -> Result<Vec<Value>, Error> {
     }
 }
 
-fn roll(formula: &str, rng: &mut ChaCha8Rng) -> Result<i64, Error> {
-    let bad = || Error::new(ErrorKind::InvalidOperation, format!("cannot read dice formula {formula:?} (NdM+K)"));
+/// One term of a dice formula: `NdM` or a constant, with its sign.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Die {
+    Dice { sign: i64, count: u32, sides: u64 },
+    Constant(i64),
+}
+
+/// The terms of a dice formula (`2d6+1`, `d20 - 2`, `-3+d4`; whitespace
+/// and case ignored), or `None` when it is not one: empty, a term that is
+/// neither `NdM` nor a number, no dice or more than 1,000 of them, a die
+/// of no side or more than a million, or a total that could overflow.
+fn dice_terms(formula: &str) -> Option<Vec<Die>> {
     let f: String = formula.chars().filter(|c| !c.is_whitespace()).collect::<String>().to_ascii_lowercase();
-    if f.is_empty() {
-        return Err(bad());
+    if f.is_empty() || f.ends_with(['+', '-']) {
+        return None;
     }
-    let mut total: i64 = 0;
+    let mut terms = Vec::new();
     let mut sign = 1i64;
     for (i, term) in f.split_inclusive(['+', '-']).enumerate() {
         let (body, next) = match term.strip_suffix('+') {
@@ -386,23 +398,100 @@ fn roll(formula: &str, rng: &mut ChaCha8Rng) -> Result<i64, Error> {
                 sign = -1;
                 continue;
             }
-            return Err(bad());
+            return None;
         }
-        let value = match body.split_once('d') {
+        terms.push(match body.split_once('d') {
             Some((n, m)) => {
-                let n: u32 = if n.is_empty() { 1 } else { n.parse().map_err(|_| bad())? };
-                let m: u64 = m.parse().map_err(|_| bad())?;
-                if n == 0 || n > 1000 || m == 0 || m > 1_000_000 {
-                    return Err(bad());
+                let count: u32 = if n.is_empty() { 1 } else { n.parse().ok()? };
+                let sides: u64 = m.parse().ok()?;
+                if count == 0 || count > 1000 || sides == 0 || sides > 1_000_000 {
+                    return None;
                 }
-                (0..n).map(|_| (rng.next_u64() % m) as i64 + 1).sum::<i64>()
+                Die::Dice { sign, count, sides }
             }
-            None => body.parse::<i64>().map_err(|_| bad())?,
-        };
-        total += sign * value;
+            None => Die::Constant(sign.checked_mul(body.parse::<i64>().ok()?)?),
+        });
         sign = next;
     }
+    // The largest total it can roll fits: rolling never overflows.
+    terms
+        .iter()
+        .try_fold(0i64, |bound, term| match *term {
+            Die::Dice { count, sides, .. } => bound.checked_add(i64::from(count).checked_mul(sides.try_into().ok()?)?),
+            Die::Constant(c) => bound.checked_add(c.checked_abs()?),
+        })
+        .map(|_| terms)
+}
+
+/// Whether `roll` reads `formula` (what `spindle prompt migrate` checks
+/// before it converts a `{{roll}}`).
+pub(super) fn is_dice(formula: &str) -> bool {
+    dice_terms(formula).is_some()
+}
+
+/// A value read as a number as JavaScript's `Number()` reads a variable:
+/// a number, or a string holding one (trimmed; empty is 0).
+fn as_number(v: &Value) -> Option<f64> {
+    if v.is_number() {
+        return f64::try_from(v.clone()).ok();
+    }
+    let s = v.as_str()?.trim();
+    if s.is_empty() {
+        return Some(0.0);
+    }
+    s.parse::<f64>().ok().filter(|n| n.is_finite())
+}
+
+/// SillyTavern's `addvar` (and `incvar`/`decvar`, which add 1 and -1), so
+/// that a migrated `{{addvar::x::5}}` does what it did: a variable not set
+/// (or empty, 0, false) counts as 0; a list gets the value appended; two
+/// numbers (or strings holding numbers) add up; anything else is joined as
+/// text.
+fn addvar(current: Value, value: Value) -> Result<Value, Error> {
+    if current.kind() == minijinja::value::ValueKind::Seq {
+        let mut items: Vec<Value> = current.try_iter()?.collect();
+        items.push(value);
+        return Ok(Value::from(items));
+    }
+    // `getvar(name) || 0`: whatever is false (unset, empty, 0) is 0.
+    let current = current.is_true().then_some(current);
+    let number = match &current {
+        Some(c) => as_number(c),
+        None => Some(0.0),
+    };
+    match (number, as_number(&value)) {
+        (Some(a), Some(b)) => {
+            let whole = |n: f64| (n.fract() == 0.0 && n.abs() < 9.0e15).then_some(n as i64);
+            Ok(match (whole(a), whole(b)) {
+                (Some(a), Some(b)) => Value::from(a + b),
+                _ => Value::from(a + b),
+            })
+        }
+        // `String(current || '') + value`.
+        _ => Ok(Value::from(current.map(|c| c.to_string()).unwrap_or_default() + &value.to_string())),
+    }
+}
+
+fn roll(formula: &str, rng: &mut ChaCha8Rng) -> Result<i64, Error> {
+    let bad = || Error::new(ErrorKind::InvalidOperation, format!("cannot read dice formula {formula:?} (NdM+K)"));
+    let terms = dice_terms(formula).ok_or_else(bad)?;
+    let mut total: i64 = 0;
+    for term in terms {
+        let value = match term {
+            Die::Dice { sign, count, sides } => {
+                sign * (0..count).map(|_| (rng.next_u64() % sides) as i64 + 1).sum::<i64>()
+            }
+            Die::Constant(c) => c,
+        };
+        total = total.checked_add(value).ok_or_else(bad)?;
+    }
     Ok(total)
+}
+
+/// Whether `time_diff` reads `s` (what `spindle prompt migrate` checks
+/// before it converts a `{{timeDiff}}`).
+pub(super) fn is_time(s: &str) -> bool {
+    parse_time(s).is_ok()
 }
 
 fn parse_time(s: &str) -> Result<DateTime<FixedOffset>, Error> {
@@ -537,6 +626,39 @@ mod tests {
         let out = render(t).unwrap();
         assert_eq!(out.trim(), "- 灰魂会在任何用户需要的情况下合理的出现在用户所处场景，但不一定会帮助用户");
         assert_eq!(render("{{ state.inventory[0].name }} {{ state.hp }}").unwrap(), "lamp 18");
+    }
+
+    /// SillyTavern's `addvar`: unset is 0, numbers add (numeric strings
+    /// too), lists get the value, anything else joins as text.
+    #[test]
+    fn addvar_adds_as_sillytavern_does() {
+        for (t, want) in [
+            ("{{ addvar(state.missing, 1) }}", "1"),
+            ("{{ addvar(state.hp, -1) }}", "17"),
+            ("{{ addvar('5', 2) }}", "7"),
+            ("{{ addvar(1.5, 1) }}", "2.5"),
+            ("{{ addvar('', 'x') }}", "x"),
+            ("{{ addvar(0, 'x') }}", "x"),
+            ("{{ addvar('log', ' more') }}", "log more"),
+            ("{{ addvar(3, 'x') }}", "3x"),
+            ("{{ addvar([1], 2) }}", "[1, 2]"),
+            ("{{ addvar([], 'a') }}", "['a']"),
+        ] {
+            assert_eq!(render(t).unwrap(), want, "{t}");
+        }
+    }
+
+    #[test]
+    fn dice_formulas_are_read_or_refused() {
+        for ok in ["d6", "2d6+1", " 3D6 - 2 ", "-5+d2", "7", "1000d1000000"] {
+            assert!(is_dice(ok), "{ok}");
+        }
+        for bad in
+            ["", "abc", "d", "2d", "0d6", "1001d6", "d0", "d1000001", "2d6+", "+", "2d6++1", "1d6+9223372036854775807"]
+        {
+            assert!(!is_dice(bad), "{bad}");
+            assert!(render(&format!("{{{{ roll({bad:?}) }}}}")).is_err(), "{bad}");
+        }
     }
 
     #[test]
