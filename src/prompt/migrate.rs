@@ -251,7 +251,6 @@ const RESERVED: &[&str] = &[
     "state_desc",
     // The globals and functions the conversions write: a variable of one
     // of these names would hide it from every macro after it.
-    "addvar",
     "anchor_after",
     "anchor_before",
     "char",
@@ -476,13 +475,13 @@ impl Migrator {
                 "roll" if full.eq_ignore_ascii_case("roll:") => {
                     return self.kept(whole, line, "not a macro in SillyTavern (a roll needs a formula)");
                 }
-                "roll" => return self.roll(arg, whole, line),
+                "roll" => return done(self, expr(&format!("roll({})", lit(arg.trim())))),
                 "reverse" => return done(self, expr(&format!("{} | reverse", lit(arg)))),
                 _ => {}
             }
         }
-        if let Some(arg) = lower.strip_prefix("roll ").map(|_| &t[5..]) {
-            return self.roll(arg, whole, line);
+        if let Some(arg) = lower.strip_prefix("roll ").map(|_| t[5..].trim()) {
+            return done(self, expr(&format!("roll({})", lit(arg))));
         }
         if let Some(fmt) = t.strip_prefix("datetimeformat ") {
             return done(self, expr(&format!("now | date_format({})", lit(fmt.trim()))));
@@ -548,12 +547,6 @@ impl Migrator {
                 line,
                 "a time difference of macro values (read by moment.js in any of its formats) has no Jinja2 equivalent",
             ),
-            ("timediff", 3) if !args[1..].iter().all(|t| super::template::is_time(t)) => {
-                // moment.js shows an unreadable time's difference as this.
-                let to = "Invalid date".to_string();
-                self.note(line, whole, &to, NoteKind::Converted, Some("a time that is not RFC 3339 (or `%Y-%m-%d %H:%M:%S %z`): SillyTavern's moment.js shows `Invalid date`"));
-                to
-            }
             ("timediff", 3) => {
                 done(self, expr(&format!("time_diff({}, {})", lit(args[1].trim()), lit(args[2].trim()))))
             }
@@ -585,14 +578,14 @@ impl Migrator {
                 let name = var(&args, 1);
                 let cur = if self.locals.contains(&name) { ident(&name) } else { format!("state.{}", path(&name)) };
                 self.locals.insert(name.clone());
-                done(self, format!("{{% set {} = addvar({cur}, {}) %}}", ident(&name), value_lit(args[2])))
+                done(self, format!("{{% set {} = {cur} + {} %}}", ident(&name), value_lit(args[2])))
             }
             ("incvar", 2) | ("decvar", 2) => {
                 let name = var(&args, 1);
                 let cur = if self.locals.contains(&name) { ident(&name) } else { format!("state.{}", path(&name)) };
                 self.locals.insert(name.clone());
-                let step = if lower == "incvar" { 1 } else { -1 };
-                done(self, format!("{{% set {} = addvar({cur}, {step}) %}}", ident(&name)))
+                let op = if lower == "incvar" { "+" } else { "-" };
+                done(self, format!("{{% set {} = {cur} {op} 1 %}}", ident(&name)))
             }
             ("getglobalvar", 2) => done(self, expr(&format!("global_state.{}", path(&var(&args, 1))))),
             ("setglobalvar", 3) | ("addglobalvar", 3) | ("incglobalvar", 2) | ("decglobalvar", 2) => {
@@ -600,10 +593,10 @@ impl Migrator {
                 let to = match lower.as_str() {
                     "setglobalvar" => format!("{{% set_global {name} = {} %}}", value_lit(args[2])),
                     "addglobalvar" => {
-                        format!("{{% set_global {name} = addvar(global_state.{name}, {}) %}}", value_lit(args[2]))
+                        format!("{{% set_global {name} = global_state.{name} + {} %}}", value_lit(args[2]))
                     }
-                    "incglobalvar" => format!("{{% set_global {name} = addvar(global_state.{name}, 1) %}}"),
-                    _ => format!("{{% set_global {name} = addvar(global_state.{name}, -1) %}}"),
+                    "incglobalvar" => format!("{{% set_global {name} = global_state.{name} + 1 %}}"),
+                    _ => format!("{{% set_global {name} = global_state.{name} - 1 %}}"),
                 };
                 host(
                     self,
@@ -764,28 +757,6 @@ impl Migrator {
     /// A macro kept as written, with why. The macros inside it are kept
     /// with it: the notes of those converted go (the notes of those kept,
     /// with their reasons, stay).
-    /// `{{roll:FORMULA}}` as SillyTavern reads it: a number alone is the
-    /// sides of one die (`{{roll:20}}` is `1d20`), and a formula it cannot
-    /// read shows nothing, so it becomes nothing, with a note.
-    fn roll(&mut self, formula: &str, whole: &str, line: usize) -> String {
-        let formula = formula.trim();
-        let formula = if !formula.is_empty() && formula.bytes().all(|b| b.is_ascii_digit()) {
-            Cow::Owned(format!("1d{formula}"))
-        } else {
-            Cow::Borrowed(formula)
-        };
-        if super::template::is_dice(&formula) {
-            let to = expr(&format!("roll({})", lit(&formula)));
-            self.note(line, whole, &to, NoteKind::Converted, None);
-            return to;
-        }
-        let why = format!(
-            "{formula:?} is not a dice formula spindle rolls (NdM+K, up to 1,000 dice of up to a million sides); SillyTavern shows nothing for one it cannot read"
-        );
-        self.note(line, whole, "", NoteKind::Converted, Some(&why));
-        String::new()
-    }
-
     fn kept(&mut self, whole: &str, line: usize, why: &str) -> String {
         let (first, mut i) = (self.first_note, 0);
         self.notes.retain(|n| {
@@ -911,7 +882,7 @@ mod tests {
         );
         assert_eq!(
             m.text,
-            "{% set hp = 10 %}{% set hp = addvar(hp, 1) %}{{ hp }} {{ state.gold }} {% if state.gold %}rich{% else %}poor{% endif %}{# note #}"
+            "{% set hp = 10 %}{% set hp = hp + 1 %}{{ hp }} {{ state.gold }} {% if state.gold %}rich{% else %}poor{% endif %}{# note #}"
         );
         let out = Renderer::new().render(&m.text, &json!({}), &json!({"gold": 3})).unwrap();
         assert_eq!(out, "11 3 rich");
@@ -950,19 +921,18 @@ mod tests {
         assert_eq!(r.render(&m.text, &vars, &json!({})).unwrap(), "ab");
     }
 
-    /// `{{roll}}` as SillyTavern reads it: a number alone is one die of
-    /// that many sides; a formula it cannot read shows nothing; `{{roll:}}`
-    /// is no macro. Every conversion renders.
+    /// `{{roll}}` as SillyTavern reads it: the spec's form, whose `roll`
+    /// rolls a number alone as one die and a formula it cannot read as
+    /// nothing; `{{roll:}}` is no macro.
     #[test]
     fn roll_macros_read_as_sillytavern_reads_them() {
         let r = Renderer::new();
         for (st, want, range) in [
-            ("{{roll:20}}", "{{ roll('1d20') }}", 1..=20),
+            ("{{roll:20}}", "{{ roll('20') }}", 1..=20),
             ("{{roll 2d6+1}}", "{{ roll('2d6+1') }}", 3..=13),
             ("{{ROLL : d4-1}}", "{{ roll('d4-1') }}", 0..=3),
-            ("{{roll:abc}}", "", 0..=0),
-            ("{{roll: }}", "", 0..=0),
-            ("{{roll:1000d1000000+9223372036854775807}}", "", 0..=0),
+            ("{{roll:abc}}", "{{ roll('abc') }}", 0..=0),
+            ("{{roll: }}", "{{ roll('') }}", 0..=0),
         ] {
             let m = migrate(st);
             assert_eq!(m.text, want, "{st}");
@@ -1066,7 +1036,7 @@ mod tests {
                 "{{setvar::true::1}}{{true}} {{none}} {{getvar::loop}}",
                 "{% set _true = 1 %}{{ _true }} {{ state.none }} {{ state.loop }}",
             ),
-            ("{{setvar::state::1}}{{incvar::loop}}", "{% set _state = 1 %}{% set _loop = addvar(state.loop, 1) %}"),
+            ("{{setvar::state::1}}{{incvar::loop}}", "{% set _state = 1 %}{% set _loop = state.loop + 1 %}"),
             // Brackets: list indices kept, anything else made a name.
             (
                 "{{getvar::a[1][2].b}} {{getvar::a[}} {{getvar::a[x]}} {{getvar::a[0 %}}",
@@ -1107,10 +1077,12 @@ mod tests {
                 let env = minijinja::Environment::new();
                 let compiled = env.template_from_str(&m.text).map(|_| ());
                 proptest::prop_assert!(compiled.is_ok(), "{st:?} -> {:?}: {compiled:?}", m.text);
-                // And renders, when every macro converted.
+                // And renders, when every macro converted (given the state
+                // it reads: the spec's `state.x + 1` needs an `x`).
                 if m.notes.iter().all(|n| n.kind == NoteKind::Converted) {
                     let shown = Renderer::new().render(&m.text, &serde_json::json!({}), &serde_json::json!({}));
-                    proptest::prop_assert!(shown.is_ok(), "{st:?} -> {:?}: {shown:?}", m.text);
+                    let unset = shown.as_ref().is_err_and(|e| e.to_string().contains("undefined"));
+                    proptest::prop_assert!(shown.is_ok() || unset, "{st:?} -> {:?}: {shown:?}", m.text);
                 }
             }
         }

@@ -31,9 +31,8 @@
 //! |---|---|
 //! | `random(list)` | one item, from a seeded generator ([`Renderer::with_seed`]) |
 //! | `pick(list)` | one item chosen by a hash of the list and the seed: the same list gives the same item |
-//! | `roll('2d6+1')` | dice: `NdM`, `dM`, `+`/`-` constants |
-//! | `addvar(current, value)` | SillyTavern's `addvar`: unset counts as 0, numbers add, a list gets the value, anything else joins as text |
-//! | `time_diff(a, b)` | the time between two RFC 3339 times, in words (`2 hours`) |
+//! | `roll('2d6+1')` | dice: `NdM`, `dM`, `+`/`-` constants; a number alone is one die of that many sides (`roll('20')` is `1d20`), and a formula it cannot read rolls nothing (empty), as in SillyTavern |
+//! | `time_diff(a, b)` | the time between two RFC 3339 times, in words (`2 hours`); `Invalid date` when one cannot be read, as in SillyTavern |
 //! | `outlet(name)` | the text of world-info outlet `name` (from the `outlets` variable) |
 //! | `x \| time_format(fmt)` | a time in moment.js tokens (default `LT`: `9:05 PM`) |
 //! | `x \| date_format(fmt)` | the same, default `LL` (`November 24, 2026`) |
@@ -177,14 +176,16 @@ impl Renderer {
             }
             Ok(items[(h % items.len() as u64) as usize].clone())
         });
-        env.add_function("addvar", addvar);
         let dice = Arc::new(Mutex::new(ChaCha8Rng::seed_from_u64(self.seed ^ 0x5eed)));
-        env.add_function("roll", move |formula: String| -> Result<i64, Error> {
+        env.add_function("roll", move |formula: String| -> Value {
             roll(&formula, &mut dice.lock().unwrap_or_else(PoisonError::into_inner))
         });
-        env.add_function("time_diff", |a: String, b: String| -> Result<String, Error> {
-            let (a, b) = (parse_time(&a)?, parse_time(&b)?);
-            Ok(humanize((a - b).num_seconds().abs()))
+        env.add_function("time_diff", |a: String, b: String| -> String {
+            match (parse_time(&a), parse_time(&b)) {
+                (Ok(a), Ok(b)) => humanize((a - b).num_seconds().abs()),
+                // What SillyTavern's moment.js shows.
+                _ => "Invalid date".into(),
+            }
         });
         env.add_function("outlet", |state: &State<'_, '_>, name: String| -> Value {
             state.lookup("outlets").and_then(|o| o.get_attr(&name).ok()).unwrap_or(Value::from(""))
@@ -394,8 +395,9 @@ fn dice_terms(formula: &str) -> Option<Vec<Die>> {
             },
         };
         if body.is_empty() {
-            if i == 0 && next == -1 {
-                sign = -1;
+            // A sign before the first term.
+            if i == 0 {
+                sign = next;
                 continue;
             }
             return None;
@@ -423,75 +425,27 @@ fn dice_terms(formula: &str) -> Option<Vec<Die>> {
         .map(|_| terms)
 }
 
-/// Whether `roll` reads `formula` (what `spindle prompt migrate` checks
-/// before it converts a `{{roll}}`).
-pub(super) fn is_dice(formula: &str) -> bool {
-    dice_terms(formula).is_some()
-}
-
-/// A value read as a number as JavaScript's `Number()` reads a variable:
-/// a number, or a string holding one (trimmed; empty is 0).
-fn as_number(v: &Value) -> Option<f64> {
-    if v.is_number() {
-        return f64::try_from(v.clone()).ok();
-    }
-    let s = v.as_str()?.trim();
-    if s.is_empty() {
-        return Some(0.0);
-    }
-    s.parse::<f64>().ok().filter(|n| n.is_finite())
-}
-
-/// SillyTavern's `addvar` (and `incvar`/`decvar`, which add 1 and -1), so
-/// that a migrated `{{addvar::x::5}}` does what it did: a variable not set
-/// (or empty, 0, false) counts as 0; a list gets the value appended; two
-/// numbers (or strings holding numbers) add up; anything else is joined as
-/// text.
-fn addvar(current: Value, value: Value) -> Result<Value, Error> {
-    if current.kind() == minijinja::value::ValueKind::Seq {
-        let mut items: Vec<Value> = current.try_iter()?.collect();
-        items.push(value);
-        return Ok(Value::from(items));
-    }
-    // `getvar(name) || 0`: whatever is false (unset, empty, 0) is 0.
-    let current = current.is_true().then_some(current);
-    let number = match &current {
-        Some(c) => as_number(c),
-        None => Some(0.0),
+/// SillyTavern's roll: a number alone is the sides of one die; a formula
+/// it cannot read ([`dice_terms`]) rolls nothing.
+fn roll(formula: &str, rng: &mut ChaCha8Rng) -> Value {
+    let formula = formula.trim();
+    let terms = if !formula.is_empty() && formula.bytes().all(|b| b.is_ascii_digit()) {
+        dice_terms(&format!("1d{formula}"))
+    } else {
+        dice_terms(formula)
     };
-    match (number, as_number(&value)) {
-        (Some(a), Some(b)) => {
-            let whole = |n: f64| (n.fract() == 0.0 && n.abs() < 9.0e15).then_some(n as i64);
-            Ok(match (whole(a), whole(b)) {
-                (Some(a), Some(b)) => Value::from(a + b),
-                _ => Value::from(a + b),
-            })
-        }
-        // `String(current || '') + value`.
-        _ => Ok(Value::from(current.map(|c| c.to_string()).unwrap_or_default() + &value.to_string())),
-    }
-}
-
-fn roll(formula: &str, rng: &mut ChaCha8Rng) -> Result<i64, Error> {
-    let bad = || Error::new(ErrorKind::InvalidOperation, format!("cannot read dice formula {formula:?} (NdM+K)"));
-    let terms = dice_terms(formula).ok_or_else(bad)?;
-    let mut total: i64 = 0;
-    for term in terms {
-        let value = match term {
+    let Some(terms) = terms else { return Value::from("") };
+    // The bound checked in `dice_terms`: the sum cannot overflow.
+    let total: i64 = terms
+        .into_iter()
+        .map(|term| match term {
             Die::Dice { sign, count, sides } => {
                 sign * (0..count).map(|_| (rng.next_u64() % sides) as i64 + 1).sum::<i64>()
             }
             Die::Constant(c) => c,
-        };
-        total = total.checked_add(value).ok_or_else(bad)?;
-    }
-    Ok(total)
-}
-
-/// Whether `time_diff` reads `s` (what `spindle prompt migrate` checks
-/// before it converts a `{{timeDiff}}`).
-pub(super) fn is_time(s: &str) -> bool {
-    parse_time(s).is_ok()
+        })
+        .sum();
+    Value::from(total)
 }
 
 fn parse_time(s: &str) -> Result<DateTime<FixedOffset>, Error> {
@@ -628,37 +582,34 @@ mod tests {
         assert_eq!(render("{{ state.inventory[0].name }} {{ state.hp }}").unwrap(), "lamp 18");
     }
 
-    /// SillyTavern's `addvar`: unset is 0, numbers add (numeric strings
-    /// too), lists get the value, anything else joins as text.
+    /// Dice as SillyTavern rolls them: a formula it cannot read rolls
+    /// nothing, a number alone is one die, no total overflows.
     #[test]
-    fn addvar_adds_as_sillytavern_does() {
-        for (t, want) in [
-            ("{{ addvar(state.missing, 1) }}", "1"),
-            ("{{ addvar(state.hp, -1) }}", "17"),
-            ("{{ addvar('5', 2) }}", "7"),
-            ("{{ addvar(1.5, 1) }}", "2.5"),
-            ("{{ addvar('', 'x') }}", "x"),
-            ("{{ addvar(0, 'x') }}", "x"),
-            ("{{ addvar('log', ' more') }}", "log more"),
-            ("{{ addvar(3, 'x') }}", "3x"),
-            ("{{ addvar([1], 2) }}", "[1, 2]"),
-            ("{{ addvar([], 'a') }}", "['a']"),
-        ] {
-            assert_eq!(render(t).unwrap(), want, "{t}");
-        }
-    }
-
-    #[test]
-    fn dice_formulas_are_read_or_refused() {
-        for ok in ["d6", "2d6+1", " 3D6 - 2 ", "-5+d2", "7", "1000d1000000"] {
-            assert!(is_dice(ok), "{ok}");
-        }
-        for bad in
-            ["", "abc", "d", "2d", "0d6", "1001d6", "d0", "d1000001", "2d6+", "+", "2d6++1", "1d6+9223372036854775807"]
+    fn dice_formulas_are_rolled_or_show_nothing() {
+        for (formula, range) in
+            [("d6", 1..=6), ("2d6+1", 3..=13), (" 3D6 - 2 ", 1..=16), ("-5+d2", -4..=-3), ("20", 1..=20), ("+7", 7..=7)]
         {
-            assert!(!is_dice(bad), "{bad}");
-            assert!(render(&format!("{{{{ roll({bad:?}) }}}}")).is_err(), "{bad}");
+            let n: i64 = render(&format!("{{{{ roll({formula:?}) }}}}")).unwrap().parse().unwrap_or(i64::MIN);
+            assert!(range.contains(&n), "{formula}: {n}");
         }
+        for bad in [
+            "",
+            " ",
+            "abc",
+            "d",
+            "2d",
+            "0d6",
+            "1001d6",
+            "d0",
+            "d1000001",
+            "2d6+",
+            "+",
+            "2d6++1",
+            "1d6+9223372036854775807",
+        ] {
+            assert_eq!(render(&format!("{{{{ roll({bad:?}) }}}}")).unwrap(), "", "{bad}");
+        }
+        assert_eq!(render("{{ time_diff('yesterday', '2026-11-24T10:00:00Z') }}").unwrap(), "Invalid date");
     }
 
     #[test]
