@@ -85,21 +85,36 @@ pub fn sse_split_invariance(selector: u8, input: &[u8]) -> Result<(), String> {
 }
 
 /// Runs every text entry point (lenient JSON, HTML filter, TAM, ACTION and
-/// ATTP readers, state ops) on `text`: none may panic, the HTML filter's
-/// output must hold no executable vector, and the filter must give the same
-/// output at any split, with or without its runs that bypass the rewriter.
+/// ATTP readers, state ops) on `text`: none may panic, strict JSON must
+/// read as `serde_json` reads it, the HTML filter's output must hold no
+/// executable vector and be its own fixed point, and the filter must give
+/// the same output at any split, with or without its runs that bypass the
+/// rewriter.
 ///
 /// # Errors
 ///
 /// A description of the first broken promise.
 pub fn text_entry_points(text: &str) -> Result<(), String> {
-    let _ = crate::payload::json::parse(text);
+    let lenient = crate::payload::json::parse(text);
+    // Strict JSON reads as strict JSON reads it.
+    if let Ok(strict) = serde_json::from_str::<serde_json::Value>(text)
+        && lenient.as_ref().map(|read| &read.value) != Ok(&strict)
+    {
+        return Err(format!("the lenient reader reads the JSON {text:?} as {lenient:?}, not {strict:?}"));
+    }
     let sanitized = crate::payload::html::sanitize(text);
     let lower = sanitized.html.to_ascii_lowercase();
     for bad in ["<script", "<iframe", "javascript:", "expression(", "url("] {
         if lower.contains(bad) {
             return Err(format!("filtered HTML still holds {bad:?}"));
         }
+    }
+    // The filter's output is its own fixed point: filtered again, it is
+    // unchanged (anything the filter would still change is markup it let
+    // through unapproved).
+    let again = crate::payload::html::sanitize(&sanitized.html).html;
+    if again != sanitized.html {
+        return Err(format!("HTML filter: filtering {:?} again changes it to {again:?}", sanitized.html));
     }
     // A split size of 1 to 16 bytes, chosen by the text.
     let chunk = text.len() % 16 + 1;

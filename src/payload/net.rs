@@ -768,7 +768,10 @@ fn whitelisted_tag(tag: &[u8]) -> bool {
         }
         value
     };
-    style_is_safe(raw)
+    // A style that declares nothing (`style=`, `style=";"`) is one the
+    // allowlist removes: it never writes such a tag (only text can hold
+    // one, as the value of a broken tag shown as text).
+    raw.split(';').any(|d| !d.trim().is_empty()) && style_is_safe(raw)
 }
 
 fn is_space(c: char) -> bool {
