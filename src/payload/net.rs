@@ -515,11 +515,14 @@ struct Specials<'a> {
     lt: Option<usize>,
     amp: Option<usize>,
     ends: Option<usize>,
+    /// The last stop, and where the positions before it that need a look
+    /// begin (computed once per stop).
+    look: Option<(usize, usize)>,
 }
 
 impl<'a> Specials<'a> {
     fn new(buf: &'a [u8]) -> Specials<'a> {
-        Specials { buf, lt: None, amp: None, ends: None }
+        Specials { buf, lt: None, amp: None, ends: None, look: None }
     }
 
     /// The first position at or after `from` that needs a look (or one
@@ -547,8 +550,70 @@ impl<'a> Specials<'a> {
             // last character, entity or the end: all of them pass.
             return (lt, lt);
         }
-        (stop.saturating_sub(WINDOW), stop)
+        let window = stop.saturating_sub(WINDOW);
+        let look_from = match self.look {
+            Some((at, from)) if at == stop => from,
+            _ => {
+                let from = if stop == len {
+                    settled_before_end(buf)
+                } else if stop == ends && no_pattern_ends_at(buf, stop) {
+                    stop
+                } else {
+                    window
+                };
+                self.look = Some((stop, from));
+                from
+            }
+        };
+        (look_from.max(window), stop)
     }
+}
+
+/// Whether no pattern can end at `buf[at]` (a `:`, `(` or `=`): the
+/// character before it, past at most [`MAX_IGNORED`] ignorable bytes, is
+/// none that a pattern ending there has last (`t` of `…script:`, `n` or
+/// `l` of `expression(` and `url(`, a word character of `on<word>=`, or
+/// the `;` of a character reference). Then, with no `<` or `&` before it
+/// (the caller's stretch), every position before it passes: a match from
+/// any of them meets that character, or the `:`, `(` or `=`, before its
+/// end, and no pattern holds one of those but as its last character.
+/// ([`Net::run`]'s matcher, position by position, decides the same; a
+/// proptest holds the two together.)
+fn no_pattern_ends_at(buf: &[u8], at: usize) -> bool {
+    let Some(&end) = buf.get(at) else { return false };
+    let mut ignored = 0;
+    for &c in buf[..at].iter().rev() {
+        if ignorable(c) {
+            ignored += 1;
+            if ignored > MAX_IGNORED {
+                return true;
+            }
+            continue;
+        }
+        let c = c.to_ascii_lowercase();
+        let may_end = match end {
+            b':' => c == b't',
+            b'(' => c == b'n' || c == b'l',
+            _ => c.is_ascii_alphanumeric() || c == b'_' || c == b'-',
+        };
+        return !may_end && c != b';';
+    }
+    // Ignorable bytes only: no letter, no pattern.
+    true
+}
+
+/// Where the positions that may still be undecided at the end of `buf`
+/// begin, when no `<`, `&`, `:`, `(` or `=` comes before the end (the
+/// caller's stretch): after the last byte that no pattern's start can
+/// hold before its last character (a letter, a digit, `_`, `-` or an
+/// ignorable byte), looking back at most a [`WINDOW`]. A match from any
+/// position before it meets that byte and passes.
+fn settled_before_end(buf: &[u8]) -> usize {
+    let from = buf.len().saturating_sub(WINDOW);
+    buf[from..]
+        .iter()
+        .rposition(|&c| !(ignorable(c) || c.is_ascii_alphanumeric() || c == b'_' || c == b'-'))
+        .map_or(from, |at| from + at + 1)
 }
 
 /// The first two letters of `on<word>=`, a pattern beside [`PATTERNS`].
@@ -997,6 +1062,32 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
+        /// The stretches the specials skip hold only positions the matcher
+        /// passes: before a `:`, `(` or `=` that no pattern can end at,
+        /// and before the settled end of the input.
+        #[test]
+        fn skipped_positions_pass(
+            bytes in prop::collection::vec(prop::sample::select(b"javscriptexlonuURL(:= \t\n\x0b#;x1_-.,\xe4".to_vec()), 0..90),
+        ) {
+            let text = String::from_utf8_lossy(&bytes);
+            // The first `:`, `(` or `=` (or the end), with no `<` or `&`
+            // before it, as `Specials::next` finds it.
+            let stop = bytes.iter().position(|b| b":(=".contains(b)).unwrap_or(bytes.len());
+            let skipped = if stop == bytes.len() {
+                settled_before_end(&bytes)
+            } else if no_pattern_ends_at(&bytes, stop) {
+                stop
+            } else {
+                0
+            };
+            for i in 0..skipped {
+                if is_candidate(bytes[i]) {
+                    let decision = match_pattern(&bytes, i, false);
+                    prop_assert!(matches!(decision, Decision::Pass), "{text:?} at {i}");
+                }
+            }
+        }
+
         /// The shortcut decides only what the matcher would: wherever it
         /// passes a candidate letter, the matcher (with all the input
         /// there, or more to come) passes it too.
