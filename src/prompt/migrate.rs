@@ -542,14 +542,12 @@ impl Migrator {
             ("isotime", 1) => done(self, expr("now | time_format('HH:mm')")),
             ("isodate", 1) => done(self, expr("now | date_format('YYYY-MM-DD')")),
             ("idle_duration", 1) => done(self, expr("idle_duration")),
-            ("timediff", 3) if pieces[1..].iter().any(|p| matches!(p, Arg::Template(_))) => self.kept(
-                whole,
-                line,
-                "a time difference of macro values (read by moment.js in any of its formats) has no Jinja2 equivalent",
-            ),
-            ("timediff", 3) => {
-                done(self, expr(&format!("time_diff({}, {})", lit(args[1].trim()), lit(args[2].trim()))))
-            }
+            ("timediff", 3) => match (pieces[1].as_expr(), pieces[2].as_expr()) {
+                // A macro as an argument is read as its value (SillyTavern
+                // evaluates it first).
+                (Some(a), Some(b)) => done(self, expr(&format!("time_diff({a}, {b})"))),
+                _ => self.kept(whole, line, "a time argument of text around a macro has no Jinja2 equivalent"),
+            },
             ("getvar", 2) => {
                 let name = var(&args, 1);
                 let to = if self.locals.contains(&name) {
@@ -662,10 +660,10 @@ impl Migrator {
     /// no equivalent (`None`): it could not be read back as one expression.
     fn condition(&self, cond: &str) -> Option<String> {
         let c = cond.trim();
-        if let Some(e) = c.strip_prefix("{{ ").and_then(|c| c.strip_suffix(" }}")) {
+        if c.starts_with("{{ ") {
             // A macro as the condition, converted by `convert` to one
             // expression (not a statement, nor text around it).
-            return (!["{{", "}}", "{%", "%}", "{#", "#}"].iter().any(|s| e.contains(s))).then(|| e.to_string());
+            return one_expr(c).map(str::to_string);
         }
         if matches!(c, "user" | "char") {
             // The host's names (a variable set by that name is `_user`).
@@ -795,6 +793,17 @@ impl Arg<'_> {
         }
     }
 
+    /// The argument as one Jinja2 expression: a string literal of its
+    /// text, or the expression of the one macro it is (`{{lastMessage}}`
+    /// as `history[-1].mes`); `None` for text around a macro, or a macro
+    /// that converted to no expression.
+    fn as_expr(&self) -> Option<Cow<'_, str>> {
+        match self {
+            Arg::Text(s) => Some(Cow::Owned(lit(s.trim()))),
+            Arg::Template(t) => one_expr(t.trim()).map(Cow::Borrowed),
+        }
+    }
+
     /// The argument as template text that shows it.
     fn as_template(&self) -> Cow<'_, str> {
         match self {
@@ -802,6 +811,13 @@ impl Arg<'_> {
             Arg::Template(t) => Cow::Borrowed(t),
         }
     }
+}
+
+/// The expression of template text that is one `{{ expression }}` and
+/// nothing else (what `convert` writes for a macro with a value).
+fn one_expr(t: &str) -> Option<&str> {
+    let e = t.strip_prefix("{{ ")?.strip_suffix(" }}")?;
+    (!["{{", "}}", "{%", "%}", "{#", "#}"].iter().any(|s| e.contains(s))).then_some(e)
 }
 
 /// `s` split at each `::` outside nested macros, with the offset of each
