@@ -308,6 +308,16 @@ fn helper_scope<'a>(helper: &'a str, prefix: &str) -> Option<&'a str> {
     matches!(scope, "message" | "chat" | "character" | "preset" | "global").then_some(scope)
 }
 
+/// A variable's value as an expression: a number or a string literal
+/// ([`value_lit`]) of text, the expression of one macro; `None` for text
+/// around a macro.
+fn value_expr<'a>(arg: &'a Arg<'_>) -> Option<Cow<'a, str>> {
+    match arg {
+        Arg::Text(s) => Some(Cow::Owned(value_lit(s))),
+        Arg::Template(_) => arg.as_expr(),
+    }
+}
+
 fn list(items: &[&str]) -> String {
     format!("[{}]", items.iter().map(|s| lit(s.trim())).collect::<Vec<_>>().join(", "))
 }
@@ -464,11 +474,21 @@ impl Migrator {
         if t == "else" {
             return self.else_branch(whole, line);
         }
+        // A macro inside an argument of these forms is written into their
+        // text: a literal would show its template text.
+        let nested = pieces.iter().any(|p| matches!(p, Arg::Template(_)));
+        let nested_kept = |m: &mut Migrator| {
+            m.kept(whole, line, "a macro inside this macro's argument has no Jinja2 equivalent here")
+        };
         // `name:arg` forms (single colon).
         if let Some((head, arg)) = t.split_once(':')
             && !t.contains("::")
         {
-            match head.trim().to_ascii_lowercase().as_str() {
+            let head = head.trim().to_ascii_lowercase();
+            if nested && matches!(head.as_str(), "random" | "roll" | "reverse") {
+                return nested_kept(self);
+            }
+            match head.as_str() {
                 "random" => return done(self, expr(&format!("random({})", list(&arg.split(',').collect::<Vec<_>>())))),
                 // SillyTavern's `{{roll:}}` is no macro (its formula needs a
                 // character): text.
@@ -481,9 +501,15 @@ impl Migrator {
             }
         }
         if let Some(arg) = lower.strip_prefix("roll ").map(|_| t[5..].trim()) {
+            if nested {
+                return nested_kept(self);
+            }
             return done(self, expr(&format!("roll({})", lit(arg))));
         }
         if let Some(fmt) = t.strip_prefix("datetimeformat ") {
+            if nested {
+                return nested_kept(self);
+            }
             return done(self, expr(&format!("now | date_format({})", lit(fmt.trim()))));
         }
         if let Some(word) = t.strip_prefix("banned ") {
@@ -575,8 +601,9 @@ impl Migrator {
             ("addvar", 3) => {
                 let name = var(&args, 1);
                 let cur = if self.locals.contains(&name) { ident(&name) } else { format!("state.{}", path(&name)) };
+                let Some(value) = value_expr(&pieces[2]) else { return nested_kept(self) };
                 self.locals.insert(name.clone());
-                done(self, format!("{{% set {} = {cur} + {} %}}", ident(&name), value_lit(args[2])))
+                done(self, format!("{{% set {} = {cur} + {value} %}}", ident(&name)))
             }
             ("incvar", 2) | ("decvar", 2) => {
                 let name = var(&args, 1);
@@ -588,11 +615,14 @@ impl Migrator {
             ("getglobalvar", 2) => done(self, expr(&format!("global_state.{}", path(&var(&args, 1))))),
             ("setglobalvar", 3) | ("addglobalvar", 3) | ("incglobalvar", 2) | ("decglobalvar", 2) => {
                 let name = path(&var(&args, 1));
+                let value = match pieces.get(2).map(value_expr) {
+                    Some(None) => return nested_kept(self),
+                    Some(Some(value)) => value,
+                    None => Cow::Borrowed(""),
+                };
                 let to = match lower.as_str() {
-                    "setglobalvar" => format!("{{% set_global {name} = {} %}}", value_lit(args[2])),
-                    "addglobalvar" => {
-                        format!("{{% set_global {name} = global_state.{name} + {} %}}", value_lit(args[2]))
-                    }
+                    "setglobalvar" => format!("{{% set_global {name} = {value} %}}"),
+                    "addglobalvar" => format!("{{% set_global {name} = global_state.{name} + {value} %}}"),
                     "incglobalvar" => format!("{{% set_global {name} = global_state.{name} + 1 %}}"),
                     _ => format!("{{% set_global {name} = global_state.{name} - 1 %}}"),
                 };
@@ -605,14 +635,21 @@ impl Migrator {
             ("newline", 1) => done(self, expr("'\\n'")),
             ("trim", 1) => done(self, expr("content | trim")),
             ("noop", 1) => done(self, "{# no-op #}".into()),
-            ("random", n) if n > 1 => done(self, expr(&format!("random({})", list(&args[1..])))),
-            ("pick", n) if n > 1 => done(self, expr(&format!("pick({})", list(&args[1..])))),
+            ("random", n) | ("pick", n) if n > 1 => {
+                let Some(items) = pieces[1..].iter().map(Arg::as_expr).collect::<Option<Vec<_>>>() else {
+                    return nested_kept(self);
+                };
+                done(self, expr(&format!("{lower}([{}])", items.join(", "))))
+            }
             ("ismobile", 1) => done(self, expr("is_mobile")),
-            ("outlet", 2) => host(
-                self,
-                expr(&format!("outlet({})", lit(args[1].trim()))),
-                "the outlet's text comes from the host's world info (the `outlets` variable)",
-            ),
+            ("outlet", 2) => match pieces[1].as_expr() {
+                Some(name) => host(
+                    self,
+                    expr(&format!("outlet({name})")),
+                    "the outlet's text comes from the host's world info (the `outlets` variable)",
+                ),
+                None => nested_kept(self),
+            },
             ("maxprompt", 1) => done(self, expr("config.max_context")),
             ("pipe", 1) => host(self, expr("pipe_result"), "slash-command pipes are the host's"),
             ("anchorbefore", 1) => done(self, expr("anchor_before")),
@@ -935,6 +972,36 @@ mod tests {
         // A comment's text cannot end the comment early.
         let m = migrate("a{{// x #}{% if y %} }}b");
         assert_eq!(r.render(&m.text, &vars, &json!({})).unwrap(), "ab");
+    }
+
+    /// A macro as an argument is read as its value (SillyTavern evaluates
+    /// it first), never written into a string literal as template text;
+    /// text around a macro in an argument that needs one value is kept.
+    #[test]
+    fn macros_in_arguments_are_values() {
+        let vars = serde_json::json!({"user": "Ann", "char": "Bo"});
+        let r = Renderer::new();
+        for (st, want, shown) in [
+            ("{{random::{{user}}::{{user}}}}", "{{ random([user, user]) }}", "Ann"),
+            ("{{pick::{{char}}::{{char}}}}", "{{ pick([char, char]) }}", "Bo"),
+            ("{{outlet::{{user}}}}", "{{ outlet(user) }}", ""),
+            (
+                "{{timeDiff::{{lastMessage}}::2026-01-01T00:00:00Z}}",
+                "{{ time_diff(history[-1].content, '2026-01-01T00:00:00Z') }}",
+                "Invalid date",
+            ),
+            ("{{reverse:{{user}}}}", "{% raw %}{{reverse:{{user}}}}{% endraw %}", "{{reverse:{{user}}}}"),
+            ("{{random:{{user}},b}}", "{% raw %}{{random:{{user}},b}}{% endraw %}", "{{random:{{user}},b}}"),
+            (
+                "{{random::a {{user}}::b}}",
+                "{% raw %}{{random::a {{user}}::b}}{% endraw %}",
+                "{{random::a {{user}}::b}}",
+            ),
+        ] {
+            let m = migrate(st);
+            assert_eq!(m.text, want, "{st}");
+            assert_eq!(r.render(&m.text, &vars, &serde_json::json!({})).unwrap(), shown, "{st}");
+        }
     }
 
     /// `{{roll}}` as SillyTavern reads it: the spec's form, whose `roll`
