@@ -594,7 +594,7 @@ fn no_pattern_ends_at(buf: &[u8], at: usize) -> bool {
         let may_end = match end {
             b':' => c == b't',
             b'(' => c == b'n' || c == b'l',
-            _ => c.is_ascii_alphanumeric() || c == b'_' || c == b'-',
+            _ => is_word(c),
         };
         return !may_end && c != b';';
     }
@@ -610,10 +610,7 @@ fn no_pattern_ends_at(buf: &[u8], at: usize) -> bool {
 /// position before it meets that byte and passes.
 fn settled_before_end(buf: &[u8]) -> usize {
     let from = buf.len().saturating_sub(WINDOW);
-    buf[from..]
-        .iter()
-        .rposition(|&c| !(ignorable(c) || c.is_ascii_alphanumeric() || c == b'_' || c == b'-'))
-        .map_or(from, |at| from + at + 1)
+    buf[from..].iter().rposition(|&c| !(ignorable(c) || is_word(c))).map_or(from, |at| from + at + 1)
 }
 
 /// The first two letters of `on<word>=`, a pattern beside [`PATTERNS`].
@@ -940,6 +937,12 @@ fn entity(buf: &[u8], last: bool) -> Option<Option<(u8, usize)>> {
     Some(Some((c, name_len + 2)))
 }
 
+/// A character of the word in `on<word>=` (every letter of the other
+/// patterns is one too).
+fn is_word(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_' || c == b'-'
+}
+
 /// Characters browsers skip inside a URL scheme (and that the net skips
 /// inside a pattern).
 fn ignorable(c: u8) -> bool {
@@ -1024,7 +1027,7 @@ fn match_on_handler(buf: &[u8], pos: usize, last: bool) -> Decision {
     loop {
         match unit(buf, q, last) {
             Unit::NeedMore => return Decision::NeedMore,
-            Unit::Char(c, len) if c.is_ascii_alphanumeric() || c == b'_' || c == b'-' => {
+            Unit::Char(c, len) if is_word(c) => {
                 word += 1;
                 if word > 40 {
                     return Decision::Pass;

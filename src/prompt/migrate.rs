@@ -445,11 +445,9 @@ impl Migrator {
         let args: Vec<&str> = pieces.iter().map(Arg::as_str).collect();
         // The whole macro, its arguments converted, trimmed: the text as
         // written when no argument held a macro (nothing to join again).
-        let joined = if pieces.iter().any(|p| matches!(p, Arg::Template(_))) {
-            Cow::Owned(args.join("::"))
-        } else {
-            Cow::Borrowed(full)
-        };
+        // Whether an argument holds a macro.
+        let nested = pieces.iter().any(|p| matches!(p, Arg::Template(_)));
+        let joined = if nested { Cow::Owned(args.join("::")) } else { Cow::Borrowed(full) };
         let t = joined.trim();
         let name = args[0].trim();
         let lower = name.to_ascii_lowercase();
@@ -476,7 +474,6 @@ impl Migrator {
         }
         // A macro inside an argument of these forms is written into their
         // text: a literal would show its template text.
-        let nested = pieces.iter().any(|p| matches!(p, Arg::Template(_)));
         let nested_kept = |m: &mut Migrator| {
             m.kept(whole, line, "a macro inside this macro's argument has no Jinja2 equivalent here")
         };
