@@ -8,6 +8,11 @@
 //! * `naive/*`: what applications do today, re-running a tag regex over the
 //!   whole accumulated text on every delta, vs spindle on the same deltas;
 //! * `corpus/memchr`: a plain byte scan of the same bytes (the limit);
+//! * `prose/*`: the same three on the prose-heavy transcripts of the corpus
+//!   alone (`long-rp-*`: long role-play responses, mostly narration with a
+//!   thought, a status bar and variable updates), the shape of most real
+//!   output; most of `corpus/` is short protocol cases (calls, repairs,
+//!   payload edge cases), an element every few dozen bytes;
 //! * `dense/*`: markup-dense output (an element every ~160 bytes: status
 //!   bars, choices, variable updates between short content), whole and at
 //!   4 bytes; divide the time by the element count for the cost per element;
@@ -44,11 +49,20 @@ use spindle::{Parser, Registry};
 use std::hint::black_box;
 use std::sync::Arc;
 
+/// Every transcript of `corpora/`, with the registry its name asks for.
 fn corpus() -> Vec<(Arc<Registry>, Vec<u8>)> {
+    corpus_matching(|_| true)
+}
+
+/// The transcripts of `corpora/` whose file name `keep` accepts.
+fn corpus_matching(keep: impl Fn(&str) -> bool) -> Vec<(Arc<Registry>, Vec<u8>)> {
     common::transcripts()
         .into_iter()
         .filter_map(|p| {
             let name = p.file_name()?.to_str()?.to_string();
+            if !keep(&name) {
+                return None;
+            }
             let profile = Registry::profile_for_file_name(&name).unwrap_or("filament");
             Some((Arc::new(Registry::profile(profile)?), std::fs::read(&p).ok()?))
         })
@@ -71,6 +85,26 @@ fn bench_corpus(c: &mut Criterion) {
     let files = corpus();
     let total: usize = files.iter().map(|(_, b)| b.len()).sum();
     let mut g = c.benchmark_group("corpus");
+    g.throughput(Throughput::Bytes(total as u64));
+    g.bench_function("whole", |b| {
+        b.iter(|| files.iter().map(|(r, input)| parse(r, black_box(input), input.len().max(1))).sum::<usize>())
+    });
+    g.bench_function("chunk4", |b| {
+        b.iter(|| files.iter().map(|(r, input)| parse(r, black_box(input), 4)).sum::<usize>())
+    });
+    g.bench_function("memchr", |b| {
+        b.iter(|| files.iter().map(|(_, input)| memchr::memchr_iter(b'<', black_box(input)).count()).sum::<usize>())
+    });
+    g.finish();
+}
+
+/// The prose-heavy transcripts of the corpus (`long-rp-*`), whole, at 4
+/// bytes, and a plain `memchr` scan of the same bytes.
+fn bench_prose(c: &mut Criterion) {
+    let files = corpus_matching(|name| name.starts_with("long-rp-"));
+    assert!(!files.is_empty(), "no long-rp-* transcript in corpora/");
+    let total: usize = files.iter().map(|(_, b)| b.len()).sum();
+    let mut g = c.benchmark_group("prose");
     g.throughput(Throughput::Bytes(total as u64));
     g.bench_function("whole", |b| {
         b.iter(|| files.iter().map(|(r, input)| parse(r, black_box(input), input.len().max(1))).sum::<usize>())
@@ -266,6 +300,7 @@ fn bench_naive(c: &mut Criterion) {
 criterion_group!(
     benches,
     bench_corpus,
+    bench_prose,
     bench_dense,
     bench_kinds,
     bench_hostile,
