@@ -82,29 +82,21 @@ fn parse(registry: &Arc<Registry>, input: &[u8], chunk: usize) -> usize {
 }
 
 fn bench_corpus(c: &mut Criterion) {
-    let files = corpus();
-    let total: usize = files.iter().map(|(_, b)| b.len()).sum();
-    let mut g = c.benchmark_group("corpus");
-    g.throughput(Throughput::Bytes(total as u64));
-    g.bench_function("whole", |b| {
-        b.iter(|| files.iter().map(|(r, input)| parse(r, black_box(input), input.len().max(1))).sum::<usize>())
-    });
-    g.bench_function("chunk4", |b| {
-        b.iter(|| files.iter().map(|(r, input)| parse(r, black_box(input), 4)).sum::<usize>())
-    });
-    g.bench_function("memchr", |b| {
-        b.iter(|| files.iter().map(|(_, input)| memchr::memchr_iter(b'<', black_box(input)).count()).sum::<usize>())
-    });
-    g.finish();
+    bench_transcripts(c, "corpus", &corpus());
 }
 
-/// The prose-heavy transcripts of the corpus (`long-rp-*`), whole, at 4
-/// bytes, and a plain `memchr` scan of the same bytes.
+/// The prose-heavy transcripts of the corpus (`long-rp-*`).
 fn bench_prose(c: &mut Criterion) {
     let files = corpus_matching(|name| name.starts_with("long-rp-"));
     assert!(!files.is_empty(), "no long-rp-* transcript in corpora/");
+    bench_transcripts(c, "prose", &files);
+}
+
+/// One group over `files`: each parsed whole and at 4 bytes, and a plain
+/// `memchr` scan of the same bytes (the limit).
+fn bench_transcripts(c: &mut Criterion, group: &str, files: &[(Arc<Registry>, Vec<u8>)]) {
     let total: usize = files.iter().map(|(_, b)| b.len()).sum();
-    let mut g = c.benchmark_group("prose");
+    let mut g = c.benchmark_group(group);
     g.throughput(Throughput::Bytes(total as u64));
     g.bench_function("whole", |b| {
         b.iter(|| files.iter().map(|(r, input)| parse(r, black_box(input), input.len().max(1))).sum::<usize>())
