@@ -805,10 +805,13 @@ impl Migrator {
     }
 }
 
+/// Whether `s` is a name as written: Unicode XID (what Jinja2 and
+/// [`name_chars`] accept), so that a name read as an identifier is the
+/// name the converted template uses, never one with characters replaced.
 fn is_identifier(s: &str) -> bool {
-    !s.is_empty()
-        && s.chars().next().is_some_and(|c| c.is_alphabetic() || c == '_')
-        && s.chars().all(|c| c.is_alphanumeric() || c == '_')
+    let mut chars = s.chars();
+    chars.next().is_some_and(|c| c == '_' || unicode_ident::is_xid_start(c))
+        && chars.all(|c| c == '_' || unicode_ident::is_xid_continue(c))
 }
 
 /// One argument of a macro (between its `::`).
@@ -1143,6 +1146,24 @@ mod tests {
             let out = Renderer::new().render(&m.text, &json!({}), &json!({"loop": 1, "a": [0, [1, 2, {"b": 3}]]}));
             assert!(out.is_ok(), "{st} -> {}: {out:?}", m.text);
         }
+    }
+
+    /// A name read as an identifier is used as written: `name_chars`
+    /// changes none of its characters. A name Jinja2 could not write as
+    /// one (`a²`, not Unicode XID) is not read as a state variable under
+    /// another name (`state.a_`, shared with `a³`): it is kept.
+    #[test]
+    fn identifiers_keep_their_names() {
+        for name in ["x", "_x", "好感度", "hp2", "Ünïcode", "a_b"] {
+            assert!(is_identifier(name), "{name}");
+            assert_eq!(name_chars(name), name);
+        }
+        for name in ["a²", "a³", "2x", "a-b", "a b", ""] {
+            assert!(!is_identifier(name), "{name}");
+        }
+        let m = migrate("{{a²}} {{a³}} {{好感度}}");
+        assert!(m.text.contains("{{a²}}") && m.text.contains("{{a³}}"), "{}", m.text);
+        assert!(m.text.contains("{{ state.好感度 }}"), "{}", m.text);
     }
 
     proptest::proptest! {
