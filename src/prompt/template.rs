@@ -32,7 +32,7 @@
 //! | `random(list)` | one item, from a seeded generator ([`Renderer::with_seed`]) |
 //! | `pick(list)` | one item chosen by a hash of the list and the seed: the same list gives the same item |
 //! | `roll('2d6+1')` | dice: `NdM`, `dM`, `+`/`-` constants; a number alone is one die of that many sides (`roll('20')` is `1d20`), and a formula it cannot read rolls nothing (empty), as in SillyTavern |
-//! | `time_diff(a, b)` | the time between two RFC 3339 times, in words (`2 hours`); `Invalid date` when one cannot be read, as in SillyTavern |
+//! | `time_diff(a, b)` | the time between two times (RFC 3339, ISO 8601 without an offset read as UTC, or `November 24, 2026` as `{{date}}` shows it), in words (`2 hours`); `Invalid date` when one cannot be read, as in SillyTavern |
 //! | `outlet(name)` | the text of world-info outlet `name` (from the `outlets` variable) |
 //! | `x \| time_format(fmt)` | a time in moment.js tokens (default `LT`: `9:05 PM`) |
 //! | `x \| date_format(fmt)` | the same, default `LL` (`November 24, 2026`) |
@@ -45,7 +45,7 @@
 //! `default`, …) are there too.
 
 use super::yaml::to_yaml;
-use chrono::{DateTime, Datelike, FixedOffset, Timelike};
+use chrono::{DateTime, Datelike, FixedOffset, NaiveDate, NaiveDateTime, Timelike};
 use minijinja::value::{Rest, Value};
 use minijinja::{Environment, Error, ErrorKind, State};
 use rand_chacha::ChaCha8Rng;
@@ -448,10 +448,37 @@ fn roll(formula: &str, rng: &mut ChaCha8Rng) -> Value {
     Value::from(total)
 }
 
+/// Times without an offset [`parse_time`] reads (read as UTC), most
+/// specific first: ISO 8601 as SillyTavern hosts write it, and what the
+/// migrated `{{date}}` / `{{time}}` macros show (`date_format('LL')`,
+/// `'LLL'`), so that `time_diff` of a shown date reads it again, as
+/// moment.js does in SillyTavern.
+const NAIVE_TIMES: &[&str] =
+    &["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M", "%B %d, %Y %I:%M %p"];
+
+/// Dates without a time [`parse_time`] reads (midnight UTC).
+const NAIVE_DATES: &[&str] = &["%Y-%m-%d", "%B %d, %Y"];
+
+/// A time as written: RFC 3339, `%Y-%m-%d %H:%M:%S %z`, or one of
+/// [`NAIVE_TIMES`] or [`NAIVE_DATES`], read as UTC (the host's zone is not
+/// known; both sides of a difference read alike).
 fn parse_time(s: &str) -> Result<DateTime<FixedOffset>, Error> {
-    DateTime::parse_from_rfc3339(s.trim())
-        .or_else(|_| DateTime::parse_from_str(s.trim(), "%Y-%m-%d %H:%M:%S %z"))
-        .map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("cannot read time {s:?} (RFC 3339): {e}")))
+    let t = s.trim();
+    let offset = DateTime::parse_from_rfc3339(t).or_else(|_| DateTime::parse_from_str(t, "%Y-%m-%d %H:%M:%S %z"));
+    let naive = || {
+        NAIVE_TIMES.iter().find_map(|f| NaiveDateTime::parse_from_str(t, f).ok()).or_else(|| {
+            NAIVE_DATES.iter().find_map(|f| NaiveDate::parse_from_str(t, f).ok()).and_then(|d| d.and_hms_opt(0, 0, 0))
+        })
+    };
+    match offset {
+        Ok(time) => Ok(time),
+        Err(e) => naive().map(|n| n.and_utc().fixed_offset()).ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidOperation,
+                format!("cannot read time {s:?} (RFC 3339, ISO 8601 without an offset, or `November 24, 2026`): {e}"),
+            )
+        }),
+    }
 }
 
 /// moment.js-style `humanize` of a duration in seconds.
@@ -629,6 +656,12 @@ mod tests {
         assert_eq!(render("{{ now | date_format('YYYY-MM-DD') }}").unwrap(), "2026-11-24");
         assert_eq!(render("{{ now | utc_offset(8) | time_format('HH:mm') }}").unwrap(), "05:05");
         assert_eq!(render("{{ time_diff('2026-11-24T21:00:00Z', '2026-11-24T19:00:00Z') }}").unwrap(), "2 hours");
+        // What the migrated `{{date}}` shows is read again, and ISO 8601
+        // without an offset (as UTC), as moment.js reads them.
+        assert_eq!(render("{{ time_diff(now | date_format('LL'), '2026-11-20') }}").unwrap(), "4 days");
+        assert_eq!(render("{{ time_diff('2026-11-24 21:00', '2026-11-24T19:00:00') }}").unwrap(), "2 hours");
+        assert_eq!(render("{{ time_diff('November 24, 2026 9:05 PM', now) }}").unwrap(), "a few seconds");
+        assert_eq!(render("{{ time_diff('November 31, 2026', now) }}").unwrap(), "Invalid date");
         assert_eq!(render("{{ state | to_yaml }}").unwrap(), "hp: 18\ninventory:\n  - name: lamp");
         assert_eq!(
             render("{{ [{'name': 'a'}, {'name': 'b', 'muted': true}, 'c'] | filter_not_muted }}").unwrap(),
