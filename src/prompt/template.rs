@@ -449,14 +449,15 @@ fn roll(formula: &str, rng: &mut ChaCha8Rng) -> Value {
 }
 
 /// Times without an offset [`parse_time`] reads (read as UTC), most
-/// specific first: ISO 8601 as SillyTavern hosts write it, and what the
-/// migrated `{{date}}` / `{{time}}` macros show (`date_format('LL')`,
-/// `'LLL'`), so that `time_diff` of a shown date reads it again, as
-/// moment.js does in SillyTavern.
+/// specific first: ISO 8601 as SillyTavern hosts write it, and moment.js's
+/// `LLL` (`November 24, 2026 9:05 PM`), so that a shown date and time is
+/// read again, as moment.js reads it in SillyTavern. A time alone (`{{time}}`:
+/// `9:05 PM`) is no point in time, there or here.
 const NAIVE_TIMES: &[&str] =
     &["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M", "%B %d, %Y %I:%M %p"];
 
-/// Dates without a time [`parse_time`] reads (midnight UTC).
+/// Dates without a time [`parse_time`] reads (midnight UTC): ISO 8601 and
+/// what the migrated `{{date}}` shows (`date_format('LL')`).
 const NAIVE_DATES: &[&str] = &["%Y-%m-%d", "%B %d, %Y"];
 
 /// A time as written: RFC 3339, `%Y-%m-%d %H:%M:%S %z`, or one of
