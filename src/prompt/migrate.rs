@@ -221,11 +221,7 @@ fn name_chars(name: &str) -> String {
         .trim()
         .chars()
         .enumerate()
-        .map(|(i, c)| {
-            let fits =
-                c == '_' || if i == 0 { unicode_ident::is_xid_start(c) } else { unicode_ident::is_xid_continue(c) };
-            if fits || c.is_ascii_digit() { c } else { '_' }
-        })
+        .map(|(i, c)| if is_name_char(c, i == 0) || c.is_ascii_digit() { c } else { '_' })
         .collect();
     if out.is_empty() || out.starts_with(|c: char| c.is_ascii_digit()) {
         out.insert(0, '_');
@@ -810,8 +806,14 @@ impl Migrator {
 /// name the converted template uses, never one with characters replaced.
 fn is_identifier(s: &str) -> bool {
     let mut chars = s.chars();
-    chars.next().is_some_and(|c| c == '_' || unicode_ident::is_xid_start(c))
-        && chars.all(|c| c == '_' || unicode_ident::is_xid_continue(c))
+    chars.next().is_some_and(|c| is_name_char(c, true)) && chars.all(|c| is_name_char(c, false))
+}
+
+/// Whether Jinja2 takes `c` in a name (Unicode XID, and `_`), as its first
+/// character or a later one: the one rule [`name_chars`] and
+/// [`is_identifier`] share.
+fn is_name_char(c: char, first: bool) -> bool {
+    c == '_' || if first { unicode_ident::is_xid_start(c) } else { unicode_ident::is_xid_continue(c) }
 }
 
 /// One argument of a macro (between its `::`).
