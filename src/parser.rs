@@ -181,11 +181,13 @@ impl Parser {
             if tail.is_empty() {
                 break;
             }
-            self.stage.process(self.machine.events(), out);
+            let (events, tags) = self.machine.events();
+            self.stage.process(events, tags, out);
             each(out)?;
             rest = tail;
         }
-        self.stage.process(self.machine.drain(), out);
+        let (events, tags) = self.machine.drain();
+        self.stage.process(events, tags, out);
         each(out)
     }
 
@@ -205,7 +207,10 @@ impl Parser {
         self.scanner.finish(&mut self.machine);
         self.machine.finish(self.scanner.offset());
         let mut out = Vec::new();
-        self.stage.process(self.machine.drain(), &mut out);
+        let (events, tags) = self.machine.drain();
+        self.stage.process(events, tags, &mut out);
+        // Every element ended with its events: the stage took every tag.
+        debug_assert!(tags.is_empty(), "tags the stage never took: {tags:?}");
         let rest = self.machine.take_rewrite();
         (out, rest)
     }

@@ -186,6 +186,9 @@ pub(crate) struct Machine {
     lead: LeadCheck,
     next_id: u32,
     events: Vec<Event>,
+    /// The tag of each element as the machine decided it, for the payload
+    /// stage (see [`TagLog`]).
+    tags: TagLog,
     text_target: TextTarget,
     text_buf: Vec<u8>,
     /// The whitespace after a held close (`State::CloseHeld`), kept with
@@ -238,6 +241,7 @@ impl Machine {
             lead: LeadCheck::Settled,
             next_id: 0,
             events: Vec::new(),
+            tags: TagLog::default(),
             text_target: TextTarget::None,
             text_buf: Vec::new(),
             held_space: Vec::new(),
@@ -274,16 +278,16 @@ impl Machine {
     /// The events produced so far, for the caller to drain. Text that may
     /// still continue in the next chunk (an unfinished UTF-8 character)
     /// stays.
-    pub(crate) fn drain(&mut self) -> &mut Vec<Event> {
+    pub(crate) fn drain(&mut self) -> (&mut Vec<Event>, &mut TagLog) {
         self.flush_text(false);
-        &mut self.events
+        (&mut self.events, &mut self.tags)
     }
 
     /// The events so far, keeping pending text for the next delta (between
     /// pieces of one chunk, so a chunk gives the same deltas however it is
     /// cut).
-    pub(crate) fn events(&mut self) -> &mut Vec<Event> {
-        &mut self.events
+    pub(crate) fn events(&mut self) -> (&mut Vec<Event>, &mut TagLog) {
+        (&mut self.events, &mut self.tags)
     }
 
     /// Bytes held for pending decisions, for memory accounting in tests.
@@ -493,6 +497,7 @@ impl Machine {
             synthetic,
             at,
         }));
+        self.tags.push(id, tag);
         // Room for a short body at once (most elements of markup-dense
         // output are under 64 bytes) instead of growing 8, 16, 32, 64.
         let text = Vec::with_capacity(64);
@@ -1230,6 +1235,7 @@ impl Machine {
             r.resolve(if spec.bare { None } else { Some(spec.spelling.as_str()) });
         }
         self.repair(RepairKind::Reclassified, Some(tag), at, Some(el.id), None, Some(from));
+        self.tags.push(el.id, tag);
     }
 
     /// Decides the implicit lead: `None` keeps the lead tag, `Some(tag)`
@@ -1291,6 +1297,7 @@ impl Machine {
                             _ => {}
                         }
                     }
+                    self.tags.push(id, t);
                     self.events.push(Event::Repair(Box::new(Repair {
                         kind: RepairKind::Reclassified,
                         tag: Some(name),
@@ -1528,6 +1535,39 @@ impl Machine {
         if let Some(end) = end {
             self.watch_block_end(end);
         }
+    }
+}
+
+/// The tag of each element as the machine decided it, in the order it
+/// decided: one entry with each `open` event, and one with each
+/// `reclassified` repair. The payload stage takes an element's entries as
+/// those events reach it ([`TagLog::take`]), so that it never looks a tag
+/// up again by name (DESIGN §4: the tag identity is the machine's). An
+/// entry lives from the machine's decision until the stage reads the event
+/// that announced it: a few at a time, more only while the lead's events
+/// wait in its queue.
+#[derive(Debug, Default)]
+pub(crate) struct TagLog(Vec<(u32, TagId)>);
+
+impl TagLog {
+    fn push(&mut self, id: u32, tag: TagId) {
+        self.0.push((id, tag));
+    }
+
+    /// The oldest entry of element `id`, removed.
+    pub(crate) fn take(&mut self, id: u32) -> Option<TagId> {
+        let at = self.0.iter().position(|(i, _)| *i == id)?;
+        Some(self.0.remove(at).1)
+    }
+
+    /// Drops what is left of element `id` (it ended).
+    pub(crate) fn forget(&mut self, id: u32) {
+        self.0.retain(|(i, _)| *i != id);
+    }
+
+    /// Whether no entry waits.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 }
 

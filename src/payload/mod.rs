@@ -78,6 +78,7 @@ mod variable;
 
 use crate::event::DiagnosticCode;
 use crate::event::{Delta, Diagnostic, Element, Event, Level, Open, Repair, RepairKind};
+use crate::machine::TagLog;
 use crate::registry::{BodyKind, Registry, TagId, TagSpec};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -292,7 +293,8 @@ impl Kept {
 /// Per-element state kept between `open` and `element`.
 #[derive(Debug)]
 struct OpenState {
-    /// The element's tag, looked up once when it opened.
+    /// The element's tag, as the machine decided it (at the open, then at
+    /// a reclassification).
     tag: Option<TagId>,
     body: BodyState,
     /// Bodies of the element's comments, in order.
@@ -339,7 +341,11 @@ impl Stage {
     }
 
     /// Transforms machine events into caller events.
-    pub(crate) fn process(&mut self, events: &mut Vec<Event>, out: &mut Vec<Event>) {
+    ///
+    /// `tags` holds the tags the machine decided for the elements of these
+    /// events (with each `open` and `reclassified`): the stage takes them
+    /// there rather than looking names up again.
+    pub(crate) fn process(&mut self, events: &mut Vec<Event>, tags: &mut TagLog, out: &mut Vec<Event>) {
         for mut event in events.drain(..) {
             // The most common events, text of content and of plain
             // elements, are filtered in place and moved on whole: no new
@@ -376,7 +382,10 @@ impl Stage {
                 None => self.calls.observe(&event),
             }
             match event {
-                Event::Open(o) => self.on_open(o, out),
+                Event::Open(o) => {
+                    let tag = tags.take(o.id).or_else(|| self.registry.lookup(o.tag.as_bytes()));
+                    self.on_open(o, tag, out);
+                }
                 Event::Delta(d) => match self.open.get_mut(&d.id).map(|s| &mut s.body) {
                     Some(BodyState::Attp(thought)) => {
                         // The raw TOML deltas become the `thought` string's
@@ -425,15 +434,22 @@ impl Stage {
                     }
                     out.push(Event::Close(c));
                 }
-                Event::Element(el) => self.element(el, out),
+                Event::Element(el) => {
+                    let decided = tags.take(el.id);
+                    tags.forget(el.id);
+                    self.element(el, decided, out);
+                }
                 Event::Repair(r) => {
                     // The element's tag changed: its payload follows the new
                     // tag.
                     if r.kind == RepairKind::Reclassified
-                        && let (Some(id), Some(tag)) = (r.element, &r.tag)
-                        && let Some(state) = self.open.get_mut(&id)
+                        && let Some(id) = r.element
                     {
-                        state.tag = self.registry.lookup(tag.as_bytes());
+                        let tag =
+                            tags.take(id).or_else(|| r.tag.as_ref().and_then(|t| self.registry.lookup(t.as_bytes())));
+                        if let Some(state) = self.open.get_mut(&id) {
+                            state.tag = tag;
+                        }
                     }
                     out.push(Event::Repair(r));
                 }
@@ -443,8 +459,7 @@ impl Stage {
     }
 
     /// Starts the per-element state of an opening element.
-    fn on_open(&mut self, o: Open, out: &mut Vec<Event>) {
-        let tag = self.registry.lookup(o.tag.as_bytes());
+    fn on_open(&mut self, o: Open, tag: Option<TagId>, out: &mut Vec<Event>) {
         let kind = tag.map(|id| self.registry.tag(id).body);
         let attp = kind == Some(BodyKind::Attp);
         let json = kind == Some(BodyKind::Json);
@@ -471,7 +486,10 @@ impl Stage {
 
     /// Fills the payload of a completed element and emits it with its
     /// repairs and diagnostics.
-    fn element(&mut self, mut el: Box<Element>, out: &mut Vec<Event>) {
+    ///
+    /// `decided` is the machine's tag for an element the stage saw no
+    /// `open` of.
+    fn element(&mut self, mut el: Box<Element>, decided: Option<TagId>, out: &mut Vec<Event>) {
         let mut state = self.open.remove(&el.id);
         if let Some(OpenState { body: BodyState::Attp(thought), .. }) = &mut state {
             let text = thought.finish();
@@ -479,11 +497,11 @@ impl Stage {
                 out.push(Event::Delta(Delta { id: el.id, tag: THOUGHT.into(), text }));
             }
         }
-        // The tag as looked up when the element opened (by name only for an
-        // element that never had an open).
+        // The tag as the machine decided it when the element opened (by
+        // name only for an element the machine did not announce).
         let tag_id = match &state {
             Some(s) => s.tag,
-            None => self.registry.lookup(el.tag.as_bytes()),
+            None => decided.or_else(|| self.registry.lookup(el.tag.as_bytes())),
         };
         let spec = tag_id.map(|id| self.registry.tag(id));
         let mut payload = if let Some(call) = self.calls.payload_tagged(&el, tag_id) {
