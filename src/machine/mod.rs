@@ -1542,27 +1542,32 @@ impl Machine {
 /// decided: one entry with each `open` event, and one with each
 /// `reclassified` repair. The payload stage takes an element's entries as
 /// those events reach it ([`TagLog::take`]), so that it never looks a tag
-/// up again by name (DESIGN §4: the tag identity is the machine's). An
-/// entry lives from the machine's decision until the stage reads the event
-/// that announced it: a few at a time, more only while the lead's events
-/// wait in its queue.
+/// up again by name (DESIGN §4: the tag identity is the machine's).
+///
+/// Events reach the stage in the order the machine decided them, but for
+/// the lead's queue (its `reclassified` repair goes out before the events
+/// it held), so the entry taken is the first one or one of the first few.
+/// An entry lives until the stage reads its event: as many as one piece
+/// of input opens, at most [`TagLog::MAX`]; past that the oldest is
+/// dropped, and the stage reads that element's tag from its name.
 #[derive(Debug, Default)]
-pub(crate) struct TagLog(Vec<(u32, TagId)>);
+pub(crate) struct TagLog(std::collections::VecDeque<(u32, TagId)>);
 
 impl TagLog {
+    /// Entries kept at most.
+    const MAX: usize = 1 << 16;
+
     fn push(&mut self, id: u32, tag: TagId) {
-        self.0.push((id, tag));
+        if self.0.len() >= Self::MAX {
+            self.0.pop_front();
+        }
+        self.0.push_back((id, tag));
     }
 
     /// The oldest entry of element `id`, removed.
     pub(crate) fn take(&mut self, id: u32) -> Option<TagId> {
         let at = self.0.iter().position(|(i, _)| *i == id)?;
-        Some(self.0.remove(at).1)
-    }
-
-    /// Drops what is left of element `id` (it ended).
-    pub(crate) fn forget(&mut self, id: u32) {
-        self.0.retain(|(i, _)| *i != id);
+        self.0.remove(at).map(|(_, tag)| tag)
     }
 
     /// Whether no entry waits.

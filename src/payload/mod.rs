@@ -435,8 +435,8 @@ impl Stage {
                     out.push(Event::Close(c));
                 }
                 Event::Element(el) => {
-                    let decided = tags.take(el.id);
-                    tags.forget(el.id);
+                    // An element seen without its open (none, in practice).
+                    let decided = if self.open.get_mut(&el.id).is_some() { None } else { tags.take(el.id) };
                     self.element(el, decided, out);
                 }
                 Event::Repair(r) => {
