@@ -174,13 +174,10 @@ enum TextTarget {
 /// [`TokenSink`]; collect events with [`Machine::drain`].
 #[derive(Debug)]
 pub(crate) struct Machine {
+    /// The tags, and their names as events carry them (shared by all
+    /// events: the raw tag of synthetic opens and of tags written as
+    /// spelled is the registry's, not a copy per element).
     registry: Arc<Registry>,
-    /// Canonical names, one per tag, shared by all events.
-    names: Vec<TagName>,
-    /// The registry's spellings, one per tag (the name's own string when
-    /// they are the same): the raw tag of synthetic opens and of tags
-    /// written as spelled, shared rather than copied per element.
-    spellings: Vec<TagName>,
     limits: MachineLimits,
     state: State,
     lead: LeadCheck,
@@ -219,13 +216,6 @@ enum CallOmit {
 impl Machine {
     /// A machine for one response.
     pub(crate) fn new(registry: Arc<Registry>, limits: MachineLimits) -> Machine {
-        let names: Vec<TagName> = registry.tags().iter().map(|t| TagName::from(t.name.as_str())).collect();
-        let spellings = registry
-            .tags()
-            .iter()
-            .zip(&names)
-            .map(|(t, name)| if t.spelling == **name { name.clone() } else { TagName::from(t.spelling.as_str()) })
-            .collect();
         let n = registry.tags().len();
         let fence = if registry.tags().iter().any(|t| is_call_block(t.body)) {
             FenceWatch::Idle { line_start: true }
@@ -234,8 +224,6 @@ impl Machine {
         };
         Machine {
             registry,
-            names,
-            spellings,
             limits,
             state: State::Start,
             lead: LeadCheck::Settled,
@@ -304,18 +292,18 @@ impl Machine {
     }
 
     fn name(&self, tag: TagId) -> TagName {
-        self.names[tag.index()].clone()
+        self.registry.event_names(tag).0.clone()
     }
 
     /// The registry's spelling of `tag` (how synthetic tags are written).
     fn spelling(&self, tag: TagId) -> TagName {
-        self.spellings[tag.index()].clone()
+        self.registry.event_names(tag).1.clone()
     }
 
     /// The raw tag of `tag` written as `written`: the shared name or
     /// spelling when it is written exactly so (almost always), else a copy.
     fn raw_name(&self, tag: TagId, written: &[u8]) -> TagName {
-        let (name, spelling) = (&self.names[tag.index()], &self.spellings[tag.index()]);
+        let (name, spelling) = self.registry.event_names(tag);
         if written == name.as_bytes() {
             name.clone()
         } else if written == spelling.as_bytes() {
@@ -1264,8 +1252,7 @@ impl Machine {
                 {
                     el.tag = t;
                     el.body = spec.body;
-                    // By field: `self.state` is borrowed here.
-                    el.raw_tag = self.spellings[t.index()].clone();
+                    el.raw_tag = reg.event_names(t).1.clone();
                 }
             }
             LeadCheck::Queued { id, mut queue, .. } => {

@@ -29,6 +29,7 @@
 
 mod profiles;
 
+use crate::event::TagName;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -178,6 +179,11 @@ pub struct Registry {
     lead: Option<TagId>,
     default: Option<TagId>,
     lead_open: LeadOpen,
+    /// Each tag's canonical name and spelling as event tag names, built
+    /// once here rather than by every parser: the events of all streams
+    /// share them (the spelling is the name's own string when they are the
+    /// same).
+    event_names: Vec<(TagName, TagName)>,
 }
 
 // The parse errors are in the message; they are not also `source()`, so a
@@ -431,6 +437,14 @@ impl Registry {
         names.sort_by_key(|(k, _)| k.len());
         let longest = names.last().map_or(0, |(k, _)| k.len());
         let by_len = (0..=longest + 1).map(|n| names.partition_point(|(k, _)| k.len() < n) as u32).collect();
+        let event_names = tags
+            .iter()
+            .map(|t| {
+                let name = TagName::from(t.name.as_str());
+                let spelling = if t.spelling == t.name { name.clone() } else { TagName::from(t.spelling.as_str()) };
+                (name, spelling)
+            })
+            .collect();
         Ok(Registry {
             name: file.name.unwrap_or_else(|| "custom".to_string()),
             tags,
@@ -439,6 +453,7 @@ impl Registry {
             lead,
             default,
             lead_open,
+            event_names,
         })
     }
 
@@ -531,6 +546,11 @@ impl Registry {
     /// One tag's spec.
     pub fn tag(&self, id: TagId) -> &TagSpec {
         &self.tags[id.index()]
+    }
+
+    /// The canonical name and the spelling of `id`, as events carry them.
+    pub(crate) fn event_names(&self, id: TagId) -> &(TagName, TagName) {
+        &self.event_names[id.index()]
     }
 
     /// The tag assumed when output starts with bare text.
