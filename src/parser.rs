@@ -172,6 +172,18 @@ impl Parser {
         out: &mut Vec<Event>,
         mut each: impl FnMut(&mut Vec<Event>) -> Result<(), E>,
     ) -> Result<(), E> {
+        // The common streamed delta, plain text (no `<`, no backtick)
+        // inside an element that streams, the short way (the same events).
+        if chunk.len() <= PIECE
+            && self.scanner.is_idle()
+            && crate::scan::find_byte2(b'<', b'`', chunk).is_none()
+            && self.machine.plain_text(chunk)
+        {
+            self.scanner.pass_text(chunk.len());
+            let (events, tags) = self.machine.drain();
+            self.stage.process(events, tags, out);
+            return each(out);
+        }
         // Every piece but the last hands on its events; pending text waits
         // for the last (a streamed delta is one piece, with no iterator).
         let mut rest = chunk;

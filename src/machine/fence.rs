@@ -63,7 +63,8 @@ pub(super) fn opening_suffix(text: &[u8], starts_line: bool) -> Option<usize> {
 }
 
 /// Where trailing indentation at a line start begins: a fence may follow.
-fn indentation_suffix(text: &[u8], starts_line: bool) -> Option<usize> {
+/// For text without a backtick, the whole of [`opening_suffix`].
+pub(super) fn indentation_suffix(text: &[u8], starts_line: bool) -> Option<usize> {
     let mut start = text.len();
     while start > 0 && matches!(text[start - 1], b' ' | b'\t') {
         start -= 1;

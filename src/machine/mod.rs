@@ -51,7 +51,9 @@ use crate::event::{
 };
 use crate::registry::{BodyKind, LeadOpen, MarkerRole, Registry, TagId};
 use crate::scan::{ScanNotice, Span, TagKind, TagToken, Token, TokenSink, UnfinishedKind};
-use fence::{Closing, FENCE_HOLD_LIMIT, FenceWatch, closing_fence, inside_code_block, opening_suffix};
+use fence::{
+    Closing, FENCE_HOLD_LIMIT, FenceWatch, closing_fence, indentation_suffix, inside_code_block, opening_suffix,
+};
 use rewrite::Rewrite;
 use std::sync::Arc;
 
@@ -1334,6 +1336,59 @@ impl Machine {
                 }
             }
         }
+    }
+
+    /// The common streamed delta, the short way: a chunk of plain text
+    /// (no `<`, so the scanner would make it one text token; no backtick,
+    /// so it holds no fence) inside an element that streams goes straight
+    /// to the element's text and its delta (through the pending text only
+    /// when text is pending or a character may continue in the next
+    /// chunk), without the text token and the fence watch's pass.
+    ///
+    /// Taken only when the full way does just that: no fence is held, the
+    /// chunk fits the element's size limit and does not end in the
+    /// indentation a fence may follow. Returns whether it was taken
+    /// (nothing changed when not); the caller then drains the events as
+    /// after any chunk. The split-invariance tests and the fuzzers compare
+    /// chunkings that take either way.
+    pub(crate) fn plain_text(&mut self, chunk: &[u8]) -> bool {
+        debug_assert!(crate::scan::find_byte2(b'<', b'`', chunk).is_none());
+        let State::Open(el) = &mut self.state else { return false };
+        let held_fence = match self.fence {
+            FenceWatch::Idle { line_start } => {
+                el.body == BodyKind::Stream && indentation_suffix(chunk, line_start).is_some()
+            }
+            FenceWatch::Off | FenceWatch::InBlock { .. } => false,
+            FenceWatch::Opening { .. } | FenceWatch::Closing { .. } => true,
+        };
+        if held_fence
+            || chunk.is_empty()
+            || !el.body.machine_deltas()
+            || el.text.len() + chunk.len() > self.limits.max_element_len
+        {
+            return false;
+        }
+        el.text.extend_from_slice(chunk);
+        let (id, tag) = (el.id, el.tag);
+        if let FenceWatch::Idle { line_start } = &mut self.fence {
+            *line_start = chunk.last() == Some(&b'\n');
+        }
+        let target = TextTarget::Delta { id, tag };
+        if self.text_buf.is_empty() && chunk.last().is_some_and(u8::is_ascii) {
+            // Nothing pending, and no unfinished character can end the
+            // chunk: its delta is what `flush_text` would make of it, made
+            // now, without the pending buffer.
+            self.text_target = target;
+            let text = crate::scan::copied_text(chunk).unwrap_or_else(|lossy| {
+                self.report_invalid_utf8();
+                lossy
+            });
+            self.push_event(Event::Delta(Delta { id, tag: self.name(tag), text }));
+        } else {
+            self.push_text(target, chunk);
+        }
+        self.rewrite_raw(chunk);
+        true
     }
 
     /// Passes `text` (at input offset `start`) on, holding back a suffix

@@ -318,6 +318,13 @@ pub(crate) fn find_byte(needle: u8, hay: &[u8]) -> Option<usize> {
     }
 }
 
+/// The first of two bytes in `hay` (`memchr2`, or a plain loop on a short
+/// one).
+#[inline]
+pub(crate) fn find_byte2(a: u8, b: u8, hay: &[u8]) -> Option<usize> {
+    if hay.len() < SHORT { hay.iter().position(|&x| x == a || x == b) } else { memchr::memchr2(a, b, hay) }
+}
+
 /// The first of three bytes in `hay` (`memchr3`, or a plain loop on a
 /// short input).
 #[inline]
@@ -410,6 +417,9 @@ pub(crate) fn text_lossy(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
 /// Below this length text is validated by std rather than `simdutf8`.
 const SHORT_TEXT: usize = 64;
 
+/// Up to this length ASCII text is copied byte by byte ([`copied_text`]).
+const TINY_TEXT: usize = 16;
+
 /// `bytes` as text, taking the buffer; `Err` carries the lossy text when
 /// some bytes were not UTF-8. A short buffer (most element bodies) is
 /// validated in place and becomes the string: no new allocation, no copy.
@@ -426,6 +436,15 @@ pub(crate) fn into_text(bytes: Vec<u8>) -> Result<String, String> {
 /// some bytes were invalid. A fast validation and a copy beat std's
 /// validation in place (`String::from_utf8`) on non-ASCII text.
 pub(crate) fn copied_text(bytes: &[u8]) -> Result<String, String> {
+    if bytes.len() <= TINY_TEXT && bytes.is_ascii() {
+        // A streamed delta of a few ASCII bytes: pushed byte by byte, no
+        // validation call and no copy call (21 instructions fewer for 4
+        // bytes, callgrind: 3% of a delta); an ASCII byte is its own
+        // character.
+        let mut text = String::with_capacity(bytes.len());
+        text.extend(bytes.iter().map(|&b| char::from(b)));
+        return Ok(text);
+    }
     match text_lossy(bytes) {
         std::borrow::Cow::Borrowed(s) => Ok(s.to_owned()),
         std::borrow::Cow::Owned(s) => Err(s),
@@ -694,6 +713,18 @@ impl Scanner {
     /// The capacity of the hold buffer, for memory accounting in tests.
     pub fn held_capacity(&self) -> usize {
         self.held.capacity()
+    }
+
+    /// Whether no unfinished marker is held: then a chunk without `<` is
+    /// one text token of the whole chunk.
+    pub(crate) fn is_idle(&self) -> bool {
+        matches!(self.state, ScanState::Text)
+    }
+
+    /// Passes over `n` bytes that the caller took as such a text token.
+    pub(crate) fn pass_text(&mut self, n: usize) {
+        debug_assert!(self.is_idle());
+        self.offset += n;
     }
 
     /// Scans one chunk. Text is released as soon as it cannot be part of a
