@@ -1584,7 +1584,7 @@ impl Machine {
 /// decided: one entry with each `open` event, and one with each
 /// `reclassified` repair. The payload stage takes an element's entries as
 /// those events reach it ([`TagLog::take`]), so that it never looks a tag
-/// up again by name (DESIGN §4: the tag identity is the machine's).
+/// up again by name: which tag an element is, the machine decides.
 ///
 /// Events reach the stage in the order the machine decided them, but for
 /// the lead's queue (its `reclassified` repair goes out before the events
