@@ -355,6 +355,7 @@ impl Machine {
 
     /// Adds text to the pending delta or gap, flushing first if the target
     /// changes.
+    #[inline]
     fn push_text(&mut self, target: TextTarget, bytes: &[u8]) {
         if self.text_target != target {
             self.flush_text(true);
@@ -369,22 +370,37 @@ impl Machine {
         if self.text_buf.is_empty() {
             return;
         }
-        let keep = if complete { 0 } else { crate::scan::incomplete_utf8_tail(&self.text_buf) };
+        // A buffer ending in ASCII ends with a whole character (the common
+        // case: no need to look for an unfinished one).
+        let keep = match self.text_buf.last() {
+            Some(b) if !complete && !b.is_ascii() => crate::scan::incomplete_utf8_tail(&self.text_buf),
+            _ => 0,
+        };
         let cut = self.text_buf.len() - keep;
         if cut == 0 {
             return;
         }
         let text = crate::scan::copied_text(&self.text_buf[..cut]);
-        if text.is_err() {
-            self.report_invalid_utf8();
+        if keep == 0 {
+            self.text_buf.clear();
+        } else {
+            self.text_buf.drain(..cut);
         }
-        let text = text.unwrap_or_else(|s| s);
-        self.text_buf.drain(..cut);
+        self.text_event(text, cut);
+    }
+
+    /// The event of `len` input bytes of text for the current target, from
+    /// their [`copied_text`](crate::scan::copied_text).
+    fn text_event(&mut self, text: Result<String, String>, len: usize) {
+        let text = text.unwrap_or_else(|lossy| {
+            self.report_invalid_utf8();
+            lossy
+        });
         let event = match self.text_target {
             TextTarget::Delta { id, tag } => Event::Delta(Delta { id, tag: self.name(tag), text }),
             TextTarget::Gap { start } => {
-                let span = Span::new(start, start + cut);
-                self.text_target = TextTarget::Gap { start: start + cut };
+                let span = Span::new(start, start + len);
+                self.text_target = TextTarget::Gap { start: start + len };
                 Event::Gap(Gap { text, span })
             }
             TextTarget::None => return,
@@ -1341,9 +1357,9 @@ impl Machine {
     /// The common streamed delta, the short way: a chunk of plain text
     /// (no `<`, so the scanner would make it one text token; no backtick,
     /// so it holds no fence) inside an element that streams goes straight
-    /// to the element's text and its delta (through the pending text only
-    /// when text is pending or a character may continue in the next
-    /// chunk), without the text token and the fence watch's pass.
+    /// to the element's text and its delta (made at once when nothing is
+    /// pending and the chunk ends with a whole character), without the
+    /// text token and the fence watch's pass.
     ///
     /// Taken only when the full way does just that: no fence is held, the
     /// chunk fits the element's size limit and does not end in the
@@ -1375,15 +1391,10 @@ impl Machine {
         }
         let target = TextTarget::Delta { id, tag };
         if self.text_buf.is_empty() && chunk.last().is_some_and(u8::is_ascii) {
-            // Nothing pending, and no unfinished character can end the
-            // chunk: its delta is what `flush_text` would make of it, made
-            // now, without the pending buffer.
+            // Nothing pending, and the chunk ends with a whole character:
+            // what `flush_text` would emit once it were pending, at once.
             self.text_target = target;
-            let text = crate::scan::copied_text(chunk).unwrap_or_else(|lossy| {
-                self.report_invalid_utf8();
-                lossy
-            });
-            self.push_event(Event::Delta(Delta { id, tag: self.name(tag), text }));
+            self.text_event(crate::scan::copied_text(chunk), chunk.len());
         } else {
             self.push_text(target, chunk);
         }
