@@ -438,11 +438,14 @@ pub(crate) fn into_text(bytes: Vec<u8>) -> Result<String, String> {
 pub(crate) fn copied_text(bytes: &[u8]) -> Result<String, String> {
     if bytes.len() <= TINY_TEXT && bytes.is_ascii() {
         // A streamed delta of a few ASCII bytes: pushed byte by byte, no
-        // validation call and no copy call (21 instructions fewer for 4
-        // bytes, callgrind: 3% of a delta); an ASCII byte is its own
-        // character.
+        // validation call and no copy call; an ASCII byte is its own
+        // character. `& 0x7f` changes no byte here but tells the compiler
+        // that each character is one byte, so no push carries the
+        // multi-byte branch. Callgrind, 4 bytes, allocation included: 138
+        // instructions, against 172 without the mask and ~190 validating
+        // and copying.
         let mut text = String::with_capacity(bytes.len());
-        text.extend(bytes.iter().map(|&b| char::from(b)));
+        text.extend(bytes.iter().map(|&b| char::from(b & 0x7f)));
         return Ok(text);
     }
     match text_lossy(bytes) {
