@@ -370,12 +370,7 @@ impl Machine {
         if self.text_buf.is_empty() {
             return;
         }
-        // A buffer ending in ASCII ends with a whole character (the common
-        // case: no need to look for an unfinished one).
-        let keep = match self.text_buf.last() {
-            Some(b) if !complete && !b.is_ascii() => crate::scan::incomplete_utf8_tail(&self.text_buf),
-            _ => 0,
-        };
+        let keep = if complete { 0 } else { crate::scan::incomplete_utf8_tail(&self.text_buf) };
         let cut = self.text_buf.len() - keep;
         if cut == 0 {
             return;

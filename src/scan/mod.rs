@@ -462,6 +462,9 @@ pub(crate) fn owned_text(bytes: &[u8]) -> String {
 }
 
 /// Length of an unfinished (but so far valid) UTF-8 sequence at the end.
+/// Inlined: on every flush of streamed text, and most text ends in ASCII,
+/// decided at the first byte looked at.
+#[inline]
 pub(crate) fn incomplete_utf8_tail(bytes: &[u8]) -> usize {
     let n = bytes.len();
     for back in 1..=3.min(n) {
