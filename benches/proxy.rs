@@ -17,10 +17,14 @@
 //! * CPU per chunk: the on-CPU time of the proxies' own threads
 //!   (`/proc/self/task/*/schedstat`) over 32 streams of 64 chunks, per
 //!   chunk, with chunks 20 ms apart (paced, as models send them) and
-//!   back to back: the proxy's fixed cost per wake-up shows as their ratio;
+//!   back to back: the proxy's fixed cost per wake-up shows as their ratio
+//!   (beside the wire's and the handoff's, which have no work of their own);
 //! * streams/s: 64-chunk streams, 64 at a time for 3 s, direct and through
 //!   the proxy (the generator and the mock share one core, so this is a
 //!   floor of the proxy's own one-core ceiling; direct is the generator's).
+//!   With it, how busy the proxy's core was meanwhile, and the rate that
+//!   share gives at 100%: the proxy's one-core ceiling when the generator
+//!   saturates first.
 //!
 //! * memory: the release binary (`spindle proxy`, a child process, default
 //!   allocator and runtime) in front of a mock that sends one event and
@@ -30,8 +34,10 @@
 //!
 //! Topology, as in a side-by-side harness: the load generator and the mocks
 //! run on this thread (a current-thread runtime) pinned to the first core;
-//! the proxies, and the "wire" (a TCP byte relay, the floor of one more
-//! hop), run on their own one-worker runtime pinned to the last core.
+//! the proxies, the "wire" (a TCP byte relay, the floor of one more hop)
+//! and the "handoff" (the same relay reading the upstream in one task and
+//! writing to the client in another, as a proxy on an HTTP client must),
+//! run on their own one-worker runtime pinned to the last core.
 //!
 //! Run: `cargo bench --bench proxy` (release). `PROXY_BENCH_PACE_MS`
 //! (default 2) sets the time between events; `PROXY_BENCH_PARTS` (a comma
@@ -143,17 +149,31 @@ async fn cpu_of(http: &reqwest::Client, base: &str, model: &str, n: usize) -> (f
     (proxy_cpu_secs() - before, events)
 }
 
+/// How a relay ([`wire`]) moves the upstream's bytes to the client.
+#[derive(Clone, Copy)]
+enum Relay {
+    /// One task reads and writes (`copy_bidirectional`): one more loopback
+    /// hop and nothing else.
+    Direct,
+    /// One task reads the upstream and hands each read over a channel to
+    /// the task that writes to the client. An HTTP client works so (hyper's
+    /// connection task reads, the response body is read in the task that
+    /// serves the client), so this is the floor of any proxy built on one:
+    /// the hop plus one task hand-off per read.
+    Handoff,
+}
+
 /// The wire in front of the mock at `url`: a byte relay (accept, connect
 /// upstream, copy both ways), no HTTP, served on the proxies' runtime like a
 /// proxy. What one more loopback hop costs on this machine, the floor under
 /// any proxy's added latency. Its base URL.
-async fn wire(rt: &tokio::runtime::Handle, url: &str) -> String {
+async fn wire(rt: &tokio::runtime::Handle, url: &str, relay: Relay) -> String {
     let upstream: std::net::SocketAddr = url.trim_start_matches("http://").parse().expect("mock address");
-    format!("http://{}", rt.spawn(tcp_relay(upstream)).await.expect("relay"))
+    format!("http://{}", rt.spawn(tcp_relay(upstream, relay)).await.expect("relay"))
 }
 
 /// Serves [`wire`] on the current runtime; its address.
-async fn tcp_relay(upstream: std::net::SocketAddr) -> std::net::SocketAddr {
+async fn tcp_relay(upstream: std::net::SocketAddr, relay: Relay) -> std::net::SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("relay");
     let addr = listener.local_addr().expect("relay addr");
     tokio::spawn(async move {
@@ -162,11 +182,50 @@ async fn tcp_relay(upstream: std::net::SocketAddr) -> std::net::SocketAddr {
                 let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await else { return };
                 let _ = client.set_nodelay(true);
                 let _ = server.set_nodelay(true);
-                let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                match relay {
+                    Relay::Direct => {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                    Relay::Handoff => handoff(client, server).await,
+                }
             });
         }
     });
     addr
+}
+
+/// [`Relay::Handoff`] for one connection: requests go straight up; each
+/// read of the response goes to the client's task through a channel (the
+/// read buffer reused as hyper reuses its own).
+async fn handoff(client: tokio::net::TcpStream, server: tokio::net::TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut server_read, mut server_write) = server.into_split();
+    tokio::spawn(async move {
+        let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
+        let _ = server_write.shutdown().await;
+    });
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(16);
+    tokio::spawn(async move {
+        let mut buf = bytes::BytesMut::with_capacity(8192);
+        loop {
+            buf.reserve(8192);
+            match server_read.read_buf(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    if tx.send(buf.split().freeze()).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    while let Some(read) = rx.recv().await {
+        if client_write.write_all(&read).await.is_err() {
+            break;
+        }
+    }
+    let _ = client_write.shutdown().await;
 }
 
 fn pct(sorted: &[f64], p: f64) -> f64 {
@@ -355,29 +414,36 @@ fn main() {
         let fast_proxy = start(&prt, config(fast.url())).await;
         let http = reqwest::Client::builder().no_proxy().build().expect("client");
         let via = format!("http://{}", proxy.local_addr());
-        let wire_url = wire(&prt, &paced.url()).await;
+        let wire_url = wire(&prt, &paced.url(), Relay::Direct).await;
+        let handoff_url = wire(&prt, &paced.url(), Relay::Handoff).await;
         // Warm up connections and code paths.
         let _ = load(&http, &paced.url(), 4).await;
         let _ = load(&http, &via, 4).await;
         let _ = load(&http, &wire_url, 4).await;
+        let _ = load(&http, &handoff_url, 4).await;
 
         if want("latency") {
         println!("per-chunk latency, event written by the mock -> last byte read by the client (µs); {MODEL}, {pace} ms between events");
-        println!("(wire: a TCP byte relay on the proxies' runtime, the floor of one more hop)");
-        println!("{:<12} {:>9} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12} {:>12}", "concurrency", "events", "direct p50", "direct p99", "proxy p50", "proxy p99", "added p50", "added p99", "wire p50", "wire p99");
+        println!("(wire: a TCP byte relay on the proxies' runtime, the floor of one more hop; handoff: the same relay");
+        println!(" reading and writing in two tasks, the floor of a proxy on an HTTP client; both added to direct)");
+        println!("{:<12} {:>9} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}", "concurrency", "events", "direct p50", "direct p99", "proxy p50", "proxy p99", "added p50", "added p99", "wire p50", "wire p99", "handoff p50", "handoff p99");
         for clients in [1usize, 64] {
             let direct = load(&http, &paced.url(), clients).await;
             let proxied = load(&http, &via, clients).await;
             let relayed = load(&http, &wire_url, clients).await;
+            let handed = load(&http, &handoff_url, clients).await;
             let (d50, d99, p50, p99) = (pct(&direct, 0.5), pct(&direct, 0.99), pct(&proxied, 0.5), pct(&proxied, 0.99));
             let (w50, w99) = (pct(&relayed, 0.5), pct(&relayed, 0.99));
+            let (h50, h99) = (pct(&handed, 0.5), pct(&handed, 0.99));
             println!(
-                "{clients:<12} {:>9} {d50:>10.0} {d99:>10.0} {p50:>10.0} {p99:>10.0} {:>12.0} {:>12.0} {:>12.0} {:>12.0}",
+                "{clients:<12} {:>9} {d50:>10.0} {d99:>10.0} {p50:>10.0} {p99:>10.0} {:>12.0} {:>12.0} {:>12.0} {:>12.0} {:>12.0} {:>12.0}",
                 proxied.len(),
                 p50 - d50,
                 p99 - d99,
                 w50 - d50,
-                w99 - d99
+                w99 - d99,
+                h50 - d50,
+                h99 - d99
             );
         }
         }
@@ -454,11 +520,18 @@ fn main() {
         let (via_slow, via_quick) = (format!("http://{}", via_slow.local_addr()), format!("http://{}", via_quick.local_addr()));
         let _ = cpu_of(&http, &via_quick, "short", 8).await;
         let per = |p: f64, n: usize| p / n.max(1) as f64 * 1e6;
-        let wire_slow = wire(&prt, &slow.url()).await;
-        let wire_quick = wire(&prt, &quick.url()).await;
+        let wire_slow = wire(&prt, &slow.url(), Relay::Direct).await;
+        let wire_quick = wire(&prt, &quick.url(), Relay::Direct).await;
         let _ = cpu_of(&http, &wire_quick, "short", 8).await;
+        let handoff_slow = wire(&prt, &slow.url(), Relay::Handoff).await;
+        let handoff_quick = wire(&prt, &quick.url(), Relay::Handoff).await;
+        let _ = cpu_of(&http, &handoff_quick, "short", 8).await;
         println!("\nCPU per chunk on the proxies' core, paced 20 ms / back to back (32 streams of 81 chunks):");
-        for (label, slow_base, quick_base) in [("proxy", &via_slow, &via_quick), ("wire", &wire_slow, &wire_quick)] {
+        for (label, slow_base, quick_base) in [
+            ("proxy", &via_slow, &via_quick),
+            ("wire", &wire_slow, &wire_quick),
+            ("handoff", &handoff_slow, &handoff_quick),
+        ] {
             let (p_paced, n_paced) = cpu_of(&http, slow_base, "short", 32).await;
             let (p_fast, n_fast) = cpu_of(&http, quick_base, "short", 32).await;
             let (paced_us, fast_us) = (per(p_paced, n_paced), per(p_fast, n_fast));
@@ -479,10 +552,19 @@ fn main() {
                     }
                 }
             });
-            let start = Instant::now();
+            let (start, cpu) = (Instant::now(), proxy_cpu_secs());
             futures::future::join_all(workers).await;
             let n = done.load(std::sync::atomic::Ordering::Relaxed);
-            println!("  {label:<8} {:>8.0} streams/s", n as f64 / start.elapsed().as_secs_f64());
+            let (secs, busy) = (start.elapsed().as_secs_f64(), proxy_cpu_secs() - cpu);
+            let rate = n as f64 / secs;
+            if label == "proxy" && busy > 0.0 {
+                // The generator may saturate first: how busy the proxy's
+                // core was says what one core of it would serve.
+                let share = busy / secs;
+                println!("  {label:<8} {rate:>8.0} streams/s, its core {:.0}% busy: about {:.0} streams/s at 100%", share * 100.0, rate / share);
+            } else {
+                println!("  {label:<8} {rate:>8.0} streams/s");
+            }
         }
         }
         if want("memory") {
