@@ -16,6 +16,8 @@
 //! * `dense/*`: markup-dense output (an element every ~160 bytes: status
 //!   bars, choices, variable updates between short content), whole and at
 //!   4 bytes; divide the time by the element count for the cost per element;
+//!   `*_on_demand` the same with the structured payloads left for later
+//!   (`Payloads::OnDemand`), the parse without building them;
 //! * `kinds/*`: the cost per element by kind: pairs of one element of a kind
 //!   and a short content (so that neither merges with its neighbour), whole;
 //!   criterion reports elements per second;
@@ -45,7 +47,8 @@ mod alloc;
 mod common;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use spindle::{Parser, Registry};
+use spindle::payload::Payloads;
+use spindle::{Parser, ParserOptions, Registry};
 use std::hint::black_box;
 use std::sync::Arc;
 
@@ -70,7 +73,11 @@ fn corpus_matching(keep: impl Fn(&str) -> bool) -> Vec<(Arc<Registry>, Vec<u8>)>
 }
 
 fn parse(registry: &Arc<Registry>, input: &[u8], chunk: usize) -> usize {
-    let mut parser = Parser::with_options(registry.clone(), Default::default());
+    parse_with(registry, input, chunk, ParserOptions::default())
+}
+
+fn parse_with(registry: &Arc<Registry>, input: &[u8], chunk: usize, options: ParserOptions) -> usize {
+    let mut parser = Parser::with_options(registry.clone(), options);
     let mut events = Vec::new();
     let mut n = 0;
     for c in input.chunks(chunk) {
@@ -143,6 +150,13 @@ fn bench_dense(c: &mut Criterion) {
     g.sample_size(10);
     g.bench_function("whole", |b| b.iter(|| parse(&registry, black_box(&input), input.len())));
     g.bench_function("chunk4", |b| b.iter(|| parse(&registry, black_box(&input), 4)));
+    // The structured payloads left for later (`Payloads::OnDemand`): what
+    // the parse costs a caller that builds none of them.
+    let on_demand = ParserOptions { payloads: Payloads::OnDemand, ..ParserOptions::default() };
+    g.bench_function("whole_on_demand", |b| {
+        b.iter(|| parse_with(&registry, black_box(&input), input.len(), on_demand))
+    });
+    g.bench_function("chunk4_on_demand", |b| b.iter(|| parse_with(&registry, black_box(&input), 4, on_demand)));
     g.finish();
 }
 

@@ -7,7 +7,8 @@
 //! valgrind --tool=callgrind target/release/examples/throughput corpora/clean-rp-zh-teahouse.txt 100 filament 4
 //! ```
 //!
-//! Arguments: FILE [REPEAT=1] [PROFILE=filament] [CHUNK=whole]. FILE may be
+//! Arguments: FILE [REPEAT=1] [PROFILE=filament] [CHUNK=whole]
+//! [PAYLOADS=eager|on-demand]. FILE may be
 //! a directory: each `.txt` in it is parsed with its own parser and the
 //! profile its name asks for (as `benches/throughput.rs` does with
 //! `corpora/`), PROFILE being the fallback.
@@ -26,6 +27,7 @@ static GLOBAL: alloc::Allocator = alloc::Allocator;
 #[path = "../src/bin/spindle/alloc.rs"]
 mod alloc;
 
+use spindle::payload::Payloads;
 use spindle::{Parser, ParserOptions, Registry};
 use std::sync::Arc;
 use std::time::Instant;
@@ -35,7 +37,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let path = args.next().ok_or("usage: throughput FILE [REPEAT] [PROFILE] [CHUNK]")?;
     let repeat: usize = args.next().map(|s| s.parse()).transpose()?.unwrap_or(1);
     let profile = args.next().unwrap_or_else(|| "filament".into());
-    let chunk: Option<usize> = args.next().map(|s| s.parse()).transpose()?;
+    let chunk: Option<usize> = args.next().filter(|s| s != "whole").map(|s| s.parse()).transpose()?;
+    let payloads = match args.next().as_deref() {
+        None | Some("eager") => Payloads::Eager,
+        Some("on-demand") => Payloads::OnDemand,
+        Some(other) => return Err(format!("PAYLOADS is eager or on-demand, not {other:?}").into()),
+    };
     let mut inputs = Vec::new();
     if std::fs::metadata(&path)?.is_dir() {
         let mut files: Vec<_> = std::fs::read_dir(&path)?
@@ -59,7 +66,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut buf = Vec::new();
     for _ in 0..repeat {
         for (registry, input) in &inputs {
-            let mut parser = Parser::with_options(registry.clone(), ParserOptions::default());
+            let mut parser =
+                Parser::with_options(registry.clone(), ParserOptions { payloads, ..ParserOptions::default() });
             for c in input.chunks(chunk.unwrap_or(input.len()).max(1)) {
                 parser.feed_into(c, &mut buf);
                 events += buf.len();

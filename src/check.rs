@@ -1,8 +1,9 @@
 //! Self-checks shared by the fuzz targets (`fuzz/`) and the replay of their
 //! saved inputs (`tests/fuzz_replay.rs`). Not part of the stable API.
 
-use crate::event::coalesce;
-use crate::{Parser, Registry};
+use crate::event::{Event, coalesce};
+use crate::payload::{Payloads, build_deferred};
+use crate::{Parser, ParserOptions, Registry};
 use std::sync::Arc;
 
 /// Parses `input` whole and in chunks chosen by `selector`, with a profile
@@ -37,6 +38,65 @@ pub fn split_invariance(selector: u8, input: &[u8]) -> Result<(), String> {
         {
             return Err(format!("element {} has span {:?} outside the input", el.id, el.span));
         }
+    }
+    Ok(())
+}
+
+/// Parses `input` (profile and chunk size chosen by `selector`, as
+/// [`split_invariance`]) with every payload built eagerly and with
+/// [`Payloads::OnDemand`]; building each deferred payload
+/// ([`build_deferred`]) and putting it and its events back must give the
+/// eager events exactly (compared as JSON: key order included).
+///
+/// # Errors
+///
+/// A description of the first disagreement.
+pub fn deferred_payloads(selector: u8, input: &[u8]) -> Result<(), String> {
+    let names = Registry::profile_names();
+    let profile = names[usize::from(selector >> 5) % names.len()];
+    let registry = Arc::new(Registry::profile(profile).ok_or("profile")?);
+    let chunk = usize::from(selector & 0x1f) + 1;
+    deferred_payloads_with(&registry, input, chunk).map_err(|why| format!("profile {profile}, chunk {chunk}: {why}"))
+}
+
+/// [`deferred_payloads`] with a given registry and chunk size.
+///
+/// # Errors
+///
+/// A description of the first disagreement.
+pub fn deferred_payloads_with(registry: &Arc<Registry>, input: &[u8], chunk: usize) -> Result<(), String> {
+    let run = |payloads: Payloads| {
+        let options = ParserOptions { payloads, ..ParserOptions::default() };
+        let mut p = Parser::with_options(registry.clone(), options);
+        let mut events = Vec::new();
+        for c in input.chunks(chunk.max(1)) {
+            p.feed_into(c, &mut events);
+        }
+        events.extend(p.finish());
+        events
+    };
+    let eager = run(Payloads::Eager);
+    let mut rebuilt = Vec::new();
+    for event in run(Payloads::OnDemand) {
+        let Event::Element(mut el) = event else {
+            rebuilt.push(event);
+            continue;
+        };
+        match build_deferred(registry, &el) {
+            Some(built) => {
+                if !el.payload.is_null() {
+                    return Err(format!("element {} <{}> has a payload on demand", el.id, el.tag));
+                }
+                el.payload = built.value;
+                rebuilt.push(Event::Element(el));
+                rebuilt.extend(built.events);
+            }
+            None => rebuilt.push(Event::Element(el)),
+        }
+    }
+    let json = |events: &[Event]| serde_json::to_string(events).map_err(|e| e.to_string());
+    if json(&eager)? != json(&rebuilt)? {
+        return Err("payloads built on demand differ from eager ones".to_string());
     }
     Ok(())
 }

@@ -26,6 +26,11 @@ pub struct ParserOptions {
     /// or are left out of it (a proxy that turns them into native
     /// `tool_calls`); only with `rewrite`.
     pub call_text: CallText,
+    /// When the typed payloads of completed elements are built: all as
+    /// they complete (the default), or, for those that depend on the
+    /// element alone, when the caller asks
+    /// ([`crate::payload::build_deferred`]).
+    pub payloads: crate::payload::Payloads,
 }
 
 /// What the corrected text does with tool-call elements (`tool_call`,
@@ -101,7 +106,7 @@ impl Parser {
         Parser {
             scanner: Scanner::new(options.scan),
             machine,
-            stage: Stage::new(registry, options.machine.max_element_len),
+            stage: Stage::new(registry, options.machine.max_element_len, options.payloads),
             batch: Vec::new(),
         }
     }

@@ -19,8 +19,11 @@ fn saved_fuzz_inputs_pass_the_fuzz_checks() {
         for shift in 0..8u8 {
             // Every profile and several chunk sizes, not just the saved one.
             let sel = selector.wrapping_add(shift.wrapping_mul(37));
-            let checks =
-                [spindle::check::split_invariance(sel, input), spindle::check::sse_split_invariance(sel, input)];
+            let checks = [
+                spindle::check::split_invariance(sel, input),
+                spindle::check::deferred_payloads(sel, input),
+                spindle::check::sse_split_invariance(sel, input),
+            ];
             for result in checks {
                 if let Err(why) = result {
                     panic!("{}: {why}", entry.path().display());

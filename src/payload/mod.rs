@@ -1,6 +1,8 @@
 //! Payloads: typed views of elements, built the moment an element
-//! completes, and the per-element streaming transforms of deltas (HTML
-//! filtering of content, thought extraction from ATTP).
+//! completes (or, for those that depend on the element alone, when the
+//! caller asks: [`Payloads::OnDemand`]), and the per-element streaming
+//! transforms of deltas (HTML filtering of content, thought extraction from
+//! ATTP).
 //!
 //! This module owns the `Stage` that sits between the machine and the
 //! caller: it sees every event in order, keeps per-element state for
@@ -112,6 +114,121 @@ impl Payload {
         diagnostics.push(diag(Level::Error, DiagnosticCode::PayloadUnparsable, message));
         Payload { value: Value::Object(value), diagnostics, failed: true }
     }
+}
+
+/// When the parser builds the typed payloads of completed elements
+/// ([`crate::ParserOptions::payloads`]).
+///
+/// Building payloads is most of what a markup-dense response costs (the
+/// child trees of `status_bar` and `choice`, the JSON of
+/// `variable_update`): a caller that reads few of them can leave them for
+/// later and build only those it reads, with [`build_deferred`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Payloads {
+    /// Every `element` event carries its payload; the payload's
+    /// diagnostics (and a `fallback_to_content` repair) follow it in the
+    /// stream.
+    #[default]
+    Eager,
+    /// The payloads that depend on the element alone (the Filament tags
+    /// `variable_update`, `status_bar`, `choice`, `details`,
+    /// `ui_component`, `media`, and the registry's custom tags) are left
+    /// `null`, and the events that would have followed the element with
+    /// them are not emitted: [`build_deferred`] gives both, exactly as the
+    /// stream would have. Content (its HTML is filtered as it streams),
+    /// `thought`, `tool_call` (its arguments stream as `call_delta`) and
+    /// the TAM, ACTION and ATTP calls (they depend on the text before
+    /// them) are built as they are eagerly.
+    OnDemand,
+}
+
+/// A payload that [`Payloads::OnDemand`] left for later, built: what the
+/// stream would have carried with the element.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeferredPayload {
+    /// The element's payload.
+    pub value: Value,
+    /// The events that would have followed the `element` event: a
+    /// `fallback_to_content` repair when the body could not be read and
+    /// the tag falls back, then the payload's diagnostics (each with the
+    /// element's id and tag).
+    pub events: Vec<Event>,
+}
+
+/// Builds the payload of an element whose payload [`Payloads::OnDemand`]
+/// left `null`, with the repair and diagnostics that would have followed
+/// it; `None` for an element whose payload is never deferred (content,
+/// `thought`, calls) or whose tag `registry` does not know. `registry` is
+/// the parser's.
+///
+/// ```
+/// use spindle::payload::{Payloads, build_deferred};
+/// use spindle::{Event, Parser, ParserOptions, Registry};
+/// use std::sync::Arc;
+///
+/// let registry = Arc::new(Registry::filament());
+/// let options = ParserOptions { payloads: Payloads::OnDemand, ..ParserOptions::default() };
+/// let mut parser = Parser::with_options(registry.clone(), options);
+/// let mut events = parser.feed(b"<status_bar><hp>41/60</hp></status_bar><content>Hi</content>");
+/// events.extend(parser.finish());
+/// let bar = events.iter().filter_map(Event::as_element).find(|e| &*e.tag == "status_bar").unwrap();
+/// assert!(bar.payload.is_null());
+/// let built = build_deferred(&registry, bar).unwrap();
+/// assert_eq!(built.value, serde_json::json!({"hp": "41/60"}));
+/// assert!(built.events.is_empty());
+/// ```
+pub fn build_deferred(registry: &Registry, element: &Element) -> Option<DeferredPayload> {
+    let spec = registry.lookup(element.tag.as_bytes()).map(|id| registry.tag(id))?;
+    if !deferrable(registry, spec) {
+        return None;
+    }
+    let mut events = Vec::new();
+    let value = trailing_events(element, Some(spec), filament_payload(spec, element), &mut events);
+    Some(DeferredPayload { value, events })
+}
+
+/// Whether [`Payloads::OnDemand`] leaves the payload of `spec`'s elements
+/// for later: those built from the element alone.
+fn deferrable(registry: &Registry, spec: &TagSpec) -> bool {
+    !matches!(spec.body, BodyKind::Tam | BodyKind::Action | BodyKind::Attp)
+        && !is_call_tag(&spec.name)
+        && spec.name != THOUGHT
+        && !is_content_tag(registry, &spec.name)
+}
+
+/// Whether `tag` is filtered as content: `content`, or the registry's
+/// default tag when it streams.
+fn is_content_tag(registry: &Registry, tag: &str) -> bool {
+    tag == "content"
+        || registry
+            .default_tag()
+            .map(|id| registry.tag(id))
+            .is_some_and(|spec| spec.body == BodyKind::Stream && spec.name == tag)
+}
+
+/// Sets out what follows an element with `payload`: pushes the
+/// `fallback_to_content` repair (when the body could not be read and the
+/// tag falls back) and the payload's diagnostics (with the element's id
+/// and tag) to `out`; returns the payload's value.
+fn trailing_events(el: &Element, spec: Option<&TagSpec>, payload: Payload, out: &mut Vec<Event>) -> Value {
+    if payload.failed && spec.is_some_and(|spec| spec.fallback_to_content) {
+        out.push(Event::Repair(Box::new(Repair {
+            kind: RepairKind::FallbackToContent,
+            tag: Some(el.tag.clone()),
+            at: el.span.start,
+            element: Some(el.id),
+            span: None,
+            from: None,
+            text: Some(html::sanitize(&el.text).html),
+        })));
+    }
+    for mut d in payload.diagnostics {
+        d.element.get_or_insert(el.id);
+        d.tag.get_or_insert_with(|| el.tag.clone());
+        out.push(Event::Diagnostic(d));
+    }
+    payload.value
 }
 
 /// A diagnostic without a place; the stage fills in the element and tag.
@@ -309,26 +426,20 @@ pub(crate) struct Stage {
     /// Context for tool-call payloads (the text before a call, repeated
     /// blocks, blocks cut off by the end of input).
     calls: crate::calls::CallTracker,
-    /// The canonical name of the registry's default tag when it streams
-    /// (filtered like content).
-    default_stream: Option<String>,
     /// The machine's element size limit (see [`Kept`]).
     max_element_len: usize,
+    /// When payloads are built.
+    payloads: Payloads,
 }
 
 impl Stage {
-    pub(crate) fn new(registry: Arc<Registry>, max_element_len: usize) -> Stage {
-        let default_stream = registry
-            .default_tag()
-            .map(|id| registry.tag(id))
-            .filter(|spec| spec.body == BodyKind::Stream)
-            .map(|spec| spec.name.clone());
+    pub(crate) fn new(registry: Arc<Registry>, max_element_len: usize, payloads: Payloads) -> Stage {
         Stage {
             calls: crate::calls::CallTracker::new(registry.clone()),
             registry,
             open: OpenStates::default(),
-            default_stream,
             max_element_len,
+            payloads,
         }
     }
 
@@ -337,7 +448,7 @@ impl Stage {
     }
 
     fn is_content(&self, tag: &str) -> bool {
-        tag == "content" || self.default_stream.as_deref() == Some(tag)
+        is_content_tag(&self.registry, tag)
     }
 
     /// Transforms machine events into caller events.
@@ -514,16 +625,19 @@ impl Stage {
             content_payload(&el, body, comments, out)
         } else {
             match spec {
+                Some(spec) if self.payloads == Payloads::OnDemand && deferrable(&self.registry, spec) => {
+                    Payload::none()
+                }
                 Some(spec) => element_payload(spec, &el),
                 None => Payload::none(),
             }
         };
-        el.payload = payload.value;
+        let failed = payload.failed;
         if let Some(OpenState { body: BodyState::Call(call, _), .. }) = &mut state
-            && !payload.failed
+            && !failed
         {
-            let name = el.payload.get("name").and_then(Value::as_str);
-            let args = el.payload.get("arguments").cloned().unwrap_or(Value::Null);
+            let name = payload.value.get("name").and_then(Value::as_str);
+            let args = payload.value.get("arguments").cloned().unwrap_or(Value::Null);
             let (piece, outcome) = call.finish(name, &args);
             if !piece.is_empty() {
                 out.push(call_delta(el.id, &el.tag, piece));
@@ -538,27 +652,12 @@ impl Stage {
                 payload.diagnostics.push(d);
             }
         }
-        let id = el.id;
-        let tag = el.tag.clone();
-        let fallback = payload.failed && spec.is_some_and(|spec| spec.fallback_to_content);
-        let repair = fallback.then(|| Repair {
-            kind: RepairKind::FallbackToContent,
-            tag: Some(tag.clone()),
-            at: el.span.start,
-            element: Some(id),
-            span: None,
-            from: None,
-            text: Some(html::sanitize(&el.text).html),
-        });
+        // The element goes out first, what its payload brings after it (no
+        // allocation when it brings nothing, the common case).
+        let mut trailing = Vec::new();
+        el.payload = trailing_events(&el, spec, payload, &mut trailing);
         out.push(Event::Element(el));
-        if let Some(r) = repair {
-            out.push(Event::Repair(Box::new(r)));
-        }
-        for mut d in payload.diagnostics {
-            d.element.get_or_insert(id);
-            d.tag.get_or_insert_with(|| tag.clone());
-            out.push(Event::Diagnostic(d));
-        }
+        out.append(&mut trailing);
     }
 }
 
