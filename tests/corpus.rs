@@ -132,3 +132,34 @@ fn every_event_writes_its_serde_json() {
     }
     assert!(checked > 10_000, "{checked} events checked");
 }
+
+/// Payloads on demand (`Payloads::OnDemand`): on every transcript, whole
+/// and at 1 and 7 bytes, the eager events are the on-demand events with
+/// each deferred payload built (`payload::build_deferred`) and put back,
+/// its repair and diagnostics after it (compared as JSON, key order
+/// included).
+#[test]
+fn payloads_built_on_demand_are_the_eager_ones() {
+    let mut deferred = 0;
+    for path in transcripts() {
+        let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string();
+        let registry = Arc::new(Registry::profile(profile_for(&name)).expect("known profile"));
+        let input = std::fs::read(&path).expect("readable transcript");
+        for chunk in [input.len(), 1, 7] {
+            if let Err(why) = spindle::check::deferred_payloads_with(&registry, &input, chunk) {
+                panic!("{name} at chunk size {chunk}: {why}");
+            }
+        }
+        let options = ParserOptions { payloads: spindle::Payloads::OnDemand, ..ParserOptions::default() };
+        let mut parser = Parser::with_options(registry.clone(), options);
+        let mut events = parser.feed(&input);
+        events.extend(parser.finish());
+        deferred += events
+            .iter()
+            .filter_map(Event::as_element)
+            .filter(|e| spindle::payload::build_deferred(&registry, e).is_some())
+            .count();
+    }
+    // Not an empty check: the corpus has dozens of deferred payloads.
+    assert!(deferred >= 40, "only {deferred} deferred payloads in corpora/");
+}
