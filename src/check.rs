@@ -6,6 +6,15 @@ use crate::payload::{Payloads, build_deferred};
 use crate::{Parser, ParserOptions, Registry};
 use std::sync::Arc;
 
+/// What a fuzz input's first byte selects: a built-in profile (its top
+/// three bits), its registry, and a chunk size of 1 to 32 bytes (the rest).
+fn selected(selector: u8) -> Result<(&'static str, Arc<Registry>, usize), String> {
+    let names = Registry::profile_names();
+    let profile = names[usize::from(selector >> 5) % names.len()];
+    let registry = Arc::new(Registry::profile(profile).ok_or("profile")?);
+    Ok((profile, registry, usize::from(selector & 0x1f) + 1))
+}
+
 /// Parses `input` whole and in chunks chosen by `selector`, with a profile
 /// chosen by `selector`, and checks the coalesced events agree and that no
 /// element claims bytes outside the input.
@@ -14,10 +23,7 @@ use std::sync::Arc;
 ///
 /// A description of the first disagreement.
 pub fn split_invariance(selector: u8, input: &[u8]) -> Result<(), String> {
-    let names = Registry::profile_names();
-    let profile = names[usize::from(selector >> 5) % names.len()];
-    let registry = Arc::new(Registry::profile(profile).ok_or("profile")?);
-    let chunk = usize::from(selector & 0x1f) + 1;
+    let (profile, registry, chunk) = selected(selector)?;
     let run = |size: usize| {
         let mut p = Parser::with_options(registry.clone(), Default::default());
         let mut events = Vec::new();
@@ -52,10 +58,7 @@ pub fn split_invariance(selector: u8, input: &[u8]) -> Result<(), String> {
 ///
 /// A description of the first disagreement.
 pub fn deferred_payloads(selector: u8, input: &[u8]) -> Result<(), String> {
-    let names = Registry::profile_names();
-    let profile = names[usize::from(selector >> 5) % names.len()];
-    let registry = Arc::new(Registry::profile(profile).ok_or("profile")?);
-    let chunk = usize::from(selector & 0x1f) + 1;
+    let (profile, registry, chunk) = selected(selector)?;
     deferred_payloads_with(&registry, input, chunk).map_err(|why| format!("profile {profile}, chunk {chunk}: {why}"))
 }
 
