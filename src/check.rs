@@ -15,6 +15,17 @@ fn selected(selector: u8) -> Result<(&'static str, Arc<Registry>, usize), String
     Ok((profile, registry, usize::from(selector & 0x1f) + 1))
 }
 
+/// All events of `input` fed `chunk` bytes at a time (at least one).
+fn events_of(registry: &Arc<Registry>, options: ParserOptions, input: &[u8], chunk: usize) -> Vec<Event> {
+    let mut p = Parser::with_options(registry.clone(), options);
+    let mut events = Vec::new();
+    for c in input.chunks(chunk.max(1)) {
+        p.feed_into(c, &mut events);
+    }
+    events.extend(p.finish());
+    events
+}
+
 /// Parses `input` whole and in chunks chosen by `selector`, with a profile
 /// chosen by `selector`, and checks the coalesced events agree and that no
 /// element claims bytes outside the input.
@@ -24,16 +35,8 @@ fn selected(selector: u8) -> Result<(&'static str, Arc<Registry>, usize), String
 /// A description of the first disagreement.
 pub fn split_invariance(selector: u8, input: &[u8]) -> Result<(), String> {
     let (profile, registry, chunk) = selected(selector)?;
-    let run = |size: usize| {
-        let mut p = Parser::with_options(registry.clone(), Default::default());
-        let mut events = Vec::new();
-        for c in input.chunks(size) {
-            p.feed_into(c, &mut events);
-        }
-        events.extend(p.finish());
-        coalesce(events)
-    };
-    let whole = run(input.len().max(1));
+    let run = |size: usize| coalesce(events_of(&registry, ParserOptions::default(), input, size));
+    let whole = run(input.len());
     let split = run(chunk);
     if whole != split {
         return Err(format!("profile {profile}: chunk {chunk} differs from whole input"));
@@ -68,16 +71,8 @@ pub fn deferred_payloads(selector: u8, input: &[u8]) -> Result<(), String> {
 ///
 /// A description of the first disagreement.
 pub fn deferred_payloads_with(registry: &Arc<Registry>, input: &[u8], chunk: usize) -> Result<(), String> {
-    let run = |payloads: Payloads| {
-        let options = ParserOptions { payloads, ..ParserOptions::default() };
-        let mut p = Parser::with_options(registry.clone(), options);
-        let mut events = Vec::new();
-        for c in input.chunks(chunk.max(1)) {
-            p.feed_into(c, &mut events);
-        }
-        events.extend(p.finish());
-        events
-    };
+    let run =
+        |payloads: Payloads| events_of(registry, ParserOptions { payloads, ..ParserOptions::default() }, input, chunk);
     let eager = run(Payloads::Eager);
     let mut rebuilt = Vec::new();
     for event in run(Payloads::OnDemand) {
