@@ -42,7 +42,7 @@
 //! assert_eq!(html, "Hi <b>there</b> <span style=\"color: red\">!</span>");
 //! ```
 
-use super::net::{HTML_ELEMENTS, Net};
+use super::net::{HTML_ELEMENTS, Net, PlainByte, plain_table};
 use super::style::{StyleVerdict, filter_style, style_is_safe};
 use crate::scan::{find_byte, find_byte3, run_of};
 use lol_html::html_content::{ContentType, TextType};
@@ -1126,6 +1126,14 @@ impl Pass {
         }
     }
 
+    /// Whether bytes of plain text (no `<`, `>` or `&`) would bypass the
+    /// rewriter now, as they are: nothing is held from before and a run
+    /// may begin ([`Pass::write`]'s first branch). Changes nothing; the
+    /// caller that takes them says so with [`Pass::bypassed`].
+    fn passes_plain(&self) -> bool {
+        self.partial.is_empty() && self.run_stops().is_some()
+    }
+
     /// Feeds bytes; returns the allowlisted output so far.
     ///
     /// Runs that the rewriter would pass unchanged (see [`Pass::run`])
@@ -1596,6 +1604,14 @@ fn filter_attributes(el: &mut lol_html::send::Element<'_, '_>, name: &str, repor
 /// (each time it is shorter); past it the rest is dropped.
 const MAX_REFILTER: usize = 16;
 
+/// Longest chunk [`HtmlFilter::take_plain`] takes: a streamed delta.
+const PLAIN_MAX: usize = 64;
+
+/// How [`HtmlFilter::take_plain`] reads a chunk's bytes: it stops at
+/// what the net decides at and at what ends the allowlist pass's
+/// bypassing runs (`<`, `>`, `&`).
+static PLAIN: [PlainByte; 256] = plain_table(b"<>&");
+
 /// The incremental content filter: raw inner text of a content element in,
 /// safe-to-display HTML out, chunk by chunk. Joining the outputs of
 /// [`HtmlFilter::push`] and [`HtmlFilter::finish`] does not depend on how
@@ -1655,6 +1671,9 @@ impl HtmlFilter {
     /// Filters the next chunk of raw text; returns the filtered text that is
     /// certain so far (possibly empty).
     pub fn push(&mut self, chunk: &str) -> String {
+        if self.take_plain(chunk.as_bytes()) {
+            return chunk.to_string();
+        }
         let bytes = self.filter_bytes(chunk.as_bytes());
         self.text(bytes)
     }
@@ -1696,6 +1715,9 @@ impl HtmlFilter {
     /// the common case), `text` is not touched: no copy, no allocation, no
     /// write.
     pub fn push_in_place(&mut self, text: &mut String) {
+        if self.take_plain(text.as_bytes()) {
+            return;
+        }
         let passed = self.allowlist(text.as_bytes());
         // The common delta: both passes leave it as it is.
         if matches!(passed, Cow::Borrowed(b) if b.len() == text.len())
@@ -1722,6 +1744,37 @@ impl HtmlFilter {
             (None, _) if self.tail.is_empty() && scratch == text.as_bytes() => self.scratch = scratch,
             (None, _) => *text = self.text(scratch),
         }
+    }
+
+    /// Takes a short chunk of plain prose that both passes leave as it is
+    /// and after which neither holds anything back: no byte either pass
+    /// stops at ([`PLAIN`]), nothing held by the allowlist pass, the net,
+    /// or an unfinished UTF-8 character. One look at each byte, where the
+    /// passes would each search the chunk and the net would decide the
+    /// pattern letters in it one by one. Longer chunks go the passes' way,
+    /// whose searches skip quiet stretches faster. `false`: nothing taken,
+    /// nothing changed.
+    fn take_plain(&mut self, bytes: &[u8]) -> bool {
+        if bytes.len() > PLAIN_MAX || !self.tail.is_empty() {
+            return false;
+        }
+        let pass = match &mut self.pass {
+            Some(pass) if !self.degraded => {
+                if !pass.passes_plain() {
+                    return false;
+                }
+                Some(pass)
+            }
+            // No allowlist pass (ended, or degraded): the net alone.
+            _ => None,
+        };
+        if !self.net.take_plain(bytes, &PLAIN) {
+            return false;
+        }
+        if let Some(pass) = pass {
+            pass.bypassed(bytes.len());
+        }
+        true
     }
 
     /// Runs the allowlist pass over `chunk` (while it runs): its output so

@@ -312,6 +312,56 @@ impl Net {
         true
     }
 
+    /// Takes `bytes` that change nothing when nothing is held back before
+    /// them: they hold no byte `table` stops at (every byte the net
+    /// decides at, [`DECIDING`], and what else the caller's own pass stops
+    /// at: [`plain_table`]). They pass as they are (a change is made only
+    /// at one of those bytes), so nothing is decided but where the
+    /// positions that may still start a pattern begin. The net keeps those
+    /// positions (letters already written) for the bytes that decide them;
+    /// a later [`Net::run`] decides them from there as it would have (a
+    /// decision reads only the bytes after its position). Prose deltas
+    /// take this way: the net costs a look at their bytes. `false` (the
+    /// net untouched) when a byte stops it or something is held back.
+    pub(crate) fn take_plain(&mut self, bytes: &[u8], table: &[PlainByte; 256]) -> bool {
+        // Held bytes (a possible tag, a character reference) wait for
+        // bytes after them; written ones are pattern letters and
+        // ignorables only (no `<`, `&` or last character).
+        if self.emitted != self.pending.len() {
+            return false;
+        }
+        // A position before the last byte that no pattern can hold before
+        // its last character is decided ([`settled_before_end`]); what was
+        // kept before these bytes holds no such byte, so only they are read.
+        let mut settled = None;
+        for (i, &b) in bytes.iter().enumerate() {
+            match table[usize::from(b)] {
+                PlainByte::Keeps => {}
+                PlainByte::Settles => settled = Some(i),
+                PlainByte::Stops => return false,
+            }
+        }
+        match settled {
+            Some(at) => {
+                self.last = Some(bytes[at]);
+                self.pending.clear();
+                self.pending.extend_from_slice(&bytes[at + 1..]);
+            }
+            None => {
+                self.pending.extend_from_slice(bytes);
+                // Positions further than a window from the end are decided:
+                // they are dropped a window at a time, not moved each time.
+                if self.pending.len() > 2 * WINDOW {
+                    let cut = self.pending.len() - WINDOW;
+                    self.last = Some(self.pending[cut - 1]);
+                    self.pending.drain(..cut);
+                }
+            }
+        }
+        self.emitted = self.pending.len();
+        true
+    }
+
     /// [`Net::pass_whole`] when every position of `bytes` is decided.
     fn passed_all(&mut self, bytes: &[u8]) -> bool {
         self.pending.clear();
@@ -503,6 +553,49 @@ const SAFE_ESCAPES: [&[u8]; 4] = [b"&lt;", b"&gt;", b"&amp;", b"&quot;"];
 /// holds one).
 const WINDOW: usize = 64;
 const _: () = assert!(WINDOW > 2 + 40 + MAX_IGNORED + 1 && WINDOW > 11 + MAX_IGNORED);
+
+/// The bytes at which the net may change its input: a `<` (a tag), an
+/// `&` (a character reference) and the last characters of the patterns.
+/// Input without them passes as it is ([`Net::take_plain`]).
+const DECIDING: [u8; 5] = *b"<&:(=";
+
+/// What a byte is to [`Net::take_plain`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PlainByte {
+    /// A letter, a digit, `_`, `-` or an ignorable byte: a pattern may
+    /// hold it before its last character.
+    Keeps,
+    /// No pattern holds it before its last character: every position
+    /// before it is decided.
+    Settles,
+    /// The net (or the caller's pass) may change the input here.
+    Stops,
+}
+
+/// The table [`Net::take_plain`] reads bytes by: [`DECIDING`] and the
+/// caller's `also` stop it.
+pub(crate) const fn plain_table(also: &[u8]) -> [PlainByte; 256] {
+    let mut table = [PlainByte::Settles; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        if ignorable(c) || is_word(c) {
+            table[b] = PlainByte::Keeps;
+        }
+        b += 1;
+    }
+    let mut k = 0;
+    while k < DECIDING.len() {
+        table[DECIDING[k] as usize] = PlainByte::Stops;
+        k += 1;
+    }
+    let mut k = 0;
+    while k < also.len() {
+        table[also[k] as usize] = PlainByte::Stops;
+        k += 1;
+    }
+    table
+}
 
 /// Where the next decision that may not be `Pass` can be, from any
 /// position: at the next `<`, or `WINDOW` bytes before the next `&`, `:`,
@@ -939,13 +1032,13 @@ fn entity(buf: &[u8], last: bool) -> Option<Option<(u8, usize)>> {
 
 /// A character of the word in `on<word>=` (every letter of the other
 /// patterns is one too).
-fn is_word(c: u8) -> bool {
+const fn is_word(c: u8) -> bool {
     c.is_ascii_alphanumeric() || c == b'_' || c == b'-'
 }
 
 /// Characters browsers skip inside a URL scheme (and that the net skips
 /// inside a pattern).
-fn ignorable(c: u8) -> bool {
+const fn ignorable(c: u8) -> bool {
     c <= 0x20
 }
 
@@ -1134,6 +1227,35 @@ mod tests {
         prop::collection::vec(prop_oneof![markup(), quiet, escapes], 0..10).prop_map(|parts| parts.concat())
     }
 
+    /// The net's own table: no other pass's stops.
+    static NET_ONLY: [PlainByte; 256] = plain_table(&[]);
+
+    /// Words of pattern letters between spaces and punctuation, long runs
+    /// without a byte the net decides at, and now and then one: the
+    /// shape `take_plain` takes, with patterns split across its pieces.
+    fn plain_words() -> impl Strategy<Value = Vec<u8>> {
+        let word = prop::sample::select(vec![
+            &b"javascript"[..],
+            b"java",
+            b"script",
+            b"onclick",
+            b"onmouseover",
+            b"expression",
+            b"url",
+            b"vb",
+            b"live",
+            b"the",
+            b"lamp",
+            b"\xe4\xb8\xad",
+        ])
+        .prop_map(<[u8]>::to_vec);
+        let gap = prop::sample::select(vec![&b" "[..], b"  \t", b"\n", b". ", b", ", b"-", b"_", b""])
+            .prop_map(<[u8]>::to_vec);
+        let decider = prop::sample::select(vec![&b":"[..], b"(", b" =", b"&#58;", b"<b>", b"</p>", b"&amp;"])
+            .prop_map(<[u8]>::to_vec);
+        prop::collection::vec(prop_oneof![4 => word, 4 => gap, 1 => decider], 0..40).prop_map(|parts| parts.concat())
+    }
+
     /// `bytes` cut into pieces of the sizes in `cuts`, cycled.
     fn pieces<'a>(bytes: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
         let mut out = Vec::new();
@@ -1201,6 +1323,37 @@ mod tests {
                 prop_assert_eq!(&mixed.pending, &pushed.pending);
                 prop_assert_eq!(mixed.emitted, pushed.emitted);
                 prop_assert_eq!(mixed.last, pushed.last);
+            }
+            pushed.finish(&mut out_pushed);
+            mixed.finish(&mut out_mixed);
+            prop_assert_eq!(out_mixed, out_pushed);
+            prop_assert_eq!(mixed.report, pushed.report);
+        }
+
+        /// Taking plain pieces (`take_plain`) where it may, and pushing the
+        /// rest, writes what `push` alone writes, piece by piece: a piece
+        /// taken is exactly what `push` writes for it, and every later
+        /// decision (a break after letters taken plain, a tag, an escape)
+        /// is the same, as is the report.
+        #[test]
+        fn taking_plain_is_pushing(
+            bytes in prop_oneof![markup(), spaced(), long(), plain_words()],
+            cuts in prop::collection::vec(1usize..24, 1..12),
+        ) {
+            let (mut pushed, mut mixed) = (Net::default(), Net::default());
+            let (mut out_pushed, mut out_mixed) = (Vec::new(), Vec::new());
+            for piece in pieces(&bytes, &cuts) {
+                let before = out_pushed.len();
+                pushed.push(piece, &mut out_pushed);
+                if mixed.take_plain(piece, &NET_ONLY) {
+                    prop_assert_eq!(&out_pushed[before..], piece, "{:?}", String::from_utf8_lossy(&bytes));
+                    out_mixed.extend_from_slice(piece);
+                    prop_assert!(mixed.pending.len() <= 2 * WINDOW);
+                } else {
+                    mixed.push(piece, &mut out_mixed);
+                }
+                prop_assert_eq!(mixed.held(), pushed.held());
+                prop_assert_eq!(&out_mixed, &out_pushed, "{:?}", String::from_utf8_lossy(&bytes));
             }
             pushed.finish(&mut out_pushed);
             mixed.finish(&mut out_mixed);
