@@ -579,7 +579,7 @@ pub(crate) const fn plain_table(also: &[u8]) -> [PlainByte; 256] {
     let mut b = 0;
     while b < 256 {
         let c = b as u8;
-        if ignorable(c) || is_word(c) {
+        if before_last(c) {
             table[b] = PlainByte::Keeps;
         }
         b += 1;
@@ -703,7 +703,7 @@ fn no_pattern_ends_at(buf: &[u8], at: usize) -> bool {
 /// position before it meets that byte and passes.
 fn settled_before_end(buf: &[u8]) -> usize {
     let from = buf.len().saturating_sub(WINDOW);
-    buf[from..].iter().rposition(|&c| !(ignorable(c) || is_word(c))).map_or(from, |at| from + at + 1)
+    buf[from..].iter().rposition(|&c| !before_last(c)).map_or(from, |at| from + at + 1)
 }
 
 /// The first two letters of `on<word>=`, a pattern beside [`PATTERNS`].
@@ -1034,6 +1034,12 @@ fn entity(buf: &[u8], last: bool) -> Option<Option<(u8, usize)>> {
 /// patterns is one too).
 const fn is_word(c: u8) -> bool {
     c.is_ascii_alphanumeric() || c == b'_' || c == b'-'
+}
+
+/// Whether a pattern may hold `c` before its last character: a letter,
+/// a digit, `_` or `-` (of `on<word>=`), or an ignorable byte.
+const fn before_last(c: u8) -> bool {
+    ignorable(c) || is_word(c)
 }
 
 /// Characters browsers skip inside a URL scheme (and that the net skips
