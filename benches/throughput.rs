@@ -13,9 +13,12 @@
 //!   thought, a status bar and variable updates), the shape of most real
 //!   output; most of `corpus/` is short protocol cases (calls, repairs,
 //!   payload edge cases), an element every few dozen bytes;
-//! * `dense/*`: markup-dense output (an element every ~160 bytes: status
+//! * `dense/*`: markup-dense output (an element every ~64 bytes: status
 //!   bars, choices, variable updates between short content), whole and at
 //!   4 bytes; divide the time by the element count for the cost per element;
+//!   `whole_batched` the whole input through `Parser::feed_with`, its
+//!   events taken a batch at a time (as the CLI reads a file and a
+//!   streaming consumer takes them) instead of all held until the end;
 //!   `*_on_demand` the same with the structured payloads left for later
 //!   (`Payloads::OnDemand`), the parse without building them;
 //! * `kinds/*`: the cost per element by kind: pairs of one element of a kind
@@ -88,6 +91,19 @@ fn parse_with(registry: &Arc<Registry>, input: &[u8], chunk: usize, options: Par
     n + parser.finish().len()
 }
 
+/// Parses `input` whole through [`Parser::feed_with`], the events handed
+/// over (and dropped) a batch at a time as a consumer that streams them
+/// would: what the CLI does with a file, the working set a batch's events.
+fn parse_batched(registry: &Arc<Registry>, input: &[u8], options: ParserOptions) -> usize {
+    let mut parser = Parser::with_options(registry.clone(), options);
+    let mut n = 0;
+    let Ok(()) = parser.feed_with(input, |events| {
+        n += events.len();
+        Ok::<(), std::convert::Infallible>(())
+    });
+    n + parser.finish().len()
+}
+
 fn bench_corpus(c: &mut Criterion) {
     bench_transcripts(c, "corpus", &corpus());
 }
@@ -137,7 +153,8 @@ fn repeated(pieces: &[&str], size: usize) -> (Vec<u8>, usize) {
     (out.into_bytes(), n)
 }
 
-/// Markup-dense output: an element every ~160 bytes.
+/// Markup-dense output: an element every ~64 bytes (four short elements
+/// in ~255 bytes, repeated).
 fn dense(size: usize) -> (Vec<u8>, usize) {
     repeated(&DENSE, size)
 }
@@ -150,6 +167,11 @@ fn bench_dense(c: &mut Criterion) {
     g.sample_size(10);
     g.bench_function("whole", |b| b.iter(|| parse(&registry, black_box(&input), input.len())));
     g.bench_function("chunk4", |b| b.iter(|| parse(&registry, black_box(&input), 4)));
+    // Whole, the events taken a batch at a time (`Parser::feed_with`, as
+    // the CLI reads a file) instead of all held until the end.
+    g.bench_function("whole_batched", |b| {
+        b.iter(|| parse_batched(&registry, black_box(&input), ParserOptions::default()))
+    });
     // The structured payloads left for later (`Payloads::OnDemand`): what
     // the parse costs a caller that builds none of them.
     let on_demand = ParserOptions { payloads: Payloads::OnDemand, ..ParserOptions::default() };
