@@ -781,6 +781,11 @@ impl Scanner {
                         i += len;
                         continue;
                     }
+                    if let Some(len) = fails_at_next_lt(&chunk[i..], self.limits.max_marker_len) {
+                        emit_text(sink, base + i, &chunk[i..i + len]);
+                        i += len;
+                        continue;
+                    }
                     self.held.clear();
                     self.held.push(b'<');
                     self.held_start = base + i;
@@ -927,6 +932,25 @@ impl Scanner {
             self.state = ScanState::Text;
         }
     }
+}
+
+/// How many bytes of `bytes` (which starts with a `<`) are text because the
+/// candidate marker they start must fail: one that is no comment or CDATA
+/// (`<!`) ends only at a `>`, and any candidate fails at a `<`, so with a
+/// `<` before the next `>` (within `limit` bytes, so that no marker-limit
+/// notice would come first), everything up to that `<` is text, as the
+/// candidate machine would decide byte by byte. `None` when that is not
+/// certain in `bytes`. A stray `<` in prose (`if a < b then ...`) is then
+/// one search, not one step per byte up to the next tag. (Out of line: it
+/// is only asked when the tag is not simple.)
+#[inline(never)]
+fn fails_at_next_lt(bytes: &[u8], limit: usize) -> Option<usize> {
+    if bytes.get(1) == Some(&b'!') {
+        return None;
+    }
+    let rest = bytes.get(1..)?;
+    let at = 1 + find_byte2(b'<', b'>', &rest[..rest.len().min(limit)])?;
+    (bytes[at] == b'<').then_some(at)
 }
 
 /// The kind, the name and the length of the simple tag `bytes` starts with

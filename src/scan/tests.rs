@@ -280,6 +280,85 @@ fn memory_stays_bounded_on_hostile_input() {
     }
 }
 
+/// What `advance` reads as a run (a name, a value, whitespace, a comment
+/// body) is what `step` reads byte by byte: from every candidate, one byte
+/// leaves the scanner where one step of the grammar leaves it.
+#[test]
+fn runs_are_the_steps() {
+    use Candidate::*;
+    let mut candidates = vec![
+        Lt,
+        LtSpace,
+        Name,
+        AfterName,
+        AttrName,
+        AfterAttrName,
+        BeforeValue,
+        Quoted(b'"'),
+        Quoted(b'\''),
+        Bare,
+        SelfClose,
+        CloseSlash,
+        CloseName,
+        CloseAfterName,
+        Bang,
+        BangDash,
+        Pipe,
+        SpecialName,
+        SpecialEnd,
+    ];
+    candidates.extend((0..3).flat_map(|n| [Comment(n), Cdata(n)]));
+    candidates.extend((1..7).map(CdataOpen));
+    for cand in candidates {
+        for b in 0..=255u8 {
+            // What the scanner holds when it stands at `cand`.
+            let held: &[u8] = match cand {
+                Lt => b"<",
+                LtSpace => b"< ",
+                Name => b"<x",
+                AfterName => b"<x ",
+                AttrName => b"<x a",
+                AfterAttrName => b"<x a ",
+                BeforeValue => b"<x a=",
+                Quoted(b'"') => b"<x a=\"",
+                Quoted(_) => b"<x a='",
+                Bare => b"<x a=v",
+                SelfClose => b"<x /",
+                CloseSlash => b"</",
+                CloseName => b"</x",
+                CloseAfterName => b"</x ",
+                Bang => b"<!",
+                BangDash => b"<!-",
+                Comment(0) => b"<!--",
+                Comment(1) => b"<!---",
+                Comment(_) => b"<!----",
+                CdataOpen(n) => &b"<![CDATA["[..2 + usize::from(n)],
+                Cdata(0) => b"<![CDATA[",
+                Cdata(1) => b"<![CDATA[]",
+                Cdata(_) => b"<![CDATA[]]",
+                Pipe => b"<|",
+                SpecialName => b"<|N",
+                SpecialEnd => b"<|N|",
+            };
+            let mut sc = Scanner {
+                state: ScanState::Marker(cand),
+                held: held.to_vec(),
+                held_start: 0,
+                offset: 0,
+                limits: ScanLimits::default(),
+            };
+            let mut sink = Collect::default();
+            let read = sc.advance(cand, &[b], 0, &mut sink);
+            let (want_state, want_read, want_held) = match step(cand, b) {
+                Step::Next(next) => (ScanState::Marker(next), 1, held.len() + 1),
+                Step::Done(_) => (ScanState::Text, 1, 0),
+                Step::Fail => (ScanState::Text, 0, 0),
+            };
+            assert_eq!((sc.state, read, sc.held.len()), (want_state, want_read, want_held), "{cand:?} then {b:#04x}");
+        }
+    }
+}
+
 /// Every delimiter split at every position (STYLE §4), drawn:
 /// `<|/x>`, `</|x>`, `</x|>`, `-|->`, `--|>`, `]|]>`, `]]|>`, `<|||>`.
 #[test]
