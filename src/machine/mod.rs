@@ -1401,6 +1401,20 @@ impl Machine {
     /// that may be an opening fence when the state is one a call block can
     /// follow.
     fn watch_text(&mut self, start: usize, text: &[u8], line_start: bool) {
+        // A held close or a void element waits on text, which settles it
+        // part way: a held close at the first byte that is not whitespace,
+        // a void element's wait once it has read its limit. The text after
+        // that byte is read in the state it leaves, as it would be had a
+        // chunk ended there: split-invariant, whatever piece the byte is in.
+        let settles_at = match &self.state {
+            State::CloseHeld(..) => Some(leading_space(text) + 1),
+            State::VoidOpen(_, hold) => Some((VOID_BODY_LIMIT + 1).saturating_sub(hold.held.len()).max(1)),
+            State::Start | State::Between | State::Open(_) => None,
+        };
+        if let Some(n) = settles_at.filter(|&n| n < text.len()) {
+            self.on_text(Span::new(start, start + n), &text[..n]);
+            return self.watch_text(start + n, &text[n..], text[n - 1] == b'\n');
+        }
         let eligible = match &self.state {
             State::Start | State::Between => true,
             State::Open(el) => el.body == BodyKind::Stream,

@@ -656,6 +656,24 @@ fn fences_that_are_not_around_a_block_stay_text() {
     check(&f(), "<content>```\n</content>", &[("content", "```\n")], &[]);
 }
 
+/// Text that settles a wait part way (a held close at its first
+/// non-space byte, a void element's wait at its limit) is watched for a
+/// fence from there, as if a chunk had ended at that byte: the same at every
+/// split (found by the `parse` fuzz target).
+#[test]
+fn a_fence_after_a_settled_wait_is_watched() {
+    let input = "<content>Intro</content> more\n  ```\n<ACTION><ls/></ACTION>";
+    check(&action(), input, &[("content", "Intro more\n"), ("action", "<ls/>")], &[MergedAdjacent, FenceDropped]);
+    let words = "word ".repeat(60);
+    let input = format!("<media src=\"a.png\">{words}\n\t<ACTION><ls/></ACTION>");
+    check(
+        &f(),
+        &input,
+        &[("media", ""), ("content", &format!("{words}\n")), ("action", "<ls/>")],
+        &[HeaderInserted, AutoClosed, FenceDropped],
+    );
+}
+
 #[test]
 fn a_closing_fence_is_dropped_only_after_a_dropped_opening_one() {
     let input = "Go.\n<|[REQUEST_TOOL]|>\ncommand:»»»ls«««\n<|[END_TOOL]|>\n```\ncode";
