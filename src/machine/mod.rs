@@ -1406,20 +1406,16 @@ impl Machine {
         // a void element's wait once it has read its limit. The text after
         // that byte is read in the state it leaves, as it would be had a
         // chunk ended there: split-invariant, whatever piece the byte is in.
-        let settles_at = match &self.state {
-            State::CloseHeld(..) => Some(leading_space(text) + 1),
-            State::VoidOpen(_, hold) => Some((VOID_BODY_LIMIT + 1).saturating_sub(hold.held.len()).max(1)),
-            State::Start | State::Between | State::Open(_) => None,
+        let (eligible, settles_at) = match &self.state {
+            State::Start | State::Between => (true, None),
+            State::Open(el) => (el.body == BodyKind::Stream, None),
+            State::CloseHeld(..) => (false, Some(leading_space(text) + 1)),
+            State::VoidOpen(_, hold) => (false, Some((VOID_BODY_LIMIT + 1).saturating_sub(hold.held.len()).max(1))),
         };
         if let Some(n) = settles_at.filter(|&n| n < text.len()) {
             self.on_text(Span::new(start, start + n), &text[..n]);
             return self.watch_text(start + n, &text[n..], text[n - 1] == b'\n');
         }
-        let eligible = match &self.state {
-            State::Start | State::Between => true,
-            State::Open(el) => el.body == BodyKind::Stream,
-            State::CloseHeld(..) | State::VoidOpen(..) => false,
-        };
         let cut = if eligible { opening_suffix(text, line_start) } else { None }
             .filter(|&i| text.len() - i <= FENCE_HOLD_LIMIT);
         let pass = cut.unwrap_or(text.len());
