@@ -6,13 +6,56 @@ use crate::payload::{Payloads, build_deferred};
 use crate::{Parser, ParserOptions, Registry};
 use std::sync::Arc;
 
-/// What a fuzz input's first byte selects: a built-in profile (its top
-/// three bits), its registry, and a chunk size of 1 to 32 bytes (the rest).
-fn selected(selector: u8) -> Result<(&'static str, Arc<Registry>, usize), String> {
+/// A fuzz input's registry, chunk size and the input left to parse.
+struct Selected<'a> {
+    /// The profile's name, or the shape byte of a [`shaped`] registry.
+    name: String,
+    registry: Arc<Registry>,
+    chunk: usize,
+    input: &'a [u8],
+}
+
+/// What a fuzz input's first byte selects: a registry (its top three bits:
+/// each built-in profile, and past them one of [`shaped`]'s, chosen by the
+/// input's next byte), and a chunk size of 1 to 32 bytes (the rest).
+fn selected(selector: u8, input: &[u8]) -> Result<Selected<'_>, String> {
     let names = Registry::profile_names();
-    let profile = names[usize::from(selector >> 5) % names.len()];
-    let registry = Arc::new(Registry::profile(profile).ok_or("profile")?);
-    Ok((profile, registry, usize::from(selector & 0x1f) + 1))
+    let chunk = usize::from(selector & 0x1f) + 1;
+    match names.get(usize::from(selector >> 5)) {
+        Some(&profile) => {
+            let registry = Registry::profile(profile).ok_or("profile")?;
+            Ok(Selected { name: profile.to_string(), registry: Arc::new(registry), chunk, input })
+        }
+        None => {
+            let (&shape, input) = input.split_first().unwrap_or((&0, input));
+            let text = shaped(shape);
+            let registry = Registry::from_toml_str(&text).map_err(|e| format!("{text}: {e}"))?;
+            Ok(Selected { name: format!("shaped {shape:#04x}"), registry: Arc::new(registry), chunk, input })
+        }
+    }
+}
+
+/// A registry file no profile is like, from one byte: `filament` with
+/// another lead (two bits), another default (two bits), the lead's open tag
+/// written by the template or not (one bit), and the content tag's body
+/// replaced (three bits). Bare text may open an element that does not
+/// stream, a void or JSON element may lead, content may be raw.
+fn shaped(shape: u8) -> String {
+    let lead = ["thought", "content", "status_bar", "media"][usize::from(shape & 3)];
+    let default = ["content", "status_bar", "thought", "ui_component"][usize::from(shape >> 2 & 3)];
+    let prefilled = shape >> 4 & 1 == 1;
+    let content = match shape >> 5 {
+        3 => "body = \"raw\"",
+        4 => "body = \"json\"",
+        5 => "body = \"structured\"",
+        6 => "body = \"void\"",
+        7 => "body = \"stream\"\nbare = true",
+        _ => "body = \"stream\"\nmergeable = true\nmandatory = true",
+    };
+    format!(
+        "name = \"shaped\"\nextends = \"filament\"\nlead = \"{lead}\"\ndefault = \"{default}\"\n\
+         lead_prefilled = {prefilled}\n[[tag]]\nname = \"content\"\n{content}\n"
+    )
 }
 
 /// All events of `input` fed `chunk` bytes at a time (at least one).
@@ -26,15 +69,15 @@ fn events_of(registry: &Arc<Registry>, options: ParserOptions, input: &[u8], chu
     events
 }
 
-/// Parses `input` whole and in chunks chosen by `selector`, with a profile
-/// chosen by `selector`, and checks the coalesced events agree and that no
+/// Parses `input` whole and in chunks chosen by `selector`, with a registry
+/// chosen by `selector` (and, for a shaped one, the input's first byte), and checks the coalesced events agree and that no
 /// element claims bytes outside the input.
 ///
 /// # Errors
 ///
 /// A description of the first disagreement.
 pub fn split_invariance(selector: u8, input: &[u8]) -> Result<(), String> {
-    let (profile, registry, chunk) = selected(selector)?;
+    let Selected { name: profile, registry, chunk, input } = selected(selector, input)?;
     let run = |size: usize| coalesce(events_of(&registry, ParserOptions::default(), input, size));
     let whole = run(input.len());
     let split = run(chunk);
@@ -61,7 +104,7 @@ pub fn split_invariance(selector: u8, input: &[u8]) -> Result<(), String> {
 ///
 /// A description of the first disagreement.
 pub fn deferred_payloads(selector: u8, input: &[u8]) -> Result<(), String> {
-    let (profile, registry, chunk) = selected(selector)?;
+    let Selected { name: profile, registry, chunk, input } = selected(selector, input)?;
     deferred_payloads_with(&registry, input, chunk).map_err(|why| format!("profile {profile}, chunk {chunk}: {why}"))
 }
 
@@ -267,4 +310,26 @@ pub fn prompt_entry_points(data: &[u8]) -> Result<(), String> {
     // The registry file is generated: it always loads.
     crate::prompt::registry_for(&text).map_err(|e| format!("the registry of {text:?} does not load: {e}"))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every shape byte gives a valid registry, and a response with every
+    /// kind of element parses the same whole and in chunks under each.
+    #[test]
+    fn every_shape_is_a_registry_and_splits_alike() {
+        let input = "lead in\n```\n<ACTION><ls/></ACTION><thought>plan</thought>bare\n```xml\n<ACTION><ls/></ACTION>\n<content>Hi <b>x</b></content>\
+                     <status_bar><hp>3</hp></status_bar>tail text<media src=\"a.png\"> after\n<ui_component>{\"a\": 1}</ui_component>";
+        for shape in 0..=255u8 {
+            for chunk in [0u8, 2, 6, 31] {
+                let mut data = vec![shape];
+                data.extend_from_slice(input.as_bytes());
+                let selector = 0xe0 | chunk;
+                split_invariance(selector, &data).unwrap();
+                deferred_payloads(selector, &data).unwrap();
+            }
+        }
+    }
 }

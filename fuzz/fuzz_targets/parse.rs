@@ -1,5 +1,6 @@
-//! Any bytes, any profile, any chunk size: no panic, chunked == whole, and
-//! payloads built on demand == payloads built as elements complete.
+//! Any bytes, any profile or shaped registry, any chunk size: no panic,
+//! chunked == whole, and payloads built on demand == payloads built as
+//! elements complete.
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {

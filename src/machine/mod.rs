@@ -510,15 +510,7 @@ impl Machine {
     /// elements) before bare text at `at`.
     fn open_for_bare_text(&mut self, at: usize, at_start: bool) -> Option<OpenElement> {
         let reg = self.registry.clone();
-        let default = reg.default_tag();
-        let (tag, opened) = match (at_start, reg.lead()) {
-            // The chat template wrote the lead's open tag: this is the lead,
-            // whatever follows (no reclassification).
-            (true, Some(lead)) if reg.lead_open() == LeadOpen::Template => (lead, Opened::Synthetic),
-            (true, Some(lead)) if Some(lead) != default => (lead, Opened::ImplicitLead),
-            (true, _) => (default?, Opened::ImplicitDefault),
-            (false, _) => (default?, Opened::Synthetic),
-        };
+        let (tag, opened) = bare_text_opens(&reg, at_start)?;
         let spec = reg.tag(tag);
         if !spec.bare {
             self.repair(RepairKind::HeaderInserted, Some(tag), at, None, None, None);
@@ -1407,6 +1399,8 @@ impl Machine {
         // that byte is read in the state it leaves, as it would be had a
         // chunk ended there: split-invariant, whatever piece the byte is in.
         let (eligible, settles_at) = match &self.state {
+            // Bare text opens an element here: when it does not stream, the
+            // text after the byte that opens it is not watched (below).
             State::Start | State::Between => (true, None),
             State::Open(el) => (el.body == BodyKind::Stream, None),
             State::CloseHeld(..) => (false, Some(leading_space(text) + 1)),
@@ -1417,7 +1411,7 @@ impl Machine {
             return self.watch_text(start + n, &text[n..], text[n - 1] == b'\n');
         }
         let cut = if eligible { opening_suffix(text, line_start) } else { None }
-            .filter(|&i| text.len() - i <= FENCE_HOLD_LIMIT);
+            .filter(|&i| text.len() - i <= FENCE_HOLD_LIMIT && (self.bare_text_watched() || i <= leading_space(text)));
         let pass = cut.unwrap_or(text.len());
         if pass > 0 {
             self.on_text(Span::new(start, start + pass), &text[..pass]);
@@ -1426,6 +1420,19 @@ impl Machine {
             Some(i) => FenceWatch::Opening { start: start + i, held: text[i..].to_vec() },
             None => FenceWatch::Idle { line_start: text.last().map_or(line_start, |&b| b == b'\n') },
         };
+    }
+
+    /// Whether text after the first bare byte here is watched for a fence:
+    /// always in an open element (the caller reads its body), between
+    /// elements only when the element bare text opens streams (or none
+    /// opens: the text stays a gap).
+    fn bare_text_watched(&self) -> bool {
+        let at_start = match self.state {
+            State::Start => true,
+            State::Between => false,
+            State::Open(_) | State::CloseHeld(..) | State::VoidOpen(..) => return true,
+        };
+        bare_text_opens(&self.registry, at_start).is_none_or(|(tag, _)| self.registry.tag(tag).body == BodyKind::Stream)
     }
 
     /// Decides held fence text before a token that is not text (`call`:
@@ -1641,6 +1648,20 @@ fn event_weight(event: &Event) -> usize {
         Event::Element(e) => e.text.len(),
         _ => 64,
     }
+}
+
+/// The element bare text opens (at the start of the output or between
+/// elements), and how: `None` when the registry has nowhere to put it.
+fn bare_text_opens(reg: &Registry, at_start: bool) -> Option<(TagId, Opened)> {
+    let default = reg.default_tag();
+    Some(match (at_start, reg.lead()) {
+        // The chat template wrote the lead's open tag: this is the lead,
+        // whatever follows (no reclassification).
+        (true, Some(lead)) if reg.lead_open() == LeadOpen::Template => (lead, Opened::Synthetic),
+        (true, Some(lead)) if Some(lead) != default => (lead, Opened::ImplicitLead),
+        (true, _) => (default?, Opened::ImplicitDefault),
+        (false, _) => (default?, Opened::Synthetic),
+    })
 }
 
 fn leading_space(bytes: &[u8]) -> usize {

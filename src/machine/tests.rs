@@ -726,3 +726,30 @@ fn rewrite_can_omit_call_elements() {
         }
     }
 }
+
+/// Bare text opens the default element; when that element does not stream,
+/// the text after its first byte is the element's and not watched for a
+/// fence, as it would not be had a chunk ended there.
+#[test]
+fn a_fence_after_bare_text_opening_an_unwatched_default_is_not_held() {
+    let registry = Registry::from_toml_str(
+        r#"
+        name = "raw-default"
+        extends = "action"
+        default = "note"
+
+        [[tag]]
+        name = "note"
+        body = "raw"
+        "#,
+    )
+    .unwrap();
+    let input = "abc\n```xml\n<ACTION><ls/></ACTION>";
+    check(&registry, input, &[("note", input)], &[HeaderInserted, ClosedAtEof]);
+    let input = "abc\n```xml\n";
+    check(&registry, input, &[("note", input)], &[HeaderInserted, ClosedAtEof]);
+    // Before the first bare byte, a fence is held as anywhere between
+    // elements.
+    let input = "```xml\n<ACTION><ls/></ACTION>";
+    check(&registry, input, &[("action", "<ls/>")], &[FenceDropped]);
+}
