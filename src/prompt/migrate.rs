@@ -596,14 +596,16 @@ impl Migrator {
                 let cur = if self.locals.contains(&name) { ident(&name) } else { format!("state.{}", path(&name)) };
                 let Some(value) = value_expr(&pieces[2]) else { return nested_kept(self) };
                 self.locals.insert(name.clone());
-                done(self, format!("{{% set {} = {cur} + {value} %}}", ident(&name)))
+                done(self, format!("{{% set {} = addvar({cur}, {value}) %}}", ident(&name)))
             }
             ("incvar", 2) | ("decvar", 2) => {
                 let name = var(&args, 1);
                 let cur = if self.locals.contains(&name) { ident(&name) } else { format!("state.{}", path(&name)) };
                 self.locals.insert(name.clone());
-                let op = if lower == "incvar" { "+" } else { "-" };
-                done(self, format!("{{% set {} = {cur} {op} 1 %}}", ident(&name)))
+                // SillyTavern prints the new value.
+                let step = if lower == "incvar" { "1" } else { "-1" };
+                let id = ident(&name);
+                done(self, format!("{{% set {id} = addvar({cur}, {step}) %}}{{{{ {id} }}}}"))
             }
             ("getglobalvar", 2) => done(self, expr(&format!("global_state.{}", path(&var(&args, 1))))),
             ("setglobalvar", 3) | ("addglobalvar", 3) | ("incglobalvar", 2) | ("decglobalvar", 2) => {
@@ -615,9 +617,9 @@ impl Migrator {
                 };
                 let to = match lower.as_str() {
                     "setglobalvar" => format!("{{% set_global {name} = {value} %}}"),
-                    "addglobalvar" => format!("{{% set_global {name} = global_state.{name} + {value} %}}"),
-                    "incglobalvar" => format!("{{% set_global {name} = global_state.{name} + 1 %}}"),
-                    _ => format!("{{% set_global {name} = global_state.{name} - 1 %}}"),
+                    "addglobalvar" => format!("{{% set_global {name} = addvar(global_state.{name}, {value}) %}}"),
+                    "incglobalvar" => format!("{{% set_global {name} = addvar(global_state.{name}, 1) %}}"),
+                    _ => format!("{{% set_global {name} = addvar(global_state.{name}, -1) %}}"),
                 };
                 host(
                     self,
@@ -937,10 +939,15 @@ mod tests {
         );
         assert_eq!(
             m.text,
-            "{% set hp = 10 %}{% set hp = hp + 1 %}{{ hp }} {{ state.gold }} {% if state.gold %}rich{% else %}poor{% endif %}{# note #}"
+            "{% set hp = 10 %}{% set hp = addvar(hp, 1) %}{{ hp }}{{ hp }} {{ state.gold }} {% if state.gold %}rich{% else %}poor{% endif %}{# note #}"
         );
         let out = Renderer::new().render(&m.text, &json!({}), &json!({"gold": 3})).unwrap();
-        assert_eq!(out, "11 3 rich");
+        assert_eq!(out, "1111 3 rich");
+        // Variables never set count as 0, as in SillyTavern (no render error).
+        let m =
+            migrate("{{incvar::turn}} {{decvar::hp}} {{addvar::log::hi}}{{getvar::log}} {{addvar::n::2}}{{getvar::n}}");
+        let out = Renderer::new().render(&m.text, &json!({}), &json!({})).unwrap();
+        assert_eq!(out, "1 -1 hi 2");
         let m = migrate("a {{frobnicate::x}} b {{setglobalvar::g::1}}");
         assert_eq!(m.notes[0].kind, NoteKind::Unsupported);
         assert!(m.text.contains("{% raw %}{{frobnicate::x}}{% endraw %}"));
@@ -1121,7 +1128,10 @@ mod tests {
                 "{{setvar::true::1}}{{true}} {{none}} {{getvar::loop}}",
                 "{% set _true = 1 %}{{ _true }} {{ state.none }} {{ state.loop }}",
             ),
-            ("{{setvar::state::1}}{{incvar::loop}}", "{% set _state = 1 %}{% set _loop = state.loop + 1 %}"),
+            (
+                "{{setvar::state::1}}{{incvar::loop}}",
+                "{% set _state = 1 %}{% set _loop = addvar(state.loop, 1) %}{{ _loop }}",
+            ),
             // Brackets: list indices kept, anything else made a name.
             (
                 "{{getvar::a[1][2].b}} {{getvar::a[}} {{getvar::a[x]}} {{getvar::a[0 %}}",

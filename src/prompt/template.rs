@@ -34,6 +34,7 @@
 //! | `roll('2d6+1')` | dice: `NdM`, `dM`, `+`/`-` constants; a number alone is one die of that many sides (`roll('20')` is `1d20`), and a formula it cannot read rolls nothing (empty), as in SillyTavern |
 //! | `time_diff(a, b)` | the time between two times (RFC 3339, ISO 8601 without an offset read as UTC, or `November 24, 2026` as `{{date}}` shows it), in words (`2 hours`); `Invalid date` when one cannot be read, as in SillyTavern |
 //! | `outlet(name)` | the text of world-info outlet `name` (from the `outlets` variable) |
+//! | `addvar(current, value)` | SillyTavern's `addvar`: a list gets `value` appended; numbers (and text that reads as one) add; anything else is joined as text; unset counts as `0` (what migrated `{{addvar}}`, `{{incvar}}`, `{{decvar}}` call) |
 //! | `x \| time_format(fmt)` | a time in moment.js tokens (default `LT`: `9:05 PM`) |
 //! | `x \| date_format(fmt)` | the same, default `LL` (`November 24, 2026`) |
 //! | `x \| utc_offset(hours)` | the time at that UTC offset |
@@ -190,6 +191,7 @@ impl Renderer {
         env.add_function("outlet", |state: &State<'_, '_>, name: String| -> Value {
             state.lookup("outlets").and_then(|o| o.get_attr(&name).ok()).unwrap_or(Value::from(""))
         });
+        env.add_function("addvar", |current: Value, value: Value| st_add(&current, &value));
         env.add_filter("time_format", |v: String, fmt: Option<String>| -> Result<String, Error> {
             Ok(moment(&parse_time(&v)?, fmt.as_deref().unwrap_or("LT")))
         });
@@ -359,6 +361,75 @@ fn writes_state(template: &str) -> Option<String> {
         }
     }
     None
+}
+
+/// SillyTavern's `addvar` on a variable's value (its `addLocalVariable`):
+/// unset, empty or zero counts as `0`; a list (or text holding a JSON
+/// list) gets `value` appended; when both read as numbers they add;
+/// otherwise `value` is appended to the text (to nothing for `0`).
+fn st_add(current: &Value, value: &Value) -> Value {
+    let current = if current.is_true() { current.clone() } else { Value::from(0) };
+    let list: Option<Vec<Value>> = match current.as_str() {
+        Some(text) => serde_json::from_str::<Vec<serde_json::Value>>(text)
+            .ok()
+            .map(|items| items.iter().map(|v| Value::from(minijinja::value::Serde(v))).collect()),
+        None if current.kind() == minijinja::value::ValueKind::Seq => current.try_iter().ok().map(Iterator::collect),
+        None => None,
+    };
+    if let Some(mut items) = list {
+        items.push(value.clone());
+        return Value::from(items);
+    }
+    match (js_number(&current), js_number(value)) {
+        (Some(a), Some(b)) => js_number_value(a + b),
+        _ => {
+            let head = if current.as_i64() == Some(0) { String::new() } else { js_string(&current) };
+            Value::from(head + &js_string(value))
+        }
+    }
+}
+
+/// JavaScript's `Number(x)` for a template value, `None` for `NaN`.
+fn js_number(v: &Value) -> Option<f64> {
+    if let Some(text) = v.as_str() {
+        let t = text.trim();
+        let (sign, digits) = match t.strip_prefix('-') {
+            Some(rest) => (-1.0, rest),
+            None => (1.0, t.strip_prefix('+').unwrap_or(t)),
+        };
+        let radix = |p: &str, r: u32| t.get(..2).filter(|h| h.eq_ignore_ascii_case(p)).map(|_| (&t[2..], r));
+        return if t.is_empty() {
+            Some(0.0)
+        } else if let Some((body, r)) = radix("0x", 16).or_else(|| radix("0o", 8)).or_else(|| radix("0b", 2)) {
+            u64::from_str_radix(body, r).ok().map(|n| n as f64)
+        } else if digits == "Infinity" {
+            Some(sign * f64::INFINITY)
+        } else if digits.bytes().all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-')) {
+            t.parse::<f64>().ok()
+        } else {
+            None
+        };
+    }
+    match v.kind() {
+        minijinja::value::ValueKind::Bool => Some(if v.is_true() { 1.0 } else { 0.0 }),
+        minijinja::value::ValueKind::None => Some(0.0),
+        minijinja::value::ValueKind::Number => f64::try_from(v.clone()).ok(),
+        _ => None,
+    }
+}
+
+/// A sum as JavaScript keeps it: a whole number prints without `.0`.
+fn js_number_value(n: f64) -> Value {
+    if n.fract() == 0.0 && n.abs() < 9.007_199_254_740_992e15 { Value::from(n as i64) } else { Value::from(n) }
+}
+
+/// JavaScript's `String(x)` for the values `addvar` joins.
+fn js_string(v: &Value) -> String {
+    match (v.as_str(), js_number(v).filter(|_| v.kind() == minijinja::value::ValueKind::Number)) {
+        (Some(text), _) => text.to_string(),
+        (None, Some(n)) => js_number_value(n).to_string(),
+        (None, None) => v.to_string(),
+    }
 }
 
 fn items_of(args: &[Value]) -> Result<Vec<Value>, Error> {
@@ -599,6 +670,33 @@ mod tests {
 
     fn render(t: &str) -> Result<String, RenderError> {
         fixed().render(t, &json!({"user": "Ann", "char": "Sera"}), &json!({"hp": 18, "inventory": [{"name": "lamp"}]}))
+    }
+
+    /// `addvar` does what SillyTavern's `addvar`, `incvar` and `decvar` do
+    /// to a value: unset counts as 0, numbers (and text that reads as one)
+    /// add, lists take the item, anything else joins as text.
+    #[test]
+    fn addvar_is_sillytaverns() {
+        let state = json!({"n": "1", "f": 1.5, "log": "a", "list": [1], "json": "[\"x\"]", "zero": 0, "t": true});
+        let cases = [
+            ("{{ addvar(state.unset, 1) }}", "1"),
+            ("{{ addvar(state.unset, -1) }}", "-1"),
+            ("{{ addvar(state.unset, 'hello') }}", "hello"),
+            ("{{ addvar(state.n, 5) }}", "6"),
+            ("{{ addvar(state.n, ' 2 ') }}", "3"),
+            ("{{ addvar(state.f, 1) }}", "2.5"),
+            ("{{ addvar(state.log, 5) }}", "a5"),
+            ("{{ addvar(state.n, 'x') }}", "1x"),
+            ("{{ addvar(state.zero, 'x') }}", "x"),
+            ("{{ addvar(state.t, 1) }}", "2"),
+            ("{{ addvar(state.n, '0x10') }}", "17"),
+            ("{{ addvar(state.n, 'inf') }}", "1inf"),
+            ("{{ addvar(state.list, 2) | join('+') }}", "1+2"),
+            ("{{ addvar(state.json, 'y') | join('+') }}", "x+y"),
+        ];
+        for (t, want) in cases {
+            assert_eq!(fixed().render(t, &json!({}), &state).unwrap(), want, "{t}");
+        }
     }
 
     /// Spec 003 §2.3.2's worked example.
