@@ -672,8 +672,8 @@ mod tests {
         fixed().render(t, &json!({"user": "Ann", "char": "Sera"}), &json!({"hp": 18, "inventory": [{"name": "lamp"}]}))
     }
 
-    /// `addvar` does what SillyTavern's `addvar`, `incvar` and `decvar` do
-    /// to a value: unset counts as 0, numbers (and text that reads as one)
+    /// `addvar` does to a value what SillyTavern's `addvar`, `incvar` and
+    /// `decvar` do: unset counts as 0, numbers (and text that reads as one)
     /// add, lists take the item, anything else joins as text.
     #[test]
     fn addvar_is_sillytaverns() {
