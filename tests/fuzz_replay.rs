@@ -1,8 +1,8 @@
 //! Replays the saved fuzz inputs of `tests/fuzz/testdata/` (minimised
 //! crashes and hand-picked seeds) through the same checks the fuzz targets
 //! make (`parse`, `sse`, `text`, `prompt`), so CI never needs cargo-fuzz. A file's
-//! first byte selects the profile and chunk size, as in
-//! `fuzz/fuzz_targets/parse.rs`.
+//! first byte selects the chunk size and a profile, or a registry shaped by
+//! the next byte, as in `fuzz/fuzz_targets/parse.rs`.
 
 use std::path::Path;
 
@@ -17,7 +17,7 @@ fn saved_fuzz_inputs_pass_the_fuzz_checks() {
         let data = std::fs::read(entry.path()).expect("readable");
         let Some((&selector, input)) = data.split_first() else { continue };
         for shift in 0..8u8 {
-            // Every profile and several chunk sizes, not just the saved one.
+            // Every registry and several chunk sizes, not just the saved one.
             let sel = selector.wrapping_add(shift.wrapping_mul(37));
             let checks = [
                 spindle::check::split_invariance(sel, input),
