@@ -17,7 +17,7 @@ struct Selected<'a> {
 
 /// What a fuzz input's first byte selects: a registry (its top three bits:
 /// each built-in profile, and past them one of [`shaped`]'s, chosen by the
-/// input's next byte), and a chunk size of 1 to 32 bytes (the rest).
+/// input's next two bytes), and a chunk size of 1 to 32 bytes (the rest).
 fn selected(selector: u8, input: &[u8]) -> Result<Selected<'_>, String> {
     let names = Registry::profile_names();
     let chunk = usize::from(selector & 0x1f) + 1;
@@ -27,24 +27,32 @@ fn selected(selector: u8, input: &[u8]) -> Result<Selected<'_>, String> {
             Ok(Selected { name: profile.to_string(), registry: Arc::new(registry), chunk, input })
         }
         None => {
-            let (&shape, input) = input.split_first().unwrap_or((&0, input));
+            let (shape, input) = match input {
+                [a, b, rest @ ..] => ([*a, *b], rest),
+                _ => ([input.first().copied().unwrap_or(0), 0], &[][..]),
+            };
             let text = shaped(shape);
             let registry = Registry::from_toml_str(&text).map_err(|e| format!("{text}: {e}"))?;
-            Ok(Selected { name: format!("shaped {shape:#04x}"), registry: Arc::new(registry), chunk, input })
+            let name = format!("shaped {:#04x} {:#04x}", shape[0], shape[1]);
+            Ok(Selected { name, registry: Arc::new(registry), chunk, input })
         }
     }
 }
 
-/// A registry file no profile is like, from one byte: `filament` with
+/// A registry file no profile is like, from two bytes: `filament` with
 /// another lead (two bits), another default (two bits), the lead's open tag
 /// written by the template or not (one bit), and the content tag's body
-/// replaced (three bits). Bare text may open an element that does not
-/// stream, a void or JSON element may lead, content may be raw.
-fn shaped(shape: u8) -> String {
-    let lead = ["thought", "content", "status_bar", "media"][usize::from(shape & 3)];
-    let default = ["content", "status_bar", "thought", "ui_component"][usize::from(shape >> 2 & 3)];
-    let prefilled = shape >> 4 & 1 == 1;
-    let content = match shape >> 5 {
+/// replaced (three bits); then the thought's body (two bits), no tool-call
+/// blocks, a bare mergeable thought, a status bar holding choices, choices
+/// only after content, a media tag that streams, and a tag written with
+/// special markers (a bit each). Bare text may open an element that does
+/// not stream, a void or JSON element may lead, content may be raw.
+fn shaped(shape: [u8; 2]) -> String {
+    let [a, b] = shape;
+    let lead = ["thought", "content", "status_bar", "media"][usize::from(a & 3)];
+    let default = ["content", "status_bar", "thought", "ui_component"][usize::from(a >> 2 & 3)];
+    let prefilled = a >> 4 & 1 == 1;
+    let content = match a >> 5 {
         3 => "body = \"raw\"",
         4 => "body = \"json\"",
         5 => "body = \"structured\"",
@@ -52,10 +60,34 @@ fn shaped(shape: u8) -> String {
         7 => "body = \"stream\"\nbare = true",
         _ => "body = \"stream\"\nmergeable = true\nmandatory = true",
     };
-    format!(
+    let mut text = format!(
         "name = \"shaped\"\nextends = \"filament\"\nlead = \"{lead}\"\ndefault = \"{default}\"\n\
-         lead_prefilled = {prefilled}\n[[tag]]\nname = \"content\"\n{content}\n"
-    )
+         lead_prefilled = {prefilled}\n"
+    );
+    if b & 4 != 0 {
+        text.push_str("without = [\"tam\", \"action\"]\n");
+    }
+    text.push_str(&format!("[[tag]]\nname = \"content\"\n{content}\n"));
+    if b & 0b1011 != 0 {
+        let body = ["stream", "raw", "structured", "json"][usize::from(b & 3)];
+        let bare = b & 8 != 0;
+        text.push_str(&format!(
+            "[[tag]]\nname = \"thought\"\naliases = [\"think\"]\nbody = \"{body}\"\nbare = {bare}\nmergeable = {bare}\n"
+        ));
+    }
+    if b & 16 != 0 {
+        text.push_str("[[tag]]\nname = \"status_bar\"\nbody = \"structured\"\nchildren = [\"choice\"]\n");
+    }
+    if b & 32 != 0 {
+        text.push_str("[[tag]]\nname = \"choice\"\nbody = \"structured\"\nafter = [\"content\"]\n");
+    }
+    if b & 64 != 0 {
+        text.push_str("[[tag]]\nname = \"media\"\nbody = \"stream\"\n");
+    }
+    if b & 128 != 0 {
+        text.push_str("[[tag]]\nname = \"note\"\nmarkers = { open = \"NOTE\", close = \"END_NOTE\" }\n");
+    }
+    text
 }
 
 /// All events of `input` fed `chunk` bytes at a time (at least one).
@@ -314,15 +346,17 @@ pub fn prompt_entry_points(data: &[u8]) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    /// Every shape byte gives a valid registry, and a response with every
-    /// kind of element parses the same whole and in chunks under each.
+    /// Every shape (each value of each byte) gives a valid registry, and a
+    /// response with every kind of element parses the same whole and in
+    /// chunks under each.
     #[test]
     fn every_shape_is_a_registry_and_splits_alike() {
         let input = "lead in\n```\n<ACTION><ls/></ACTION><thought>plan</thought>bare\n```xml\n<ACTION><ls/></ACTION>\n<content>Hi <b>x</b></content>\
-                     <status_bar><hp>3</hp></status_bar>tail text<media src=\"a.png\"> after\n<ui_component>{\"a\": 1}</ui_component>";
-        for shape in 0..=255u8 {
+                     <status_bar><hp>3</hp><choice>a</choice></status_bar>tail text<media src=\"a.png\"> after\n\
+                     <|[NOTE]|>n<|[END_NOTE]|><choice>b</choice><ui_component>{\"a\": 1}</ui_component>";
+        for shape in (0..=255u8).flat_map(|a| [[a, 0], [a, a.rotate_left(3)], [a, !a]]) {
             for chunk in [0u8, 2, 6, 31] {
-                let mut data = vec![shape];
+                let mut data = shape.to_vec();
                 data.extend_from_slice(input.as_bytes());
                 let selector = 0xe0 | chunk;
                 split_invariance(selector, &data).unwrap();

@@ -2,7 +2,7 @@
 //! crashes and hand-picked seeds) through the same checks the fuzz targets
 //! make (`parse`, `sse`, `text`, `prompt`), so CI never needs cargo-fuzz. A file's
 //! first byte selects the chunk size and a profile, or a registry shaped by
-//! the next byte, as in `fuzz/fuzz_targets/parse.rs`.
+//! the next two bytes, as in `fuzz/fuzz_targets/parse.rs`.
 
 use std::path::Path;
 
