@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 /// A fuzz input's registry, chunk size and the input left to parse.
 struct Selected<'a> {
-    /// The profile's name, or the shape byte of a [`shaped`] registry.
+    /// The profile's name, or the shape bytes of a [`shaped`] registry.
     name: String,
     registry: Arc<Registry>,
     chunk: usize,
@@ -102,8 +102,9 @@ fn events_of(registry: &Arc<Registry>, options: ParserOptions, input: &[u8], chu
 }
 
 /// Parses `input` whole and in chunks chosen by `selector`, with a registry
-/// chosen by `selector` (and, for a shaped one, the input's first byte), and checks the coalesced events agree and that no
-/// element claims bytes outside the input.
+/// chosen by `selector` (and, for a shaped one, the input's first two
+/// bytes), and checks the coalesced events agree and that no element claims
+/// bytes outside the input.
 ///
 /// # Errors
 ///
