@@ -92,30 +92,50 @@ fn shaped(shape: [u8; 2]) -> String {
 
 /// All events of `input` fed `chunk` bytes at a time (at least one).
 fn events_of(registry: &Arc<Registry>, options: ParserOptions, input: &[u8], chunk: usize) -> Vec<Event> {
+    rewritten(registry, options, input, chunk).0
+}
+
+/// [`events_of`], and the corrected text when `options` ask for it.
+fn rewritten(registry: &Arc<Registry>, options: ParserOptions, input: &[u8], chunk: usize) -> (Vec<Event>, Vec<u8>) {
     let mut p = Parser::with_options(registry.clone(), options);
     let mut events = Vec::new();
+    let mut text = Vec::new();
     for c in input.chunks(chunk.max(1)) {
         p.feed_into(c, &mut events);
+        text.extend(p.take_rewrite());
     }
-    events.extend(p.finish());
-    events
+    let (last, rest) = p.finish_with_rewrite();
+    events.extend(last);
+    text.extend(rest);
+    (events, text)
 }
 
 /// Parses `input` whole and in chunks chosen by `selector`, with a registry
 /// chosen by `selector` (and, for a shaped one, the input's first two
-/// bytes), and checks the coalesced events agree and that no element claims
-/// bytes outside the input.
+/// bytes), and checks the coalesced events agree, that no element claims
+/// bytes outside the input, and that the corrected text (`rewrite`) is the
+/// same either way and changes no event.
 ///
 /// # Errors
 ///
 /// A description of the first disagreement.
 pub fn split_invariance(selector: u8, input: &[u8]) -> Result<(), String> {
     let Selected { name: profile, registry, chunk, input } = selected(selector, input)?;
-    let run = |size: usize| coalesce(events_of(&registry, ParserOptions::default(), input, size));
-    let whole = run(input.len());
-    let split = run(chunk);
+    let run = |size: usize| {
+        let (events, text) =
+            rewritten(&registry, ParserOptions { rewrite: true, ..ParserOptions::default() }, input, size);
+        (coalesce(events), text)
+    };
+    let (whole, whole_text) = run(input.len());
+    let (split, split_text) = run(chunk);
     if whole != split {
         return Err(format!("profile {profile}: chunk {chunk} differs from whole input"));
+    }
+    if whole_text != split_text {
+        return Err(format!("profile {profile}: the rewrite at chunk {chunk} differs from the whole input's"));
+    }
+    if coalesce(events_of(&registry, ParserOptions::default(), input, input.len())) != whole {
+        return Err(format!("profile {profile}: the rewrite changes the events"));
     }
     for e in &whole {
         if let Some(el) = e.as_element()
