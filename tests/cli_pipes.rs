@@ -87,3 +87,46 @@ fn logs_in_a_pipe_carry_no_colour_escapes() {
     assert!(!seen.is_empty());
     assert!(!seen.contains('\u{1b}'), "escape in {seen:?}");
 }
+
+/// A file bigger than `parse`'s read block gives what the library gives for
+/// it whole: the same elements and the same corrected text, by default and
+/// at a chunk size that does not divide the block.
+#[test]
+fn a_file_read_in_blocks_parses_as_a_whole() {
+    use spindle::{Parser, ParserOptions, Registry};
+    let piece = "<thought>plan 思考</thought><content>Hello <b>world</b>, a < b.</content>\n\
+                 <status_bar><hp>3</hp></status_bar>bare text then ```\n";
+    // Pieces of odd length, so that elements and characters cross blocks.
+    let input = piece.repeat(200_000 / piece.len() + 1);
+    let dir = std::env::temp_dir().join(format!("spindle-blocks-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("big.txt");
+    std::fs::write(&path, &input).expect("write");
+    let registry = std::sync::Arc::new(Registry::filament());
+    let mut parser = Parser::with_options(registry, ParserOptions { rewrite: true, ..ParserOptions::default() });
+    let mut events = parser.feed(input.as_bytes());
+    let mut text = parser.take_rewrite();
+    let (last, rest) = parser.finish_with_rewrite();
+    events.extend(last);
+    text.extend(rest);
+    let want: Vec<String> =
+        events.iter().filter_map(|e| e.as_element()).map(|el| format!("{} {:?}", el.tag, el.text)).collect();
+    for chunk in [None, Some("7")] {
+        let mut args = vec!["parse", path.to_str().expect("utf-8 path")];
+        args.extend(chunk.map(|c| ["--chunk-size", c]).into_iter().flatten());
+        let out = spindle().args(&args).output().expect("run");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let got: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("a JSON line"))
+            .filter(|v| v["type"] == "element")
+            .map(|v| format!("{} {:?}", v["tag"].as_str().unwrap_or(""), v["text"].as_str().unwrap_or("")))
+            .collect();
+        assert_eq!(got.len(), want.len(), "elements at chunk {chunk:?}");
+        assert!(got == want, "elements differ at chunk {chunk:?}");
+        args.extend(["--format", "rewrite"]);
+        let out = spindle().args(&args).output().expect("run");
+        assert!(out.stdout == text, "the corrected text differs at chunk {chunk:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

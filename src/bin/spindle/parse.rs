@@ -29,8 +29,8 @@ pub(crate) struct ParseArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Jsonl)]
     pub(crate) format: Format,
-    /// Feed the parser N bytes at a time (default: the whole input at once,
-    /// or as stdin delivers it).
+    /// Feed the parser N bytes at a time (default: a file 64 KiB at a time,
+    /// stdin as it delivers; the elements are the same at any size).
     #[arg(long, value_name = "N")]
     pub(crate) chunk_size: Option<usize>,
     /// Largest element text kept in an element event, in bytes.
@@ -203,6 +203,24 @@ impl StateFile {
     }
 }
 
+/// How much of a file `parse` reads and feeds at a time.
+const FILE_BLOCK: usize = 64 * 1024;
+
+/// Reads into `buf` until it is full or the input ends; returns how many
+/// bytes it holds.
+fn fill(input: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match input.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(read) => n += read,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
 /// Resolves `--profile` / `--registry` into a registry.
 pub(crate) fn load_registry(profile: &str, file: Option<&PathBuf>) -> Result<Registry> {
     if let Some(path) = file {
@@ -252,10 +270,21 @@ pub(crate) fn run(args: ParseArgs) -> Result<ExitCode> {
     };
     match args.file.as_ref().filter(|p| p.as_os_str() != "-") {
         Some(path) => {
-            let input = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-            let size = args.chunk_size.unwrap_or(input.len().max(1));
-            for chunk in input.chunks(size) {
-                feed(chunk, &mut parser, &mut renderer)?;
+            // Read a block at a time, never the whole file: memory stays
+            // flat whatever its size (and the corrected text goes out a
+            // block at a time). A block holds whole chunks, so the parser
+            // sees exactly N bytes at a time.
+            let mut file = std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+            let block = args.chunk_size.map_or(FILE_BLOCK, |n| n * (FILE_BLOCK / n).max(1));
+            let mut buf = vec![0u8; block];
+            loop {
+                let n = fill(&mut file, &mut buf).with_context(|| format!("cannot read {}", path.display()))?;
+                for chunk in buf[..n].chunks(args.chunk_size.unwrap_or(block)) {
+                    feed(chunk, &mut parser, &mut renderer)?;
+                }
+                if n < block {
+                    break;
+                }
             }
         }
         None => {
