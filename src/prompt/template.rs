@@ -368,7 +368,8 @@ fn writes_state(template: &str) -> Option<String> {
 /// list) gets `value` appended; when both read as numbers they add;
 /// otherwise `value` is appended to the text (to nothing for `0`).
 fn st_add(current: &Value, value: &Value) -> Value {
-    let current = if current.is_true() { current.clone() } else { Value::from(0) };
+    let set = current.is_true();
+    let current = if set { current.clone() } else { Value::from(0) };
     let list: Option<Vec<Value>> = match current.as_str() {
         Some(text) => serde_json::from_str::<Vec<serde_json::Value>>(text)
             .ok()
@@ -383,7 +384,7 @@ fn st_add(current: &Value, value: &Value) -> Value {
     match (js_number(&current), js_number(value)) {
         (Some(a), Some(b)) => js_number_value(a + b),
         _ => {
-            let head = if current.as_i64() == Some(0) { String::new() } else { js_string(&current) };
+            let head = if set { js_string(&current) } else { String::new() };
             Value::from(head + &js_string(value))
         }
     }

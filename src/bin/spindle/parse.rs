@@ -206,21 +206,6 @@ impl StateFile {
 /// How much of a file `parse` reads and feeds at a time.
 const FILE_BLOCK: usize = 64 * 1024;
 
-/// Reads into `buf` until it is full or the input ends; returns how many
-/// bytes it holds.
-fn fill(input: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match input.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(read) => n += read,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
-}
-
 /// Resolves `--profile` / `--registry` into a registry.
 pub(crate) fn load_registry(profile: &str, file: Option<&PathBuf>) -> Result<Registry> {
     if let Some(path) = file {
@@ -276,10 +261,14 @@ pub(crate) fn run(args: ParseArgs) -> Result<ExitCode> {
             // sees exactly N bytes at a time.
             let mut file = std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
             let block = args.chunk_size.map_or(FILE_BLOCK, |n| n * (FILE_BLOCK / n).max(1));
-            let mut buf = vec![0u8; block];
+            let mut buf = Vec::with_capacity(block);
             loop {
-                let n = fill(&mut file, &mut buf).with_context(|| format!("cannot read {}", path.display()))?;
-                for chunk in buf[..n].chunks(args.chunk_size.unwrap_or(block)) {
+                buf.clear();
+                let n = (&mut file)
+                    .take(block as u64)
+                    .read_to_end(&mut buf)
+                    .with_context(|| format!("cannot read {}", path.display()))?;
+                for chunk in buf.chunks(args.chunk_size.unwrap_or(block)) {
                     feed(chunk, &mut parser, &mut renderer)?;
                 }
                 if n < block {
