@@ -238,6 +238,25 @@ pub fn sse_split_invariance(selector: u8, input: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
+/// Model text through the proxy's tool calling (`spindle proxy
+/// --tool-protocol`): `selector` picks the protocol, whether invalid calls
+/// are dropped, whether the stream ends cut off (`length`), and how many
+/// characters each content delta holds. The text streamed in those deltas
+/// must reach the client as whole SSE events of JSON chunks ending in
+/// `[DONE]`, each call's first fragment carrying its id and name and the
+/// call indexes counting up from 0; the client's bytes must not depend on
+/// how the upstream's bytes were read; and the content, calls and finish
+/// reason a client assembles must be the same as with the text in one
+/// delta, and as in the same text answered whole (not streamed).
+///
+/// # Errors
+///
+/// A description of the first disagreement.
+#[cfg(feature = "proxy")]
+pub fn tool_calling_agreement(selector: u8, input: &[u8]) -> Result<(), String> {
+    crate::proxy::selfcheck::tool_calling_agreement(selector, &String::from_utf8_lossy(input))
+}
+
 /// Runs every text entry point (lenient JSON, HTML filter, TAM, ACTION and
 /// ATTP readers, state ops) on `text`: none may panic, strict JSON must
 /// read as `serde_json` reads it, the HTML filter's output must hold no

@@ -220,7 +220,15 @@ impl Parser {
     }
 
     /// Ends the input and also returns the rest of the corrected text.
-    pub fn finish_with_rewrite(mut self) -> (Vec<Event>, Vec<u8>) {
+    pub fn finish_with_rewrite(self) -> (Vec<Event>, Vec<u8>) {
+        self.finish_with_rewrite_marked(&mut Vec::new())
+    }
+
+    /// [`Parser::finish_with_rewrite`], and where the call elements that
+    /// the corrected text left out ([`crate::CallText::Omit`]) were in the
+    /// rest of it, as [`Parser::take_rewrite_marked`] gives them.
+    #[cfg_attr(not(feature = "sources"), allow(dead_code))]
+    pub(crate) fn finish_with_rewrite_marked(mut self, marks: &mut Vec<(u32, usize)>) -> (Vec<Event>, Vec<u8>) {
         self.scanner.finish(&mut self.machine);
         self.machine.finish(self.scanner.offset());
         let mut out = Vec::new();
@@ -228,7 +236,7 @@ impl Parser {
         self.stage.process(events, tags, &mut out);
         // Every element ended with its events: the stage took every tag.
         debug_assert!(tags.is_empty(), "tags the stage never took: {tags:?}");
-        let rest = self.machine.take_rewrite();
+        let rest = self.machine.take_rewrite_marked(marks);
         (out, rest)
     }
 
@@ -236,6 +244,15 @@ impl Parser {
     /// [`ParserOptions::rewrite`]; empty otherwise).
     pub fn take_rewrite(&mut self) -> Vec<u8> {
         self.machine.take_rewrite()
+    }
+
+    /// [`Parser::take_rewrite`], and where each call element it left out
+    /// ([`crate::CallText::Omit`]) was: (element id, byte offset in the
+    /// bytes returned), appended to `marks`. The proxy puts the
+    /// observations of calls it does not send there.
+    #[cfg_attr(not(feature = "sources"), allow(dead_code))]
+    pub(crate) fn take_rewrite_marked(&mut self, marks: &mut Vec<(u32, usize)>) -> Vec<u8> {
+        self.machine.take_rewrite_marked(marks)
     }
 
     /// Bytes fed so far.

@@ -1,6 +1,6 @@
 //! Replays the saved fuzz inputs of `tests/fuzz/testdata/` (minimised
 //! crashes and hand-picked seeds) through the same checks the fuzz targets
-//! make (`parse`, `sse`, `text`, `prompt`), so CI never needs cargo-fuzz. A file's
+//! make (`parse`, `sse`, `text`, `prompt`, `calling`), so CI never needs cargo-fuzz. A file's
 //! first byte selects the chunk size and a profile, or a registry shaped by
 //! the next two bytes, as in `fuzz/fuzz_targets/parse.rs`.
 
@@ -28,6 +28,16 @@ fn saved_fuzz_inputs_pass_the_fuzz_checks() {
                 if let Err(why) = result {
                     panic!("{}: {why}", entry.path().display());
                 }
+            }
+        }
+        #[cfg(feature = "proxy")]
+        for shift in 0..4u8 {
+            // The proxy's tool calling: four of its protocols, endings and
+            // delta sizes.
+            if let Err(why) =
+                spindle::check::tool_calling_agreement(selector.wrapping_add(shift.wrapping_mul(69)), input)
+            {
+                panic!("{}: {why}", entry.path().display());
             }
         }
         if let Err(why) = spindle::check::text_entry_points(&String::from_utf8_lossy(input)) {

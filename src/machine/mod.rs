@@ -262,7 +262,13 @@ impl Machine {
 
     /// Corrected text that is final so far.
     pub(crate) fn take_rewrite(&mut self) -> Vec<u8> {
-        self.rewrite.as_mut().map(Rewrite::take).unwrap_or_default()
+        self.take_rewrite_marked(&mut Vec::new())
+    }
+
+    /// [`Machine::take_rewrite`], and where the call elements it left out
+    /// were in it (element id, offset), appended to `marks`.
+    pub(crate) fn take_rewrite_marked(&mut self, marks: &mut Vec<(u32, usize)>) -> Vec<u8> {
+        self.rewrite.as_mut().map(|r| r.take(marks)).unwrap_or_default()
     }
 
     /// The events produced so far, for the caller to drain. Text that may
@@ -593,7 +599,7 @@ impl Machine {
         if self.call_omit == (CallOmit::Inside { id: el.id }) {
             self.call_omit = CallOmit::Idle;
             if let Some(r) = &mut self.rewrite {
-                r.end_omit();
+                r.end_omit(el.id);
             }
         }
         if el.opened == Opened::ImplicitDefault {

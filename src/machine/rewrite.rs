@@ -5,6 +5,11 @@
 //! machine: a held `</A>` (merge or real close?) and the open/close tags of
 //! an implicit lead element whose tag is not known yet. [`Rewrite::take`]
 //! never hands out bytes in front of an undecided insertion point.
+//!
+//! With call text left out ([`crate::CallText::Omit`]), it also marks
+//! where each left-out call element was ([`Rewrite::mark`]), so that a
+//! caller can put something in its place (the proxy's observations of
+//! calls it does not send).
 
 #[derive(Debug, Default)]
 pub(super) struct Rewrite {
@@ -18,6 +23,20 @@ pub(super) struct Rewrite {
     /// Bytes written now are left out (inside a call element that the
     /// corrected text omits).
     omitting: bool,
+    /// Where left-out call elements were, in `buf`.
+    marks: Vec<Mark>,
+}
+
+/// Where a left-out call element was.
+#[derive(Debug, Clone, Copy)]
+struct Mark {
+    id: u32,
+    at: usize,
+    /// Made after [`Rewrite::hold_open`] / [`Rewrite::hold_close`] (at
+    /// their very position, a mark made before goes in front of the tag
+    /// inserted there, one made after behind it).
+    after_open: bool,
+    after_close: bool,
 }
 
 impl Rewrite {
@@ -32,9 +51,13 @@ impl Rewrite {
         self.omitting = true;
     }
 
-    /// Writing is kept again (the call element ended).
-    pub(super) fn end_omit(&mut self) {
+    /// Writing is kept again: the call element `id` ended, and its place
+    /// is marked.
+    pub(super) fn end_omit(&mut self, id: u32) {
         self.omitting = false;
+        let mark =
+            Mark { id, at: self.buf.len(), after_open: self.open_at.is_some(), after_close: self.close_at.is_some() };
+        self.marks.push(mark);
     }
 
     pub(super) fn push_tag(&mut self, spelling: &str, close: bool) {
@@ -64,11 +87,24 @@ impl Rewrite {
         let Some(s) = spelling else { return };
         if let Some(c) = close {
             let tag = format!("</{s}>");
+            for m in &mut self.marks {
+                if m.at > c || (m.at == c && m.after_close) {
+                    m.at += tag.len();
+                }
+            }
             self.buf.splice(c..c, tag.into_bytes());
         }
         if let Some(o) = open {
             let tag = format!("<{s}>");
+            for m in &mut self.marks {
+                if m.at > o || (m.at == o && m.after_open) {
+                    m.at += tag.len();
+                }
+            }
             self.buf.splice(o..o, tag.into_bytes());
+        }
+        for m in &mut self.marks {
+            (m.after_open, m.after_close) = (false, false);
         }
     }
 
@@ -89,10 +125,19 @@ impl Rewrite {
         self.held = None;
     }
 
-    /// The bytes that are final.
-    pub(super) fn take(&mut self) -> Vec<u8> {
+    /// The bytes that are final; the marks among them are appended to
+    /// `marks` (element id, offset in the bytes returned).
+    pub(super) fn take(&mut self, marks: &mut Vec<(u32, usize)>) -> Vec<u8> {
         let upto = self.open_at.unwrap_or(self.buf.len());
         let out: Vec<u8> = self.buf.drain(..upto).collect();
+        // A mark at the undecided open's place that came after it goes
+        // behind the tag still to be inserted there: not final yet.
+        let is_final = |m: &Mark| m.at < upto || (m.at == upto && !(self.open_at.is_some() && m.after_open));
+        marks.extend(self.marks.iter().filter(|m| is_final(m)).map(|m| (m.id, m.at)));
+        self.marks.retain(|m| !is_final(m));
+        for m in &mut self.marks {
+            m.at -= upto;
+        }
         if let Some(o) = &mut self.open_at {
             *o -= upto;
         }

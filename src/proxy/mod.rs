@@ -100,6 +100,8 @@ pub mod nats;
 mod otel;
 mod pump;
 mod relay;
+#[cfg(feature = "testing")]
+pub(crate) mod selfcheck;
 mod server;
 mod settings;
 mod sink;

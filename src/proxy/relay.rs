@@ -36,8 +36,8 @@
 use super::calling::response::{CallConverter, ChoiceCalls, assemble};
 use super::error::{ProxyError, ProxyErrorKind};
 use crate::sources::{
-    ChatChunk, Choice, Content, Delta, ErrorOrigin, Nullable, SourceEvent, SseEvent, SseFault, SseItem, StreamOptions,
-    StreamTap, TapEnd, TapFrame,
+    CallMark, ChatChunk, Choice, Content, Delta, ErrorOrigin, Nullable, SourceEvent, SseEvent, SseFault, SseItem,
+    StreamOptions, StreamTap, TapEnd, TapFrame, join_marked,
 };
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
@@ -72,12 +72,14 @@ const TEMPLATE_KEYS: [&str; 5] = ["id", "object", "created", "model", "system_fi
 
 /// The relay of one SSE response: a [`PassRelay`] or a [`RewriteRelay`],
 /// chosen once when the response starts (the pump's "choose mode" phase).
+/// Each is boxed: both are several hundred bytes, of differing size, and
+/// the relay is made once per response.
 #[derive(Debug)]
 pub(crate) enum SseRelay {
     /// Every upstream read forwarded unchanged; events parsed on the side.
-    Pass(PassRelay),
+    Pass(Box<PassRelay>),
     /// Every upstream event re-serialised with the corrected content.
-    Rewrite(RewriteRelay),
+    Rewrite(Box<RewriteRelay>),
 }
 
 impl SseRelay {
@@ -87,18 +89,19 @@ impl SseRelay {
         options.parser.rewrite = rewrite;
         let watch = Watch::new(options, done_framing);
         if rewrite {
-            SseRelay::Rewrite(RewriteRelay {
+            SseRelay::Rewrite(Box::new(RewriteRelay {
                 watch,
                 held_done: false,
                 template: None,
                 last_id: String::new(),
                 carry: Vec::new(),
+                carry_marks: Vec::new(),
                 frames: Vec::new(),
                 calls: None,
                 pending: Vec::new(),
-            })
+            }))
         } else {
-            SseRelay::Pass(PassRelay { watch, tail: [0; 4], tail_len: 0, held: Vec::new(), long_line: false })
+            SseRelay::Pass(Box::new(PassRelay { watch, tail: [0; 4], tail_len: 0, held: Vec::new(), long_line: false }))
         }
     }
 
@@ -343,6 +346,8 @@ pub(crate) struct RewriteRelay {
     last_id: String,
     /// Corrected text that became final with an event that had no chunk.
     carry: Vec<(u32, String)>,
+    /// Where the call elements it left out were in it.
+    carry_marks: Vec<CallMark>,
     frames: Vec<TapFrame>,
     /// Tool calling: call elements become `tool_calls`.
     calls: Option<CallConverter>,
@@ -385,11 +390,11 @@ impl RewriteRelay {
         }
         events.extend(finished.events);
         let mut buf = String::new();
-        let mut carry = std::mem::take(&mut self.carry);
-        carry.extend(finished.rewrites);
-        let tail = merge(carry);
+        let (mut tail, mut marks) = (std::mem::take(&mut self.carry), std::mem::take(&mut self.carry_marks));
+        join_marked(&mut tail, &mut marks, finished.rewrites, finished.call_marks);
         if !tail.is_empty() || !self.pending.is_empty() {
-            write_data(&mut buf, &tail_chunk(self.template.as_ref(), &tail, &self.pending));
+            let chunk = tail_chunk(self.template.as_ref(), tail, &marks, &self.pending, self.calls.as_mut());
+            write_data(&mut buf, &chunk);
         }
         let report = seen.write_ending(end, "", self.held_done, &mut buf);
         if !buf.is_empty() {
@@ -411,9 +416,8 @@ impl RewriteRelay {
                     let produced = self.convert_calls(frame);
                     if let Some(mut chunk) = frame.rewritten_chunk() {
                         if let Some(conv) = &mut self.calls {
-                            let mut items = std::mem::take(&mut self.pending);
-                            items.extend(produced);
-                            put_calls(&mut chunk, items, conv);
+                            let pending = std::mem::take(&mut self.pending);
+                            put_calls(&mut chunk, pending, produced, &frame.call_marks, conv);
                         }
                         self.flush_done(buf);
                         let data = serde_json::to_string(&chunk).unwrap_or_default();
@@ -423,11 +427,11 @@ impl RewriteRelay {
                     let produced = self.convert_calls(frame);
                     self.pending.extend(produced);
                     self.held_done = true;
-                    self.carry.extend(frame.rewrites.iter().cloned());
+                    self.carry_over(frame);
                 } else {
                     let produced = self.convert_calls(frame);
                     self.pending.extend(produced);
-                    self.carry.extend(frame.rewrites.iter().cloned());
+                    self.carry_over(frame);
                     self.flush_done(buf);
                     self.write_event(buf, e, &e.data);
                 }
@@ -438,7 +442,7 @@ impl RewriteRelay {
                 buf.push_str("\n\n");
             }
             SseItem::Fault(fault) => {
-                self.carry.extend(frame.rewrites.iter().cloned());
+                self.carry_over(frame);
                 if let SseFault::LineTooLong { limit, .. } | SseFault::EventTooLarge { limit, .. } = fault {
                     // The decoder dropped the event's bytes: say so in the
                     // stream rather than lose content silently.
@@ -451,6 +455,12 @@ impl RewriteRelay {
                 }
             }
         }
+    }
+
+    /// Keeps the corrected text of a frame that has no chunk to carry it,
+    /// for the tail.
+    fn carry_over(&mut self, frame: &TapFrame) {
+        join_marked(&mut self.carry, &mut self.carry_marks, frame.rewrites.clone(), frame.call_marks.clone());
     }
 
     /// The `tool_calls` a frame's events make (nothing without tool calling).
@@ -495,43 +505,73 @@ fn write_data(buf: &mut String, data: &str) {
 }
 
 /// A chunk carrying the last corrected text of each choice (the synthetic
-/// closes of a stream that ended without a finish reason), with the ids of
-/// the stream's other chunks.
-fn tail_chunk(template: Option<&Map<String, Value>>, tail: &[(u32, String)], calls: &[ChoiceCalls]) -> String {
+/// closes of a stream that ended without a finish reason) and the last
+/// calls, with the ids of the stream's other chunks. Observations go where
+/// their calls were in that text (`marks`).
+fn tail_chunk(
+    template: Option<&Map<String, Value>>,
+    tail: Vec<(u32, String)>,
+    marks: &[CallMark],
+    calls: &[ChoiceCalls],
+    mut conv: Option<&mut CallConverter>,
+) -> String {
     let mut chunk = template.cloned().unwrap_or_default();
     chunk.entry("object").or_insert_with(|| json!("chat.completion.chunk"));
-    let mut choices: Vec<Value> = tail
-        .iter()
-        .map(|(index, text)| json!({"index": index, "delta": {"content": text}, "finish_reason": null}))
-        .collect();
+    let mut texts: Vec<(u32, Option<String>, Vec<Value>)> =
+        tail.into_iter().map(|(index, text)| (index, Some(text), Vec::new())).collect();
     for c in calls {
-        let pos = match choices.iter().position(|v| v["index"] == json!(c.choice)) {
+        let pos = match texts.iter().position(|t| t.0 == c.choice) {
             Some(p) => p,
             None => {
-                choices.push(json!({"index": c.choice, "delta": {}, "finish_reason": null}));
-                choices.len() - 1
+                texts.push((c.choice, None, Vec::new()));
+                texts.len() - 1
             }
         };
-        let delta = &mut choices[pos]["delta"];
-        if !c.content.is_empty() {
-            let text = format!("{}{}", delta["content"].as_str().unwrap_or_default(), c.content);
-            delta["content"] = Value::String(text);
+        let (_, text, list) = &mut texts[pos];
+        if let Some(conv) = conv.as_deref_mut()
+            && !c.notes.is_empty()
+        {
+            let text = text.get_or_insert_with(String::new);
+            conv.place_notes(c.choice, text, &c.notes, &marks_of(marks, c.choice));
         }
-        if !c.calls.is_empty() {
-            let mut list = delta["tool_calls"].as_array().cloned().unwrap_or_default();
-            list.extend(c.calls.iter().filter_map(|d| serde_json::to_value(d).ok()));
-            delta["tool_calls"] = Value::Array(list);
-        }
+        list.extend(c.calls.iter().filter_map(|d| serde_json::to_value(d).ok()));
     }
+    let choices: Vec<Value> = texts
+        .into_iter()
+        .map(|(index, text, list)| {
+            let mut delta = Map::new();
+            if let Some(text) = text {
+                delta.insert("content".into(), Value::String(text));
+            }
+            if !list.is_empty() {
+                delta.insert("tool_calls".into(), Value::Array(list));
+            }
+            json!({"index": index, "delta": delta, "finish_reason": null})
+        })
+        .collect();
     chunk.insert("choices".into(), Value::Array(choices));
     Value::Object(chunk).to_string()
 }
 
+/// The marks of one choice: (element id, offset).
+fn marks_of(marks: &[CallMark], choice: u32) -> Vec<(u32, usize)> {
+    marks.iter().filter(|m| m.choice == choice).map(|m| (m.element, m.at)).collect()
+}
+
 /// Puts a frame's `tool_calls` and observation text into its chunk (a
 /// choice the chunk lacks is added), and `finish_reason: "tool_calls"` on
-/// the finish of a choice that made calls.
-fn put_calls(chunk: &mut ChatChunk, items: Vec<ChoiceCalls>, conv: &mut CallConverter) {
-    for item in items {
+/// the finish of a choice that made calls. `produced` is the frame's own,
+/// whose observations go where their calls were (`marks`, in the chunk's
+/// corrected text); `pending` came from frames before that had no chunk,
+/// and goes first.
+fn put_calls(
+    chunk: &mut ChatChunk,
+    pending: Vec<ChoiceCalls>,
+    produced: Vec<ChoiceCalls>,
+    marks: &[CallMark],
+    conv: &mut CallConverter,
+) {
+    for (item, first) in pending.into_iter().map(|i| (i, true)).chain(produced.into_iter().map(|i| (i, false))) {
         let choices = match &mut chunk.choices {
             Nullable::Value(list) => list,
             other => {
@@ -554,8 +594,17 @@ fn put_calls(chunk: &mut ChatChunk, items: Vec<ChoiceCalls>, conv: &mut CallConv
             choice.delta = Nullable::Value(Delta::default());
         }
         let Some(delta) = choice.delta.as_mut_option() else { continue };
-        if !item.content.is_empty() {
-            add_text(&mut delta.content, &item.content);
+        if !item.notes.is_empty() {
+            let at: Vec<(u32, usize)> =
+                if first { item.notes.iter().map(|(id, _)| (*id, 0)).collect() } else { marks_of(marks, item.choice) };
+            match &mut delta.content {
+                Nullable::Value(Content::Text(t)) => conv.place_notes(item.choice, t, &item.notes, &at),
+                other => {
+                    let mut text = String::new();
+                    conv.place_notes(item.choice, &mut text, &item.notes, &[]);
+                    add_text(other, &text);
+                }
+            }
         }
         if !item.calls.is_empty() {
             match &mut delta.tool_calls {
@@ -584,21 +633,6 @@ fn add_text(content: &mut Nullable<Content>, text: &str) {
         Nullable::Value(Content::Parts(parts)) => parts.push(json!({"type": "text", "text": text})),
         other => *other = Nullable::Value(Content::Text(text.to_string())),
     }
-}
-
-/// Joins rewrite pieces of the same choice, in choice order of first sight.
-fn merge(pieces: Vec<(u32, String)>) -> Vec<(u32, String)> {
-    let mut out: Vec<(u32, String)> = Vec::new();
-    for (choice, text) in pieces {
-        if text.is_empty() {
-            continue;
-        }
-        match out.iter_mut().find(|(c, _)| *c == choice) {
-            Some((_, t)) => t.push_str(&text),
-            None => out.push((choice, text)),
-        }
-    }
-    out
 }
 
 /// The line ends to write so that what follows starts a new event, given
@@ -650,9 +684,13 @@ pub(crate) fn whole_response(
     let mut events = Vec::new();
     let text = crate::scan::text_lossy(body);
     stream.push_data_events("message", &text, 0, &mut events);
-    let mut rewrites = stream.take_rewrites();
-    rewrites.extend(stream.finish_with_rewrites(&mut events));
-    let rewrites = merge(rewrites);
+    let (mut rewrites, mut marks) = (Vec::new(), Vec::new());
+    let mut piece_marks = Vec::new();
+    let piece = stream.take_rewrites_marked(&mut piece_marks);
+    join_marked(&mut rewrites, &mut marks, piece, piece_marks);
+    let mut piece_marks = Vec::new();
+    let piece = stream.finish_with_rewrites_marked(&mut events, &mut piece_marks);
+    join_marked(&mut rewrites, &mut marks, piece, piece_marks);
     let Ok(Value::Object(mut doc)) = serde_json::from_slice::<Value>(body) else {
         return (events, None);
     };
@@ -667,8 +705,8 @@ pub(crate) fn whole_response(
         let mut text =
             rewrites.iter().find(|(c, _)| u64::from(*c) == index).map(|(_, t)| t.clone()).unwrap_or_default();
         let made = produced.iter().find(|c| u64::from(c.choice) == index);
-        if let Some(made) = made {
-            text.push_str(&made.content);
+        if let (Some(made), Some(conv)) = (made, calls.as_mut()) {
+            conv.place_notes(made.choice, &mut text, &made.notes, &marks_of(&marks, made.choice));
         }
         if let (Some(conv), Some(Value::String(reason))) = (&calls, choice.get_mut("finish_reason"))
             && let Some(new) = conv.finish_reason(index as u32, reason)
@@ -833,7 +871,7 @@ mod tests {
 
     fn pass_relay() -> PassRelay {
         match SseRelay::new(options(), false, true) {
-            SseRelay::Pass(p) => p,
+            SseRelay::Pass(p) => *p,
             SseRelay::Rewrite(_) => unreachable!("rewrite is off"),
         }
     }

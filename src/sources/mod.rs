@@ -73,6 +73,8 @@ pub use events::{Channel, ChoiceEvent, ErrorOrigin, FinishReason, SourceEvent, T
 pub use model::{ChatStream, Framing, StreamOptions, StreamStats};
 pub use sse::{SseDecoder, SseEvent, SseFault, SseItem, SseLimits};
 pub use stream::{BoxError, EventStream};
+#[cfg_attr(not(feature = "proxy"), allow(unused_imports))]
+pub(crate) use tap::{CallMark, join_marked};
 pub use tap::{StreamTap, TapEnd, TapFrame};
 
 pub(crate) use crate::chain::error_chain;

@@ -12,6 +12,7 @@
 use super::chunk::{ChatChunk, Choice, Content, Delta, FunctionDelta, ToolCallDelta};
 use super::events::{Channel, ChoiceEvent, ErrorOrigin, FinishReason, SourceEvent, Truncation};
 use super::sse::SseLimits;
+use super::tap::CallMark;
 use crate::event::DiagnosticCode;
 use crate::event::{AttrMap, Close, Diagnostic, Element, Event, Level, Open, TagName};
 use crate::parser::{Parser, ParserOptions};
@@ -610,6 +611,9 @@ struct ChoiceState {
     noted_late: bool,
     noted_parts: Vec<String>,
     rewrite: Vec<u8>,
+    /// Where the call elements the rewrite left out were in `rewrite`
+    /// (stream element id, byte offset).
+    marks: Vec<(u32, usize)>,
     /// Whitespace-only content not yet given to a parser.
     held_space: String,
 }
@@ -628,6 +632,7 @@ impl ChoiceState {
             noted_late: false,
             noted_parts: Vec::new(),
             rewrite: Vec::new(),
+            marks: Vec::new(),
             held_space: String::new(),
         }
     }
@@ -681,8 +686,10 @@ impl ChoiceState {
             scratch: Vec::new(),
         });
         channel.parser.feed_into(text.as_bytes(), &mut channel.scratch);
+        let mut marks = Vec::new();
+        let base = self.rewrite.len();
         if shared.options.parser.rewrite {
-            self.rewrite.extend(channel.parser.take_rewrite());
+            self.rewrite.extend(channel.parser.take_rewrite_marked(&mut marks));
         }
         let mut scratch = std::mem::take(&mut channel.scratch);
         for event in scratch.drain(..) {
@@ -690,6 +697,7 @@ impl ChoiceState {
             out.push(Channel::Content, event);
         }
         channel.scratch = scratch;
+        mark_calls(&mut self.marks, &marks, base, &channel.ids);
     }
 
     fn reasoning(&mut self, shared: &Shared, text: &str, raw_tag: &str, out: &mut Out<'_>) {
@@ -797,7 +805,9 @@ impl ChoiceState {
             out.push(Channel::Content, Event::Gap(crate::event::Gap { text: held, span }));
         }
         if let Some(mut channel) = self.content.take() {
-            let (events, rest) = channel.parser.finish_with_rewrite();
+            let mut marks = Vec::new();
+            let base = self.rewrite.len();
+            let (events, rest) = channel.parser.finish_with_rewrite_marked(&mut marks);
             if shared.options.parser.rewrite {
                 self.rewrite.extend(rest);
             }
@@ -805,6 +815,7 @@ impl ChoiceState {
                 let event = remap(event, &mut channel.ids, &mut self.next_id);
                 out.push(Channel::Content, event);
             }
+            mark_calls(&mut self.marks, &marks, base, &channel.ids);
         }
         self.tools.complete(shared, out);
         self.finished = true;
@@ -814,8 +825,10 @@ impl ChoiceState {
         }
     }
 
-    /// The corrected content that is final so far, as whole characters.
-    fn take_rewrite(&mut self) -> String {
+    /// The corrected content that is final so far, as whole characters,
+    /// with the marks of the call elements left out of it (appended to
+    /// `marks`).
+    fn take_rewrite(&mut self, marks: &mut Vec<CallMark>) -> String {
         let valid = match std::str::from_utf8(&self.rewrite) {
             Ok(_) => self.rewrite.len(),
             Err(e) if e.error_len().is_none() => e.valid_up_to(),
@@ -824,7 +837,39 @@ impl ChoiceState {
         };
         let rest = self.rewrite.split_off(valid);
         let text = std::mem::replace(&mut self.rewrite, rest);
-        String::from_utf8_lossy(&text).into_owned()
+        let choice = self.index;
+        marks.extend(self.marks.iter().filter(|m| m.1 <= valid).map(|&(element, at)| CallMark { choice, element, at }));
+        self.marks.retain(|m| m.1 > valid);
+        for m in &mut self.marks {
+            m.1 -= valid;
+        }
+        match String::from_utf8(text) {
+            Ok(text) => text,
+            // Replacement characters move the offsets: the marks stay at
+            // whole characters, no further than the text.
+            Err(e) => {
+                let text = String::from_utf8_lossy(e.as_bytes()).into_owned();
+                for m in marks.iter_mut().filter(|m| m.choice == choice) {
+                    m.at = m.at.min(text.len());
+                    while !text.is_char_boundary(m.at) {
+                        m.at -= 1;
+                    }
+                }
+                text
+            }
+        }
+    }
+}
+
+/// Adds the parser's marks of left-out call elements (its element ids,
+/// offsets in the bytes it returned) to a choice's marks: stream ids,
+/// offsets in the choice's rewrite buffer, where those bytes began at
+/// `base`.
+fn mark_calls(into: &mut Vec<(u32, usize)>, marks: &[(u32, usize)], base: usize, ids: &[u32]) {
+    for &(id, at) in marks {
+        if let Some(&stream_id) = ids.get(id as usize) {
+            into.push((stream_id, base + at));
+        }
     }
 }
 
@@ -1356,10 +1401,19 @@ impl ChatStream {
     /// Takes the corrected content that became final, per choice (only with
     /// [`ParserOptions::rewrite`]; choices with nothing new are left out).
     pub fn take_rewrites(&mut self) -> Vec<(u32, String)> {
+        self.take_rewrites_marked(&mut Vec::new())
+    }
+
+    /// [`ChatStream::take_rewrites`], and where the call elements that the
+    /// corrected content left out ([`crate::CallText::Omit`]) were in it,
+    /// appended to `marks`. A mark may belong to a choice with no text
+    /// now (the call was all that became final): it stands at the end of
+    /// the text before.
+    pub(crate) fn take_rewrites_marked(&mut self, marks: &mut Vec<CallMark>) -> Vec<(u32, String)> {
         self.choices
             .iter_mut()
-            .filter(|c| !c.rewrite.is_empty())
-            .map(|c| (c.index, c.take_rewrite()))
+            .filter(|c| !c.rewrite.is_empty() || !c.marks.is_empty())
+            .map(|c| (c.index, c.take_rewrite(marks)))
             .filter(|(_, text)| !text.is_empty())
             .collect()
     }
@@ -1378,9 +1432,19 @@ impl ChatStream {
 
     /// Ends the stream and returns the rest of the corrected content per
     /// choice (the synthetic closes; only with `ParserOptions::rewrite`).
-    pub fn finish_with_rewrites(mut self, out: &mut Vec<SourceEvent>) -> Vec<(u32, String)> {
+    pub fn finish_with_rewrites(self, out: &mut Vec<SourceEvent>) -> Vec<(u32, String)> {
+        self.finish_with_rewrites_marked(out, &mut Vec::new())
+    }
+
+    /// [`ChatStream::finish_with_rewrites`] with the marks of
+    /// [`ChatStream::take_rewrites_marked`].
+    pub(crate) fn finish_with_rewrites_marked(
+        mut self,
+        out: &mut Vec<SourceEvent>,
+        marks: &mut Vec<CallMark>,
+    ) -> Vec<(u32, String)> {
         self.end(out);
-        self.take_rewrites()
+        self.take_rewrites_marked(marks)
     }
 
     fn end(&mut self, out: &mut Vec<SourceEvent>) {

@@ -43,6 +43,49 @@ pub struct TapFrame {
     /// Corrected content that became final with this item, per choice (only
     /// with `ParserOptions::rewrite`).
     pub rewrites: Vec<(u32, String)>,
+    /// Where the call elements that content left out were in it.
+    #[cfg_attr(not(feature = "proxy"), allow(dead_code))]
+    pub(crate) call_marks: Vec<CallMark>,
+}
+
+/// Where a call element that the corrected content left out
+/// ([`crate::CallText::Omit`]) was: its choice, its element id, and the
+/// byte offset in the choice's corrected text it came with (a text of
+/// [`TapFrame::rewrites`], or of [`TapEnd::rewrites`]). The proxy puts its
+/// observations of calls it does not send there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(feature = "proxy"), allow(dead_code))]
+pub(crate) struct CallMark {
+    pub(crate) choice: u32,
+    pub(crate) element: u32,
+    pub(crate) at: usize,
+}
+
+/// Appends corrected text (at most one piece per choice, as
+/// [`crate::sources::ChatStream::take_rewrites`] gives it) and its marks
+/// to `texts` and `marks`, joining pieces of a choice already there (its
+/// marks move by the text before them). Empty pieces add nothing.
+pub(crate) fn join_marked(
+    texts: &mut Vec<(u32, String)>,
+    marks: &mut Vec<CallMark>,
+    pieces: Vec<(u32, String)>,
+    piece_marks: Vec<CallMark>,
+) {
+    let before =
+        |texts: &[(u32, String)], choice: u32| texts.iter().find(|(c, _)| *c == choice).map_or(0, |(_, t)| t.len());
+    for mut m in piece_marks {
+        m.at += before(texts, m.choice);
+        marks.push(m);
+    }
+    for (choice, text) in pieces {
+        if text.is_empty() {
+            continue;
+        }
+        match texts.iter_mut().find(|(c, _)| *c == choice) {
+            Some((_, t)) => t.push_str(&text),
+            None => texts.push((choice, text)),
+        }
+    }
 }
 
 impl TapFrame {
@@ -116,6 +159,9 @@ pub struct TapEnd {
     pub events: Vec<SourceEvent>,
     /// The rest of the corrected content per choice (synthetic closes).
     pub rewrites: Vec<(u32, String)>,
+    /// Where the call elements that content left out were in it.
+    #[cfg_attr(not(feature = "proxy"), allow(dead_code))]
+    pub(crate) call_marks: Vec<CallMark>,
 }
 
 /// Raw SSE bytes in, source events out, for one stream.
@@ -164,8 +210,9 @@ impl StreamTap {
         for item in items.drain(..) {
             let mut events = Vec::new();
             let chunk = self.item(&item, ChunkUse::Returned, &mut events);
-            let rewrites = self.stream.take_rewrites();
-            frames.push(TapFrame { item, chunk, events, rewrites });
+            let mut call_marks = Vec::new();
+            let rewrites = self.stream.take_rewrites_marked(&mut call_marks);
+            frames.push(TapFrame { item, chunk, events, rewrites, call_marks });
         }
         self.items = items;
     }
@@ -190,11 +237,13 @@ impl StreamTap {
         for item in &items {
             self.item(item, ChunkUse::EventsOnly, &mut end.events);
         }
-        let mut rewrites = self.stream.take_rewrites();
+        let mut marks = Vec::new();
+        let rewrites = self.stream.take_rewrites_marked(&mut marks);
+        join_marked(&mut end.rewrites, &mut end.call_marks, rewrites, marks);
         // Finishing closes what is open; its corrected text comes after.
-        let mut tail = self.stream.finish_with_rewrites(&mut end.events);
-        rewrites.append(&mut tail);
-        end.rewrites = merge_rewrites(rewrites);
+        let mut marks = Vec::new();
+        let tail = self.stream.finish_with_rewrites_marked(&mut end.events, &mut marks);
+        join_marked(&mut end.rewrites, &mut end.call_marks, tail, marks);
         end
     }
 
@@ -270,16 +319,4 @@ impl StreamTap {
             }
         }
     }
-}
-
-/// Joins rewrite pieces of the same choice, keeping choice order.
-fn merge_rewrites(pieces: Vec<(u32, String)>) -> Vec<(u32, String)> {
-    let mut out: Vec<(u32, String)> = Vec::new();
-    for (choice, text) in pieces {
-        match out.iter_mut().find(|(c, _)| *c == choice) {
-            Some((_, t)) => t.push_str(&text),
-            None => out.push((choice, text)),
-        }
-    }
-    out
 }

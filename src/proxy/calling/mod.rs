@@ -30,12 +30,19 @@
 //! |---|---|---|
 //! | Hermes/Filament `<tool_call>` | streamed: name as soon as it is complete, then argument fragments | sent whole when complete and checked |
 //! | TAM / ACTION block | one tool call per step at the end of the block (arguments converted to the schema's types) | the same, after the check |
-//! | name not in `tools`, arguments failing the schema | sent as written | left out; the did-you-mean observation is added to the content |
+//! | name not in `tools`, arguments failing the schema | sent as written | left out; its did-you-mean observation in the content |
 //! | a call the parser cannot read (no name, arguments that never become JSON) | its `Malformed` observation in the content (pass: after what was already streamed of it) | the same, nothing of it sent |
 //! | arguments only the lenient reader accepts (`{'a': True}`) | streaming stops at the first such byte (`call_arguments_streamed_differ` goes to the sinks) | sent whole, as read leniently |
 //! | a TAM/ACTION step that must not run (block cut off by the end of output, a second ACTION block) | not sent; its not-run observation in the content | the same |
 //! | a Hermes call cut off by `max_tokens` | what was streamed stays; `finish_reason` stays `length` | left out with the cut-off observation |
 //! | a call inside an open Markdown code block (an example) | text in the content, not a call | the same |
+//!
+//! An observation takes the place of its call in the content, on a line
+//! of its own: the same however the upstream split the text into deltas,
+//! and the same in a whole (non-streamed) response. The parser marks where
+//! each call it left out of the corrected text was, and the relay inserts
+//! the observation there (`crate::proxy::selfcheck` holds the proxy to
+//! this, fuzzed by `fuzz/fuzz_targets/calling.rs`).
 //!
 //! Ids are `call_` and 16 hex digits of a hash of the response id, the
 //! choice and the call's index: stable for a response, unique across

@@ -22,9 +22,10 @@ pub(crate) struct ChoiceCalls {
     pub(crate) choice: u32,
     /// `tool_calls` fragments, in order.
     pub(crate) calls: Vec<ToolCallDelta>,
-    /// Text to add to the content after the frame's own (observations of
-    /// calls that were left out).
-    pub(crate) content: String,
+    /// Observations of calls that were left out, each with the element id
+    /// of its call: they go into the content where the call was
+    /// ([`CallConverter::place_notes`]).
+    pub(crate) notes: Vec<(u32, String)>,
 }
 
 /// Where one call element stands.
@@ -86,6 +87,51 @@ impl CallConverter {
             let state = self.state(choice);
             state.wrote_content = true;
             state.content_ends_line = last == '\n';
+        }
+    }
+
+    /// Puts a choice's observations into `text`, the content it sends next:
+    /// each where its call element was (`marks`: element id, byte offset
+    /// in `text`), or else at the end, in order. An observation begins on
+    /// a line of its own (after the content before it, sent earlier or in
+    /// `text`) and ends its line. Call [`CallConverter::saw_content`] with
+    /// the whole text after.
+    pub(crate) fn place_notes(
+        &mut self,
+        choice: u32,
+        text: &mut String,
+        notes: &[(u32, String)],
+        marks: &[(u32, usize)],
+    ) {
+        if notes.is_empty() {
+            return;
+        }
+        let state = self.state(choice);
+        let (wrote, ends_line) = (state.wrote_content, state.content_ends_line);
+        // Where each goes, in the text as it is now; stable for equal places.
+        let mut places: Vec<(usize, &str)> = notes
+            .iter()
+            .map(|(id, note)| {
+                let at = marks.iter().find(|(m, _)| m == id).map_or(text.len(), |&(_, at)| at.min(text.len()));
+                (if text.is_char_boundary(at) { at } else { text.len() }, note.as_str())
+            })
+            .collect();
+        places.sort_by_key(|&(at, _)| at);
+        let mut shift = 0;
+        for (at, note) in places {
+            let at = at + shift;
+            let new_line = match text[..at].chars().last() {
+                Some(last) => last != '\n',
+                None => wrote && !ends_line,
+            };
+            let mut piece = String::with_capacity(note.len() + 2);
+            if new_line {
+                piece.push('\n');
+            }
+            piece.push_str(note);
+            piece.push('\n');
+            text.insert_str(at, &piece);
+            shift += piece.len();
         }
     }
 
@@ -164,10 +210,10 @@ impl CallConverter {
                         // also gets its observation as content.
                         Some(Slot::Streaming { .. }) if call.steps.is_empty() => {
                             let empty = ToolCall { steps: Vec::new(), ..call };
-                            self.complete(&empty, cut, choice, response_id, &mut out);
+                            self.complete(&empty, el.id, cut, choice, response_id, &mut out);
                         }
                         Some(Slot::Streaming { .. }) => {}
-                        None | Some(Slot::Held) => self.complete(&call, cut, choice, response_id, &mut out),
+                        None | Some(Slot::Held) => self.complete(&call, el.id, cut, choice, response_id, &mut out),
                     }
                 }
                 _ => {}
@@ -186,7 +232,15 @@ impl CallConverter {
 
     /// A call element completed with nothing sent yet: send its steps (or
     /// their observations).
-    fn complete(&mut self, call: &ToolCall, cut: bool, choice: u32, response_id: &str, out: &mut Vec<ChoiceCalls>) {
+    fn complete(
+        &mut self,
+        call: &ToolCall,
+        element: u32,
+        cut: bool,
+        choice: u32,
+        response_id: &str,
+        out: &mut Vec<ChoiceCalls>,
+    ) {
         let mut notes: Vec<String> = Vec::new();
         let mut sends: Vec<(String, Map<String, Value>)> = Vec::new();
         if let Some(obs) = &call.observation
@@ -218,19 +272,9 @@ impl CallConverter {
             let args = Value::Object(params).to_string();
             deltas.push(first_delta(index, &call_id(response_id, choice, index), &name, &args));
         }
-        let mut text = String::new();
-        for note in notes {
-            if (state.wrote_content || !text.is_empty()) && !state.content_ends_line && !text.ends_with('\n') {
-                text.push('\n');
-            }
-            text.push_str(&note);
-            text.push('\n');
-            state.content_ends_line = true;
-            state.wrote_content = true;
-        }
         let e = entry(out, choice);
         e.calls.extend(deltas);
-        e.content.push_str(&text);
+        e.notes.extend(notes.into_iter().map(|note| (element, note)));
     }
 }
 
@@ -320,7 +364,7 @@ pub(crate) fn assemble(deltas: &[ToolCallDelta]) -> Vec<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sources::{ChatStream, StreamOptions};
+    use crate::sources::{CallMark, ChatStream, StreamOptions};
     use crate::{CallText, Registry};
     use serde_json::json;
 
@@ -343,32 +387,37 @@ mod tests {
         let mut conv = CallConverter::new(Arc::new(registry), catalog(), invalid);
         let mut content = String::new();
         let mut deltas = Vec::new();
-        let mut feed = |events: &[SourceEvent], rewrites: Vec<(u32, String)>, conv: &mut CallConverter| {
-            for (_, t) in rewrites {
-                conv.saw_content(0, &t);
-                content.push_str(&t);
-            }
-            for c in conv.convert(events, "chatcmpl-1") {
-                content.push_str(&c.content);
-                deltas.extend(c.calls);
-            }
-        };
+        // As the relay does: the frame's text with its observations placed.
+        let mut feed =
+            |events: &[SourceEvent], rewrites: Vec<(u32, String)>, marks: Vec<CallMark>, conv: &mut CallConverter| {
+                let mut text: String = rewrites.into_iter().map(|(_, t)| t).collect();
+                let marks: Vec<(u32, usize)> = marks.iter().map(|m| (m.element, m.at)).collect();
+                for c in conv.convert(events, "chatcmpl-1") {
+                    conv.place_notes(0, &mut text, &c.notes, &marks);
+                    deltas.extend(c.calls);
+                }
+                conv.saw_content(0, &text);
+                content.push_str(&text);
+            };
         for p in pieces {
             let mut events = Vec::new();
             let chunk =
                 json!({"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {"content": p}, "finish_reason": null}]});
             stream.push_data_events("message", &chunk.to_string(), 0, &mut events);
-            let rw = stream.take_rewrites();
-            feed(&events, rw, &mut conv);
+            let mut marks = Vec::new();
+            let rw = stream.take_rewrites_marked(&mut marks);
+            feed(&events, rw, marks, &mut conv);
         }
         let mut events = Vec::new();
         let chunk = json!({"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]});
         stream.push_data_events("message", &chunk.to_string(), 0, &mut events);
-        let rw = stream.take_rewrites();
-        feed(&events, rw, &mut conv);
+        let mut marks = Vec::new();
+        let rw = stream.take_rewrites_marked(&mut marks);
+        feed(&events, rw, marks, &mut conv);
         let mut events = Vec::new();
-        let rw = stream.finish_with_rewrites(&mut events);
-        feed(&events, rw, &mut conv);
+        let mut marks = Vec::new();
+        let rw = stream.finish_with_rewrites_marked(&mut events, &mut marks);
+        feed(&events, rw, marks, &mut conv);
         let made = conv.calls_made(0);
         (content, assemble(&deltas), made)
     }
@@ -409,6 +458,19 @@ mod tests {
         let (content, calls, _) = run("chat", &[bad], InvalidCalls::Drop, "stop");
         assert!(calls.is_empty());
         assert!(content.starts_with("Observation: Error - Invalid parameters for get_weather"), "{content}");
+    }
+
+    #[test]
+    fn an_observation_takes_its_calls_place() {
+        let text =
+            "Before.<tool_call>{\"name\": \"get_wether\", \"arguments\": {\"city\": \"Oslo\"}}</tool_call>After.";
+        let want = "Before.\nObservation: Error - Unknown tool ID 'get_wether', did you mean 'get_weather'?\nAfter.";
+        for n in [1, 4, 9, text.len()] {
+            let pieces = split(text, n);
+            let refs: Vec<&str> = pieces.iter().map(String::as_str).collect();
+            let (content, calls, _) = run("chat", &refs, InvalidCalls::Drop, "stop");
+            assert_eq!((content.as_str(), calls.len()), (want, 0), "split {n}");
+        }
     }
 
     #[test]
