@@ -599,8 +599,16 @@ impl Machine {
         if self.call_omit == (CallOmit::Inside { id: el.id }) {
             self.call_omit = CallOmit::Idle;
             if let Some(r) = &mut self.rewrite {
-                r.end_omit(el.id);
+                r.end_omit();
             }
+        }
+        if self.call_omit != CallOmit::Off
+            && self.is_call_tag(el.tag)
+            && let Some(r) = &mut self.rewrite
+        {
+            // Where it ended, for what replaces it (left out, or kept: one
+            // whose open was never seen, one shown in a code block).
+            r.mark(el.id);
         }
         if el.opened == Opened::ImplicitDefault {
             // Not reclassified: it was the default tag after all.
@@ -668,9 +676,9 @@ impl Machine {
 
     /// `<B>` (a registry tag, or a registry special marker) opens.
     fn on_open(&mut self, tag: TagId, raw_tag: TagName, attrs: AttrMap, span: Span, raw: &[u8], self_closing: bool) {
-        // A call inside an open code block is an example the model shows.
-        let omitted_call = self.call_omit == CallOmit::Idle && self.is_call_tag(tag);
-        let example = omitted_call && self.inside_code_block();
+        // A call inside an open code block is an example the model shows
+        // (read from the text of what is open, before it closes).
+        let in_code_block = self.call_omit != CallOmit::Off && self.is_call_tag(tag) && self.inside_code_block();
         let state = std::mem::replace(&mut self.state, State::Between);
         match state {
             State::Start | State::Between => {}
@@ -702,6 +710,10 @@ impl Machine {
                 self.resolve_held(el, held);
             }
         }
+        // Decided now that what was open is closed: a call that ends an
+        // open call is left out too.
+        let omitted_call = self.call_omit == CallOmit::Idle && self.is_call_tag(tag);
+        let example = omitted_call && in_code_block;
         if omitted_call
             && !example
             && let Some(r) = &mut self.rewrite

@@ -7,9 +7,9 @@
 //! never hands out bytes in front of an undecided insertion point.
 //!
 //! With call text left out ([`crate::CallText::Omit`]), it also marks
-//! where each left-out call element was ([`Rewrite::mark`]), so that a
-//! caller can put something in its place (the proxy's observations of
-//! calls it does not send).
+//! where each call element ended ([`Rewrite::mark`]), so that a caller can
+//! put something in its place (the proxy's observations of calls it does
+//! not send).
 
 #[derive(Debug, Default)]
 pub(super) struct Rewrite {
@@ -23,11 +23,11 @@ pub(super) struct Rewrite {
     /// Bytes written now are left out (inside a call element that the
     /// corrected text omits).
     omitting: bool,
-    /// Where left-out call elements were, in `buf`.
+    /// Where call elements ended, in `buf`.
     marks: Vec<Mark>,
 }
 
-/// Where a left-out call element was.
+/// Where a call element ended.
 #[derive(Debug, Clone, Copy)]
 struct Mark {
     id: u32,
@@ -51,10 +51,14 @@ impl Rewrite {
         self.omitting = true;
     }
 
-    /// Writing is kept again: the call element `id` ended, and its place
-    /// is marked.
-    pub(super) fn end_omit(&mut self, id: u32) {
+    /// Writing is kept again (the call element ended).
+    pub(super) fn end_omit(&mut self) {
         self.omitting = false;
+    }
+
+    /// Marks where the call element `id` ended: here, after what was
+    /// written of it (nothing, when it was left out).
+    pub(super) fn mark(&mut self, id: u32) {
         let mark =
             Mark { id, at: self.buf.len(), after_open: self.open_at.is_some(), after_close: self.close_at.is_some() };
         self.marks.push(mark);

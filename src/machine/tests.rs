@@ -705,8 +705,10 @@ fn rewrite_can_omit_call_elements() {
     };
     let chat = Registry::chat();
     let reasoning = Registry::profile("reasoning").unwrap();
-    let cases: [(&Registry, &str, &str, usize); 7] = [
+    let cases: [(&Registry, &str, &str, usize); 8] = [
         (&chat, "Hi <tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call> bye", "Hi  bye", 0),
+        // A call that opens while a call is open ends it and is left out too.
+        (&chat, "x <tool_call>a\n<tool_call>{\"name\": \"g\"}</tool_call> y", "x  y", 0),
         (&chat, "<tool_call name=\"f\">{\"a\": 1}</tool_call>\n<tool_call>{\"name\": \"g\"}", "\n", 0),
         // As the kept rewrite reads it (the lead was content), less the call.
         (&reasoning, "plan<tool_call>{\"name\": \"f\"}</tool_call>", "plan", 0),
