@@ -247,7 +247,9 @@ pub fn sse_split_invariance(selector: u8, input: &[u8]) -> Result<(), String> {
 /// call indexes counting up from 0; the client's bytes must not depend on
 /// how the upstream's bytes were read; and the content, calls and finish
 /// reason a client assembles must be the same as with the text in one
-/// delta, and as in the same text answered whole (not streamed).
+/// delta, and as in the same text answered whole (not streamed). The same
+/// bytes are also read as a request body: the request side translates it
+/// or refuses it with a reason, and a translated body is JSON.
 ///
 /// # Errors
 ///

@@ -208,6 +208,14 @@ fn read_whole(run: &Run, text: &str) -> Result<Seen, String> {
 pub(crate) fn tool_calling_agreement(selector: u8, text: &str) -> Result<(), String> {
     let run = Run::new(selector);
     let label = format!("{:?}, {:?}, {}, {} characters a delta", run.protocol, run.invalid, run.finish, run.chars);
+    // The request side: the same bytes as a request body translate, or
+    // are refused with a reason; a translated body is JSON.
+    if let Ok(prepared) = super::calling::request::prepare(text.as_bytes(), run.protocol)
+        && let Some(body) = prepared.body
+        && let Err(e) = serde_json::from_slice::<Value>(&body)
+    {
+        return Err(format!("{label}: the translated request is not JSON: {e}"));
+    }
     let body = sse_body(text, run.chars, run.finish);
     let out = streamed(&run, &body, body.len())?;
     // Read sizes change nothing: the relay writes per upstream event.
@@ -251,8 +259,23 @@ mod tests {
         "I will look.\n```xml\n<ACTION><get_weather><city>Oslo</city><days>2</days></get_weather></ACTION>\n```\n",
         "<ACTION><search><query>a &amp; b</query></search><nope/></ACTION><ACTION><search/></ACTION>",
         "<think>plan</think>Just an answer, with <b>markup</b> and a < b.",
+        REQUEST,
         "",
     ];
+
+    /// A request with tools and a history of calls and results (also read
+    /// as a request by the check).
+    const REQUEST: &str = r#"{"model": "m", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather?"}, {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]}, {"role": "tool", "tool_call_id": "c1", "content": "sunny"}], "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string", "pattern": "^[A-Z]"}}}}}], "tool_choice": "auto", "parallel_tool_calls": false}"#;
+
+    #[test]
+    fn the_request_seed_translates() {
+        for protocol in TOOL_PROTOCOLS {
+            let prepared = super::super::calling::request::prepare(REQUEST.as_bytes(), protocol)
+                .unwrap_or_else(|e| panic!("{protocol:?}: {e}"));
+            let body: Value = serde_json::from_slice(&prepared.body.unwrap_or_default()).unwrap_or_default();
+            assert!(body.get("tools").is_none() && body["messages"].as_array().is_some_and(|m| m.len() >= 3));
+        }
+    }
 
     #[test]
     fn every_run_of_the_seed_texts_agrees() {
