@@ -14,7 +14,7 @@ use crate::sources::{SseDecoder, SseItem, StreamOptions};
 use crate::{CallText, Registry};
 use bytes::Bytes;
 use serde_json::{Value, json};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// The response id every run uses (call ids are derived from it).
 const ID: &str = "chatcmpl-check";
@@ -52,8 +52,14 @@ impl Run {
 }
 
 /// The tools the requests offer: one with a typed schema, one with
-/// optional parameters of other types.
+/// optional parameters of other types. Built once (compiling the schemas
+/// is most of a run's time).
 fn catalog() -> Result<Arc<ToolCatalog>, String> {
+    static CATALOG: OnceLock<Result<Arc<ToolCatalog>, String>> = OnceLock::new();
+    CATALOG.get_or_init(build_catalog).clone()
+}
+
+fn build_catalog() -> Result<Arc<ToolCatalog>, String> {
     let tools = json!([
         {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
             "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]}}},
