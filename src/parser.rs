@@ -224,9 +224,8 @@ impl Parser {
         self.finish_with_rewrite_marked(&mut Vec::new())
     }
 
-    /// [`Parser::finish_with_rewrite`], and where the call elements that
-    /// the corrected text left out ([`crate::CallText::Omit`]) were in the
-    /// rest of it, as [`Parser::take_rewrite_marked`] gives them.
+    /// [`Parser::finish_with_rewrite`], and where call elements ended in
+    /// the rest of it, as [`Parser::take_rewrite_marked`] gives them.
     #[cfg_attr(not(feature = "sources"), allow(dead_code))]
     pub(crate) fn finish_with_rewrite_marked(mut self, marks: &mut Vec<(u32, usize)>) -> (Vec<Event>, Vec<u8>) {
         self.scanner.finish(&mut self.machine);
@@ -246,10 +245,11 @@ impl Parser {
         self.machine.take_rewrite()
     }
 
-    /// [`Parser::take_rewrite`], and where each call element it left out
-    /// ([`crate::CallText::Omit`]) was: (element id, byte offset in the
-    /// bytes returned), appended to `marks`. The proxy puts the
-    /// observations of calls it does not send there.
+    /// [`Parser::take_rewrite`], and, when call text is left out
+    /// ([`crate::CallText::Omit`]), where each call element ended in it:
+    /// (element id, byte offset in the bytes returned), appended to
+    /// `marks`. The proxy puts the observations of calls it does not send
+    /// there.
     #[cfg_attr(not(feature = "sources"), allow(dead_code))]
     pub(crate) fn take_rewrite_marked(&mut self, marks: &mut Vec<(u32, usize)>) -> Vec<u8> {
         self.machine.take_rewrite_marked(marks)

@@ -265,8 +265,9 @@ impl Machine {
         self.take_rewrite_marked(&mut Vec::new())
     }
 
-    /// [`Machine::take_rewrite`], and where the call elements it left out
-    /// were in it (element id, offset), appended to `marks`.
+    /// [`Machine::take_rewrite`], and where call elements ended in it
+    /// (element id, offset; only when call text is left out), appended to
+    /// `marks`.
     pub(crate) fn take_rewrite_marked(&mut self, marks: &mut Vec<(u32, usize)>) -> Vec<u8> {
         self.rewrite.as_mut().map(|r| r.take(marks)).unwrap_or_default()
     }

@@ -37,7 +37,7 @@ use super::calling::response::{CallConverter, ChoiceCalls, assemble};
 use super::error::{ProxyError, ProxyErrorKind};
 use crate::sources::{
     CallMark, ChatChunk, Choice, Content, Delta, ErrorOrigin, Nullable, SourceEvent, SseEvent, SseFault, SseItem,
-    StreamOptions, StreamTap, TapEnd, TapFrame, join_marked,
+    StreamOptions, StreamTap, TapEnd, TapFrame, ToolCallDelta, join_marked,
 };
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
@@ -346,7 +346,7 @@ pub(crate) struct RewriteRelay {
     last_id: String,
     /// Corrected text that became final with an event that had no chunk.
     carry: Vec<(u32, String)>,
-    /// Where the call elements it left out were in it.
+    /// Where call elements ended in it.
     carry_marks: Vec<CallMark>,
     frames: Vec<TapFrame>,
     /// Tool calling: call elements become `tool_calls`.
@@ -393,7 +393,8 @@ impl RewriteRelay {
         let (mut tail, mut marks) = (std::mem::take(&mut self.carry), std::mem::take(&mut self.carry_marks));
         join_marked(&mut tail, &mut marks, finished.rewrites, finished.call_marks);
         if !tail.is_empty() || !self.pending.is_empty() {
-            let chunk = tail_chunk(self.template.as_ref(), tail, &marks, &self.pending, self.calls.as_mut());
+            let pending = std::mem::take(&mut self.pending);
+            let chunk = tail_chunk(self.template.as_ref(), tail, &marks, pending, self.calls.as_mut());
             write_data(&mut buf, &chunk);
         }
         let report = seen.write_ending(end, "", self.held_done, &mut buf);
@@ -512,14 +513,14 @@ fn tail_chunk(
     template: Option<&Map<String, Value>>,
     tail: Vec<(u32, String)>,
     marks: &[CallMark],
-    calls: &[ChoiceCalls],
+    calls: Vec<ChoiceCalls>,
     mut conv: Option<&mut CallConverter>,
 ) -> String {
     let mut chunk = template.cloned().unwrap_or_default();
     chunk.entry("object").or_insert_with(|| json!("chat.completion.chunk"));
     let mut texts: Vec<(u32, Option<String>, Vec<Value>)> =
         tail.into_iter().map(|(index, text)| (index, Some(text), Vec::new())).collect();
-    for c in calls {
+    for c in placing(Vec::new(), calls, marks) {
         let pos = match texts.iter().position(|t| t.0 == c.choice) {
             Some(p) => p,
             None => {
@@ -531,8 +532,7 @@ fn tail_chunk(
         if let Some(conv) = conv.as_deref_mut()
             && !c.notes.is_empty()
         {
-            let text = text.get_or_insert_with(String::new);
-            conv.place_notes(c.choice, text, &c.notes, &marks_of(marks, c.choice));
+            conv.place_notes(c.choice, text.get_or_insert_with(String::new), &c.notes, &c.at);
         }
         list.extend(c.calls.iter().filter_map(|d| serde_json::to_value(d).ok()));
     }
@@ -553,6 +553,44 @@ fn tail_chunk(
     Value::Object(chunk).to_string()
 }
 
+/// What one choice of a chunk gets: its calls, and its observations with
+/// where they go in the chunk's text (element id, offset).
+struct Placing {
+    choice: u32,
+    calls: Vec<ToolCallDelta>,
+    notes: Vec<(u32, String)>,
+    at: Vec<(u32, usize)>,
+}
+
+/// Gathers per choice what `pending` (from frames before that had no text
+/// of their own: their observations go first) and `produced` (placed by
+/// `marks`, in the text they arrive with) give, so that each choice's
+/// observations are placed in one go (offsets stay those of the text as
+/// it came).
+fn placing(pending: Vec<ChoiceCalls>, produced: Vec<ChoiceCalls>, marks: &[CallMark]) -> Vec<Placing> {
+    let mut out: Vec<Placing> = Vec::new();
+    let items = pending.into_iter().map(|i| (i, true)).chain(produced.into_iter().map(|i| (i, false)));
+    for (item, earlier) in items {
+        let pos = match out.iter().position(|p| p.choice == item.choice) {
+            Some(pos) => pos,
+            None => {
+                out.push(Placing { choice: item.choice, calls: Vec::new(), notes: Vec::new(), at: Vec::new() });
+                out.len() - 1
+            }
+        };
+        let p = &mut out[pos];
+        if earlier {
+            p.at.extend(item.notes.iter().map(|(id, _)| (*id, 0)));
+        }
+        p.calls.extend(item.calls);
+        p.notes.extend(item.notes);
+    }
+    for p in &mut out {
+        p.at.extend(marks_of(marks, p.choice));
+    }
+    out
+}
+
 /// The marks of one choice: (element id, offset).
 fn marks_of(marks: &[CallMark], choice: u32) -> Vec<(u32, usize)> {
     marks.iter().filter(|m| m.choice == choice).map(|m| (m.element, m.at)).collect()
@@ -571,7 +609,7 @@ fn put_calls(
     marks: &[CallMark],
     conv: &mut CallConverter,
 ) {
-    for (item, first) in pending.into_iter().map(|i| (i, true)).chain(produced.into_iter().map(|i| (i, false))) {
+    for item in placing(pending, produced, marks) {
         let choices = match &mut chunk.choices {
             Nullable::Value(list) => list,
             other => {
@@ -595,10 +633,8 @@ fn put_calls(
         }
         let Some(delta) = choice.delta.as_mut_option() else { continue };
         if !item.notes.is_empty() {
-            let at: Vec<(u32, usize)> =
-                if first { item.notes.iter().map(|(id, _)| (*id, 0)).collect() } else { marks_of(marks, item.choice) };
             match &mut delta.content {
-                Nullable::Value(Content::Text(t)) => conv.place_notes(item.choice, t, &item.notes, &at),
+                Nullable::Value(Content::Text(t)) => conv.place_notes(item.choice, t, &item.notes, &item.at),
                 other => {
                     let mut text = String::new();
                     conv.place_notes(item.choice, &mut text, &item.notes, &[]);

@@ -32,7 +32,9 @@ struct Seen {
 struct Run {
     protocol: crate::tools::Protocol,
     invalid: InvalidCalls,
-    finish: &'static str,
+    /// The finish reason the upstream sends; none (a stream that ends
+    /// with `[DONE]` alone) for one text in four.
+    finish: Option<&'static str>,
     /// Characters per content delta.
     chars: usize,
 }
@@ -40,12 +42,17 @@ struct Run {
 impl Run {
     /// The selector's bits: the protocol (two), invalid calls dropped
     /// (one), the stream cut by `length` (one), characters per delta
-    /// minus one (four).
-    fn new(selector: u8) -> Run {
+    /// minus one (four); a text whose length is 3 modulo 4 gets no finish
+    /// reason.
+    fn new(selector: u8, text: &str) -> Run {
         Run {
             protocol: TOOL_PROTOCOLS[usize::from(selector & 3) % TOOL_PROTOCOLS.len()],
             invalid: if selector & 4 == 0 { InvalidCalls::Pass } else { InvalidCalls::Drop },
-            finish: if selector & 8 == 0 { "stop" } else { "length" },
+            finish: match (text.len() % 4, selector & 8) {
+                (3, _) => None,
+                (_, 0) => Some("stop"),
+                _ => Some("length"),
+            },
             chars: usize::from(selector >> 4) + 1,
         }
     }
@@ -72,8 +79,8 @@ fn build_catalog() -> Result<Arc<ToolCatalog>, String> {
 }
 
 /// `text` as a chat-completions SSE body: a role chunk, deltas of `chars`
-/// characters, a chunk with `finish`, then `[DONE]`.
-fn sse_body(text: &str, chars: usize, finish: &str) -> Vec<u8> {
+/// characters, a chunk with `finish` (if any), then `[DONE]`.
+fn sse_body(text: &str, chars: usize, finish: Option<&str>) -> Vec<u8> {
     let mut body = String::new();
     let mut push = |delta: Value, finish: Value| {
         let chunk = json!({"id": ID, "object": "chat.completion.chunk", "created": 1, "model": "m",
@@ -85,7 +92,9 @@ fn sse_body(text: &str, chars: usize, finish: &str) -> Vec<u8> {
     for piece in all.chunks(chars.max(1)) {
         push(json!({"content": piece.iter().collect::<String>()}), Value::Null);
     }
-    push(json!({}), json!(finish));
+    if let Some(finish) = finish {
+        push(json!({}), json!(finish));
+    }
     body.push_str("data: [DONE]\n\n");
     body.into_bytes()
 }
@@ -212,8 +221,8 @@ fn read_whole(run: &Run, text: &str) -> Result<Seen, String> {
 /// Model text through the proxy's tool calling, as [`crate::check`]
 /// describes it.
 pub(crate) fn tool_calling_agreement(selector: u8, text: &str) -> Result<(), String> {
-    let run = Run::new(selector);
-    let label = format!("{:?}, {:?}, {}, {} characters a delta", run.protocol, run.invalid, run.finish, run.chars);
+    let run = Run::new(selector, text);
+    let label = format!("{:?}, {:?}, {:?}, {} characters a delta", run.protocol, run.invalid, run.finish, run.chars);
     // The request side: the same bytes as a request body translate, or
     // are refused with a reason; a translated body is JSON.
     if let Ok(prepared) = super::calling::request::prepare(text.as_bytes(), run.protocol)
@@ -298,8 +307,8 @@ mod tests {
     fn the_check_sees_calls() {
         // Not a check that passes because nothing was called: the Hermes
         // seed makes one call in every run.
-        let run = Run::new(0);
-        let body = sse_body(TEXTS[0], 3, "stop");
+        let run = Run::new(0, TEXTS[0]);
+        let body = sse_body(TEXTS[0], 3, Some("stop"));
         let seen = read_stream(&streamed(&run, &body, 5).unwrap_or_default()).unwrap_or_else(|why| panic!("{why}"));
         assert_eq!(seen.calls.len(), 1, "{seen:?}");
         assert_eq!(seen.calls[0]["name"], "get_weather");

@@ -611,8 +611,8 @@ struct ChoiceState {
     noted_late: bool,
     noted_parts: Vec<String>,
     rewrite: Vec<u8>,
-    /// Where the call elements the rewrite left out were in `rewrite`
-    /// (stream element id, byte offset).
+    /// Where call elements ended in `rewrite` (stream element id, byte
+    /// offset; only when call text is left out).
     marks: Vec<(u32, usize)>,
     /// Whitespace-only content not yet given to a parser.
     held_space: String,
@@ -826,7 +826,7 @@ impl ChoiceState {
     }
 
     /// The corrected content that is final so far, as whole characters,
-    /// with the marks of the call elements left out of it (appended to
+    /// with the marks of the call elements that ended in it (appended to
     /// `marks`).
     fn take_rewrite(&mut self, marks: &mut Vec<CallMark>) -> String {
         let valid = match std::str::from_utf8(&self.rewrite) {
@@ -861,10 +861,9 @@ impl ChoiceState {
     }
 }
 
-/// Adds the parser's marks of left-out call elements (its element ids,
-/// offsets in the bytes it returned) to a choice's marks: stream ids,
-/// offsets in the choice's rewrite buffer, where those bytes began at
-/// `base`.
+/// Adds the parser's marks of call elements (its element ids, offsets in
+/// the bytes it returned) to a choice's marks: stream ids, offsets in the
+/// choice's rewrite buffer, where those bytes began at `base`.
 fn mark_calls(into: &mut Vec<(u32, usize)>, marks: &[(u32, usize)], base: usize, ids: &[u32]) {
     for &(id, at) in marks {
         if let Some(&stream_id) = ids.get(id as usize) {
@@ -1404,8 +1403,8 @@ impl ChatStream {
         self.take_rewrites_marked(&mut Vec::new())
     }
 
-    /// [`ChatStream::take_rewrites`], and where the call elements that the
-    /// corrected content left out ([`crate::CallText::Omit`]) were in it,
+    /// [`ChatStream::take_rewrites`], and, when call text is left out
+    /// ([`crate::CallText::Omit`]), where call elements ended in it,
     /// appended to `marks`. A mark may belong to a choice with no text
     /// now (the call was all that became final): it stands at the end of
     /// the text before.

@@ -43,13 +43,13 @@ pub struct TapFrame {
     /// Corrected content that became final with this item, per choice (only
     /// with `ParserOptions::rewrite`).
     pub rewrites: Vec<(u32, String)>,
-    /// Where the call elements that content left out were in it.
+    /// Where call elements ended in that content ([`CallMark`]).
     #[cfg_attr(not(feature = "proxy"), allow(dead_code))]
     pub(crate) call_marks: Vec<CallMark>,
 }
 
-/// Where a call element that the corrected content left out
-/// ([`crate::CallText::Omit`]) was: its choice, its element id, and the
+/// Where a call element ended in corrected content that leaves call text
+/// out ([`crate::CallText::Omit`]): its choice, its element id, and the
 /// byte offset in the choice's corrected text it came with (a text of
 /// [`TapFrame::rewrites`], or of [`TapEnd::rewrites`]). The proxy puts its
 /// observations of calls it does not send there.
@@ -159,7 +159,7 @@ pub struct TapEnd {
     pub events: Vec<SourceEvent>,
     /// The rest of the corrected content per choice (synthetic closes).
     pub rewrites: Vec<(u32, String)>,
-    /// Where the call elements that content left out were in it.
+    /// Where call elements ended in that content ([`CallMark`]).
     #[cfg_attr(not(feature = "proxy"), allow(dead_code))]
     pub(crate) call_marks: Vec<CallMark>,
 }
