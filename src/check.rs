@@ -110,11 +110,36 @@ fn rewritten(registry: &Arc<Registry>, options: ParserOptions, input: &[u8], chu
     (events, text)
 }
 
+/// The events of `input` fed `chunk` bytes at a time, the corrected text
+/// with call text left out ([`crate::CallText::Omit`], as the proxy's tool
+/// calling asks), and where call elements ended in it (element id, offset
+/// in the whole text).
+fn omitted(registry: &Arc<Registry>, input: &[u8], chunk: usize) -> (Vec<Event>, Vec<u8>, Vec<(u32, usize)>) {
+    let options = ParserOptions { rewrite: true, call_text: crate::CallText::Omit, ..ParserOptions::default() };
+    let mut p = Parser::with_options(registry.clone(), options);
+    let (mut events, mut text, mut marks, mut piece) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut take = |bytes: Vec<u8>, piece: &mut Vec<(u32, usize)>, text: &mut Vec<u8>| {
+        marks.extend(piece.drain(..).map(|(id, at)| (id, text.len() + at)));
+        text.extend(bytes);
+    };
+    for c in input.chunks(chunk.max(1)) {
+        p.feed_into(c, &mut events);
+        let bytes = p.take_rewrite_marked(&mut piece);
+        take(bytes, &mut piece, &mut text);
+    }
+    let (last, rest) = p.finish_with_rewrite_marked(&mut piece);
+    events.extend(last);
+    take(rest, &mut piece, &mut text);
+    (events, text, marks)
+}
+
 /// Parses `input` whole and in chunks chosen by `selector`, with a registry
 /// chosen by `selector` (and, for a shaped one, the input's first two
 /// bytes), and checks the coalesced events agree, that no element claims
 /// bytes outside the input, and that the corrected text (`rewrite`) is the
-/// same either way and changes no event.
+/// same either way and changes no event. With call text left out, the
+/// events, the corrected text and where call elements ended in it must
+/// also be the same whole and in chunks.
 ///
 /// # Errors
 ///
@@ -143,6 +168,20 @@ pub fn split_invariance(selector: u8, input: &[u8]) -> Result<(), String> {
         {
             return Err(format!("element {} has span {:?} outside the input", el.id, el.span));
         }
+    }
+    let (events, text, marks) = omitted(&registry, input, input.len());
+    let (split_events, split_text, split_marks) = omitted(&registry, input, chunk);
+    if coalesce(events) != coalesce(split_events) {
+        return Err(format!("profile {profile}, call text left out: chunk {chunk} differs from whole input"));
+    }
+    if text != split_text {
+        return Err(format!("profile {profile}: the rewrite without call text at chunk {chunk} differs from whole"));
+    }
+    if marks != split_marks {
+        return Err(format!("profile {profile}: call ends at {split_marks:?} at chunk {chunk}, {marks:?} whole"));
+    }
+    if let Some(m) = marks.iter().find(|m| m.1 > text.len()) {
+        return Err(format!("profile {profile}: call end {m:?} past the corrected text ({} bytes)", text.len()));
     }
     Ok(())
 }
