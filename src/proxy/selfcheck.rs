@@ -9,9 +9,9 @@
 use super::calling::response::CallConverter;
 use super::calling::{InvalidCalls, TOOL_PROTOCOLS, ToolCalling};
 use super::relay::{End, SseRelay, whole_response};
+use crate::Registry;
 use crate::calls::ToolCatalog;
 use crate::sources::{SseDecoder, SseItem, StreamOptions};
-use crate::{CallText, Registry};
 use bytes::Bytes;
 use serde_json::{Value, json};
 use std::sync::{Arc, OnceLock};
@@ -106,8 +106,7 @@ fn parts(run: &Run) -> Result<(StreamOptions, CallConverter), String> {
     let registry = Registry::profile(calling.default_profile()).ok_or("profile")?;
     calling.check(&registry)?;
     let mut options = StreamOptions::with_registry(registry);
-    options.parser.call_text = CallText::Omit;
-    let converter = CallConverter::new(options.registry.clone(), catalog()?, run.invalid);
+    let converter = CallConverter::attach(&mut options, catalog()?, run.invalid);
     Ok((options, converter))
 }
 

@@ -18,7 +18,6 @@ use super::pump::{ClientItem, Mode, PumpCtx, UpstreamBody, pump};
 use super::relay::SseRelay;
 use super::sink::{SinkStartError, Sinks};
 use super::trace::{Telemetry, Trace};
-use crate::CallText;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -409,18 +408,15 @@ async fn forward(State(app): State<Arc<App>>, request: Request) -> Response {
 
     // Tool calling: the response's calls become `tool_calls` (rewrite
     // mode, call text left out of the content).
+    let mut options = app.config.options.clone();
+    options.parser.rewrite = false;
     let converter = match (app.config.tool_calling, tool_request) {
         (Some(tc), Some(req)) if endpoint == Endpoint::Chat && parse => {
-            Some(CallConverter::new(app.config.options.registry.clone(), req.catalog, tc.invalid_calls))
+            Some(CallConverter::attach(&mut options, req.catalog, tc.invalid_calls))
         }
         _ => None,
     };
     let rewrite = (app.config.rewrite || converter.is_some()) && endpoint == Endpoint::Chat && parse;
-    let mut options = app.config.options.clone();
-    options.parser.rewrite = false;
-    if converter.is_some() {
-        options.parser.call_text = CallText::Omit;
-    }
     let (mode, kind) = if parse && is_sse {
         let relay = SseRelay::new(options, rewrite, endpoint.done_framing()).with_calls(converter);
         (Mode::Sse(Box::new(relay)), "chat_stream")

@@ -7,11 +7,12 @@
 //! parser ([`crate::CallText::Omit`]).
 
 use super::InvalidCalls;
+use crate::CallText;
 use crate::calls::{CallFormat, ToolCall, ToolCatalog, call_of};
 use crate::event::DiagnosticCode;
 use crate::event::{Event, RepairKind};
 use crate::registry::{BodyKind, Registry};
-use crate::sources::{FinishReason, FunctionDelta, Nullable, SourceEvent, ToolCallDelta};
+use crate::sources::{FinishReason, FunctionDelta, Nullable, SourceEvent, StreamOptions, ToolCallDelta};
 use serde_json::{Map, Value};
 use std::sync::Arc;
 
@@ -67,6 +68,20 @@ impl CallConverter {
     /// A converter checking calls against `catalog`.
     pub(crate) fn new(registry: Arc<Registry>, catalog: Arc<ToolCatalog>, invalid: InvalidCalls) -> CallConverter {
         CallConverter { registry, catalog, invalid, choices: Vec::new() }
+    }
+
+    /// The converter of a response to a request with `tools`, and `options`
+    /// set to parse as it needs: call text left out of the content (the
+    /// calls go out as `tool_calls` or observations instead). The one way
+    /// the server and its self-check set up tool calling, so that the check
+    /// runs what the server runs.
+    pub(crate) fn attach(
+        options: &mut StreamOptions,
+        catalog: Arc<ToolCatalog>,
+        invalid: InvalidCalls,
+    ) -> CallConverter {
+        options.parser.call_text = CallText::Omit;
+        CallConverter::new(options.registry.clone(), catalog, invalid)
     }
 
     /// How many calls a choice has made (sent as `tool_calls`).
@@ -364,8 +379,8 @@ pub(crate) fn assemble(deltas: &[ToolCallDelta]) -> Vec<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Registry;
     use crate::sources::{CallMark, ChatStream, StreamOptions};
-    use crate::{CallText, Registry};
     use serde_json::json;
 
     fn catalog() -> Arc<ToolCatalog> {
@@ -380,11 +395,10 @@ mod tests {
     /// Content pieces through the stream model; returns (content, calls).
     fn run(profile: &str, pieces: &[&str], invalid: InvalidCalls, finish: &str) -> (String, Vec<Value>, u32) {
         let registry = Registry::profile(profile).unwrap_or_else(|| panic!("{profile}"));
-        let mut options = StreamOptions::with_registry(registry.clone());
+        let mut options = StreamOptions::with_registry(registry);
         options.parser.rewrite = true;
-        options.parser.call_text = CallText::Omit;
+        let mut conv = CallConverter::attach(&mut options, catalog(), invalid);
         let mut stream = ChatStream::new(options);
-        let mut conv = CallConverter::new(Arc::new(registry), catalog(), invalid);
         let mut content = String::new();
         let mut deltas = Vec::new();
         // As the relay does: the frame's text with its observations placed.
