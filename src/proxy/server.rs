@@ -10,7 +10,7 @@
 use super::ProxyConfig;
 use super::app::App;
 use super::body::pump_body;
-use super::calling::request::prepare;
+use super::calling::request::{ToolRequest, prepare};
 use super::calling::response::CallConverter;
 use super::error::{ProxyError, ProxyErrorKind, from_body_error, from_send_error};
 use super::metrics::Metrics;
@@ -18,6 +18,7 @@ use super::pump::{ClientItem, Mode, PumpCtx, UpstreamBody, pump};
 use super::relay::SseRelay;
 use super::sink::{SinkStartError, Sinks};
 use super::trace::{Telemetry, Trace};
+use crate::sources::StreamOptions;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -248,13 +249,14 @@ fn upstream_headers(app: &App, client: &HeaderMap, buffered: bool, endpoint: End
     headers
 }
 
-/// One proxied request, in phases: admit ([`admit`]); read the body (model
-/// endpoints: buffered, tool calling prepared, or handed to the agent loop);
-/// build the upstream request ([`upstream_headers`], the trace span); wait
-/// for the response head and its first byte; choose the mode (pass-through
-/// or rewrite of SSE, whole JSON, opaque); relay in the pump
-/// ([`super::pump`]), which finishes the metrics, sinks, trace and
-/// inspector entry.
+/// One proxied request, in named phases: admit ([`admit`]); read the
+/// request body ([`read_body`]: buffered for model endpoints, tool calling
+/// prepared, or handed to the agent loop); send the upstream request and
+/// wait for its head ([`send_upstream`]); wait for the first body byte
+/// ([`first_byte`]); choose the mode ([`choose_mode`]: pass-through or
+/// rewrite of SSE, whole JSON, opaque); relay ([`relay`] into the pump of
+/// [`super::pump`], or [`rewrite_whole`]), which finishes the metrics,
+/// sinks, trace and inspector entry.
 async fn forward(State(app): State<Arc<App>>, request: Request) -> Response {
     let id = app.next_id.fetch_add(1, Ordering::Relaxed);
     let (parts, body) = request.into_parts();
@@ -263,222 +265,341 @@ async fn forward(State(app): State<Arc<App>>, request: Request) -> Response {
         Ok(permit) => permit,
         Err(err) => return error_response(&err),
     };
-    let request_gauge = app.metrics.request_active();
-    let started = Instant::now();
-    let endpoint = Endpoint::of(&path);
-    let mut watch = RequestWatch { metrics: app.metrics.clone(), id, armed: true };
-
-    // The request body: buffered (bounded) for model endpoints, whose
-    // model the records name; streamed through for everything else.
-    let mut model = None;
-    let mut tool_request = None;
-    let buffered = endpoint.is_model() && parts.method == Method::POST;
-    let upstream_body = if buffered {
-        match read_request(body, app.config.max_request_body).await {
-            Ok(bytes) => {
-                app.metrics.bytes_request(bytes.len());
-                // The agent loop runs requests without tools of their own.
-                if let (Some(agent), Some(tc)) = (&app.config.agent, app.config.tool_calling)
-                    && endpoint == Endpoint::Chat
-                    && let Ok(req) = serde_json::from_slice::<serde_json::Value>(&bytes)
-                    && super::agent::runs(&req)
-                {
-                    watch.armed = false;
-                    let run = AgentRun { id, agent: agent.clone(), protocol: tc.protocol, url: app.target(&parts.uri) };
-                    return run_agent(&app, run, req, &parts.headers, (permit, request_gauge)).await;
-                }
-                let bytes = match app.config.tool_calling {
-                    Some(tc) if endpoint == Endpoint::Chat => match prepare(&bytes, tc.protocol) {
-                        Ok(prepared) => {
-                            tool_request = prepared.tools;
-                            prepared.body.map_or(bytes, Bytes::from)
-                        }
-                        Err(err) => {
-                            watch.armed = false;
-                            tracing::info!(id, path = %path, "{err}");
-                            return error_response(&err);
-                        }
-                    },
-                    _ => bytes,
-                };
-                model = serde_json::from_slice::<Peek>(&bytes)
-                    .ok()
-                    .and_then(|p| p.model)
-                    .and_then(|m| m.as_str().map(str::to_string));
-                reqwest::Body::from(bytes)
-            }
-            Err(err) => {
-                watch.armed = false;
-                return error_response(&err);
-            }
+    let mut ex = Exchange {
+        id,
+        endpoint: Endpoint::of(&path),
+        path,
+        method: parts.method,
+        uri: parts.uri,
+        headers: parts.headers,
+        started: Instant::now(),
+        watch: RequestWatch { metrics: app.metrics.clone(), id, armed: true },
+        held: (permit, app.metrics.request_active()),
+        model: None,
+        trace: None,
+    };
+    let (body, tools) = match read_body(&app, &mut ex, body).await {
+        Ok(RequestBody::Upstream { body, tools }) => (body, tools),
+        Ok(RequestBody::Agent(run, request)) => return ex.into_agent(&app, run, request).await,
+        Err(err) => return ex.refuse(&err),
+    };
+    let waited = match send_upstream(&app, &mut ex, body).await {
+        Ok(response) => first_byte(&app, &ex, response).await,
+        Err(halt) => Err(halt),
+    };
+    let (head, upstream) = match waited {
+        Ok(got) => got,
+        Err(Halt::Failed(err)) => return ex.fail(&app, &err),
+        Err(Halt::Stopping) => {
+            return ex.refuse(&ProxyError::new(ProxyErrorKind::ShuttingDown, "the proxy is shutting down"));
         }
-    } else {
+    };
+    match choose_mode(&app, ex.endpoint, &head, tools) {
+        Choice::Pump { mode, kind } => relay(&app, ex, head, upstream, mode, kind),
+        Choice::Whole { options, converter } => rewrite_whole(&app, ex, head, upstream, options, converter).await,
+    }
+}
+
+/// One request between its admission and its response head: what the
+/// phases after admission read, and what its records need.
+struct Exchange {
+    id: u64,
+    method: Method,
+    uri: axum::http::Uri,
+    /// The client's request headers.
+    headers: HeaderMap,
+    path: String,
+    endpoint: Endpoint,
+    started: Instant,
+    /// Counts the client going away while the request phase waits.
+    watch: RequestWatch,
+    /// The in-flight permit and the request gauge: held as long as the
+    /// response.
+    held: (tokio::sync::OwnedSemaphorePermit, super::metrics::GaugeGuard),
+    /// The model the request names (for the records).
+    model: Option<String>,
+    /// The request's span (with the `otel` feature and an endpoint).
+    trace: Option<Trace>,
+}
+
+impl Exchange {
+    /// Ends the request with a refusal of its own (a bad or too large
+    /// body, shutting down): not an upstream failure.
+    fn refuse(mut self, err: &ProxyError) -> Response {
+        self.watch.armed = false;
+        error_response(err)
+    }
+
+    /// Ends the request with an upstream failure: counted, logged and
+    /// traced.
+    fn fail(mut self, app: &App, err: &ProxyError) -> Response {
+        self.watch.armed = false;
+        if let Some(t) = self.trace.take() {
+            t.end(err.status(), err.code(), None);
+        }
+        app.metrics.upstream_error(err.code());
+        tracing::warn!(id = self.id, path = %self.path, "{err}");
+        error_response(err)
+    }
+
+    /// Hands the request to the agent loop, which keeps its own records.
+    async fn into_agent(mut self, app: &Arc<App>, run: AgentRun, request: serde_json::Value) -> Response {
+        self.watch.armed = false;
+        run_agent(app, run, request, &self.headers, self.held).await
+    }
+
+    /// Whether the request body is read whole before it goes upstream.
+    fn buffered(&self) -> bool {
+        self.endpoint.is_model() && self.method == Method::POST
+    }
+
+    /// The pump's context: the request's records go on in the body phase.
+    fn into_pump(mut self, app: &Arc<App>, status: u16, stream: Option<super::metrics::GaugeGuard>) -> PumpCtx {
+        self.watch.armed = false;
+        let (permit, request) = self.held;
+        PumpCtx {
+            app: app.clone(),
+            id: self.id,
+            method: self.method.to_string(),
+            path: self.path,
+            model: self.model,
+            status,
+            started: self.started,
+            _permit: permit,
+            _request: request,
+            _stream: stream,
+            error_excerpt: None,
+            trace: self.trace,
+        }
+    }
+}
+
+/// What the request body phase hands on.
+enum RequestBody {
+    /// The body for the upstream, and the request's tools when the proxy
+    /// turns the response's calls into `tool_calls`.
+    Upstream { body: reqwest::Body, tools: Option<ToolRequest> },
+    /// A request the agent loop answers (it has no tools of its own).
+    Agent(AgentRun, serde_json::Value),
+}
+
+/// Phase 2, the request body: buffered (bounded) for model endpoints, whose
+/// model the records name, whose tools tool calling translates and which
+/// the agent loop may take; streamed through for everything else.
+async fn read_body(app: &App, ex: &mut Exchange, body: Body) -> Result<RequestBody, ProxyError> {
+    if !ex.buffered() {
         let metrics = app.metrics.clone();
-        reqwest::Body::wrap_stream(body.into_data_stream().map(move |r| {
+        let body = reqwest::Body::wrap_stream(body.into_data_stream().map(move |r| {
             if let Ok(b) = &r {
                 metrics.bytes_request(b.len());
             }
             r
-        }))
+        }));
+        return Ok(RequestBody::Upstream { body, tools: None });
+    }
+    let bytes = read_request(body, app.config.max_request_body).await?;
+    app.metrics.bytes_request(bytes.len());
+    let chat = ex.endpoint == Endpoint::Chat;
+    if let (Some(agent), Some(tc)) = (&app.config.agent, app.config.tool_calling)
+        && chat
+        && let Ok(request) = serde_json::from_slice::<serde_json::Value>(&bytes)
+        && super::agent::runs(&request)
+    {
+        let run = AgentRun { id: ex.id, agent: agent.clone(), protocol: tc.protocol, url: app.target(&ex.uri) };
+        return Ok(RequestBody::Agent(run, request));
+    }
+    let (bytes, tools) = match app.config.tool_calling {
+        Some(tc) if chat => match prepare(&bytes, tc.protocol) {
+            Ok(prepared) => (prepared.body.map_or(bytes, Bytes::from), prepared.tools),
+            Err(err) => {
+                tracing::info!(id = ex.id, path = %ex.path, "{err}");
+                return Err(err);
+            }
+        },
+        _ => (bytes, None),
     };
+    ex.model =
+        serde_json::from_slice::<Peek>(&bytes).ok().and_then(|p| p.model).and_then(|m| m.as_str().map(str::to_string));
+    Ok(RequestBody::Upstream { body: reqwest::Body::from(bytes), tools })
+}
 
-    let mut headers = upstream_headers(&app, &parts.headers, buffered, endpoint);
-    // The request's span (with the `otel` feature and an endpoint): a
-    // child of the client's traceparent; its own goes upstream.
-    let mut trace = match (&app.telemetry, endpoint.is_model()) {
-        (Some(t), true) => Some(t.request(&parts.headers, model.as_deref(), &mut headers)),
+/// Why waiting on the upstream ended without its answer.
+enum Halt {
+    /// It failed or stayed idle too long.
+    Failed(ProxyError),
+    /// The proxy is stopping now.
+    Stopping,
+}
+
+/// `fut`, awaited at most the idle timeout and not past a hard stop.
+/// `what` names the awaited thing in the timeout's message.
+async fn within<T>(app: &App, what: &str, fut: impl Future<Output = T>) -> Result<T, Halt> {
+    let idle = app.config.idle_timeout;
+    tokio::select! {
+        r = tokio::time::timeout(idle, fut) => r.map_err(|_| Halt::Failed(ProxyError::idle(ProxyErrorKind::Timeout, idle, what))),
+        () = app.hard_stop.cancelled() => Err(Halt::Stopping),
+    }
+}
+
+/// Phase 3, the upstream request: its headers ([`upstream_headers`]), the
+/// request's span (a child of the client's traceparent; its own goes
+/// upstream), then the wait for the response head.
+async fn send_upstream(app: &App, ex: &mut Exchange, body: reqwest::Body) -> Result<reqwest::Response, Halt> {
+    let mut headers = upstream_headers(app, &ex.headers, ex.buffered(), ex.endpoint);
+    ex.trace = match (&app.telemetry, ex.endpoint.is_model()) {
+        (Some(t), true) => Some(t.request(&ex.headers, ex.model.as_deref(), &mut headers)),
         _ => None,
     };
-    let url = app.target(&parts.uri);
-    let send = app.http.request(parts.method.clone(), &url).headers(headers).body(upstream_body).send();
-    let idle = app.config.idle_timeout;
-    let fail = |err: ProxyError, trace: Option<Trace>| {
-        if let Some(t) = trace {
-            t.end(err.status(), err.code(), None);
-        }
-        app.metrics.upstream_error(err.code());
-        tracing::warn!(id, path = %path, "{err}");
-        error_response(&err)
-    };
-    let response = tokio::select! {
-        r = tokio::time::timeout(idle, send) => r,
-        () = app.hard_stop.cancelled() => {
-            watch.armed = false;
-            return error_response(&ProxyError::new(ProxyErrorKind::ShuttingDown, "the proxy is shutting down"));
-        }
-    };
-    let response = match response {
-        Err(_) => {
-            watch.armed = false;
-            return fail(ProxyError::idle(ProxyErrorKind::Timeout, idle, "response headers"), trace.take());
-        }
-        Ok(Err(e)) => {
-            watch.armed = false;
-            return fail(from_send_error(&e), trace.take());
-        }
-        Ok(Ok(r)) => r,
-    };
-    let status = response.status();
-    app.metrics.upstream_status(status.as_u16());
-    if status.is_server_error() {
-        app.metrics.upstream_error("status_5xx");
-    }
-    let content_type =
-        response.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase();
-    let encoded = response
-        .headers()
-        .get(header::CONTENT_ENCODING)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| !v.eq_ignore_ascii_case("identity"));
-    let is_sse = content_type.starts_with("text/event-stream");
-    let is_json = content_type.starts_with("application/json") || content_type.contains("+json");
-    let parse = status.is_success() && endpoint.is_model() && !encoded && (is_sse || is_json);
-    if status.is_success() && endpoint.is_model() && !is_sse && !is_json {
-        app.metrics.upstream_error("unexpected_content_type");
-        tracing::warn!(id, path = %path, "upstream answered {status} with content type {content_type:?}; passed through");
-    }
-    let mut response_headers = end_to_end(response.headers());
-    let mut upstream: UpstreamBody = response.bytes_stream().boxed();
+    let url = app.target(&ex.uri);
+    let send = app.http.request(ex.method.clone(), &url).headers(headers).body(body).send();
+    within(app, "response headers", send).await?.map_err(|e| Halt::Failed(from_send_error(&e)))
+}
 
-    // Wait for the first body byte, so that an upstream that fails before
-    // sending anything still gets a proper status.
-    let first = tokio::select! {
-        r = tokio::time::timeout(idle, upstream.next()) => r,
-        () = app.hard_stop.cancelled() => {
-            watch.armed = false;
-            return error_response(&ProxyError::new(ProxyErrorKind::ShuttingDown, "the proxy is shutting down"));
+/// The upstream's response head, as the later phases read it.
+struct Head {
+    status: StatusCode,
+    /// Its end-to-end headers, for the client.
+    headers: HeaderMap,
+    is_sse: bool,
+    /// Whether the proxy parses the body: a 2xx SSE or JSON body of a model
+    /// endpoint, not compressed.
+    parse: bool,
+}
+
+impl Head {
+    /// Reads (and counts) the head of `response`.
+    fn read(app: &App, ex: &Exchange, response: &reqwest::Response) -> Head {
+        let status = response.status();
+        app.metrics.upstream_status(status.as_u16());
+        if status.is_server_error() {
+            app.metrics.upstream_error("status_5xx");
         }
-    };
-    let first = match first {
-        Err(_) => {
-            watch.armed = false;
-            return fail(ProxyError::idle(ProxyErrorKind::Timeout, idle, "response body"), trace.take());
+        let header = |name| response.headers().get(name).and_then(|v| v.to_str().ok());
+        let content_type = header(header::CONTENT_TYPE).unwrap_or("").to_ascii_lowercase();
+        let encoded = header(header::CONTENT_ENCODING).is_some_and(|v| !v.eq_ignore_ascii_case("identity"));
+        let is_sse = content_type.starts_with("text/event-stream");
+        let is_json = content_type.starts_with("application/json") || content_type.contains("+json");
+        let model = status.is_success() && ex.endpoint.is_model();
+        if model && !is_sse && !is_json {
+            app.metrics.upstream_error("unexpected_content_type");
+            tracing::warn!(id = ex.id, path = %ex.path,
+                "upstream answered {status} with content type {content_type:?}; passed through");
         }
-        Ok(Some(Err(e))) => {
-            watch.armed = false;
+        Head {
+            status,
+            headers: end_to_end(response.headers()),
+            is_sse,
+            parse: model && !encoded && (is_sse || is_json),
+        }
+    }
+}
+
+/// The upstream's body: what came first, then the rest.
+struct Upstream {
+    body: UpstreamBody,
+    first: Option<Bytes>,
+}
+
+/// Phase 4, the first body byte: waited for before the response head goes
+/// out, so that an upstream that fails before sending anything still gets
+/// a proper status.
+async fn first_byte(app: &App, ex: &Exchange, response: reqwest::Response) -> Result<(Head, Upstream), Halt> {
+    let head = Head::read(app, ex, &response);
+    let mut body: UpstreamBody = response.bytes_stream().boxed();
+    let first = match within(app, "response body", body.next()).await? {
+        Some(Err(e)) => {
             let mut err = from_body_error(&e);
             if matches!(err.kind(), ProxyErrorKind::Stalled) {
                 err = ProxyError::new(ProxyErrorKind::Timeout, err.message().to_string());
             }
-            return fail(err, trace.take());
+            return Err(Halt::Failed(err));
         }
-        Ok(Some(Ok(b))) => Some(b),
-        Ok(None) => None,
+        Some(Ok(b)) => Some(b),
+        None => None,
     };
+    Ok((head, Upstream { body, first }))
+}
 
-    // Tool calling: the response's calls become `tool_calls` (rewrite
-    // mode, call text left out of the content).
+/// How the response body goes to the client.
+enum Choice {
+    /// Through the pump: SSE relayed (passed through or rewritten), JSON
+    /// read on the side, or opaque bytes; `kind` is the request's label in
+    /// the metrics.
+    Pump { mode: Mode, kind: &'static str },
+    /// A whole chat response to rewrite (`--rewrite`, or tool calling).
+    Whole { options: StreamOptions, converter: Option<CallConverter> },
+}
+
+/// Phase 5, the mode. With tool calling and a request that carried tools,
+/// the response's calls become `tool_calls` (rewrite mode, call text left
+/// out of the content).
+fn choose_mode(app: &App, endpoint: Endpoint, head: &Head, tools: Option<ToolRequest>) -> Choice {
     let mut options = app.config.options.clone();
     options.parser.rewrite = false;
-    let converter = match (app.config.tool_calling, tool_request) {
-        (Some(tc), Some(req)) if endpoint == Endpoint::Chat && parse => {
+    let converter = match (app.config.tool_calling, tools) {
+        (Some(tc), Some(req)) if endpoint == Endpoint::Chat && head.parse => {
             Some(CallConverter::attach(&mut options, req.catalog, tc.invalid_calls))
         }
         _ => None,
     };
-    let rewrite = (app.config.rewrite || converter.is_some()) && endpoint == Endpoint::Chat && parse;
-    let (mode, kind) = if parse && is_sse {
+    let rewrite = (app.config.rewrite || converter.is_some()) && endpoint == Endpoint::Chat && head.parse;
+    if head.parse && head.is_sse {
         let relay = SseRelay::new(options, rewrite, endpoint.done_framing()).with_calls(converter);
-        (Mode::Sse(Box::new(relay)), "chat_stream")
-    } else if parse && rewrite {
-        // A whole response to rewrite: read it all first.
-        watch.armed = false;
-        app.metrics.request("chat");
-        let body = match read_whole(&app, &mut upstream, first).await {
-            Ok(b) => b,
-            Err(err) => return fail(err, trace.take()),
-        };
-        let (events, rewritten) = super::relay::whole_response(options, &body, true, converter);
-        let body = match rewritten {
-            Some(b) => Bytes::from(b),
-            None => body,
-        };
-        response_headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
-        let ctx = pump_ctx(
-            &app,
-            id,
-            &parts.method,
-            &path,
-            model,
-            status.as_u16(),
-            started,
-            (permit, request_gauge, None),
-            trace,
-        );
-        super::pump::account_whole(ctx, events, &body).await;
-        let mut response = Response::new(Body::from(body));
-        *response.status_mut() = status;
-        *response.headers_mut() = response_headers;
-        return response;
-    } else if parse {
-        (Mode::Json { buf: Vec::new(), limit: app.config.max_response_body, overflowed: false }, "chat")
+        Choice::Pump { mode: Mode::Sse(Box::new(relay)), kind: "chat_stream" }
+    } else if head.parse && rewrite {
+        Choice::Whole { options, converter }
+    } else if head.parse {
+        Choice::Pump {
+            mode: Mode::Json { buf: Vec::new(), limit: app.config.max_response_body, overflowed: false },
+            kind: "chat",
+        }
     } else {
-        (Mode::Opaque, if endpoint.is_model() { "chat" } else { "other" })
-    };
-    app.metrics.request(kind);
-    let stream_gauge = if is_sse { Some(app.metrics.stream_started()) } else { None };
-    if is_sse {
-        response_headers.remove(header::CONTENT_LENGTH);
-        response_headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        response_headers.insert(HeaderName::from_static("x-accel-buffering"), HeaderValue::from_static("no"));
+        Choice::Pump { mode: Mode::Opaque, kind: if endpoint.is_model() { "chat" } else { "other" } }
     }
-    let mut ctx = pump_ctx(
-        &app,
-        id,
-        &parts.method,
-        &path,
-        model,
-        status.as_u16(),
-        started,
-        (permit, request_gauge, stream_gauge),
-        trace,
-    );
-    if !status.is_success() {
+}
+
+/// Phase 6, relay: the response head goes out now, and the pump
+/// ([`super::pump`]) streams the body and finishes the request's records.
+fn relay(app: &Arc<App>, ex: Exchange, mut head: Head, upstream: Upstream, mode: Mode, kind: &'static str) -> Response {
+    app.metrics.request(kind);
+    let stream_gauge = if head.is_sse { Some(app.metrics.stream_started()) } else { None };
+    if head.is_sse {
+        head.headers.remove(header::CONTENT_LENGTH);
+        head.headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        head.headers.insert(HeaderName::from_static("x-accel-buffering"), HeaderValue::from_static("no"));
+    }
+    let mut ctx = ex.into_pump(app, head.status.as_u16(), stream_gauge);
+    if !head.status.is_success() {
         ctx.error_excerpt = Some(Vec::new());
     }
-    watch.armed = false;
-    let body = pump_body(app.config.channel_capacity, move |out| pump(ctx, upstream, first, mode, out));
-    respond(status, response_headers, Body::from_stream(body))
+    let Upstream { body, first } = upstream;
+    let body = pump_body(app.config.channel_capacity, move |out| pump(ctx, body, first, mode, out));
+    respond(head.status, head.headers, Body::from_stream(body))
+}
+
+/// Phase 6 for a whole response to rewrite: read it all, rewrite it, keep
+/// its records, answer.
+async fn rewrite_whole(
+    app: &Arc<App>,
+    mut ex: Exchange,
+    mut head: Head,
+    upstream: Upstream,
+    options: StreamOptions,
+    converter: Option<CallConverter>,
+) -> Response {
+    ex.watch.armed = false;
+    app.metrics.request("chat");
+    let Upstream { body: mut rest, first } = upstream;
+    let body = match read_whole(app, &mut rest, first).await {
+        Ok(b) => b,
+        Err(err) => return ex.fail(app, &err),
+    };
+    let (events, rewritten) = super::relay::whole_response(options, &body, true, converter);
+    let body = rewritten.map_or(body, Bytes::from);
+    head.headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+    let ctx = ex.into_pump(app, head.status.as_u16(), None);
+    super::pump::account_whole(ctx, events, &body).await;
+    respond(head.status, head.headers, Body::from(body))
 }
 
 /// One request for the agent loop.
@@ -671,38 +792,6 @@ impl Drop for AgentWatch {
     fn drop(&mut self) {
         // The client went away before the loop ended.
         self.finish("client_gone");
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn pump_ctx(
-    app: &Arc<App>,
-    id: u64,
-    method: &Method,
-    path: &str,
-    model: Option<String>,
-    status: u16,
-    started: Instant,
-    (permit, request, stream): (
-        tokio::sync::OwnedSemaphorePermit,
-        super::metrics::GaugeGuard,
-        Option<super::metrics::GaugeGuard>,
-    ),
-    trace: Option<Trace>,
-) -> PumpCtx {
-    PumpCtx {
-        app: app.clone(),
-        id,
-        method: method.to_string(),
-        path: path.to_string(),
-        model,
-        status,
-        started,
-        _permit: permit,
-        _request: request,
-        _stream: stream,
-        error_excerpt: None,
-        trace,
     }
 }
 
