@@ -670,3 +670,41 @@ mod code_tests {
         assert_eq!(DiagnosticCode::MissingMandatory, "missing_mandatory");
     }
 }
+
+/// What a payload parser returns for one element.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Payload {
+    /// The typed payload (`null` when the tag has none).
+    pub value: serde_json::Value,
+    /// Leniencies used and problems found, attached to the element.
+    pub diagnostics: Vec<Diagnostic>,
+    /// Whether the body could not be read even leniently.
+    pub failed: bool,
+}
+
+impl Payload {
+    /// No payload.
+    pub fn none() -> Payload {
+        Payload::default()
+    }
+
+    /// A body that could not be read: `value` gets an `error` key (added to
+    /// `partial` when it is an object), and an error diagnostic
+    /// `payload_unparsable` is appended.
+    pub fn failed(mut diagnostics: Vec<Diagnostic>, message: &str, partial: serde_json::Value) -> Payload {
+        let mut value = match partial {
+            serde_json::Value::Object(map) => map,
+            _ => serde_json::Map::new(),
+        };
+        value.shift_insert(0, "error".into(), serde_json::Value::String(message.into()));
+        diagnostics.push(Diagnostic {
+            level: Level::Error,
+            code: DiagnosticCode::PayloadUnparsable,
+            tag: None,
+            element: None,
+            at: None,
+            message: message.into(),
+        });
+        Payload { value: serde_json::Value::Object(value), diagnostics, failed: true }
+    }
+}

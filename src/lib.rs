@@ -142,6 +142,7 @@ pub mod registry;
 #[cfg_attr(docsrs, doc(cfg(feature = "route")))]
 pub mod route;
 pub mod scan;
+mod shape;
 #[cfg(feature = "sources")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sources")))]
 pub mod sources;

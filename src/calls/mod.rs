@@ -80,8 +80,8 @@ pub mod tam;
 pub use catalog::{CallProblem, CatalogError, ParamProblem, ToolCatalog, ToolDef};
 
 use crate::event::DiagnosticCode;
+use crate::event::Payload;
 use crate::event::{Close, Diagnostic, Element, Event, Level};
-use crate::payload::Payload;
 use crate::registry::{BodyKind, Registry, TagId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -303,7 +303,7 @@ impl ToolCall {
             not_runnable,
         } = self;
         let steps = Value::Array(steps.into_iter().map(Step::into_value).collect());
-        let mut value = crate::payload::object!([
+        let mut value = crate::shape::object!([
             ("format", unit_value(format)),
             ("steps", steps),
             ("request_id", request_id.map_or(Value::Null, Value::String)),
@@ -349,7 +349,7 @@ impl Step {
         };
         // Every field named, as in `ToolCall::into_value`.
         let Step { tool_id, params, on_error, retry, type_hints, uris, index, comment, not_runnable, shared } = self;
-        let mut value = crate::payload::object!([
+        let mut value = crate::shape::object!([
             ("tool_id", Value::String(tool_id)),
             ("params", Value::Object(params)),
             ("on_error", unit_value(on_error)),

@@ -85,36 +85,7 @@ use crate::registry::{BodyKind, Registry, TagId, TagSpec};
 use serde_json::{Value, json};
 use std::sync::Arc;
 
-/// What a payload parser returns for one element.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Payload {
-    /// The typed payload (`null` when the tag has none).
-    pub value: serde_json::Value,
-    /// Leniencies used and problems found, attached to the element.
-    pub diagnostics: Vec<Diagnostic>,
-    /// Whether the body could not be read even leniently.
-    pub failed: bool,
-}
-
-impl Payload {
-    /// No payload.
-    pub fn none() -> Payload {
-        Payload::default()
-    }
-
-    /// A body that could not be read: `value` gets an `error` key (added to
-    /// `partial` when it is an object), and an error diagnostic
-    /// `payload_unparsable` is appended.
-    pub fn failed(mut diagnostics: Vec<Diagnostic>, message: &str, partial: Value) -> Payload {
-        let mut value = match partial {
-            Value::Object(map) => map,
-            _ => serde_json::Map::new(),
-        };
-        value.shift_insert(0, "error".into(), Value::String(message.into()));
-        diagnostics.push(diag(Level::Error, DiagnosticCode::PayloadUnparsable, message));
-        Payload { value: Value::Object(value), diagnostics, failed: true }
-    }
-}
+pub use crate::event::Payload;
 
 /// When the parser builds the typed payloads of completed elements
 /// ([`crate::ParserOptions::payloads`]).
@@ -770,32 +741,7 @@ fn filament_payload(spec: &TagSpec, el: &Element) -> Payload {
     }
 }
 
-/// A JSON object from owned values, in this key order: `object!([("id",
-/// id), ("label", label)])`. `json!` would serialize its arguments again (a
-/// deep copy of every nested value); this moves them.
-///
-/// Each call site keeps its keys once, as a map of nulls (its shape), and
-/// builds every object as a copy of it with the values put in place. An
-/// ordered map hashes each key it inserts (SipHash, with a fresh random
-/// state per map); a copy of the shape copies the hash table as it is, and
-/// so builds the objects of a payload in about 60% of the time.
-macro_rules! object {
-    ([$(($key:literal, $value:expr)),+ $(,)?]) => {{
-        static SHAPE: std::sync::OnceLock<serde_json::Map<String, serde_json::Value>> =
-            std::sync::OnceLock::new();
-        let mut map = SHAPE.get_or_init(|| [$(($key.to_string(), serde_json::Value::Null)),+].into_iter().collect()).clone();
-        // One slot per key, in order (a key named twice would shift them).
-        debug_assert_eq!(map.len(), [$($key),+].len(), "object! with a repeated key");
-        let mut slots = map.values_mut();
-        $(
-            if let Some(slot) = slots.next() {
-                *slot = $value;
-            }
-        )+
-        serde_json::Value::Object(map)
-    }};
-}
-pub(crate) use object;
+pub(crate) use crate::shape::object;
 
 /// The state of each open element, by id. Few elements are open at once
 /// (one top-level element, in practice), so a vector searched from the

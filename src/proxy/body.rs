@@ -18,7 +18,6 @@
 //! hyper polls the body only while its write buffer has room, so a client
 //! that reads slowly leaves the upstream unread.
 
-use super::pump::ClientItem;
 use bytes::Bytes;
 use futures::Stream;
 use std::collections::VecDeque;
@@ -26,6 +25,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
+
+/// What the client's body carries (an `Err` makes hyper abort the
+/// response, so the client sees a broken body, not a clean short one).
+pub(crate) type ClientItem = Result<Bytes, std::io::Error>;
 
 /// What the pump and the body share.
 #[derive(Debug)]

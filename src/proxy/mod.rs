@@ -95,7 +95,6 @@ pub mod calling;
 mod error;
 mod inspect;
 mod metrics;
-pub mod nats;
 #[cfg(feature = "otel")]
 mod otel;
 mod pump;
@@ -112,7 +111,6 @@ pub use calling::{InvalidCalls, TOOL_PROTOCOLS, ToolCalling};
 pub use error::{ProxyError, ProxyErrorKind, Side};
 pub use inspect::UiConfig;
 pub use metrics::Metrics;
-pub use nats::{NatsSink, NatsSpecError};
 #[cfg(feature = "otel")]
 #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
 pub use otel::{OtelConfig, OtelError};
@@ -121,6 +119,8 @@ pub use settings::{
     LimitSettings, OtelSettings, ParseSettings, ProxyOverrides, ProxySettings, Seconds, Secret, SettingsError,
     SinkSettings, SinkTarget, UiSettings, UpstreamSettings,
 };
+pub use sink::nats;
+pub use sink::nats::{NatsSink, NatsSpecError};
 pub use sink::{Overflow, SinkRecord, SinkSpec, SinkSpecError, SinkStartError, WEBHOOK_BATCH, is_sink_event};
 
 use crate::sources::StreamOptions;

@@ -15,7 +15,7 @@
 //! instead of filling the proxy.
 
 use super::app::App;
-use super::body::Outbox;
+use super::body::{ClientItem, Outbox};
 use super::error::{ProxyError, ProxyErrorKind, from_body_error};
 use super::metrics::GaugeGuard;
 use super::relay::{End, SseRelay};
@@ -29,10 +29,6 @@ use futures::stream::BoxStream;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::OwnedSemaphorePermit;
-
-/// What the client's body carries (an `Err` makes hyper abort the
-/// response, so the client sees a broken body, not a clean short one).
-pub(crate) type ClientItem = Result<Bytes, std::io::Error>;
 
 /// The upstream body.
 pub(crate) type UpstreamBody = BoxStream<'static, reqwest::Result<Bytes>>;

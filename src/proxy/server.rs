@@ -9,12 +9,12 @@
 
 use super::ProxyConfig;
 use super::app::App;
-use super::body::pump_body;
+use super::body::{ClientItem, pump_body};
 use super::calling::request::{ToolRequest, prepare};
 use super::calling::response::CallConverter;
 use super::error::{ProxyError, ProxyErrorKind, from_body_error, from_send_error};
 use super::metrics::Metrics;
-use super::pump::{ClientItem, Mode, PumpCtx, UpstreamBody, pump};
+use super::pump::{Mode, PumpCtx, UpstreamBody, pump};
 use super::relay::SseRelay;
 use super::sink::{SinkStartError, Sinks};
 use super::trace::{Telemetry, Trace};

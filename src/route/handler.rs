@@ -1,16 +1,14 @@
 //! Handlers: async functions run on their own tokio task, one per handler,
 //! each consuming its own subscription. This module owns the handler loop
-//! (one call per item, in order, with errors and panics caught), the
-//! failure records and the hub that forwards failures to failure
+//! (one call per item, in order, with errors and panics caught) and the
+//! hub that keeps failure records and forwards them to failure
 //! subscribers; it must not touch dispatch or the parser.
 
-use crate::event::TagName;
+use crate::route::failure::{FailureKind, HandlerFailure, HandlerId};
 use crate::route::subscription::{Backpressure, Slot, Subscription};
 use crate::route::topic::{NoPlace, Routable};
 use futures::FutureExt;
-use serde::Serialize;
 use std::any::Any;
-use std::fmt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -50,75 +48,6 @@ where
                 Err(message)
             }
         }
-    }
-}
-
-/// Identifies a handler in reports. Unique within the process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(transparent)]
-pub struct HandlerId(u64);
-
-impl HandlerId {
-    pub(crate) fn next() -> HandlerId {
-        static NEXT: AtomicU64 = AtomicU64::new(1);
-        HandlerId(NEXT.fetch_add(1, Ordering::Relaxed))
-    }
-
-    /// The number behind the id.
-    pub fn get(self) -> u64 {
-        self.0
-    }
-}
-
-impl fmt::Display for HandlerId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "handler#{}", self.0)
-    }
-}
-
-/// How a handler call went wrong.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum FailureKind {
-    /// The handler returned an error.
-    Error,
-    /// The handler panicked (while being called or while its future ran).
-    Panic,
-}
-
-/// One failed handler call.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[non_exhaustive]
-pub struct HandlerFailure {
-    /// The handler.
-    pub handler: HandlerId,
-    /// Its label (the subscription's name, else its topic).
-    pub label: String,
-    /// Error or panic.
-    pub kind: FailureKind,
-    /// The error message, or the panic message.
-    pub message: String,
-    /// The element the failed call was about, when known.
-    pub element: Option<u32>,
-    /// That element's canonical tag.
-    pub tag: Option<TagName>,
-}
-
-impl fmt::Display for HandlerFailure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let what = match self.kind {
-            FailureKind::Error => "failed",
-            FailureKind::Panic => "panicked",
-        };
-        write!(f, "{} ({}) {what}", self.handler, self.label)?;
-        if let Some(tag) = &self.tag {
-            write!(f, " on {tag}")?;
-        }
-        if let Some(id) = self.element {
-            write!(f, " #{id}")?;
-        }
-        write!(f, ": {}", self.message)
     }
 }
 

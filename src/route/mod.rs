@@ -183,13 +183,15 @@
 //! panic if neither exists, like [`tokio::spawn`]. Channels and dispatch
 //! work on any executor.
 
+mod failure;
 mod handler;
 mod report;
 mod run;
 mod subscription;
 mod topic;
 
-pub use handler::{FailureKind, HandlerFailure, HandlerId, HandlerOutcome};
+pub use failure::{FailureKind, HandlerFailure, HandlerId};
+pub use handler::HandlerOutcome;
 pub use report::{HandlerReport, RouteReport, SubscriptionReport};
 pub use run::{RunError, RunReport};
 pub use subscription::{Backpressure, SubscribeOptions, Subscription, SubscriptionId, SubscriptionStats};

@@ -2,7 +2,7 @@
 //! failures. This module owns the report shapes only; the router fills
 //! them.
 
-use crate::route::handler::{HandlerFailure, HandlerId};
+use crate::route::failure::{HandlerFailure, HandlerId};
 use crate::route::subscription::{Backpressure, SubscriptionId};
 use serde::Serialize;
 use std::fmt;

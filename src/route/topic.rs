@@ -5,7 +5,7 @@
 //! items are sent (that is the router's backpressure logic).
 
 use crate::event::{Comment, Delta, Diagnostic, Element, Event, Repair, TagName};
-use crate::route::handler::HandlerFailure;
+use crate::route::failure::HandlerFailure;
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;

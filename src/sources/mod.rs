@@ -57,7 +57,6 @@
 mod chunk;
 #[cfg(feature = "client")]
 mod client;
-mod dialects;
 mod events;
 mod model;
 mod sse;
@@ -70,11 +69,13 @@ pub use chunk::{ChatChunk, Choice, Content, Delta, FunctionDelta, Nullable, Tool
 #[cfg_attr(docsrs, doc(cfg(feature = "client")))]
 pub use client::{ChatClient, ClientError, ErrorSide};
 pub use events::{Channel, ChoiceEvent, ErrorOrigin, FinishReason, SourceEvent, Truncation};
+#[cfg_attr(not(feature = "proxy"), allow(unused_imports))]
+pub(crate) use model::CallMark;
 pub use model::{ChatStream, Framing, StreamOptions, StreamStats};
 pub use sse::{SseDecoder, SseEvent, SseFault, SseItem, SseLimits};
 pub use stream::{BoxError, EventStream};
 #[cfg_attr(not(feature = "proxy"), allow(unused_imports))]
-pub(crate) use tap::{CallMark, join_marked};
+pub(crate) use tap::join_marked;
 pub use tap::{StreamTap, TapEnd, TapFrame};
 
 pub(crate) use crate::chain::error_chain;

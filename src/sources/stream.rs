@@ -30,7 +30,6 @@
 //! # }
 //! ```
 
-use super::chunk::ChatChunk;
 use super::events::SourceEvent;
 use super::model::{ChatStream, Framing, StreamOptions};
 use super::tap::StreamTap;
@@ -206,40 +205,13 @@ impl EventStream {
                 if let Some(message) = transport_error {
                     stream.push_transport_error(&message, &mut out);
                 } else if !overflowed {
-                    read_response(&mut stream, &buf, &mut out);
+                    super::model::read_response(&mut stream, &buf, &mut out);
                 }
                 stream.finish_into(&mut out);
             }
             Body::Done => {}
         }
         self.queue.extend(out);
-    }
-}
-
-/// Parses a whole response body into `stream`.
-pub(crate) fn read_response(stream: &mut ChatStream, body: &[u8], out: &mut Vec<SourceEvent>) {
-    match serde_json::from_slice::<ChatChunk>(body) {
-        Ok(chunk) => stream.push_chunk(&chunk, out),
-        Err(_) if serde_json::from_slice::<serde_json::Value>(body).is_ok() => {
-            // Valid JSON with fields of unexpected types: the stream model
-            // coerces them and says so.
-            let text = crate::scan::text_lossy(body);
-            stream.push_data("message", &text, 0, out);
-        }
-        Err(e) => {
-            let text = crate::scan::text_lossy(body);
-            out.push(SourceEvent::Diagnostic(Diagnostic {
-                level: Level::Error,
-                code: DiagnosticCode::InvalidResponseJson,
-                tag: None,
-                element: None,
-                at: None,
-                message: format!(
-                    "the response body is not a JSON chat completion ({e}): {}",
-                    super::model::excerpt(&text, 200)
-                ),
-            }));
-        }
     }
 }
 

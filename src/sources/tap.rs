@@ -26,7 +26,7 @@
 
 use super::chunk::{ChatChunk, Choice, Content, Delta, Nullable};
 use super::events::SourceEvent;
-use super::model::{ChatStream, ChunkUse, StreamOptions};
+use super::model::{CallMark, ChatStream, ChunkUse, StreamOptions};
 use super::sse::{SseDecoder, SseFault, SseItem};
 use crate::event::DiagnosticCode;
 use crate::event::{Diagnostic, Level};
@@ -46,19 +46,6 @@ pub struct TapFrame {
     /// Where call elements ended in that content ([`CallMark`]).
     #[cfg_attr(not(feature = "proxy"), allow(dead_code))]
     pub(crate) call_marks: Vec<CallMark>,
-}
-
-/// Where a call element ended in corrected content that leaves call text
-/// out ([`crate::CallText::Omit`]): its choice, its element id, and the
-/// byte offset in the choice's corrected text it came with (a text of
-/// [`TapFrame::rewrites`], or of [`TapEnd::rewrites`]). The proxy puts its
-/// observations of calls it does not send there.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(not(feature = "proxy"), allow(dead_code))]
-pub(crate) struct CallMark {
-    pub(crate) choice: u32,
-    pub(crate) element: u32,
-    pub(crate) at: usize,
 }
 
 /// Appends corrected text (at most one piece per choice, as

@@ -60,8 +60,8 @@
 //! than the broker's `max_payload`), until it succeeds under `block`; then
 //! it counts in `spindle_proxy_sink_failed_total`.
 
-use super::metrics::Metrics;
-use super::sink::{Overflow, SinkRecord};
+use super::{Overflow, SinkRecord};
+use crate::proxy::metrics::Metrics;
 use async_nats::connection::State;
 use bytes::Bytes;
 use std::fmt;

@@ -12,15 +12,15 @@
 //!
 //! This module owns only the mapping of those event objects onto choice
 //! operations (text, reasoning, tool-call fragments, finish); everything
-//! else (elements, ids, truncation) is [`super::model`]'s. All of them are
+//! else (elements, ids, truncation) is [`super`]'s. All of them are
 //! one choice, index 0. They end without `[DONE]`: their own end event
 //! (`message_stop`, `response.completed`, `finish`) counts as a clean end.
 
-use super::chunk::ChatChunk;
-use super::events::{ErrorOrigin, FinishReason, SourceEvent};
-use super::model::ChatStream;
+use super::ChatStream;
 use crate::event::DiagnosticCode;
 use crate::event::Level;
+use crate::sources::chunk::ChatChunk;
+use crate::sources::events::{ErrorOrigin, FinishReason, SourceEvent};
 use serde_json::Value;
 
 /// Which dialect a stream turned out to speak, and its progress.

@@ -2,16 +2,18 @@
 //!
 //! This module owns the sink queues and workers: a JSONL file (one record
 //! per line, appended), a webhook (records POSTed as JSON arrays), a NATS
-//! broker ([`super::nats`]), or an in-process channel (library users,
+//! broker ([`nats`]), or an in-process channel (library users,
 //! `spindle demo`). Every sink has a bounded queue filled with `try_send`:
 //! a slow or dead sink loses records (counted in `/metrics` as
 //! `sink_dropped_total`) and never slows a client's stream — unless a NATS
 //! sink asks for [`Overflow::Block`]. It must not look inside records
 //! beyond serialising them.
 
+pub mod nats;
+
 use super::metrics::Metrics;
-use super::nats::NatsSink;
 use crate::sources::SourceEvent;
+use nats::NatsSink;
 use serde::Serialize;
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -99,7 +101,7 @@ pub enum SinkSpec {
     /// counted as failed).
     Webhook(String),
     /// Publish every record to a NATS broker (`nats://HOST:PORT/SUBJECT`,
-    /// see [`super::nats`] for the options and the subject layout).
+    /// see [`nats`] for the options and the subject layout).
     Nats(NatsSink),
     /// Send every record to this channel (in-process consumers).
     Channel(mpsc::Sender<Arc<SinkRecord>>),
@@ -132,8 +134,8 @@ impl FromStr for SinkSpec {
     fn from_str(s: &str) -> Result<SinkSpec, SinkSpecError> {
         if s.starts_with("nats://") {
             // The NATS error names the spec itself (password masked).
-            return s.parse().map(SinkSpec::Nats).map_err(|e: super::nats::NatsSpecError| SinkSpecError {
-                given: super::nats::mask_url(s),
+            return s.parse().map(SinkSpec::Nats).map_err(|e: nats::NatsSpecError| SinkSpecError {
+                given: nats::mask_url(s),
                 why: e.why().to_string(),
             });
         }
@@ -157,7 +159,7 @@ impl SinkSpec {
     pub fn label(&self) -> String {
         match self {
             SinkSpec::Jsonl(path) => format!("jsonl:{}", path.display()),
-            SinkSpec::Webhook(url) => format!("webhook:{}", super::nats::mask_url(url)),
+            SinkSpec::Webhook(url) => format!("webhook:{}", nats::mask_url(url)),
             SinkSpec::Nats(nats) => nats.label(),
             SinkSpec::Channel(_) => "channel".to_string(),
         }
@@ -168,7 +170,7 @@ impl SinkSpec {
     pub fn to_masked_string(&self) -> Option<String> {
         match self {
             SinkSpec::Jsonl(path) => Some(format!("jsonl:{}", path.display())),
-            SinkSpec::Webhook(url) => Some(format!("webhook:{}", super::nats::mask_url(url))),
+            SinkSpec::Webhook(url) => Some(format!("webhook:{}", nats::mask_url(url))),
             SinkSpec::Nats(nats) => Some(nats.masked().to_string()),
             SinkSpec::Channel(_) => None,
         }

@@ -7,12 +7,15 @@
 //! from native tool-call fragments, finish reasons, usage, in-band errors,
 //! `[DONE]` and truncation. It does no I/O and knows nothing of SSE framing
 //! ([`super::sse`]) or HTTP ([`super::stream`], [`super::client`]).
-//! The rules are documented on [`ChatStream`].
+//! The rules are documented on [`ChatStream`]. Other streaming dialects
+//! (Anthropic Messages, OpenAI Responses, the Vercel AI SDK's UI stream)
+//! are read into the same choices by its child module `dialects`.
+
+mod dialects;
 
 use super::chunk::{ChatChunk, Choice, Content, Delta, FunctionDelta, ToolCallDelta};
 use super::events::{Channel, ChoiceEvent, ErrorOrigin, FinishReason, SourceEvent, Truncation};
 use super::sse::SseLimits;
-use super::tap::CallMark;
 use crate::event::DiagnosticCode;
 use crate::event::{AttrMap, Close, Diagnostic, Element, Event, Level, Open, TagName};
 use crate::parser::{Parser, ParserOptions};
@@ -20,6 +23,19 @@ use crate::registry::Registry;
 use crate::scan::Span;
 use serde_json::{Value, json};
 use std::sync::Arc;
+
+/// Where a call element ended in corrected content that leaves call text
+/// out ([`crate::CallText::Omit`]): its choice, its element id, and the
+/// byte offset in the choice's corrected text it came with (a text of
+/// [`super::TapFrame::rewrites`], or of [`super::TapEnd::rewrites`]). The proxy puts its
+/// observations of calls it does not send there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(feature = "proxy"), allow(dead_code))]
+pub(crate) struct CallMark {
+    pub(crate) choice: u32,
+    pub(crate) element: u32,
+    pub(crate) at: usize,
+}
 
 /// How a source is framed, which decides what counts as truncation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -993,7 +1009,7 @@ pub struct ChatStream {
     transport_failed: bool,
     noted_choice_limit: bool,
     noted_unknown: u32,
-    dialect: super::dialects::Dialects,
+    dialect: dialects::Dialects,
     /// Events that came after `[DONE]` (ignored; reported once).
     after_done: u32,
     /// The `model` and `id` of the first chunk that names a model.
@@ -1222,7 +1238,7 @@ impl ChatStream {
         options.framing = Framing::Response;
         let mut stream = ChatStream::new(options);
         let mut out = Vec::new();
-        super::stream::read_response(&mut stream, body, &mut out);
+        read_response(&mut stream, body, &mut out);
         stream.finish_into(&mut out);
         out
     }
@@ -1265,7 +1281,7 @@ impl ChatStream {
             || chunk.error.as_option().is_some_and(|e| !e.is_null())
             || chunk.prompt_filter_results.as_option().is_some_and(|p| !p.is_null());
         if other_dialect || !chat {
-            if !super::dialects::push(self, chunk, out) {
+            if !dialects::push(self, chunk, out) {
                 self.unknown_chunk(chunk, out);
             }
             return;
@@ -1287,11 +1303,11 @@ impl ChatStream {
         }
     }
 
-    pub(super) fn dialect_mut(&mut self) -> &mut super::dialects::Dialects {
+    fn dialect_mut(&mut self) -> &mut dialects::Dialects {
         &mut self.dialect
     }
 
-    pub(super) fn push_error(
+    fn push_error(
         &mut self,
         choice: Option<u32>,
         origin: ErrorOrigin,
@@ -1302,7 +1318,7 @@ impl ChatStream {
         out.push(SourceEvent::StreamError { choice, origin, error });
     }
 
-    pub(super) fn push_usage(&mut self, usage: &Value, out: &mut Vec<SourceEvent>) {
+    fn push_usage(&mut self, usage: &Value, out: &mut Vec<SourceEvent>) {
         if usage.is_null() || self.last_usage.as_ref() == Some(usage) {
             return;
         }
@@ -1383,7 +1399,7 @@ impl ChatStream {
     }
 
     /// Runs `f` on a choice's state (for the other dialects).
-    pub(super) fn with_choice(
+    fn with_choice(
         &mut self,
         index: u32,
         out: &mut Vec<SourceEvent>,
@@ -1536,7 +1552,7 @@ fn read_chunk(text: &str, chunk_use: ChunkUse, named: bool) -> serde_json::Resul
 }
 
 /// What a dialect adapter may do to one choice.
-pub(super) struct ChoiceOps<'s, 'o> {
+struct ChoiceOps<'s, 'o> {
     shared: &'s Shared,
     state: &'s mut ChoiceState,
     out: Out<'o>,
@@ -1544,17 +1560,17 @@ pub(super) struct ChoiceOps<'s, 'o> {
 
 impl ChoiceOps<'_, '_> {
     /// Answer text.
-    pub(super) fn content(&mut self, text: &str) {
+    fn content(&mut self, text: &str) {
         self.state.content(self.shared, text, &mut self.out);
     }
 
     /// Reasoning text; `raw_tag` names the field it came from.
-    pub(super) fn reasoning(&mut self, text: &str, raw_tag: &str) {
+    fn reasoning(&mut self, text: &str, raw_tag: &str) {
         self.state.reasoning(self.shared, text, raw_tag, &mut self.out);
     }
 
     /// Refusal text.
-    pub(super) fn refusal(&mut self, text: &str) {
+    fn refusal(&mut self, text: &str) {
         self.state.refusal(self.shared, text, &mut self.out);
     }
 
@@ -1600,4 +1616,28 @@ fn cut_text(text: &str, max: usize) -> &str {
         end -= 1;
     }
     &text[..end]
+}
+
+/// Parses a whole response body into `stream`.
+pub(crate) fn read_response(stream: &mut ChatStream, body: &[u8], out: &mut Vec<SourceEvent>) {
+    match serde_json::from_slice::<ChatChunk>(body) {
+        Ok(chunk) => stream.push_chunk(&chunk, out),
+        Err(_) if serde_json::from_slice::<serde_json::Value>(body).is_ok() => {
+            // Valid JSON with fields of unexpected types: the stream model
+            // coerces them and says so.
+            let text = crate::scan::text_lossy(body);
+            stream.push_data("message", &text, 0, out);
+        }
+        Err(e) => {
+            let text = crate::scan::text_lossy(body);
+            out.push(SourceEvent::Diagnostic(Diagnostic {
+                level: Level::Error,
+                code: DiagnosticCode::InvalidResponseJson,
+                tag: None,
+                element: None,
+                at: None,
+                message: format!("the response body is not a JSON chat completion ({e}): {}", excerpt(&text, 200)),
+            }));
+        }
+    }
 }
