@@ -1307,13 +1307,7 @@ impl ChatStream {
         &mut self.dialect
     }
 
-    fn push_error(
-        &mut self,
-        choice: Option<u32>,
-        origin: ErrorOrigin,
-        error: Value,
-        out: &mut Vec<SourceEvent>,
-    ) {
+    fn push_error(&mut self, choice: Option<u32>, origin: ErrorOrigin, error: Value, out: &mut Vec<SourceEvent>) {
         self.stats.errors += 1;
         out.push(SourceEvent::StreamError { choice, origin, error });
     }
@@ -1399,12 +1393,7 @@ impl ChatStream {
     }
 
     /// Runs `f` on a choice's state (for the other dialects).
-    fn with_choice(
-        &mut self,
-        index: u32,
-        out: &mut Vec<SourceEvent>,
-        f: impl FnOnce(&mut ChoiceOps<'_, '_>),
-    ) {
+    fn with_choice(&mut self, index: u32, out: &mut Vec<SourceEvent>, f: impl FnOnce(&mut ChoiceOps<'_, '_>)) {
         let Some(pos) = self.choice_pos(index, out) else {
             return;
         };
