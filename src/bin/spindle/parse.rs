@@ -3,6 +3,7 @@
 use crate::render::{Format, Renderer};
 use anyhow::{Context, Result, bail};
 use spindle::event::Event;
+use spindle::sources::{ChatChunk, ChatStream, FinishReason, Framing, SourceEvent, StreamOptions, StreamTap};
 use spindle::tools::collect::CallCollector;
 use spindle::tools::{McpPool, Runner, RunnerOptions, ToolConfig, ToolEvent};
 use spindle::{Parser, ParserOptions, Registry, state};
@@ -20,9 +21,11 @@ use tokio_util::sync::CancellationToken;
 pub(crate) struct ParseArgs {
     /// The response to parse; `-` or nothing reads stdin.
     pub(crate) file: Option<PathBuf>,
-    /// A built-in registry profile.
-    #[arg(long, conflicts_with = "registry", default_value = "filament", value_parser = crate::cli::profile_arg(&[]))]
-    pub(crate) profile: String,
+    /// A built-in registry profile [default: filament; `chat` for a
+    /// response read with `--input sse|json`, as the proxy and `replay`
+    /// read one].
+    #[arg(long, conflicts_with = "registry", value_parser = crate::cli::profile_arg(&[]))]
+    pub(crate) profile: Option<String>,
     /// A registry file (TOML, or JSON by extension) instead of a profile.
     #[arg(long, value_name = "FILE")]
     pub(crate) registry: Option<PathBuf>,
@@ -65,6 +68,16 @@ pub(crate) struct ParseArgs {
     /// op did is printed to stderr.
     #[arg(long, value_name = "FILE")]
     pub(crate) state: Option<PathBuf>,
+    /// What the input is: model text, or a chat-completions response as an
+    /// API sends it (a streamed SSE body, a whole JSON response), whose
+    /// choices are parsed as the proxy parses them.
+    #[arg(long, value_enum, default_value_t = Input::Auto)]
+    pub(crate) input: Input,
+    /// With `--input sse|json`: the choice whose parse `pretty`, `summary`,
+    /// `rewrite`, `--tools` and `--state` use (`jsonl` prints every
+    /// choice's events, each with its `choice`).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub(crate) choice: u32,
 }
 
 /// The tools of `--tools`: the calls are checked (observations of invalid
@@ -217,96 +230,311 @@ pub(crate) fn load_registry(profile: &str, file: Option<&PathBuf>) -> Result<Reg
     }
 }
 
+/// What `parse` reads. `curl -N` of a streaming endpoint prints SSE, not
+/// model text: `auto` sees that and reads the stream the way the proxy does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Input {
+    /// `sse` when the first line (after SSE comments) is an SSE field
+    /// (`data:`, `event:`, `id:`, `retry:`), `json` for a `.json` file,
+    /// else `text`.
+    Auto,
+    /// Model output as it is.
+    Text,
+    /// A streamed chat-completions response body (SSE), as `curl -N`
+    /// prints it: each choice's content, reasoning and tool calls parsed,
+    /// with the stream's finish reasons, usage and truncation.
+    Sse,
+    /// A whole (non-streamed) chat-completions response, JSON.
+    Json,
+}
+
+impl Input {
+    /// The input kind `auto` stands for, judged by the file's name and the
+    /// first bytes read.
+    fn resolve(self, file: Option<&Path>, first: &[u8]) -> Input {
+        if self != Input::Auto {
+            return self;
+        }
+        let first = first.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(first);
+        // The first line that is neither blank nor an SSE comment (`: ping`)
+        // names a field; text that only starts like a comment (`:)`) has no
+        // such line after it.
+        let line = first.split(|&b| b == b'\n').map(<[u8]>::trim_ascii).find(|l| !l.is_empty() && !l.starts_with(b":"));
+        if line.is_some_and(|l| [&b"data:"[..], b"event:", b"id:", b"retry:"].iter().any(|field| l.starts_with(field)))
+        {
+            return Input::Sse;
+        }
+        match file.and_then(Path::extension) {
+            Some(ext) if ext.eq_ignore_ascii_case("json") => Input::Json,
+            _ => Input::Text,
+        }
+    }
+
+    /// Whether the input is a response as an API sends it.
+    fn is_response(self) -> bool {
+        matches!(self, Input::Sse | Input::Json)
+    }
+}
+
+/// Where a choice's events go: the renderer, `--state`, `--tools`.
+struct Out {
+    renderer: Renderer,
+    state: Option<StateFile>,
+    calls: Option<Calls>,
+}
+
+impl Out {
+    fn events(&mut self, events: &[Event]) -> Result<()> {
+        self.renderer.events(events)?;
+        self.handle(events)
+    }
+
+    /// `--state` and `--tools` on a choice's events.
+    fn handle(&mut self, events: &[Event]) -> Result<()> {
+        if let Some(st) = &mut self.state {
+            st.apply(events);
+        }
+        if let Some(calls) = &mut self.calls {
+            // What the model said before a tool runs is out before it runs.
+            self.renderer.flush()?;
+            calls.handle(events, &mut self.renderer)?;
+        }
+        Ok(())
+    }
+
+    /// A stream's events: every one as a JSON line (`jsonl`), the shown
+    /// choice's parse for the rest; trouble with the stream on stderr.
+    fn source_events(&mut self, events: &[SourceEvent], choice: u32) -> Result<()> {
+        let mut shown = Vec::new();
+        for event in events {
+            if self.renderer.format() == Format::Jsonl {
+                self.renderer.source_line(event)?;
+            } else {
+                report_stream(event);
+            }
+            match event {
+                SourceEvent::Choice(c) if c.choice == choice => shown.push(c.event.clone()),
+                _ => {}
+            }
+        }
+        if self.renderer.format() == Format::Jsonl {
+            // The lines are out already; `--state` and `--tools` still
+            // want the events.
+            self.handle(&shown)
+        } else {
+            self.events(&shown)
+        }
+    }
+}
+
+/// A line on stderr for what a stream says beyond a choice's parse (not
+/// in `jsonl`, which prints every event).
+fn report_stream(event: &SourceEvent) {
+    match event {
+        // A choice that stopped early; the other reasons are normal ends.
+        SourceEvent::Finish { choice, reason }
+            if matches!(reason, FinishReason::Length | FinishReason::ContentFilter) =>
+        {
+            eprintln!("spindle: choice {choice} finished: {}", reason.as_str());
+        }
+        SourceEvent::Truncated { choice, why } => match choice {
+            Some(c) => eprintln!("spindle: choice {c} was cut off: {}", why.as_str()),
+            None => eprintln!("spindle: the stream was cut off: {}", why.as_str()),
+        },
+        SourceEvent::StreamError { error, .. } => eprintln!("spindle: the stream reported an error: {error}"),
+        SourceEvent::Diagnostic(d) => eprintln!("spindle: stream: {}", d.message),
+        _ => {}
+    }
+}
+
+/// How the input is read: one parser over text, or the stream model over
+/// a response.
+enum Reader {
+    Text(Box<Parser>),
+    Sse {
+        tap: Box<StreamTap>,
+        choice: u32,
+    },
+    /// A whole response: read to the end, then parsed.
+    Json {
+        body: Vec<u8>,
+        options: Box<StreamOptions>,
+        choice: u32,
+    },
+}
+
+impl Reader {
+    fn new(input: Input, registry: Arc<Registry>, parser: ParserOptions, choice: u32) -> Reader {
+        let options = || {
+            let mut options = StreamOptions::with_registry((*registry).clone());
+            options.parser = parser;
+            options
+        };
+        match input {
+            Input::Sse => Reader::Sse { tap: Box::new(StreamTap::new(options())), choice },
+            Input::Json => Reader::Json { body: Vec::new(), options: Box::new(options()), choice },
+            Input::Auto | Input::Text => Reader::Text(Box::new(Parser::with_options(registry.clone(), parser))),
+        }
+    }
+
+    fn feed(&mut self, bytes: &[u8], out: &mut Out) -> Result<()> {
+        match self {
+            Reader::Text(parser) => {
+                // Events are rendered in batches as they become certain, so
+                // a whole file fed at once is never held as a whole file's
+                // events.
+                parser.feed_with(bytes, |events| out.events(events))?;
+                if out.renderer.wants_rewrite() {
+                    out.renderer.rewrite(&parser.take_rewrite())?;
+                }
+            }
+            Reader::Sse { tap, choice } => {
+                let mut events = Vec::new();
+                tap.feed_into(bytes, &mut events);
+                out.source_events(&events, *choice)?;
+                if out.renderer.wants_rewrite() {
+                    rewrite_choice(&mut out.renderer, tap.take_rewrites(), *choice)?;
+                }
+            }
+            Reader::Json { body, .. } => body.extend_from_slice(bytes),
+        }
+        Ok(())
+    }
+
+    /// Ends the input; returns how many bytes were read.
+    fn finish(self, out: &mut Out) -> Result<usize> {
+        match self {
+            Reader::Text(parser) => {
+                let bytes = parser.offset();
+                let (last, rest) = parser.finish_with_rewrite();
+                out.events(&last)?;
+                out.renderer.rewrite(&rest)?;
+                Ok(bytes)
+            }
+            Reader::Sse { tap, choice } => {
+                let bytes = tap.offset();
+                let end = tap.finish_frames();
+                out.source_events(&end.events, choice)?;
+                rewrite_choice(&mut out.renderer, end.rewrites, choice)?;
+                Ok(bytes)
+            }
+            Reader::Json { body, mut options, choice } => {
+                let chunk: ChatChunk =
+                    serde_json::from_slice(&body).context("the input is not a JSON chat completion (--input json)")?;
+                options.framing = Framing::Response;
+                let mut stream = ChatStream::new(*options);
+                let mut events = Vec::new();
+                stream.push_chunk(&chunk, &mut events);
+                let rewrites = stream.finish_with_rewrites(&mut events);
+                out.source_events(&events, choice)?;
+                rewrite_choice(&mut out.renderer, rewrites, choice)?;
+                Ok(body.len())
+            }
+        }
+    }
+}
+
+/// The corrected text of the shown choice (`--format rewrite`).
+fn rewrite_choice(renderer: &mut Renderer, rewrites: Vec<(u32, String)>, choice: u32) -> Result<()> {
+    for (_, text) in rewrites.into_iter().filter(|(c, _)| *c == choice) {
+        renderer.rewrite(text.as_bytes())?;
+    }
+    Ok(())
+}
+
 pub(crate) fn run(args: ParseArgs) -> Result<ExitCode> {
-    let registry = Arc::new(load_registry(&args.profile, args.registry.as_ref())?);
+    // A registry named on the command line is checked before any input
+    // is read; the default depends on what the input is.
+    let named = match (&args.profile, &args.registry) {
+        (None, None) => None,
+        (profile, file) => Some(load_registry(profile.as_deref().unwrap_or("filament"), file.as_ref())?),
+    };
     if args.chunk_size == Some(0) {
         bail!("--chunk-size must be at least 1");
     }
     let mut options = ParserOptions { rewrite: args.format == Format::Rewrite, ..ParserOptions::default() };
     options.machine.max_element_len = args.max_element;
     options.scan.max_marker_len = args.max_marker;
-    let mut calls = match &args.tools {
+    let state = args.state.as_deref().map(StateFile::load).transpose()?;
+    let started = Instant::now();
+    let file = args.file.as_deref().filter(|p| p.as_os_str() != "-");
+    let mut blocks = match file {
+        // Read a block at a time, never the whole file: memory stays flat
+        // whatever its size (and the corrected text goes out a block at a
+        // time). A block holds whole chunks, so the parser sees exactly N
+        // bytes at a time.
+        Some(path) => Blocks::File {
+            file: std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?,
+            path,
+            block: args.chunk_size.map_or(FILE_BLOCK, |n| n * (FILE_BLOCK / n).max(1)),
+        },
+        None => Blocks::Stdin(std::io::stdin().lock()),
+    };
+    let mut buf = Vec::new();
+    let mut more = blocks.next(&mut buf)?;
+    let input = args.input.resolve(file, &buf);
+    let registry = Arc::new(match named {
+        Some(registry) => registry,
+        // A response as an API sends it is read as the proxy and `replay`
+        // read one: the `chat` profile.
+        None => load_registry(if input.is_response() { "chat" } else { "filament" }, None)?,
+    });
+    let calls = match &args.tools {
         Some(dir) => Some(Calls::new(&args, dir, registry.clone())?),
         None => None,
     };
-    let mut state_file = args.state.as_deref().map(StateFile::load).transpose()?;
-    let mut parser = Parser::with_options(registry.clone(), options);
-    let mut renderer = Renderer::new(args.format, &registry);
-    let started = Instant::now();
-    let mut feed = |bytes: &[u8], parser: &mut Parser, renderer: &mut Renderer| -> Result<()> {
-        // Events are rendered in batches as they become certain, so a whole
-        // file fed at once is never held as a whole file's events.
-        parser.feed_with(bytes, |events| -> Result<()> {
-            renderer.events(events)?;
-            if let Some(st) = &mut state_file {
-                st.apply(events);
-            }
-            if let Some(calls) = &mut calls {
-                // What the model said before a tool runs is out before it runs.
-                renderer.flush()?;
-                calls.handle(events, renderer)?;
-            }
-            Ok(())
-        })?;
-        if renderer.wants_rewrite() {
-            renderer.rewrite(&parser.take_rewrite())?;
+    let mut out = Out { renderer: Renderer::new(args.format, &registry), state, calls };
+    let mut reader = Reader::new(input, registry, options, args.choice);
+    while more {
+        for chunk in buf.chunks(args.chunk_size.unwrap_or(buf.len()).max(1)) {
+            reader.feed(chunk, &mut out)?;
         }
-        Ok(())
-    };
-    match args.file.as_ref().filter(|p| p.as_os_str() != "-") {
-        Some(path) => {
-            // Read a block at a time, never the whole file: memory stays
-            // flat whatever its size (and the corrected text goes out a
-            // block at a time). A block holds whole chunks, so the parser
-            // sees exactly N bytes at a time.
-            let mut file = std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
-            let block = args.chunk_size.map_or(FILE_BLOCK, |n| n * (FILE_BLOCK / n).max(1));
-            let mut buf = Vec::with_capacity(block);
-            loop {
-                buf.clear();
-                let n = (&mut file)
-                    .take(block as u64)
-                    .read_to_end(&mut buf)
-                    .with_context(|| format!("cannot read {}", path.display()))?;
-                for chunk in buf.chunks(args.chunk_size.unwrap_or(block)) {
-                    feed(chunk, &mut parser, &mut renderer)?;
-                }
-                if n < block {
-                    break;
-                }
-            }
+        if matches!(blocks, Blocks::Stdin(_)) {
+            // A live input: its events are out before the next read waits.
+            out.renderer.flush()?;
         }
-        None => {
-            let mut stdin = std::io::stdin().lock();
-            let mut buf = vec![0u8; 64 * 1024];
-            loop {
-                let n = match stdin.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => n,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(e).context("cannot read stdin"),
-                };
-                let size = args.chunk_size.unwrap_or(n);
-                for chunk in buf[..n].chunks(size) {
-                    feed(chunk, &mut parser, &mut renderer)?;
-                }
-                // A live input: its events are out before the next read waits.
-                renderer.flush()?;
-            }
-        }
+        more = blocks.next(&mut buf)?;
     }
-    let bytes = parser.offset();
-    let (last, rest) = parser.finish_with_rewrite();
-    renderer.events(&last)?;
-    renderer.rewrite(&rest)?;
-    if let Some(calls) = &mut calls {
-        calls.handle(&last, &mut renderer)?;
+    let bytes = reader.finish(&mut out)?;
+    let Out { mut renderer, state, calls } = out;
+    if let Some(mut calls) = calls {
         calls.finish(&mut renderer)?;
     }
     renderer.finish(bytes, started.elapsed())?;
-    if let Some(mut st) = state_file {
-        st.apply(&last);
+    if let Some(st) = state {
         st.save()?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The input, a block at a time.
+enum Blocks<'a> {
+    File { file: std::fs::File, path: &'a Path, block: usize },
+    Stdin(std::io::StdinLock<'static>),
+}
+
+impl Blocks<'_> {
+    /// Reads the next block into `buf`; `false` at the end.
+    fn next(&mut self, buf: &mut Vec<u8>) -> Result<bool> {
+        buf.clear();
+        match self {
+            Blocks::File { file, path, block } => {
+                file.take(*block as u64).read_to_end(buf).with_context(|| format!("cannot read {}", path.display()))?;
+            }
+            Blocks::Stdin(stdin) => {
+                buf.resize(64 * 1024, 0);
+                loop {
+                    match stdin.read(buf) {
+                        Ok(n) => {
+                            buf.truncate(n);
+                            break;
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e).context("cannot read stdin"),
+                    }
+                }
+            }
+        }
+        Ok(!buf.is_empty())
+    }
 }

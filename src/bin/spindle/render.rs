@@ -106,6 +106,24 @@ impl Renderer {
         Ok(())
     }
 
+    /// The format it prints.
+    pub(crate) fn format(&self) -> Format {
+        self.format
+    }
+
+    /// One event of a response stream as a JSON line (`jsonl` only: the
+    /// other formats show a choice's parse).
+    pub(crate) fn source_line(&mut self, event: &spindle::SourceEvent) -> Result<()> {
+        if self.format == Format::Jsonl {
+            serde_json::to_writer(&mut self.lines, event)?;
+            self.lines.push(b'\n');
+            if self.lines.len() >= OUT_BUFFER {
+                self.write_lines()?;
+            }
+        }
+        Ok(())
+    }
+
     /// Writes out what is buffered (the caller decides when: after each
     /// read of a live input, not after each simulated chunk of a file).
     pub(crate) fn flush(&mut self) -> Result<()> {

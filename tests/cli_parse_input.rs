@@ -1,0 +1,177 @@
+//! `spindle parse` reads a response as an API sends it: a streamed SSE body
+//! (as `curl -N` prints it) or a whole JSON chat completion, each choice
+//! parsed as `spindle replay` and the proxy parse it. Model text is read as
+//! before.
+
+use serde_json::Value;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn spindle(args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_spindle"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn spindle: {e}"));
+    let mut pipe = child.stdin.take().unwrap_or_else(|| panic!("stdin"));
+    let input = stdin.unwrap_or_default().to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = pipe.write_all(&input);
+    });
+    let out = child.wait_with_output().unwrap_or_else(|e| panic!("wait: {e}"));
+    let _ = writer.join();
+    out
+}
+
+fn ok(args: &[&str], stdin: Option<&[u8]>) -> String {
+    let out = spindle(args, stdin);
+    assert!(out.status.success(), "{args:?}: {:?}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap_or_else(|e| panic!("{args:?}: not UTF-8: {e}"))
+}
+
+fn lines(jsonl: &str) -> Vec<Value> {
+    jsonl.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect()
+}
+
+/// A stream with a thought the model never closed, a call in native
+/// `tool_calls` fragments, two choices, and a `length` finish on choice 1.
+const SSE: &str = concat!(
+    ": keep-alive\n\n",
+    "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"<think>short\"}}]}\n\n",
+    "data: {\"id\":\"c1\",\"choices\":[{\"index\":1,\"delta\":{\"content\":\"Other \"}}]}\n\n",
+    "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" plan</think>The answer is <b>42</b>.\"}}]}\n\n",
+    "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_1\",\"type\":\"function\",",
+    "\"function\":{\"name\":\"lookup\",\"arguments\":\"{\\\"q\\\":\"}}]}}]}\n\n",
+    "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"\\\"x\\\"}\"}}]}}]}\n\n",
+    "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"},",
+    "{\"index\":1,\"delta\":{\"content\":\"choice\"},\"finish_reason\":\"length\"}]}\n\n",
+    "data: [DONE]\n\n",
+);
+
+/// A few recorded SSE transcripts, when `../shared/recorded` is there.
+fn recorded_sse(most: usize) -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/recorded/openai-python-sse");
+    let Ok(dir) = std::fs::read_dir(&root) else {
+        eprintln!("skipping the recorded part: {} is not there", root.display());
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = dir.flatten().map(|e| e.path()).filter(|p| p.is_file()).collect();
+    files.sort();
+    files.truncate(most);
+    files
+}
+
+#[test]
+fn an_sse_body_is_read_as_replay_reads_it() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let ours = dir.path().join("ours.sse");
+    std::fs::write(&ours, SSE).unwrap_or_else(|e| panic!("{e}"));
+    let mut files = vec![ours];
+    files.extend(recorded_sse(12));
+    for file in &files {
+        let path = file.to_string_lossy();
+        let parsed = lines(&ok(&["parse", &path], None));
+        let mut replayed = lines(&ok(&["replay", &path, "--format", "jsonl", "--no-progress"], None));
+        for event in &mut replayed {
+            if let Some(map) = event.as_object_mut() {
+                map.remove("source");
+            }
+        }
+        assert!(!parsed.is_empty(), "{path}: no events");
+        assert_eq!(parsed, replayed, "{path}");
+        // Piped, and read in any size: the same events.
+        let body = std::fs::read(file).unwrap_or_else(|e| panic!("{e}"));
+        for size in ["1", "7", "4096"] {
+            let piped = lines(&ok(&["parse", "-", "--chunk-size", size], Some(&body)));
+            assert_eq!(piped, parsed, "{path} at --chunk-size {size}");
+        }
+    }
+}
+
+#[test]
+fn a_streamed_response_shows_its_choices() {
+    let events = lines(&ok(&["parse", "-"], Some(SSE.as_bytes())));
+    let elements: Vec<(u64, &str)> = events
+        .iter()
+        .filter(|e| e["type"] == "element")
+        .map(|e| (e["choice"].as_u64().unwrap_or(99), e["tag"].as_str().unwrap_or("")))
+        .collect();
+    assert_eq!(elements, [(0, "thought"), (0, "content"), (0, "tool_call"), (1, "content")], "{events:?}");
+    let call = events.iter().find(|e| e["type"] == "element" && e["tag"] == "tool_call");
+    assert_eq!(call.map(|c| &c["payload"]["arguments"]["q"]), Some(&Value::from("x")));
+    let finishes: Vec<&Value> = events.iter().filter(|e| e["type"] == "finish").map(|e| &e["reason"]).collect();
+    assert_eq!(finishes, ["tool_calls", "length"]);
+    assert_eq!(events.last().map(|e| &e["type"]), Some(&Value::from("done")));
+
+    // The corrected text of one choice at a time; a cut choice is said on stderr.
+    let rewrite = ok(&["parse", "-", "--format", "rewrite"], Some(SSE.as_bytes()));
+    // (The `chat` profile writes no `<content>` tags around the answer.)
+    assert_eq!(rewrite, "<think>short plan</think>The answer is <b>42</b>.");
+    let out = spindle(&["parse", "-", "--format", "rewrite", "--choice", "1"], Some(SSE.as_bytes()));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "Other choice");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("choice 1 finished: length"), "{stderr}");
+
+    // `summary` counts the shown choice's parse.
+    let summary = ok(&["parse", "-", "--format", "summary"], Some(SSE.as_bytes()));
+    assert!(summary.contains("elements     3"), "{summary}");
+}
+
+#[test]
+fn a_cut_stream_is_said_on_stderr() {
+    let cut = SSE.replace("data: [DONE]\n\n", "");
+    let out = spindle(&["parse", "-", "--format", "pretty"], Some(cut.as_bytes()));
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cut off: no [DONE]"), "{stderr}");
+    let events = lines(&ok(&["parse", "-"], Some(cut.as_bytes())));
+    assert!(events.iter().any(|e| e["type"] == "truncated"), "{events:?}");
+}
+
+#[test]
+fn a_whole_response_is_read_from_a_json_file_or_with_input_json() {
+    let body = r#"{"id":"r1","object":"chat.completion","choices":[{"index":0,"finish_reason":"stop",
+        "message":{"role":"assistant","content":"<think>hm</think>Yes.","reasoning_content":null}}]}"#;
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let file = dir.path().join("answer.json");
+    std::fs::write(&file, body).unwrap_or_else(|e| panic!("{e}"));
+    let from_file = lines(&ok(&["parse", &file.to_string_lossy()], None));
+    let tags: Vec<&str> =
+        from_file.iter().filter(|e| e["type"] == "element").filter_map(|e| e["tag"].as_str()).collect();
+    assert_eq!(tags, ["thought", "content"], "{from_file:?}");
+    let piped = lines(&ok(&["parse", "--input", "json", "--chunk-size", "5"], Some(body.as_bytes())));
+    assert_eq!(piped, from_file);
+    assert_eq!(
+        ok(&["parse", "--input", "json", "--format", "rewrite"], Some(body.as_bytes())),
+        "<think>hm</think>Yes."
+    );
+
+    // Not a chat completion: one error line, exit code 2.
+    let out = spindle(&["parse", "--input", "json"], Some(b"not json at all"));
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("not a JSON chat completion"), "{stderr}");
+}
+
+#[test]
+fn model_text_stays_text() {
+    // Text that merely starts like a field name, or as an SSE comment
+    // would, is model output; so is SSE when `--input text` says so.
+    for text in ["database: up<content>ok</content>", ":) hello", "{\"type\": \"greeting\"}"] {
+        let events = lines(&ok(&["parse", "-", "--profile", "chat"], Some(text.as_bytes())));
+        assert!(events.iter().all(|e| e.get("choice").is_none()), "{text}: {events:?}");
+        let text_of: String = events
+            .iter()
+            .filter(|e| e["type"] == "element" || e["type"] == "gap")
+            .filter_map(|e| e["text"].as_str())
+            .collect();
+        assert!(text_of.contains(&text[..4]), "{text}: {events:?}");
+    }
+    let as_text = lines(&ok(&["parse", "-", "--input", "text"], Some(SSE.as_bytes())));
+    assert!(as_text.iter().all(|e| e.get("choice").is_none()));
+    let content: String = as_text.iter().filter(|e| e["type"] == "delta").filter_map(|e| e["text"].as_str()).collect();
+    assert!(content.contains("data: {"), "{as_text:?}");
+}
