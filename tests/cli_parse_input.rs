@@ -51,26 +51,30 @@ const SSE: &str = concat!(
     "data: [DONE]\n\n",
 );
 
-/// A few recorded SSE transcripts, when `../shared/recorded` is there.
-fn recorded_sse(most: usize) -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/recorded/openai-python-sse");
+/// A few recorded transcripts of one folder whose names end in `ext`,
+/// when `../shared/recorded` is there.
+fn recorded(folder: &str, ext: &str, most: usize) -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/recorded").join(folder);
     let Ok(dir) = std::fs::read_dir(&root) else {
         eprintln!("skipping the recorded part: {} is not there", root.display());
         return Vec::new();
     };
-    let mut files: Vec<PathBuf> = dir.flatten().map(|e| e.path()).filter(|p| p.is_file()).collect();
+    let mut files: Vec<PathBuf> =
+        dir.flatten().map(|e| e.path()).filter(|p| p.is_file() && p.to_string_lossy().ends_with(ext)).collect();
     files.sort();
     files.truncate(most);
     files
 }
 
 #[test]
-fn an_sse_body_is_read_as_replay_reads_it() {
+fn a_response_is_read_as_replay_reads_it() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let ours = dir.path().join("ours.sse");
     std::fs::write(&ours, SSE).unwrap_or_else(|e| panic!("{e}"));
     let mut files = vec![ours];
-    files.extend(recorded_sse(12));
+    files.extend(recorded("openai-python-sse", ".bin", 12));
+    files.extend(recorded("simonw-llm-cassettes/bodies", ".sse", 6));
+    files.extend(recorded("simonw-llm-cassettes/bodies", ".json", 6));
     for file in &files {
         let path = file.to_string_lossy();
         let parsed = lines(&ok(&["parse", &path], None));
@@ -84,8 +88,9 @@ fn an_sse_body_is_read_as_replay_reads_it() {
         assert_eq!(parsed, replayed, "{path}");
         // Piped, and read in any size: the same events.
         let body = std::fs::read(file).unwrap_or_else(|e| panic!("{e}"));
+        let input = if path.ends_with(".json") { "json" } else { "auto" };
         for size in ["1", "7", "4096"] {
-            let piped = lines(&ok(&["parse", "-", "--chunk-size", size], Some(&body)));
+            let piped = lines(&ok(&["parse", "-", "--input", input, "--chunk-size", size], Some(&body)));
             assert_eq!(piped, parsed, "{path} at --chunk-size {size}");
         }
     }
@@ -153,7 +158,7 @@ fn a_whole_response_is_read_from_a_json_file_or_with_input_json() {
     let out = spindle(&["parse", "--input", "json"], Some(b"not json at all"));
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("not a JSON chat completion"), "{stderr}");
+    assert!(stderr.contains("not a JSON response"), "{stderr}");
 }
 
 #[test]

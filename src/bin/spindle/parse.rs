@@ -3,7 +3,7 @@
 use crate::render::{Format, Renderer};
 use anyhow::{Context, Result, bail};
 use spindle::event::Event;
-use spindle::sources::{ChatChunk, ChatStream, FinishReason, Framing, SourceEvent, StreamOptions, StreamTap};
+use spindle::sources::{ChatStream, FinishReason, Framing, SourceEvent, StreamOptions, StreamTap};
 use spindle::tools::collect::CallCollector;
 use spindle::tools::{McpPool, Runner, RunnerOptions, ToolConfig, ToolEvent};
 use spindle::{Parser, ParserOptions, Registry, state};
@@ -419,12 +419,16 @@ impl Reader {
                 Ok(bytes)
             }
             Reader::Json { body, mut options, choice } => {
-                let chunk: ChatChunk =
-                    serde_json::from_slice(&body).context("the input is not a JSON chat completion (--input json)")?;
+                serde_json::from_slice::<serde::de::IgnoredAny>(&body).context(
+                    "the input is not a JSON response (read as one: a .json file, or --input json); \
+                     --input text reads it as model text",
+                )?;
                 options.framing = Framing::Response;
                 let mut stream = ChatStream::new(*options);
                 let mut events = Vec::new();
-                stream.push_chunk(&chunk, &mut events);
+                // A chat completion, or another API's response (Anthropic
+                // Messages, Responses): what `replay` reads.
+                stream.push_response(&body, &mut events);
                 let rewrites = stream.finish_with_rewrites(&mut events);
                 out.source_events(&events, choice)?;
                 rewrite_choice(&mut out.renderer, rewrites, choice)?;

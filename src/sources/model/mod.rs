@@ -1238,9 +1238,19 @@ impl ChatStream {
         options.framing = Framing::Response;
         let mut stream = ChatStream::new(options);
         let mut out = Vec::new();
-        read_response(&mut stream, body, &mut out);
+        stream.push_response(body, &mut out);
         stream.finish_into(&mut out);
         out
+    }
+
+    /// Reads a whole (non-streamed) response body, as
+    /// [`ChatStream::response_events`] does, into a stream made with
+    /// [`Framing::Response`]; for a caller that wants more of the stream
+    /// after it (its corrected text: [`ChatStream::finish_with_rewrites`]).
+    /// A body that is not JSON gets an error diagnostic
+    /// (`invalid_response_json`).
+    pub fn push_response(&mut self, body: &[u8], out: &mut Vec<SourceEvent>) {
+        read_response(self, body, out);
     }
 
     /// Pushes answer text of one choice directly, as if it came in
