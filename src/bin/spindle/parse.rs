@@ -240,11 +240,13 @@ pub(crate) enum Input {
     Auto,
     /// Model output as it is.
     Text,
-    /// A streamed chat-completions response body (SSE), as `curl -N`
-    /// prints it: each choice's content, reasoning and tool calls parsed,
-    /// with the stream's finish reasons, usage and truncation.
+    /// A streamed response body (SSE), as `curl -N` prints it: chat
+    /// completions (or Anthropic Messages, Responses); each choice's
+    /// content, reasoning and tool calls parsed, with the stream's finish
+    /// reasons, usage and truncation.
     Sse,
-    /// A whole (non-streamed) chat-completions response, JSON.
+    /// A whole (non-streamed) response, JSON: a chat completion (or an
+    /// Anthropic message, a Responses object).
     Json,
 }
 
