@@ -120,6 +120,11 @@ fn a_streamed_response_shows_its_choices() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("choice 1 finished: length"), "{stderr}");
 
+    let out = spindle(&["parse", "-", "--format", "pretty", "--choice", "2"], Some(SSE.as_bytes()));
+    assert!(out.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("the response has no choice 2 (it has 0, 1)"), "{stderr}");
+
     // `summary` counts the shown choice's parse.
     let summary = ok(&["parse", "-", "--format", "summary"], Some(SSE.as_bytes()));
     assert!(summary.contains("elements     3"), "{summary}");

@@ -283,6 +283,8 @@ struct Out {
     renderer: Renderer,
     state: Option<StateFile>,
     calls: Option<Calls>,
+    /// The choices a response has shown so far.
+    choices: std::collections::BTreeSet<u32>,
 }
 
 impl Out {
@@ -314,9 +316,11 @@ impl Out {
             } else {
                 report_stream(event);
             }
-            match event {
-                SourceEvent::Choice(c) if c.choice == choice => shown.push(c.event.clone()),
-                _ => {}
+            if let SourceEvent::Choice(c) = event {
+                self.choices.insert(c.choice);
+                if c.choice == choice {
+                    shown.push(c.event.clone());
+                }
             }
         }
         if self.renderer.format() == Format::Jsonl {
@@ -489,7 +493,7 @@ pub(crate) fn run(args: ParseArgs) -> Result<ExitCode> {
         Some(dir) => Some(Calls::new(&args, dir, registry.clone())?),
         None => None,
     };
-    let mut out = Out { renderer: Renderer::new(args.format, &registry), state, calls };
+    let mut out = Out { renderer: Renderer::new(args.format, &registry), state, calls, choices: Default::default() };
     let mut reader = Reader::new(input, registry, options, args.choice);
     while more {
         for chunk in buf.chunks(args.chunk_size.unwrap_or(buf.len()).max(1)) {
@@ -502,7 +506,15 @@ pub(crate) fn run(args: ParseArgs) -> Result<ExitCode> {
         more = blocks.next(&mut buf)?;
     }
     let bytes = reader.finish(&mut out)?;
-    let Out { mut renderer, state, calls } = out;
+    if input.is_response()
+        && args.format != Format::Jsonl
+        && !out.choices.is_empty()
+        && !out.choices.contains(&args.choice)
+    {
+        let seen: Vec<String> = out.choices.iter().map(u32::to_string).collect();
+        eprintln!("spindle: the response has no choice {} (it has {}); see --choice", args.choice, seen.join(", "));
+    }
+    let Out { mut renderer, state, calls, .. } = out;
     if let Some(mut calls) = calls {
         calls.finish(&mut renderer)?;
     }
