@@ -159,6 +159,12 @@ fn a_whole_response_is_read_from_a_json_file_or_with_input_json() {
         "<think>hm</think>Yes."
     );
 
+    // Past --max-response: one error line, exit code 2.
+    let out = spindle(&["parse", "--input", "json", "--max-response", "100"], Some(body.as_bytes()));
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("larger than 100 bytes (--max-response)"), "{stderr}");
+
     // Not a chat completion: one error line, exit code 2.
     let out = spindle(&["parse", "--input", "json"], Some(b"not json at all"));
     assert_eq!(out.status.code(), Some(2));

@@ -78,6 +78,10 @@ pub(crate) struct ParseArgs {
     /// choice's events, each with its `choice`).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub(crate) choice: u32,
+    /// Largest whole response (`--input json`, read to its end before it is
+    /// parsed), in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = 256 * 1024 * 1024)]
+    pub(crate) max_response: usize,
 }
 
 /// The tools of `--tools`: the calls are checked (observations of invalid
@@ -364,13 +368,16 @@ enum Reader {
     /// A whole response: read to the end, then parsed.
     Json {
         body: Vec<u8>,
+        /// `--max-response`.
+        limit: usize,
         options: Box<StreamOptions>,
         choice: u32,
     },
 }
 
 impl Reader {
-    fn new(input: Input, registry: Arc<Registry>, parser: ParserOptions, choice: u32) -> Reader {
+    fn new(input: Input, registry: Arc<Registry>, parser: ParserOptions, args: &ParseArgs) -> Reader {
+        let choice = args.choice;
         let options = || {
             let mut options = StreamOptions::with_registry((*registry).clone());
             options.parser = parser;
@@ -378,7 +385,9 @@ impl Reader {
         };
         match input {
             Input::Sse => Reader::Sse { tap: Box::new(StreamTap::new(options())), choice },
-            Input::Json => Reader::Json { body: Vec::new(), options: Box::new(options()), choice },
+            Input::Json => {
+                Reader::Json { body: Vec::new(), limit: args.max_response, options: Box::new(options()), choice }
+            }
             Input::Auto | Input::Text => Reader::Text(Box::new(Parser::with_options(registry.clone(), parser))),
         }
     }
@@ -402,7 +411,12 @@ impl Reader {
                     rewrite_choice(&mut out.renderer, tap.take_rewrites(), *choice)?;
                 }
             }
-            Reader::Json { body, .. } => body.extend_from_slice(bytes),
+            Reader::Json { body, limit, .. } => {
+                if body.len() + bytes.len() > *limit {
+                    bail!("the response is larger than {limit} bytes (--max-response); --input sse or text streams it");
+                }
+                body.extend_from_slice(bytes);
+            }
         }
         Ok(())
     }
@@ -424,7 +438,7 @@ impl Reader {
                 rewrite_choice(&mut out.renderer, end.rewrites, choice)?;
                 Ok(bytes)
             }
-            Reader::Json { body, mut options, choice } => {
+            Reader::Json { body, mut options, choice, .. } => {
                 serde_json::from_slice::<serde::de::IgnoredAny>(&body).context(
                     "the input is not a JSON response (read as one: a .json file, or --input json); \
                      --input text reads it as model text",
@@ -494,7 +508,7 @@ pub(crate) fn run(args: ParseArgs) -> Result<ExitCode> {
         None => None,
     };
     let mut out = Out { renderer: Renderer::new(args.format, &registry), state, calls, choices: Default::default() };
-    let mut reader = Reader::new(input, registry, options, args.choice);
+    let mut reader = Reader::new(input, registry, options, &args);
     while more {
         for chunk in buf.chunks(args.chunk_size.unwrap_or(buf.len()).max(1)) {
             reader.feed(chunk, &mut out)?;
