@@ -191,3 +191,26 @@ fn model_text_stays_text() {
     let content: String = as_text.iter().filter(|e| e["type"] == "delta").filter_map(|e| e["text"].as_str()).collect();
     assert!(content.contains("data: {"), "{as_text:?}");
 }
+
+#[test]
+fn a_native_call_in_a_stream_runs_with_execute() {
+    // `tool_calls` fragments, as an OpenAI-compatible server streams them,
+    // become a call that the tool runtime runs (a real Python script tool).
+    let sse = concat!(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Adding.\"}}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_1\",\"type\":\"function\",",
+        "\"function\":{\"name\":\"Math.Add\",\"arguments\":\"{\\\"a\\\": 2, \"}}]}}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"\\\"b\\\": 3}\"}}]}}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n",
+    );
+    let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/plugins/basic");
+    let plugins = plugins.to_string_lossy();
+    let events = lines(&ok(&["parse", "-", "--tools", &plugins, "--execute"], Some(sse.as_bytes())));
+    let result = events.iter().find(|e| e["type"] == "tool_result");
+    assert_eq!(
+        result.map(|r| (&r["tool_id"], &r["ok"], &r["result"])),
+        Some((&"Math.Add".into(), &true.into(), &5.into())),
+        "{events:?}"
+    );
+    assert_eq!(result.map(|r| &r["call_id"]), Some(&Value::from("call_1")));
+}
