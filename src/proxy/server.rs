@@ -200,7 +200,6 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], app.metrics.render()).into_response()
 }
 
-/// Everything that is not `/healthz` or `/metrics`.
 /// Phase 1, admit: only `/v1/*` is proxied, nothing new while shutting
 /// down, at most `max_streams` in flight. The permit lives as long as the
 /// response.
@@ -249,7 +248,8 @@ fn upstream_headers(app: &App, client: &HeaderMap, buffered: bool, endpoint: End
     headers
 }
 
-/// One proxied request, in named phases: admit ([`admit`]); read the
+/// Everything that is not `/healthz` or `/metrics`: one proxied request,
+/// in named phases: admit ([`admit`]); read the
 /// request body ([`read_body`]: buffered for model endpoints, tool calling
 /// prepared, or handed to the agent loop); send the upstream request and
 /// wait for its head ([`send_upstream`]); wait for the first body byte
