@@ -638,40 +638,8 @@ impl PartialEq<str> for DiagnosticCode {
     }
 }
 
-#[cfg(test)]
-mod code_tests {
-    use super::{DiagnosticCode, RepairKind};
-
-    /// Every value of a [`named_enum!`] serializes as its name, in snake
-    /// case, and parses back; an unknown name does not parse.
-    fn prints_and_parses_as_its_name<T>(all: &[T], as_str: fn(T) -> &'static str, from_name: fn(&str) -> Option<T>)
-    where
-        T: Copy + PartialEq + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
-    {
-        for &value in all {
-            let json = serde_json::to_string(&value).unwrap_or_default();
-            assert_eq!(json, format!("\"{}\"", as_str(value)));
-            assert_eq!(serde_json::from_str::<T>(&json).ok(), Some(value));
-            assert_eq!(from_name(as_str(value)), Some(value));
-            assert!(as_str(value).bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'));
-        }
-        assert_eq!(from_name("no_such_name"), None);
-        assert!(serde_json::from_str::<T>("\"no_such_name\"").is_err());
-    }
-
-    #[test]
-    fn every_repair_kind_prints_and_parses_as_its_name() {
-        prints_and_parses_as_its_name(RepairKind::ALL, RepairKind::as_str, RepairKind::from_name);
-    }
-
-    #[test]
-    fn every_code_prints_and_parses_as_its_name() {
-        prints_and_parses_as_its_name(DiagnosticCode::ALL, DiagnosticCode::as_str, DiagnosticCode::from_name);
-        assert_eq!(DiagnosticCode::MissingMandatory, "missing_mandatory");
-    }
-}
-
-/// What a payload parser returns for one element.
+/// What a payload parser returns for one element (the payload stage,
+/// [`crate::payload`], and the call parsers, [`crate::calls`], build it).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Payload {
     /// The typed payload (`null` when the tag has none).
@@ -706,5 +674,38 @@ impl Payload {
             message: message.into(),
         });
         Payload { value: serde_json::Value::Object(value), diagnostics, failed: true }
+    }
+}
+
+#[cfg(test)]
+mod code_tests {
+    use super::{DiagnosticCode, RepairKind};
+
+    /// Every value of a [`named_enum!`] serializes as its name, in snake
+    /// case, and parses back; an unknown name does not parse.
+    fn prints_and_parses_as_its_name<T>(all: &[T], as_str: fn(T) -> &'static str, from_name: fn(&str) -> Option<T>)
+    where
+        T: Copy + PartialEq + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
+    {
+        for &value in all {
+            let json = serde_json::to_string(&value).unwrap_or_default();
+            assert_eq!(json, format!("\"{}\"", as_str(value)));
+            assert_eq!(serde_json::from_str::<T>(&json).ok(), Some(value));
+            assert_eq!(from_name(as_str(value)), Some(value));
+            assert!(as_str(value).bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'));
+        }
+        assert_eq!(from_name("no_such_name"), None);
+        assert!(serde_json::from_str::<T>("\"no_such_name\"").is_err());
+    }
+
+    #[test]
+    fn every_repair_kind_prints_and_parses_as_its_name() {
+        prints_and_parses_as_its_name(RepairKind::ALL, RepairKind::as_str, RepairKind::from_name);
+    }
+
+    #[test]
+    fn every_code_prints_and_parses_as_its_name() {
+        prints_and_parses_as_its_name(DiagnosticCode::ALL, DiagnosticCode::as_str, DiagnosticCode::from_name);
+        assert_eq!(DiagnosticCode::MissingMandatory, "missing_mandatory");
     }
 }
