@@ -214,3 +214,50 @@ fn a_native_call_in_a_stream_runs_with_execute() {
     );
     assert_eq!(result.map(|r| &r["call_id"]), Some(&Value::from("call_1")));
 }
+
+/// Runs `spindle parse -` (jsonl) with stdin written in `pieces`, a pause
+/// after each, as a live stream arrives.
+fn live(pieces: &[&str]) -> Vec<Value> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_spindle"))
+        .args(["parse", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn spindle: {e}"));
+    let mut pipe = child.stdin.take().unwrap_or_else(|| panic!("stdin"));
+    for piece in pieces {
+        pipe.write_all(piece.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+        pipe.flush().unwrap_or_else(|e| panic!("{e}"));
+        std::thread::sleep(std::time::Duration::from_millis(150));
+    }
+    drop(pipe);
+    let out = child.wait_with_output().unwrap_or_else(|e| panic!("wait: {e}"));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    lines(&String::from_utf8_lossy(&out.stdout))
+}
+
+#[test]
+fn a_live_stream_is_told_apart_when_its_first_read_cannot_tell() {
+    // Gateways send a comment first (`: OPENROUTER PROCESSING`), and a
+    // first read may end inside a field name: auto waits for a line that
+    // decides.
+    let rest = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+    for first in [": PROCESSING\n\n", ":", "da", "\n"] {
+        let second = match first {
+            "da" => rest[2..].to_string(),
+            ":" => format!(" keep-alive\n\n{rest}"),
+            _ => rest.to_string(),
+        };
+        let events = live(&[first, &second]);
+        assert!(events.iter().any(|e| e["type"] == "finish"), "first read {first:?}: {events:?}");
+        let text: String = events.iter().filter(|e| e["type"] == "delta").filter_map(|e| e["text"].as_str()).collect();
+        assert_eq!(text, "Hi", "first read {first:?}");
+    }
+    // Text whose first line only looks like a comment is text, and so is
+    // input of nothing but comments.
+    for text in [":)\nhello <b>there</b>\n", ": just a colon line\n"] {
+        let events = live(&[text]);
+        assert!(events.iter().all(|e| e.get("choice").is_none()), "{text:?}: {events:?}");
+    }
+}

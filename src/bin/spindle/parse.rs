@@ -223,6 +223,10 @@ impl StateFile {
 /// How much of a file `parse` reads and feeds at a time.
 const FILE_BLOCK: usize = 64 * 1024;
 
+/// Most bytes `--input auto` reads before it decides (only comments and
+/// blank lines so far): then it reads text.
+const DECIDE: usize = 64 * 1024;
+
 /// Resolves `--profile` / `--registry` into a registry.
 pub(crate) fn load_registry(profile: &str, file: Option<&PathBuf>) -> Result<Registry> {
     if let Some(path) = file {
@@ -256,24 +260,37 @@ pub(crate) enum Input {
 
 impl Input {
     /// The input kind `auto` stands for, judged by the file's name and the
-    /// first bytes read.
-    fn resolve(self, file: Option<&Path>, first: &[u8]) -> Input {
+    /// first bytes read (`ended`: they are all there is); `None` while
+    /// those bytes cannot tell yet (a live stream's first read may hold
+    /// only a comment, `: PROCESSING`, or part of a field name).
+    fn resolve(self, file: Option<&Path>, first: &[u8], ended: bool) -> Option<Input> {
+        const FIELDS: [&[u8]; 4] = [b"data:", b"event:", b"id:", b"retry:"];
         if self != Input::Auto {
-            return self;
+            return Some(self);
         }
-        let first = first.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(first);
-        // The first line that is neither blank nor an SSE comment (`: ping`)
-        // names a field; text that only starts like a comment (`:)`) has no
-        // such line after it.
-        let line = first.split(|&b| b == b'\n').map(<[u8]>::trim_ascii).find(|l| !l.is_empty() && !l.starts_with(b":"));
-        if line.is_some_and(|l| [&b"data:"[..], b"event:", b"id:", b"retry:"].iter().any(|field| l.starts_with(field)))
-        {
-            return Input::Sse;
-        }
-        match file.and_then(Path::extension) {
+        let not_sse = || match file.and_then(Path::extension) {
             Some(ext) if ext.eq_ignore_ascii_case("json") => Input::Json,
             _ => Input::Text,
+        };
+        let first = first.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(first);
+        let mut lines = first.split(|&b| b == b'\n').peekable();
+        while let Some(line) = lines.next() {
+            // The last piece has no newline after it yet: more may follow.
+            let whole = lines.peek().is_some() || ended;
+            let line = line.trim_ascii();
+            if line.is_empty() || (line.starts_with(b":") && whole) {
+                continue; // blank, or an SSE comment (`: ping`)
+            }
+            if FIELDS.iter().any(|field| line.starts_with(field)) {
+                return Some(Input::Sse);
+            }
+            // `da`, or `:` so far: the rest of the line decides.
+            let open = line.starts_with(b":") || FIELDS.iter().any(|field| field.starts_with(line));
+            return if whole || !open { Some(not_sse()) } else { None };
         }
+        // Only blank lines and comments so far; text that merely starts
+        // like a comment (`:)`) has a line of its own after it.
+        ended.then(not_sse)
     }
 
     /// Whether the input is a response as an API sends it.
@@ -495,8 +512,20 @@ pub(crate) fn run(args: ParseArgs) -> Result<ExitCode> {
         None => Blocks::Stdin(std::io::stdin().lock()),
     };
     let mut buf = Vec::new();
+    // Enough of the input to tell what it is (a block, or a little more of
+    // a live stream), at most `DECIDE` bytes.
     let mut more = blocks.next(&mut buf)?;
-    let input = args.input.resolve(file, &buf);
+    let input = loop {
+        if let Some(input) = args.input.resolve(file, &buf, !more) {
+            break input;
+        }
+        if buf.len() >= DECIDE {
+            break args.input.resolve(file, &buf, true).unwrap_or(Input::Text);
+        }
+        let mut next = Vec::new();
+        more = blocks.next(&mut next)?;
+        buf.extend_from_slice(&next);
+    };
     let registry = Arc::new(match named {
         Some(registry) => registry,
         // A response as an API sends it is read as the proxy and `replay`
@@ -509,13 +538,17 @@ pub(crate) fn run(args: ParseArgs) -> Result<ExitCode> {
     };
     let mut out = Out { renderer: Renderer::new(args.format, &registry), state, calls, choices: Default::default() };
     let mut reader = Reader::new(input, registry, options, &args);
-    while more {
+    // `buf` holds what was read; `more`: whether reading may go on.
+    while !buf.is_empty() {
         for chunk in buf.chunks(args.chunk_size.unwrap_or(buf.len()).max(1)) {
             reader.feed(chunk, &mut out)?;
         }
         if matches!(blocks, Blocks::Stdin(_)) {
             // A live input: its events are out before the next read waits.
             out.renderer.flush()?;
+        }
+        if !more {
+            break;
         }
         more = blocks.next(&mut buf)?;
     }
