@@ -6,16 +6,21 @@
 use serde_json::Value;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 
-fn spindle(args: &[&str], stdin: Option<&[u8]>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_spindle"))
+/// `spindle ARGS` with every standard stream piped.
+fn start(args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_spindle"))
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap_or_else(|e| panic!("spawn spindle: {e}"));
+        .unwrap_or_else(|e| panic!("spawn spindle: {e}"))
+}
+
+fn spindle(args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut child = start(args);
     let mut pipe = child.stdin.take().unwrap_or_else(|| panic!("stdin"));
     let input = stdin.unwrap_or_default().to_vec();
     let writer = std::thread::spawn(move || {
@@ -218,13 +223,7 @@ fn a_native_call_in_a_stream_runs_with_execute() {
 /// Runs `spindle parse -` (jsonl) with stdin written in `pieces`, a pause
 /// after each, as a live stream arrives.
 fn live(pieces: &[&str]) -> Vec<Value> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_spindle"))
-        .args(["parse", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn spindle: {e}"));
+    let mut child = start(&["parse", "-"]);
     let mut pipe = child.stdin.take().unwrap_or_else(|| panic!("stdin"));
     for piece in pieces {
         pipe.write_all(piece.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
