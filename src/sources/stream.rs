@@ -205,7 +205,7 @@ impl EventStream {
                 if let Some(message) = transport_error {
                     stream.push_transport_error(&message, &mut out);
                 } else if !overflowed {
-                    super::model::read_response(&mut stream, &buf, &mut out);
+                    stream.push_response(&buf, &mut out);
                 }
                 stream.finish_into(&mut out);
             }

@@ -235,7 +235,7 @@ pub fn replay_in_reads(kind: TranscriptKind, bytes: &[u8], options: &StreamOptio
                 Value::Object(map) if is_response(map) => {
                     let mut stream = ChatStream::new(with_framing(options, Framing::Response));
                     let mut events = Vec::new();
-                    super::model::read_response(&mut stream, bytes, &mut events);
+                    stream.push_response(bytes, &mut events);
                     stream.finish_into(&mut events);
                     one(events)
                 }

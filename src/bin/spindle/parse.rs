@@ -2,7 +2,7 @@
 
 use crate::render::{Format, Renderer};
 use anyhow::{Context, Result, bail};
-use spindle::event::Event;
+use spindle::event::{DiagnosticCode, Event};
 use spindle::sources::{ChatStream, FinishReason, Framing, SourceEvent, StreamOptions, StreamTap};
 use spindle::tools::collect::CallCollector;
 use spindle::tools::{McpPool, Runner, RunnerOptions, ToolConfig, ToolEvent};
@@ -456,16 +456,24 @@ impl Reader {
                 Ok(bytes)
             }
             Reader::Json { body, mut options, choice, .. } => {
-                serde_json::from_slice::<serde::de::IgnoredAny>(&body).context(
-                    "the input is not a JSON response (read as one: a .json file, or --input json); \
-                     --input text reads it as model text",
-                )?;
                 options.framing = Framing::Response;
                 let mut stream = ChatStream::new(*options);
                 let mut events = Vec::new();
                 // A chat completion, or another API's response (Anthropic
                 // Messages, Responses): what `replay` reads.
                 stream.push_response(&body, &mut events);
+                // A body that is not JSON at all is the wrong input, not a
+                // response with a problem.
+                if let Some(d) = events.iter().find_map(|e| match e {
+                    SourceEvent::Diagnostic(d) if d.code == DiagnosticCode::InvalidResponseJson => Some(d),
+                    _ => None,
+                }) {
+                    bail!(
+                        "the input is not a JSON response (read as one: a .json file, or --input json); \
+                         --input text reads it as model text: {}",
+                        d.message
+                    );
+                }
                 let rewrites = stream.finish_with_rewrites(&mut events);
                 out.source_events(&events, choice)?;
                 rewrite_choice(&mut out.renderer, rewrites, choice)?;

@@ -1250,7 +1250,26 @@ impl ChatStream {
     /// A body that is not JSON gets an error diagnostic
     /// (`invalid_response_json`).
     pub fn push_response(&mut self, body: &[u8], out: &mut Vec<SourceEvent>) {
-        read_response(self, body, out);
+        match serde_json::from_slice::<ChatChunk>(body) {
+            Ok(chunk) => self.push_chunk(&chunk, out),
+            Err(_) if serde_json::from_slice::<serde_json::Value>(body).is_ok() => {
+                // Valid JSON with fields of unexpected types: the stream model
+                // coerces them and says so.
+                let text = crate::scan::text_lossy(body);
+                self.push_data("message", &text, 0, out);
+            }
+            Err(e) => {
+                let text = crate::scan::text_lossy(body);
+                out.push(SourceEvent::Diagnostic(Diagnostic {
+                    level: Level::Error,
+                    code: DiagnosticCode::InvalidResponseJson,
+                    tag: None,
+                    element: None,
+                    at: None,
+                    message: format!("the response body is not a JSON chat completion ({e}): {}", excerpt(&text, 200)),
+                }));
+            }
+        }
     }
 
     /// Pushes answer text of one choice directly, as if it came in
@@ -1615,28 +1634,4 @@ fn cut_text(text: &str, max: usize) -> &str {
         end -= 1;
     }
     &text[..end]
-}
-
-/// Parses a whole response body into `stream`.
-pub(crate) fn read_response(stream: &mut ChatStream, body: &[u8], out: &mut Vec<SourceEvent>) {
-    match serde_json::from_slice::<ChatChunk>(body) {
-        Ok(chunk) => stream.push_chunk(&chunk, out),
-        Err(_) if serde_json::from_slice::<serde_json::Value>(body).is_ok() => {
-            // Valid JSON with fields of unexpected types: the stream model
-            // coerces them and says so.
-            let text = crate::scan::text_lossy(body);
-            stream.push_data("message", &text, 0, out);
-        }
-        Err(e) => {
-            let text = crate::scan::text_lossy(body);
-            out.push(SourceEvent::Diagnostic(Diagnostic {
-                level: Level::Error,
-                code: DiagnosticCode::InvalidResponseJson,
-                tag: None,
-                element: None,
-                at: None,
-                message: format!("the response body is not a JSON chat completion ({e}): {}", excerpt(&text, 200)),
-            }));
-        }
-    }
 }
