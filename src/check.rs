@@ -95,27 +95,16 @@ fn events_of(registry: &Arc<Registry>, options: ParserOptions, input: &[u8], chu
     rewritten(registry, options, input, chunk).0
 }
 
-/// [`events_of`], and the corrected text when `options` ask for it.
-fn rewritten(registry: &Arc<Registry>, options: ParserOptions, input: &[u8], chunk: usize) -> (Vec<Event>, Vec<u8>) {
-    let mut p = Parser::with_options(registry.clone(), options);
-    let mut events = Vec::new();
-    let mut text = Vec::new();
-    for c in input.chunks(chunk.max(1)) {
-        p.feed_into(c, &mut events);
-        text.extend(p.take_rewrite());
-    }
-    let (last, rest) = p.finish_with_rewrite();
-    events.extend(last);
-    text.extend(rest);
-    (events, text)
-}
-
-/// The events of `input` fed `chunk` bytes at a time, the corrected text
-/// with call text left out ([`crate::CallText::Omit`], as the proxy's tool
-/// calling asks), and where call elements ended in it (element id, offset
-/// in the whole text).
-fn omitted(registry: &Arc<Registry>, input: &[u8], chunk: usize) -> (Vec<Event>, Vec<u8>, Vec<(u32, usize)>) {
-    let options = ParserOptions { rewrite: true, call_text: crate::CallText::Omit, ..ParserOptions::default() };
+/// [`events_of`], and the corrected text when `options` ask for it, with
+/// where call elements ended in it (element id, offset in the whole text;
+/// marked only when call text is left out, [`crate::CallText::Omit`], as
+/// the proxy's tool calling asks).
+fn rewritten(
+    registry: &Arc<Registry>,
+    options: ParserOptions,
+    input: &[u8],
+    chunk: usize,
+) -> (Vec<Event>, Vec<u8>, Vec<(u32, usize)>) {
     let mut p = Parser::with_options(registry.clone(), options);
     let (mut events, mut text, mut marks, mut piece) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut take = |bytes: Vec<u8>, piece: &mut Vec<(u32, usize)>, text: &mut Vec<u8>| {
@@ -147,7 +136,7 @@ fn omitted(registry: &Arc<Registry>, input: &[u8], chunk: usize) -> (Vec<Event>,
 pub fn split_invariance(selector: u8, input: &[u8]) -> Result<(), String> {
     let Selected { name: profile, registry, chunk, input } = selected(selector, input)?;
     let run = |size: usize| {
-        let (events, text) =
+        let (events, text, _) =
             rewritten(&registry, ParserOptions { rewrite: true, ..ParserOptions::default() }, input, size);
         (coalesce(events), text)
     };
@@ -169,8 +158,9 @@ pub fn split_invariance(selector: u8, input: &[u8]) -> Result<(), String> {
             return Err(format!("element {} has span {:?} outside the input", el.id, el.span));
         }
     }
-    let (events, text, marks) = omitted(&registry, input, input.len());
-    let (split_events, split_text, split_marks) = omitted(&registry, input, chunk);
+    let omit = ParserOptions { rewrite: true, call_text: crate::CallText::Omit, ..ParserOptions::default() };
+    let (events, text, marks) = rewritten(&registry, omit, input, input.len());
+    let (split_events, split_text, split_marks) = rewritten(&registry, omit, input, chunk);
     if coalesce(events) != coalesce(split_events) {
         return Err(format!("profile {profile}, call text left out: chunk {chunk} differs from whole input"));
     }
