@@ -329,18 +329,18 @@ impl Out {
 
     /// A stream's events: every one as a JSON line (`jsonl`), the shown
     /// choice's parse for the rest; trouble with the stream on stderr.
-    fn source_events(&mut self, events: &[SourceEvent], choice: u32) -> Result<()> {
+    fn source_events(&mut self, events: Vec<SourceEvent>, choice: u32) -> Result<()> {
         let mut shown = Vec::new();
         for event in events {
             if self.renderer.format() == Format::Jsonl {
-                self.renderer.source_line(event)?;
+                self.renderer.source_line(&event)?;
             } else {
-                report_stream(event);
+                report_stream(&event);
             }
             if let SourceEvent::Choice(c) = event {
                 self.choices.insert(c.choice);
                 if c.choice == choice {
-                    shown.push(c.event.clone());
+                    shown.push(c.event);
                 }
             }
         }
@@ -423,7 +423,7 @@ impl Reader {
             Reader::Sse { tap, choice } => {
                 let mut events = Vec::new();
                 tap.feed_into(bytes, &mut events);
-                out.source_events(&events, *choice)?;
+                out.source_events(events, *choice)?;
                 if out.renderer.wants_rewrite() {
                     rewrite_choice(&mut out.renderer, tap.take_rewrites(), *choice)?;
                 }
@@ -451,7 +451,7 @@ impl Reader {
             Reader::Sse { tap, choice } => {
                 let bytes = tap.offset();
                 let end = tap.finish_frames();
-                out.source_events(&end.events, choice)?;
+                out.source_events(end.events, choice)?;
                 rewrite_choice(&mut out.renderer, end.rewrites, choice)?;
                 Ok(bytes)
             }
@@ -475,7 +475,7 @@ impl Reader {
                     );
                 }
                 let rewrites = stream.finish_with_rewrites(&mut events);
-                out.source_events(&events, choice)?;
+                out.source_events(events, choice)?;
                 rewrite_choice(&mut out.renderer, rewrites, choice)?;
                 Ok(body.len())
             }
