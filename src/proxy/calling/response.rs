@@ -65,23 +65,18 @@ pub(crate) struct CallConverter {
 }
 
 impl CallConverter {
-    /// A converter checking calls against `catalog`.
-    pub(crate) fn new(registry: Arc<Registry>, catalog: Arc<ToolCatalog>, invalid: InvalidCalls) -> CallConverter {
-        CallConverter { registry, catalog, invalid, choices: Vec::new() }
-    }
-
-    /// The converter of a response to a request with `tools`, and `options`
-    /// set to parse as it needs: call text left out of the content (the
-    /// calls go out as `tool_calls` or observations instead). The one way
-    /// the server and its self-check set up tool calling, so that the check
-    /// runs what the server runs.
+    /// The converter of a response to a request with `tools` (its calls
+    /// checked against `catalog`), and `options` set to parse as it needs:
+    /// call text left out of the content (the calls go out as `tool_calls`
+    /// or observations instead). The one way the server and its self-check
+    /// set up tool calling, so that the check runs what the server runs.
     pub(crate) fn attach(
         options: &mut StreamOptions,
         catalog: Arc<ToolCatalog>,
         invalid: InvalidCalls,
     ) -> CallConverter {
         options.parser.call_text = CallText::Omit;
-        CallConverter::new(options.registry.clone(), catalog, invalid)
+        CallConverter { registry: options.registry.clone(), catalog, invalid, choices: Vec::new() }
     }
 
     /// How many calls a choice has made (sent as `tool_calls`).
