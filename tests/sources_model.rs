@@ -697,13 +697,88 @@ fn anthropic_messages_stream() {
             (0, Channel::Content, "content".into(), "Let me check.".into()),
         ]
     );
-    assert_eq!(finishes(&events), [(0, "tool_use".into())]);
+    // `tool_use` is Anthropic's word for `tool_calls`.
+    assert_eq!(finishes(&events), [(0, "tool_calls".into())]);
     assert!(truncations(&events).is_empty(), "message_stop is a clean end");
     let last_usage = events.iter().rev().find_map(|e| match e {
         SourceEvent::Usage { usage } => Some(usage.clone()),
         _ => None,
     });
     assert_eq!(last_usage, Some(json!({"input_tokens": 5, "output_tokens": 9})));
+}
+
+#[test]
+fn other_apis_words_for_a_finish_reason_read_as_the_chat_one() {
+    for (word, reason) in [
+        ("end_turn", FinishReason::Stop),
+        ("stop_sequence", FinishReason::Stop),
+        ("max_tokens", FinishReason::Length),
+        ("max_output_tokens", FinishReason::Length),
+        ("model_context_window_exceeded", FinishReason::Length),
+        ("tool_use", FinishReason::ToolCalls),
+        ("tool-calls", FinishReason::ToolCalls),
+        ("refusal", FinishReason::ContentFilter),
+        ("guardrail_intervened", FinishReason::ContentFilter),
+        ("content-filter", FinishReason::ContentFilter),
+    ] {
+        assert_eq!(FinishReason::parse(word), reason, "{word}");
+    }
+    // An Anthropic stream cut by its token limit ends with `length`, as
+    // a chat completion's would.
+    let body = concat!(
+        "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"The answer is\"}}\n\n",
+        "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"max_tokens\"}}\n\n",
+        "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+    );
+    assert_eq!(finishes(&sse(body)), [(0, "length".into())]);
+}
+
+#[test]
+fn bedrock_converse_response() {
+    let response = json!({
+        "metrics": {"latencyMs": 812},
+        "output": {"message": {"role": "assistant", "content": [
+            {"reasoningContent": {"reasoningText": {"text": "Need the weather.", "signature": "c2ln"}}},
+            {"reasoningContent": {"redactedContent": "AAAA"}},
+            {"text": "Checking."},
+            {"toolUse": {"toolUseId": "tooluse_1", "name": "weather", "input": {"city": "Rome"}}},
+            {"image": {"format": "png", "source": {"bytes": "AAAA"}}}
+        ]}},
+        "stopReason": "tool_use",
+        "usage": {"inputTokens": 12, "outputTokens": 30, "totalTokens": 42}
+    });
+    let mut stream = ChatStream::new(StreamOptions::default());
+    let mut events = Vec::new();
+    stream.push_response(response.to_string().as_bytes(), &mut events);
+    stream.finish_into(&mut events);
+    assert_eq!(
+        elements(&events),
+        [
+            (0, Channel::Reasoning, "thought".into(), "Need the weather.".into()),
+            (0, Channel::ToolCalls, "tool_call".into(), "{\"city\":\"Rome\"}".into()),
+            (0, Channel::Content, "content".into(), "Checking.".into()),
+        ]
+    );
+    let call = &payloads(&events, "tool_call")[0];
+    assert_eq!((&call["id"], &call["name"]), (&json!("tooluse_1"), &json!("weather")));
+    assert_eq!(finishes(&events), [(0, "tool_calls".into())]);
+    assert!(truncations(&events).is_empty(), "a whole response is complete");
+    assert!(diagnostics(&events).contains(&"redacted_thinking".to_string()), "{:?}", diagnostics(&events));
+    assert!(!diagnostics(&events).contains(&"unrecognized_chunk".to_string()));
+    assert!(events.iter().any(|e| matches!(e, SourceEvent::Usage { usage } if usage["totalTokens"] == 42)));
+
+    // Cut by the token limit, and stopped by a guardrail.
+    for (stop, reason) in [("max_tokens", "length"), ("guardrail_intervened", "content_filter")] {
+        let response =
+            json!({"output": {"message": {"role": "assistant", "content": [{"text": "Par"}]}}, "stopReason": stop});
+        let mut stream = ChatStream::new(StreamOptions::default());
+        let mut events = Vec::new();
+        stream.push_response(response.to_string().as_bytes(), &mut events);
+        stream.finish_into(&mut events);
+        assert_eq!(finishes(&events), [(0, reason.into())]);
+        assert_eq!(elements(&events), [(0, Channel::Content, "content".into(), "Par".into())]);
+    }
 }
 
 #[test]

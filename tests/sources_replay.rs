@@ -261,6 +261,52 @@ fn recorded_tree_replays_and_keeps_every_content_byte() {
     assert!(checked > 1000, "only {checked} choices checked");
 }
 
+/// The recorded Bedrock Converse responses (pydantic-ai's cassettes) are
+/// read, not skipped: each gives its answer or its tool call, and a finish
+/// reason in the chat's words.
+#[test]
+fn recorded_bedrock_converse_responses_are_read() {
+    let Some(dir) = recorded() else { return };
+    let mut files = Vec::new();
+    files_under(&dir.join("pydantic-ai-cassettes/bodies"), &mut files);
+    files.retain(|p| p.to_string_lossy().contains("test_bedrock__") && p.extension().is_some_and(|x| x == "json"));
+    assert!(files.len() >= 6, "only {} Bedrock responses", files.len());
+    for path in &files {
+        let (_, _, streams) =
+            replay_path(path, &StreamOptions::default()).unwrap_or_else(|| panic!("{} was skipped", path.display()));
+        let events = &streams[0].events;
+        let finish = events.iter().find_map(|e| match e {
+            SourceEvent::Finish { reason, .. } => Some(reason.as_str().to_string()),
+            _ => None,
+        });
+        assert!(matches!(finish.as_deref(), Some("stop" | "tool_calls")), "{}: {finish:?}", path.display());
+        let tags: Vec<String> = events
+            .iter()
+            .filter_map(|e| match e {
+                SourceEvent::Choice(c) => match &c.event {
+                    spindle::event::Event::Element(el) => Some(el.tag.to_string()),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect();
+        // (One answer opens a `<think>` it never closes: a thought.)
+        assert!(!tags.is_empty(), "{}: no element", path.display());
+        assert!(
+            !events.iter().any(|e| matches!(e, SourceEvent::Diagnostic(d) if d.code.as_str() == "unrecognized_chunk")),
+            "{}",
+            path.display()
+        );
+        if finish.as_deref() == Some("tool_calls") {
+            assert!(
+                tags.iter().any(|t| t == "tool_call"),
+                "{}: tool_calls without a tool_call element",
+                path.display()
+            );
+        }
+    }
+}
+
 /// Every event of every recorded stream (and of the bundled corpora)
 /// writes the JSON that serde writes for it: `SourceEvent::write_json` is
 /// the fast form of the same contract (`spindle replay --format jsonl`).

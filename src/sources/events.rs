@@ -56,18 +56,35 @@ pub enum FinishReason {
     ContentFilter,
     /// `function_call`: legacy function calling.
     FunctionCall,
-    /// Any other string (`end_turn`, `error`, `eos`, ...).
+    /// Any other string (`pause_turn`, `error`, `eos`, ...).
     Other(String),
 }
 
 impl FinishReason {
-    /// Reads a `finish_reason` string.
+    /// Reads a `finish_reason` string, or another API's word for the same
+    /// reason, so that a cut-off answer reads as [`FinishReason::Length`]
+    /// whichever API sent it:
+    ///
+    /// | reason | also read from |
+    /// | --- | --- |
+    /// | `stop` | `end_turn`, `stop_sequence` (Anthropic Messages, Bedrock Converse), `completed` (a Responses API status) |
+    /// | `length` | `max_tokens` (Anthropic, Bedrock), `max_output_tokens` (Responses), `model_context_window_exceeded` (Anthropic, Bedrock) |
+    /// | `tool_calls` | `tool_use` (Anthropic, Bedrock), `tool-calls` (Vercel AI SDK) |
+    /// | `content_filter` | `refusal` (Anthropic), `content_filtered`, `guardrail_intervened` (Bedrock), `content-filter` (Vercel AI SDK) |
+    ///
+    /// ```
+    /// use spindle::sources::FinishReason;
+    /// assert_eq!(FinishReason::parse("max_tokens"), FinishReason::Length);
+    /// assert_eq!(FinishReason::parse("eos").as_str(), "eos");
+    /// ```
     pub fn parse(text: &str) -> FinishReason {
         match text {
-            "stop" => FinishReason::Stop,
-            "length" => FinishReason::Length,
-            "tool_calls" => FinishReason::ToolCalls,
-            "content_filter" => FinishReason::ContentFilter,
+            "stop" | "end_turn" | "stop_sequence" | "completed" => FinishReason::Stop,
+            "length" | "max_tokens" | "max_output_tokens" | "model_context_window_exceeded" => FinishReason::Length,
+            "tool_calls" | "tool_use" | "tool-calls" => FinishReason::ToolCalls,
+            "content_filter" | "content-filter" | "refusal" | "content_filtered" | "guardrail_intervened" => {
+                FinishReason::ContentFilter
+            }
             "function_call" => FinishReason::FunctionCall,
             other => FinishReason::Other(other.to_string()),
         }

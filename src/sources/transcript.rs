@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | [`TranscriptKind::Sse`] | `.sse`, `.bin`, `.sse.txt`, or a body whose first line is an SSE field | one SSE stream |
 //! | [`TranscriptKind::ChunkLines`] | `.chunks.txt` (or any text) with one JSON chunk per line | one stream, no `[DONE]` expected |
-//! | [`TranscriptKind::Json`] | `.json`: a `chat.completion` (or Anthropic / Responses) response, an error body, or an array of string tokens | one response, or the tokens fed one by one |
+//! | [`TranscriptKind::Json`] | `.json`: a `chat.completion` (or Anthropic / Responses / Bedrock Converse) response, an error body, or an array of string tokens | one response, or the tokens fed one by one |
 //! | [`TranscriptKind::JsonLines`] | `.jsonl`: records with a `text` field, or chunks | one plain-text stream per record |
 //! | [`TranscriptKind::Text`] | anything else that is text | the Filament parser directly |
 //!
@@ -31,8 +31,8 @@
 //!   [`CheckResult::Mismatch`]: content lost or invented.
 
 use super::events::{Channel, SourceEvent};
-use super::model::excerpt;
 use super::model::{ChatStream, Framing, StreamOptions};
+use super::model::{excerpt, is_converse};
 use super::tap::StreamTap;
 use crate::event::DiagnosticCode;
 use crate::event::Event;
@@ -283,6 +283,7 @@ fn is_response(map: &serde_json::Map<String, Value>) -> bool {
         || object == "text_completion"
         || object == "response"
         || kind == "message"
+        || is_converse(map)
         || (map.contains_key("error") && map.len() <= 3)
 }
 
@@ -345,6 +346,13 @@ fn payload_content(v: &Value, map: &mut BTreeMap<u32, String>) {
             }
         }
         _ => {}
+    }
+    if let Some(output) = v.as_object().filter(|o| is_converse(o)).and_then(|o| o.get("output")) {
+        for block in
+            output.get("message").and_then(|m| m.get("content")).and_then(Value::as_array).into_iter().flatten()
+        {
+            push_text(map, 0, block.get("text").and_then(Value::as_str).unwrap_or(""));
+        }
     }
     if v.get("object").and_then(Value::as_str) == Some("response") {
         for item in v.get("output").and_then(Value::as_array).into_iter().flatten() {

@@ -8,7 +8,11 @@
 //! * the OpenAI Responses API (`response.output_text.delta`,
 //!   `response.reasoning_text.delta`, `response.function_call_arguments.delta`,
 //!   `response.completed`, ...);
-//! * the Vercel AI SDK UI stream (`text-delta`, `reasoning-delta`, `finish`).
+//! * the Vercel AI SDK UI stream (`text-delta`, `reasoning-delta`, `finish`);
+//! * a whole Amazon Bedrock Converse response (`output.message.content`
+//!   with `text`, `reasoningContent` and `toolUse` blocks, `stopReason`,
+//!   `usage`). Its stream (`ConverseStream`) is AWS's binary event stream,
+//!   not SSE, and is not read.
 //!
 //! This module owns only the mapping of those event objects onto choice
 //! operations (text, reasoning, tool-call fragments, finish); everything
@@ -53,6 +57,10 @@ fn index_of(v: &Value, key: &str) -> Option<u32> {
 pub(super) fn push(stream: &mut ChatStream, chunk: &ChatChunk, out: &mut Vec<SourceEvent>) -> bool {
     // The whole object, typed fields (`usage`, `error`) included.
     let whole = || serde_json::to_value(chunk).unwrap_or(Value::Null);
+    if is_converse(&chunk.extra) {
+        converse(stream, &whole(), out);
+        return true;
+    }
     if chunk.object() == Some("response") && chunk.type_field().is_none() {
         responses_object(stream, &whole(), out);
         return true;
@@ -255,6 +263,44 @@ fn anthropic_message(stream: &mut ChatStream, v: &Value, out: &mut Vec<SourceEve
         }
         let reason = str_of(v, "stop_reason").unwrap_or("end_turn");
         c.finish(Some(FinishReason::parse(reason)));
+    });
+    stream.dialect_mut().ended = true;
+    if let Some(usage) = v.get("usage") {
+        stream.push_usage(usage, out);
+    }
+}
+
+/// Whether an object is a Bedrock Converse response: an `output` holding a
+/// `message`.
+pub(crate) fn is_converse(object: &serde_json::Map<String, Value>) -> bool {
+    object.get("output").and_then(|o| o.get("message")).is_some_and(Value::is_object)
+}
+
+/// A whole Bedrock Converse response.
+fn converse(stream: &mut ChatStream, v: &Value, out: &mut Vec<SourceEvent>) {
+    let message = v.get("output").and_then(|o| o.get("message"));
+    let blocks = message.and_then(|m| m.get("content")).and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
+    stream.with_choice(0, out, |c| {
+        for (i, block) in blocks.iter().enumerate() {
+            if let Some(text) = str_of(block, "text") {
+                c.content(text);
+            } else if let Some(reasoning) = block.get("reasoningContent") {
+                match reasoning.get("reasoningText").and_then(|r| str_of(r, "text")) {
+                    Some(text) => c.reasoning(text, "reasoningContent"),
+                    None => c.diagnostic(
+                        Level::Info,
+                        DiagnosticCode::RedactedThinking,
+                        "a redacted reasoning block carries no readable text".to_string(),
+                    ),
+                }
+                c.end_reasoning();
+            } else if let Some(call) = block.get("toolUse") {
+                let index = u32::try_from(i).ok();
+                c.tool_call(index, str_of(call, "toolUseId"), str_of(call, "name"), call.get("input"), "toolUse");
+                c.end_tool_call();
+            }
+        }
+        c.finish(Some(FinishReason::parse(str_of(v, "stopReason").unwrap_or("end_turn"))));
     });
     stream.dialect_mut().ended = true;
     if let Some(usage) = v.get("usage") {

@@ -8,10 +8,13 @@
 //! `[DONE]` and truncation. It does no I/O and knows nothing of SSE framing
 //! ([`super::sse`]) or HTTP ([`super::stream`], [`super::client`]).
 //! The rules are documented on [`ChatStream`]. Other streaming dialects
-//! (Anthropic Messages, OpenAI Responses, the Vercel AI SDK's UI stream)
-//! are read into the same choices by its child module `dialects`.
+//! (Anthropic Messages, OpenAI Responses, the Vercel AI SDK's UI stream,
+//! a Bedrock Converse response) are read into the same choices by its
+//! child module `dialects`.
 
 mod dialects;
+
+pub(crate) use dialects::is_converse;
 
 use super::chunk::{ChatChunk, Choice, Content, Delta, FunctionDelta, ToolCallDelta};
 use super::events::{Channel, ChoiceEvent, ErrorOrigin, FinishReason, SourceEvent, Truncation};
@@ -1222,8 +1225,8 @@ impl ChatStream {
     }
 
     /// All events of a whole (non-streamed) response body: a
-    /// `chat.completion`, an Anthropic message, a Responses API object or
-    /// an error body. The options' framing is set to [`Framing::Response`].
+    /// `chat.completion`, an Anthropic message, a Responses API object, a
+    /// Bedrock Converse response or an error body. The options' framing is set to [`Framing::Response`].
     ///
     /// ```
     /// use spindle::sources::{ChatStream, StreamOptions};
@@ -1303,8 +1306,10 @@ impl ChatStream {
         {
             self.response = Some((model.to_string(), chunk.id().unwrap_or_default().to_string()));
         }
-        let other_dialect =
-            chunk.choices.is_absent() && (chunk.type_field().is_some() || chunk.object() == Some("response"));
+        let other_dialect = chunk.choices.is_absent()
+            && (chunk.type_field().is_some()
+                || chunk.object() == Some("response")
+                || dialects::is_converse(&chunk.extra));
         let chat = !chunk.choices.is_absent()
             || chunk.usage.as_option().is_some_and(|u| !u.is_null())
             || chunk.error.as_option().is_some_and(|e| !e.is_null())
