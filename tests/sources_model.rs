@@ -734,6 +734,66 @@ fn other_apis_words_for_a_finish_reason_read_as_the_chat_one() {
     assert_eq!(finishes(&sse(body)), [(0, "length".into())]);
 }
 
+/// A Gemini `streamGenerateContent?alt=sse` body: thought parts, text in
+/// pieces, a function call, two candidates, `usageMetadata`, no `[DONE]`.
+#[test]
+fn gemini_stream() {
+    let frames = [
+        json!({"candidates": [{"index": 0, "content": {"role": "model", "parts": [{"text": "Weigh the", "thought": true}]}}]}),
+        json!({"candidates": [{"index": 0, "content": {"role": "model", "parts": [{"text": " options.", "thought": true}]}},
+                              {"index": 1, "content": {"role": "model", "parts": [{"text": "Second "}]}}]}),
+        json!({"candidates": [{"index": 0, "content": {"role": "model", "parts": [{"text": "Let me "}, {"text": "check.", "thoughtSignature": "c2ln"}]}}],
+               "usageMetadata": {"promptTokenCount": 5, "totalTokenCount": 9}, "modelVersion": "gemini-2.5-flash"}),
+        json!({"candidates": [{"index": 0, "content": {"role": "model", "parts": [
+                  {"functionCall": {"name": "weather", "args": {"city": "Rome"}}},
+                  {"functionCall": {"name": "time", "args": {"zone": "CET"}}}]},
+               "finishReason": "STOP"},
+              {"index": 1, "content": {"role": "model", "parts": [{"text": "answer"}]}, "finishReason": "MAX_TOKENS"}],
+               "usageMetadata": {"promptTokenCount": 5, "candidatesTokenCount": 20, "totalTokenCount": 25}}),
+    ];
+    let body: String = frames.iter().map(|f| format!("data: {f}\r\n\r\n")).collect();
+    let events = sse(&body);
+    assert_eq!(
+        elements(&events),
+        [
+            (0, Channel::Reasoning, "thought".into(), "Weigh the options.".into()),
+            (0, Channel::ToolCalls, "tool_call".into(), "{\"city\":\"Rome\"}".into()),
+            (0, Channel::ToolCalls, "tool_call".into(), "{\"zone\":\"CET\"}".into()),
+            (0, Channel::Content, "content".into(), "Let me check.".into()),
+            (1, Channel::Content, "content".into(), "Second answer".into()),
+        ]
+    );
+    let names: Vec<Value> = payloads(&events, "tool_call").iter().map(|p| p["name"].clone()).collect();
+    assert_eq!(names, [json!("weather"), json!("time")]);
+    assert_eq!(finishes(&events), [(0, "stop".into()), (1, "length".into())]);
+    assert!(truncations(&events).is_empty(), "a finishReason is the stream's clean end: {events:?}");
+    assert!(!diagnostics(&events).contains(&"unrecognized_chunk".to_string()));
+    let last_usage = events.iter().rev().find_map(|e| match e {
+        SourceEvent::Usage { usage } => Some(usage["totalTokenCount"].clone()),
+        _ => None,
+    });
+    assert_eq!(last_usage, Some(json!(25)));
+
+    // Cut before any finishReason: truncated.
+    let cut: String = frames[..3].iter().map(|f| format!("data: {f}\n\n")).collect();
+    assert!(!truncations(&sse(&cut)).is_empty());
+
+    // The same stream as one JSON array (no `alt=sse`), read whole.
+    let array = Value::Array(frames.to_vec()).to_string();
+    let whole = ChatStream::response_events(StreamOptions::default(), array.as_bytes());
+    assert_eq!(elements(&whole), elements(&events));
+    assert_eq!(finishes(&whole), finishes(&events));
+
+    // A blocked prompt: no candidates, the block reason as a prompt filter.
+    let blocked = json!({"promptFeedback": {"blockReason": "SAFETY", "safetyRatings": []}});
+    let events = sse(&format!("data: {blocked}\n\n"));
+    assert!(events.iter().any(
+        |e| matches!(e, SourceEvent::ContentFilter { choice: None, results } if results["blockReason"] == "SAFETY")
+    ));
+    assert!(truncations(&events).is_empty());
+    assert!(elements(&events).is_empty());
+}
+
 #[test]
 fn bedrock_converse_response() {
     let response = json!({

@@ -307,6 +307,57 @@ fn recorded_bedrock_converse_responses_are_read() {
     }
 }
 
+/// A Gemini stream saved as SSE (`alt=sse`) and as the JSON array the
+/// API sends without it: both replay to the same choices, and the content
+/// check reads both.
+#[test]
+fn gemini_streams_replay_from_sse_and_from_a_json_array() {
+    let frames = [
+        serde_json::json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "Plan it.", "thought": true}]}}]}),
+        serde_json::json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "Two <b>cups</b> of "}]}}]}),
+        serde_json::json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "tea."}]}, "finishReason": "STOP"}],
+                           "usageMetadata": {"totalTokenCount": 12}}),
+    ];
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let sse_path = dir.path().join("gemini.sse");
+    let json_path = dir.path().join("gemini.json");
+    let sse: String = frames.iter().map(|f| format!("data: {f}\r\n\r\n")).collect();
+    std::fs::write(&sse_path, sse).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&json_path, Value::Array(frames.to_vec()).to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let mut contents = Vec::new();
+    for path in [&sse_path, &json_path] {
+        let (kind, bytes, streams) =
+            replay_path(path, &StreamOptions::default()).unwrap_or_else(|| panic!("{} was skipped", path.display()));
+        let events = &streams[0].events;
+        assert!(!events.iter().any(|e| matches!(e, SourceEvent::Truncated { .. })), "{}", path.display());
+        let checks = transcript::check_content(kind, &bytes, &streams);
+        assert!(
+            checks.iter().all(|c| matches!(c.result, CheckResult::Equal | CheckResult::Tiled)),
+            "{}: {checks:?}",
+            path.display()
+        );
+        let elements: Vec<(String, String)> = events
+            .iter()
+            .filter_map(|e| match e {
+                SourceEvent::Choice(c) => match &c.event {
+                    spindle::event::Event::Element(el) => Some((el.tag.to_string(), el.text.clone())),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect();
+        contents.push(elements);
+    }
+    assert_eq!(contents[0], contents[1]);
+    assert_eq!(
+        contents[0],
+        [
+            ("thought".to_string(), "Plan it.".to_string()),
+            ("content".to_string(), "Two <b>cups</b> of tea.".to_string())
+        ]
+    );
+}
+
 /// Every event of every recorded stream (and of the bundled corpora)
 /// writes the JSON that serde writes for it: `SourceEvent::write_json` is
 /// the fast form of the same contract (`spindle replay --format jsonl`).

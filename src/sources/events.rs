@@ -67,10 +67,10 @@ impl FinishReason {
     ///
     /// | reason | also read from |
     /// | --- | --- |
-    /// | `stop` | `end_turn`, `stop_sequence` (Anthropic Messages, Bedrock Converse), `completed` (a Responses API status) |
-    /// | `length` | `max_tokens` (Anthropic, Bedrock), `max_output_tokens` (Responses), `model_context_window_exceeded` (Anthropic, Bedrock) |
+    /// | `stop` | `end_turn`, `stop_sequence` (Anthropic Messages, Bedrock Converse), `completed` (a Responses API status), `STOP` (Gemini) |
+    /// | `length` | `max_tokens` (Anthropic, Bedrock), `max_output_tokens` (Responses), `model_context_window_exceeded` (Anthropic, Bedrock), `MAX_TOKENS` (Gemini) |
     /// | `tool_calls` | `tool_use` (Anthropic, Bedrock), `tool-calls` (Vercel AI SDK) |
-    /// | `content_filter` | `refusal` (Anthropic), `content_filtered`, `guardrail_intervened` (Bedrock), `content-filter` (Vercel AI SDK) |
+    /// | `content_filter` | `refusal` (Anthropic), `content_filtered`, `guardrail_intervened` (Bedrock), `content-filter` (Vercel AI SDK), `SAFETY`, `RECITATION`, `BLOCKLIST`, `PROHIBITED_CONTENT`, `SPII`, `IMAGE_SAFETY` (Gemini) |
     ///
     /// ```
     /// use spindle::sources::FinishReason;
@@ -79,12 +79,22 @@ impl FinishReason {
     /// ```
     pub fn parse(text: &str) -> FinishReason {
         match text {
-            "stop" | "end_turn" | "stop_sequence" | "completed" => FinishReason::Stop,
-            "length" | "max_tokens" | "max_output_tokens" | "model_context_window_exceeded" => FinishReason::Length,
-            "tool_calls" | "tool_use" | "tool-calls" => FinishReason::ToolCalls,
-            "content_filter" | "content-filter" | "refusal" | "content_filtered" | "guardrail_intervened" => {
-                FinishReason::ContentFilter
+            "stop" | "end_turn" | "stop_sequence" | "completed" | "STOP" => FinishReason::Stop,
+            "length" | "max_tokens" | "max_output_tokens" | "model_context_window_exceeded" | "MAX_TOKENS" => {
+                FinishReason::Length
             }
+            "tool_calls" | "tool_use" | "tool-calls" => FinishReason::ToolCalls,
+            "content_filter"
+            | "content-filter"
+            | "refusal"
+            | "content_filtered"
+            | "guardrail_intervened"
+            | "SAFETY"
+            | "RECITATION"
+            | "BLOCKLIST"
+            | "PROHIBITED_CONTENT"
+            | "SPII"
+            | "IMAGE_SAFETY" => FinishReason::ContentFilter,
             "function_call" => FinishReason::FunctionCall,
             other => FinishReason::Other(other.to_string()),
         }

@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | [`TranscriptKind::Sse`] | `.sse`, `.bin`, `.sse.txt`, or a body whose first line is an SSE field | one SSE stream |
 //! | [`TranscriptKind::ChunkLines`] | `.chunks.txt` (or any text) with one JSON chunk per line | one stream, no `[DONE]` expected |
-//! | [`TranscriptKind::Json`] | `.json`: a `chat.completion` (or Anthropic / Responses / Bedrock Converse) response, an error body, or an array of string tokens | one response, or the tokens fed one by one |
+//! | [`TranscriptKind::Json`] | `.json`: a `chat.completion` (or Anthropic / Responses / Gemini / Bedrock Converse) response, a Gemini stream sent as a JSON array, an error body, or an array of string tokens | one response, or the tokens fed one by one |
 //! | [`TranscriptKind::JsonLines`] | `.jsonl`: records with a `text` field, or chunks | one plain-text stream per record |
 //! | [`TranscriptKind::Text`] | anything else that is text | the Filament parser directly |
 //!
@@ -32,7 +32,7 @@
 
 use super::events::{Channel, SourceEvent};
 use super::model::{ChatStream, Framing, StreamOptions};
-use super::model::{excerpt, is_converse};
+use super::model::{excerpt, is_converse, is_gemini};
 use super::tap::StreamTap;
 use crate::event::DiagnosticCode;
 use crate::event::Event;
@@ -231,7 +231,17 @@ pub fn replay_in_reads(kind: TranscriptKind, bytes: &[u8], options: &StreamOptio
                     let pieces: Vec<&str> = items.iter().filter_map(Value::as_str).collect();
                     one(text_stream(options, &pieces))
                 }
-                Value::Array(_) => ReplayOutcome::Skip("a JSON array that is not a list of string tokens".into()),
+                Value::Array(items) if is_response_array(items) => {
+                    // A stream sent as one JSON array (Gemini without `alt=sse`).
+                    let mut stream = ChatStream::new(with_framing(options, Framing::Response));
+                    let mut events = Vec::new();
+                    stream.push_response(bytes, &mut events);
+                    stream.finish_into(&mut events);
+                    one(events)
+                }
+                Value::Array(_) => {
+                    ReplayOutcome::Skip("a JSON array that is neither string tokens nor responses".into())
+                }
                 Value::Object(map) if is_response(map) => {
                     let mut stream = ChatStream::new(with_framing(options, Framing::Response));
                     let mut events = Vec::new();
@@ -284,7 +294,13 @@ fn is_response(map: &serde_json::Map<String, Value>) -> bool {
         || object == "response"
         || kind == "message"
         || is_converse(map)
+        || is_gemini(map)
         || (map.contains_key("error") && map.len() <= 3)
+}
+
+/// Whether a JSON array is a stream of response objects.
+fn is_response_array(items: &[Value]) -> bool {
+    !items.is_empty() && items.iter().all(|item| item.as_object().is_some_and(is_response))
 }
 
 /// The expected content of every (stream, choice), read naively.
@@ -346,6 +362,16 @@ fn payload_content(v: &Value, map: &mut BTreeMap<u32, String>) {
             }
         }
         _ => {}
+    }
+    for candidate in v.get("candidates").and_then(Value::as_array).into_iter().flatten() {
+        let index = candidate.get("index").and_then(Value::as_u64).and_then(|i| u32::try_from(i).ok()).unwrap_or(0);
+        map.entry(index).or_default();
+        let parts = candidate.get("content").and_then(|c| c.get("parts")).and_then(Value::as_array);
+        for part in parts.into_iter().flatten() {
+            if part.get("thought").and_then(Value::as_bool) != Some(true) {
+                push_text(map, index, part.get("text").and_then(Value::as_str).unwrap_or(""));
+            }
+        }
     }
     if let Some(output) = v.as_object().filter(|o| is_converse(o)).and_then(|o| o.get("output")) {
         for block in
@@ -429,6 +455,13 @@ fn expected(kind: TranscriptKind, bytes: &[u8]) -> Result<Expected, String> {
             from_payloads(text.lines().filter(|l| !l.trim().is_empty()).map(str::to_string).collect())
         }
         TranscriptKind::Json => match serde_json::from_slice::<Value>(bytes) {
+            Ok(Value::Array(items)) if is_response_array(&items) => {
+                let mut map = BTreeMap::new();
+                for item in &items {
+                    payload_content(item, &mut map);
+                }
+                Ok(vec![(None, map)])
+            }
             Ok(Value::Array(items)) => {
                 let joined: String = items.iter().filter_map(Value::as_str).collect();
                 Ok(vec![(None, BTreeMap::from([(0, joined)]))])

@@ -9,6 +9,10 @@
 //!   `response.reasoning_text.delta`, `response.function_call_arguments.delta`,
 //!   `response.completed`, ...);
 //! * the Vercel AI SDK UI stream (`text-delta`, `reasoning-delta`, `finish`);
+//! * the Gemini API (`generateContent`, and `streamGenerateContent` as SSE
+//!   with `alt=sse` or as a JSON array): `candidates` with `content.parts`
+//!   (`text`, `thought` text, `functionCall`), `finishReason`,
+//!   `usageMetadata`, and a prompt blocked by `promptFeedback`;
 //! * a whole Amazon Bedrock Converse response (`output.message.content`
 //!   with `text`, `reasoningContent` and `toolUse` blocks, `stopReason`,
 //!   `usage`). Its stream (`ConverseStream`) is AWS's binary event stream,
@@ -17,8 +21,10 @@
 //! This module owns only the mapping of those event objects onto choice
 //! operations (text, reasoning, tool-call fragments, finish); everything
 //! else (elements, ids, truncation) is [`super`]'s. All of them are
-//! one choice, index 0. They end without `[DONE]`: their own end event
-//! (`message_stop`, `response.completed`, `finish`) counts as a clean end.
+//! one choice, index 0, but Gemini's, whose candidates are the choices.
+//! They end without `[DONE]`: their own end event (`message_stop`,
+//! `response.completed`, `finish`, a Gemini `finishReason`) counts as a
+//! clean end.
 
 use super::ChatStream;
 use crate::event::DiagnosticCode;
@@ -59,6 +65,10 @@ pub(super) fn push(stream: &mut ChatStream, chunk: &ChatChunk, out: &mut Vec<Sou
     let whole = || serde_json::to_value(chunk).unwrap_or(Value::Null);
     if is_converse(&chunk.extra) {
         converse(stream, &whole(), out);
+        return true;
+    }
+    if is_gemini(&chunk.extra) {
+        gemini(stream, &whole(), out);
         return true;
     }
     if chunk.object() == Some("response") && chunk.type_field().is_none() {
@@ -274,6 +284,54 @@ fn anthropic_message(stream: &mut ChatStream, v: &Value, out: &mut Vec<SourceEve
 /// `message`.
 pub(crate) fn is_converse(object: &serde_json::Map<String, Value>) -> bool {
     object.get("output").and_then(|o| o.get("message")).is_some_and(Value::is_object)
+}
+
+/// Whether an object is a Gemini `GenerateContentResponse`: it has
+/// `candidates`, or only the `promptFeedback` of a blocked prompt.
+pub(crate) fn is_gemini(object: &serde_json::Map<String, Value>) -> bool {
+    object.get("candidates").is_some_and(Value::is_array) || object.get("promptFeedback").is_some_and(Value::is_object)
+}
+
+/// One Gemini response, streamed or whole: each candidate is a choice.
+fn gemini(stream: &mut ChatStream, v: &Value, out: &mut Vec<SourceEvent>) {
+    if let Some(feedback) = v.get("promptFeedback").filter(|f| f.get("blockReason").is_some()) {
+        // A blocked prompt: this is the whole answer.
+        out.push(SourceEvent::ContentFilter { choice: None, results: feedback.clone() });
+        stream.dialect_mut().ended = true;
+    }
+    for candidate in v.get("candidates").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]) {
+        let index = index_of(candidate, "index").unwrap_or(0);
+        let parts = candidate
+            .get("content")
+            .and_then(|c| c.get("parts"))
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        let reason = str_of(candidate, "finishReason").filter(|r| *r != "FINISH_REASON_UNSPECIFIED");
+        stream.with_choice(index, out, |c| {
+            for part in parts {
+                if let Some(call) = part.get("functionCall") {
+                    c.tool_call(None, str_of(call, "id"), str_of(call, "name"), call.get("args"), "functionCall");
+                    c.end_tool_call();
+                } else if let Some(text) = str_of(part, "text") {
+                    if part.get("thought").and_then(Value::as_bool) == Some(true) {
+                        c.reasoning(text, "thought");
+                    } else {
+                        c.content(text);
+                    }
+                }
+            }
+            if let Some(reason) = reason {
+                c.finish(Some(FinishReason::parse(reason)));
+            }
+        });
+        if reason.is_some() {
+            stream.dialect_mut().ended = true;
+        }
+    }
+    if let Some(usage) = v.get("usageMetadata") {
+        stream.push_usage(usage, out);
+    }
 }
 
 /// A whole Bedrock Converse response.

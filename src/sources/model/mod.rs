@@ -9,12 +9,12 @@
 //! ([`super::sse`]) or HTTP ([`super::stream`], [`super::client`]).
 //! The rules are documented on [`ChatStream`]. Other streaming dialects
 //! (Anthropic Messages, OpenAI Responses, the Vercel AI SDK's UI stream,
-//! a Bedrock Converse response) are read into the same choices by its
-//! child module `dialects`.
+//! Gemini, a Bedrock Converse response) are read into the same choices by
+//! its child module `dialects`.
 
 mod dialects;
 
-pub(crate) use dialects::is_converse;
+pub(crate) use dialects::{is_converse, is_gemini};
 
 use super::chunk::{ChatChunk, Choice, Content, Delta, FunctionDelta, ToolCallDelta};
 use super::events::{Channel, ChoiceEvent, ErrorOrigin, FinishReason, SourceEvent, Truncation};
@@ -1226,7 +1226,8 @@ impl ChatStream {
 
     /// All events of a whole (non-streamed) response body: a
     /// `chat.completion`, an Anthropic message, a Responses API object, a
-    /// Bedrock Converse response or an error body. The options' framing is set to [`Framing::Response`].
+    /// Gemini or a Bedrock Converse response, or an error body. The
+    /// options' framing is set to [`Framing::Response`].
     ///
     /// ```
     /// use spindle::sources::{ChatStream, StreamOptions};
@@ -1250,18 +1251,28 @@ impl ChatStream {
     /// [`ChatStream::response_events`] does, into a stream made with
     /// [`Framing::Response`]; for a caller that wants more of the stream
     /// after it (its corrected text: [`ChatStream::finish_with_rewrites`]).
-    /// A body that is not JSON gets an error diagnostic
+    /// A JSON array of response objects (Gemini's `streamGenerateContent`
+    /// without `alt=sse`) is read as the stream it was, one object after
+    /// the other. A body that is not JSON gets an error diagnostic
     /// (`invalid_response_json`).
     pub fn push_response(&mut self, body: &[u8], out: &mut Vec<SourceEvent>) {
-        match serde_json::from_slice::<ChatChunk>(body) {
-            Ok(chunk) => self.push_chunk(&chunk, out),
-            Err(_) if serde_json::from_slice::<serde_json::Value>(body).is_ok() => {
+        let error = match serde_json::from_slice::<ChatChunk>(body) {
+            Ok(chunk) => return self.push_chunk(&chunk, out),
+            Err(e) => e,
+        };
+        match serde_json::from_slice::<serde_json::Value>(body) {
+            Ok(serde_json::Value::Array(items)) if !items.is_empty() && items.iter().all(Value::is_object) => {
+                for item in &items {
+                    self.push_data("message", &item.to_string(), 0, out);
+                }
+            }
+            Ok(_) => {
                 // Valid JSON with fields of unexpected types: the stream model
                 // coerces them and says so.
                 let text = crate::scan::text_lossy(body);
                 self.push_data("message", &text, 0, out);
             }
-            Err(e) => {
+            Err(_) => {
                 let text = crate::scan::text_lossy(body);
                 out.push(SourceEvent::Diagnostic(Diagnostic {
                     level: Level::Error,
@@ -1269,7 +1280,10 @@ impl ChatStream {
                     tag: None,
                     element: None,
                     at: None,
-                    message: format!("the response body is not a JSON chat completion ({e}): {}", excerpt(&text, 200)),
+                    message: format!(
+                        "the response body is not a JSON chat completion ({error}): {}",
+                        excerpt(&text, 200)
+                    ),
                 }));
             }
         }
@@ -1309,7 +1323,8 @@ impl ChatStream {
         let other_dialect = chunk.choices.is_absent()
             && (chunk.type_field().is_some()
                 || chunk.object() == Some("response")
-                || dialects::is_converse(&chunk.extra));
+                || dialects::is_converse(&chunk.extra)
+                || dialects::is_gemini(&chunk.extra));
         let chat = !chunk.choices.is_absent()
             || chunk.usage.as_option().is_some_and(|u| !u.is_null())
             || chunk.error.as_option().is_some_and(|e| !e.is_null())
