@@ -150,10 +150,21 @@ async fn requests_and_responses_are_forwarded_unchanged() {
         assert_eq!(seen["headers"]["x-custom"], json!(["one"]));
         assert!(seen["headers"].get("x-hop").is_none(), "{seen}");
     }
-    // An upstream URL ending in /v1 does not get a second /v1.
-    let with_v1 = proxy_support::proxy(&format!("{upstream}/v1/"), |_| {}).await;
-    let seen: Value = http.get(format!("{}/v1/models?a=1", url(&with_v1))).send().await.unwrap().json().await.unwrap();
-    assert_eq!((seen["path"].as_str(), seen["query"].as_str()), (Some("/v1/models"), Some("a=1")));
+    // An upstream path that names an API version is the API's base (as an
+    // SDK's base_url): it takes the place of the request's /v1, so one
+    // ending in /v1 does not get a second one, and providers whose version
+    // is not v1 are reached. Any other path is a prefix.
+    for (base, want) in [
+        ("/v1/", "/v1/models"),
+        ("/api/paas/v4", "/api/paas/v4/models"),
+        ("/v1beta/openai", "/v1beta/openai/models"),
+        ("/llm", "/llm/v1/models"),
+    ] {
+        let prefixed = proxy_support::proxy(&format!("{upstream}{base}"), |_| {}).await;
+        let seen: Value =
+            http.get(format!("{}/v1/models?a=1", url(&prefixed))).send().await.unwrap().json().await.unwrap();
+        assert_eq!((seen["path"].as_str(), seen["query"].as_str()), (Some(want), Some("a=1")), "{base}");
+    }
     // Paths outside /v1 are not proxied.
     let r = http.get(format!("{}/admin", url(&proxy))).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);

@@ -39,11 +39,16 @@ pub(crate) struct App {
 
 impl App {
     /// The upstream URL for a request URI: the upstream's origin and path
-    /// prefix, then the request path (its `/v1` not repeated when the
-    /// prefix already ends in `/v1`), then the query as it came.
+    /// prefix, then the request path, then the query as it came. A prefix
+    /// that names an API version (`/v1`, `/api/paas/v4`, `/v1beta/openai`:
+    /// see [`names_version`]) is the API's base, as an OpenAI SDK's
+    /// `base_url` is: it takes the place of the request's `/v1`.
     pub(crate) fn target(&self, uri: &Uri) -> String {
         let path = uri.path();
-        let path = if self.base_path.ends_with("/v1") { path.strip_prefix("/v1").unwrap_or(path) } else { path };
+        let path = match path.strip_prefix("/v1") {
+            Some(rest) if names_version(&self.base_path) && (rest.is_empty() || rest.starts_with('/')) => rest,
+            _ => path,
+        };
         let mut url = format!("{}{}{}", self.origin, self.base_path, path);
         if let Some(q) = uri.query() {
             url.push('?');
@@ -51,4 +56,16 @@ impl App {
         }
         url
     }
+}
+
+/// Whether a URL path names an API version: a segment of `v` and a digit
+/// (`v1`, `v4`, `v1beta`). Providers put the version where they like
+/// (`/v1`, `/api/v3`, `/api/paas/v4`, `/compatible-mode/v1`,
+/// `/v1beta/openai`); a path without one (`/api`, `/proxy`) is a plain
+/// prefix, and the request's `/v1` follows it.
+fn names_version(path: &str) -> bool {
+    path.split('/').any(|segment| {
+        let mut bytes = segment.bytes();
+        bytes.next() == Some(b'v') && bytes.next().is_some_and(|b| b.is_ascii_digit())
+    })
 }

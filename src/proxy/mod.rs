@@ -16,9 +16,13 @@
 //!   response headers the same way. The upstream URL is the upstream's
 //!   origin and path, then the request path: `--upstream
 //!   http://127.0.0.1:8080` sends `/v1/chat/completions` to
-//!   `http://127.0.0.1:8080/v1/chat/completions`; an upstream path that
-//!   already ends in `/v1` (`https://openrouter.ai/api/v1`) is not given a
-//!   second `/v1`.
+//!   `http://127.0.0.1:8080/v1/chat/completions`. An upstream path that
+//!   names an API version is the API's base URL, as an OpenAI SDK takes
+//!   it, and replaces the request's `/v1`:
+//!   `https://openrouter.ai/api/v1`, `https://open.bigmodel.cn/api/paas/v4`
+//!   and `https://generativelanguage.googleapis.com/v1beta/openai` get
+//!   `/chat/completions` after them. Any other path is a prefix
+//!   (`http://gateway/llm` gets `/llm/v1/chat/completions`).
 //! * Model endpoints (`/chat/completions`, `/completions`, `/responses`,
 //!   `/messages`) are asked for `Accept-Encoding: identity`, so the proxy
 //!   can read them; other bodies pass through as they are (compressed or

@@ -17,7 +17,10 @@ use std::process::ExitCode;
 pub(crate) struct ProxyArgs {
     /// The upstream base URL (`http://127.0.0.1:8788`, `https://api.openai.com`,
     /// `https://openrouter.ai/api/v1`); `/v1/*` requests go there unchanged.
-    /// Required here or as `upstream.url` in the config file.
+    /// A path that names a version (`/v1`, `/api/paas/v4`, `/v1beta/openai`)
+    /// is the API's base, as an SDK's `base_url` is, and takes the place of
+    /// the request's `/v1`. Required here or as `upstream.url` in the config
+    /// file.
     #[arg(long, value_name = "URL", env = "SPINDLE_UPSTREAM")]
     upstream: Option<String>,
     /// Address to listen on (port 0 picks a free port) [default: 127.0.0.1:8787].
