@@ -279,6 +279,27 @@ async fn limits_stop_the_loop_and_say_why() {
     assert!(started.elapsed() < Duration::from_secs(2));
 }
 
+/// The agent and the client take a bare origin as `spindle proxy
+/// --upstream` does: `/v1` is added, so the same URL reaches the same
+/// server everywhere; a base with a path is used as it is.
+#[tokio::test]
+async fn a_bare_origin_is_given_v1() {
+    let (url, _up) = upstream(&[FINAL, FINAL], 0, 7).await;
+    let origin = url.trim_end_matches("/v1").to_string();
+    for base in [origin.clone(), format!("{origin}/")] {
+        let agent = Agent::new(&base, runner(), Protocol::Tam).unwrap_or_else(|e| panic!("{e}"));
+        let events = collect(&agent, "x", CancellationToken::new()).await;
+        let (reason, text, _, _) = end(&events);
+        assert_eq!((reason, text.as_str()), (StopReason::Answer, FINAL), "{base}");
+    }
+    assert_eq!(spindle::sources::ChatClient::new(origin).endpoint(), format!("{url}/chat/completions"));
+    let versioned = "https://open.bigmodel.cn/api/paas/v4/";
+    assert_eq!(
+        spindle::sources::ChatClient::new(versioned).endpoint(),
+        "https://open.bigmodel.cn/api/paas/v4/chat/completions"
+    );
+}
+
 #[tokio::test]
 async fn upstream_errors_end_the_run() {
     let agent = Agent::new("http://127.0.0.1:9/v1", runner(), Protocol::Tam).unwrap_or_else(|e| panic!("{e}"));

@@ -117,15 +117,30 @@ pub struct ChatClient {
     idle_timeout: Option<Duration>,
 }
 
+/// An OpenAI-compatible API's base URL, the part before
+/// `/chat/completions`, as an OpenAI SDK's `base_url` is: given as it is
+/// (`https://api.openai.com/v1`, `https://open.bigmodel.cn/api/paas/v4`),
+/// without a trailing `/`, but a bare origin (`http://127.0.0.1:8788`, the
+/// form `spindle proxy --upstream` takes) is given `/v1`, so that the same
+/// URL reaches the same server from the client, the agent and the proxy.
+pub(crate) fn api_base(base_url: &str) -> String {
+    let base = base_url.trim_end_matches('/');
+    match reqwest::Url::parse(base) {
+        Ok(url) if url.path() == "/" && url.query().is_none() => format!("{base}/v1"),
+        _ => base.to_string(),
+    }
+}
+
 impl ChatClient {
     /// A client for `base_url` (the part before `/chat/completions`, e.g.
     /// `https://api.openai.com/v1` or `http://127.0.0.1:8080/v1`), without
-    /// an API key.
+    /// an API key. A bare origin (`http://127.0.0.1:8080`) is given `/v1`
+    /// ([`api_base`]).
     pub fn new(base_url: impl Into<String>) -> ChatClient {
         let http = reqwest::Client::builder().connect_timeout(Duration::from_secs(10)).build().unwrap_or_default();
         ChatClient {
             http,
-            base_url: base_url.into().trim_end_matches('/').to_string(),
+            base_url: api_base(&base_url.into()),
             api_key: None,
             options: StreamOptions::default(),
             idle_timeout: Some(Duration::from_secs(300)),

@@ -66,6 +66,8 @@ pub mod transcript;
 
 pub use chunk::{ChatChunk, Choice, Content, Delta, FunctionDelta, Nullable, ToolCallDelta};
 #[cfg(feature = "client")]
+pub(crate) use client::api_base;
+#[cfg(feature = "client")]
 #[cfg_attr(docsrs, doc(cfg(feature = "client")))]
 pub use client::{ChatClient, ClientError, ErrorSide};
 pub use events::{Channel, ChoiceEvent, ErrorOrigin, FinishReason, SourceEvent, Truncation};

@@ -264,7 +264,8 @@ fn ms(d: Duration) -> u64 {
 
 impl Agent {
     /// An agent for `base_url` (`http://host/v1`; `/chat/completions` is
-    /// added).
+    /// added, and a bare origin `http://host` is given `/v1` first, as
+    /// [`crate::sources::ChatClient::new`] does).
     ///
     /// # Errors
     ///
@@ -273,7 +274,7 @@ impl Agent {
         let registry = protocol.profile().and_then(Registry::profile).ok_or(AgentError::Protocol(protocol))?;
         Ok(Agent {
             http: reqwest::Client::new(),
-            endpoint: format!("{}/chat/completions", base_url.trim_end_matches('/')),
+            endpoint: format!("{}/chat/completions", crate::sources::api_base(base_url)),
             api_key: None,
             runner,
             protocol,

@@ -28,7 +28,8 @@ enum AgentFormat {
 pub(crate) struct AgentArgs {
     /// The user's message.
     prompt: String,
-    /// The OpenAI-compatible base URL (`http://127.0.0.1:8080/v1`).
+    /// The OpenAI-compatible base URL (`http://127.0.0.1:8080/v1`; a bare
+    /// origin such as `http://127.0.0.1:8080` is given `/v1`).
     #[arg(long, value_name = "URL")]
     upstream: String,
     /// The model name sent upstream.
