@@ -231,23 +231,14 @@ pub fn replay_in_reads(kind: TranscriptKind, bytes: &[u8], options: &StreamOptio
                     let pieces: Vec<&str> = items.iter().filter_map(Value::as_str).collect();
                     one(text_stream(options, &pieces))
                 }
+                // One response, or a stream sent as one JSON array of them
+                // (Gemini without `alt=sse`).
+                Value::Object(map) if is_response(map) => one(ChatStream::response_events(options.clone(), bytes)),
                 Value::Array(items) if is_response_array(items) => {
-                    // A stream sent as one JSON array (Gemini without `alt=sse`).
-                    let mut stream = ChatStream::new(with_framing(options, Framing::Response));
-                    let mut events = Vec::new();
-                    stream.push_response(bytes, &mut events);
-                    stream.finish_into(&mut events);
-                    one(events)
+                    one(ChatStream::response_events(options.clone(), bytes))
                 }
                 Value::Array(_) => {
                     ReplayOutcome::Skip("a JSON array that is neither string tokens nor responses".into())
-                }
-                Value::Object(map) if is_response(map) => {
-                    let mut stream = ChatStream::new(with_framing(options, Framing::Response));
-                    let mut events = Vec::new();
-                    stream.push_response(bytes, &mut events);
-                    stream.finish_into(&mut events);
-                    one(events)
                 }
                 Value::Object(map) => {
                     let keys: Vec<&str> = map.keys().take(6).map(String::as_str).collect();
