@@ -1,5 +1,6 @@
 //! `spindle parse` reads a response as an API sends it: a streamed SSE body
-//! (as `curl -N` prints it) or a whole JSON chat completion, each choice
+//! (as `curl -N` prints it), a stream of JSON lines (Ollama's own API) or a
+//! whole JSON chat completion, each choice
 //! parsed as `spindle replay` and the proxy parse it. Model text is read as
 //! before.
 
@@ -177,11 +178,64 @@ fn a_whole_response_is_read_from_a_json_file_or_with_input_json() {
     assert!(stderr.contains("not a JSON response"), "{stderr}");
 }
 
+/// Ollama's own `/api/chat` stream: one JSON object per line.
+const NDJSON: &str = concat!(
+    "{\"model\":\"qwen3\",\"message\":{\"role\":\"assistant\",\"content\":\"\",\"thinking\":\"Hm.\"},\"done\":false}\n",
+    "{\"model\":\"qwen3\",\"message\":{\"role\":\"assistant\",\"content\":\"Two <b>cups\"},\"done\":false}\n",
+    "{\"model\":\"qwen3\",\"message\":{\"role\":\"assistant\",\"content\":\"</b> of tea.\"},\"done\":true,",
+    "\"done_reason\":\"length\",\"eval_count\":9}\n",
+);
+
+#[test]
+fn a_stream_of_json_lines_is_read_as_replay_reads_it() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let file = dir.path().join("ollama.ndjson");
+    std::fs::write(&file, NDJSON).unwrap_or_else(|e| panic!("{e}"));
+    let path = file.to_string_lossy();
+    let parsed = lines(&ok(&["parse", &path], None));
+    let mut replayed = lines(&ok(&["replay", &path, "--format", "jsonl", "--no-progress"], None));
+    for event in &mut replayed {
+        if let Some(map) = event.as_object_mut() {
+            map.remove("source");
+        }
+    }
+    assert_eq!(parsed, replayed);
+    let elements: Vec<(&str, &str)> = parsed
+        .iter()
+        .filter(|e| e["type"] == "element")
+        .filter_map(|e| Some((e["tag"].as_str()?, e["text"].as_str()?)))
+        .collect();
+    assert_eq!(elements, [("thought", "Hm."), ("content", "Two <b>cups</b> of tea.")]);
+    // Piped (told apart by its first line), in any read size, or named.
+    for size in ["1", "7", "4096"] {
+        let piped = lines(&ok(&["parse", "-", "--chunk-size", size], Some(NDJSON.as_bytes())));
+        assert_eq!(piped, parsed, "--chunk-size {size}");
+    }
+    let named = lines(&ok(&["parse", "-", "--input", "ndjson"], Some(NDJSON.as_bytes())));
+    assert_eq!(named, parsed);
+    // The length finish is said on stderr; the corrected text is the content.
+    let out = spindle(&["parse", "-", "--format", "rewrite"], Some(NDJSON.as_bytes()));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "Two <b>cups</b> of tea.");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("length"), "{out:?}");
+    // A whole response on one line, piped, is read as the response.
+    let whole = "{\"object\":\"chat.completion\",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\
+                 \"content\":\"<think>a</think>B\"},\"finish_reason\":\"stop\"}]}\n";
+    let events = lines(&ok(&["parse", "-"], Some(whole.as_bytes())));
+    let tags: Vec<&str> = events.iter().filter(|e| e["type"] == "element").filter_map(|e| e["tag"].as_str()).collect();
+    assert_eq!(tags, ["thought", "content"]);
+    assert!(events.iter().all(|e| e["choice"] == 0 || e["type"] == "usage"), "{events:?}");
+}
+
 #[test]
 fn model_text_stays_text() {
     // Text that merely starts like a field name, or as an SSE comment
     // would, is model output; so is SSE when `--input text` says so.
-    for text in ["database: up<content>ok</content>", ":) hello", "{\"type\": \"greeting\"}"] {
+    for text in [
+        "database: up<content>ok</content>",
+        ":) hello",
+        "{\"type\": \"greeting\"}",
+        "{\"name\": \"Ann\", \"age\": 3}\nmore",
+    ] {
         let events = lines(&ok(&["parse", "-", "--profile", "chat"], Some(text.as_bytes())));
         assert!(events.iter().all(|e| e.get("choice").is_none()), "{text}: {events:?}");
         let text_of: String = events

@@ -794,6 +794,62 @@ fn gemini_stream() {
     assert!(elements(&events).is_empty());
 }
 
+/// Ollama's own `/api/chat` stream (one JSON object per line): thinking,
+/// content, whole tool calls, and `done` with its reason and counts.
+#[test]
+fn ollama_chat_and_generate_streams() {
+    let lines = [
+        json!({"model": "qwen3", "created_at": "2026-01-01T00:00:00Z", "message": {"role": "assistant", "content": "", "thinking": "Use the"}, "done": false}),
+        json!({"model": "qwen3", "message": {"role": "assistant", "content": "", "thinking": " tool."}, "done": false}),
+        json!({"model": "qwen3", "message": {"role": "assistant", "content": "", "tool_calls": [
+            {"function": {"name": "weather", "arguments": {"city": "Rome"}}},
+            {"function": {"index": 1, "name": "time", "arguments": {"zone": "CET"}}}]}, "done": false}),
+        json!({"model": "qwen3", "message": {"role": "assistant", "content": "Checking <b>now</b>"}, "done": false}),
+        json!({"model": "qwen3", "message": {"role": "assistant", "content": "."}, "done": true, "done_reason": "length",
+               "total_duration": 5_000_000, "prompt_eval_count": 12, "eval_count": 40}),
+    ];
+    let data: Vec<String> = lines.iter().map(Value::to_string).collect();
+    let options = StreamOptions { framing: Framing::Chunks, ..StreamOptions::default() };
+    let events = run_with(options.clone(), &strs(&data));
+    assert_eq!(
+        elements(&events),
+        [
+            (0, Channel::Reasoning, "thought".into(), "Use the tool.".into()),
+            (0, Channel::ToolCalls, "tool_call".into(), "{\"city\":\"Rome\"}".into()),
+            (0, Channel::ToolCalls, "tool_call".into(), "{\"zone\":\"CET\"}".into()),
+            (0, Channel::Content, "content".into(), "Checking <b>now</b>.".into()),
+        ]
+    );
+    let names: Vec<Value> = payloads(&events, "tool_call").iter().map(|p| p["name"].clone()).collect();
+    assert_eq!(names, [json!("weather"), json!("time")]);
+    assert_eq!(finishes(&events), [(0, "length".into())]);
+    assert!(truncations(&events).is_empty(), "done is the clean end");
+    assert!(!diagnostics(&events).contains(&"unrecognized_chunk".to_string()));
+    assert!(events.iter().any(
+        |e| matches!(e, SourceEvent::Usage { usage } if usage["eval_count"] == 40 && usage["prompt_eval_count"] == 12)
+    ));
+
+    // Cut before `done`: truncated.
+    assert!(!truncations(&run_with(options.clone(), &strs(&data[..4]))).is_empty());
+
+    // `/api/generate`: the text is `response`; a whole answer (`"stream": false`) is one object.
+    let generate = [
+        json!({"model": "llama3", "response": "<think>hm</think>Hel", "done": false}),
+        json!({"model": "llama3", "response": "lo", "done": true, "done_reason": "stop", "eval_count": 3}),
+    ];
+    let data: Vec<String> = generate.iter().map(Value::to_string).collect();
+    let events = run_with(options, &strs(&data));
+    assert_eq!(
+        elements(&events),
+        [(0, Channel::Content, "thought".into(), "hm".into()), (0, Channel::Content, "content".into(), "Hello".into())]
+    );
+    assert_eq!(finishes(&events), [(0, "stop".into())]);
+    let whole = json!({"model": "llama3", "message": {"role": "assistant", "content": "Hi."}, "done": true, "done_reason": "stop"});
+    let events = ChatStream::response_events(StreamOptions::default(), whole.to_string().as_bytes());
+    assert_eq!(elements(&events), [(0, Channel::Content, "content".into(), "Hi.".into())]);
+    assert_eq!(finishes(&events), [(0, "stop".into())]);
+}
+
 #[test]
 fn bedrock_converse_response() {
     let response = json!({

@@ -358,6 +358,30 @@ fn gemini_streams_replay_from_sse_and_from_a_json_array() {
     );
 }
 
+/// An Ollama `/api/chat` stream saved as NDJSON is a chunk transcript:
+/// read, checked, and ended by its `done` line.
+#[test]
+fn ollama_ndjson_replays_as_chunk_lines() {
+    let lines = [
+        serde_json::json!({"model": "qwen3", "message": {"role": "assistant", "content": "", "thinking": "Hm."}, "done": false}),
+        serde_json::json!({"model": "qwen3", "message": {"role": "assistant", "content": "Two cups"}, "done": false}),
+        serde_json::json!({"model": "qwen3", "message": {"role": "assistant", "content": " of tea."}, "done": true, "done_reason": "stop", "eval_count": 9}),
+    ];
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let path = dir.path().join("ollama-chat.ndjson");
+    let body: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(&path, body).unwrap_or_else(|e| panic!("{e}"));
+    let (kind, bytes, streams) =
+        replay_path(&path, &StreamOptions::default()).unwrap_or_else(|| panic!("{} was skipped", path.display()));
+    // (A `.ndjson` file is JSON lines; lines that are chunks replay as chunks.)
+    assert_eq!(kind, TranscriptKind::JsonLines);
+    let events = &streams[0].events;
+    assert!(!events.iter().any(|e| matches!(e, SourceEvent::Truncated { .. })), "{events:?}");
+    assert!(events.iter().any(|e| matches!(e, SourceEvent::Finish { .. })));
+    let checks = transcript::check_content(kind, &bytes, &streams);
+    assert!(checks.iter().all(|c| matches!(c.result, CheckResult::Equal)), "{checks:?}");
+}
+
 /// Every event of every recorded stream (and of the bundled corpora)
 /// writes the JSON that serde writes for it: `SourceEvent::write_json` is
 /// the fast form of the same contract (`spindle replay --format jsonl`).

@@ -134,8 +134,9 @@ pub(crate) fn api_base(base_url: &str) -> String {
 impl ChatClient {
     /// A client for `base_url` (the part before `/chat/completions`, e.g.
     /// `https://api.openai.com/v1` or `http://127.0.0.1:8080/v1`), without
-    /// an API key. A bare origin (`http://127.0.0.1:8080`) is given `/v1`
-    /// ([`api_base`]).
+    /// an API key. A bare origin (`http://127.0.0.1:8080`) is given `/v1`,
+    /// as `spindle proxy --upstream` takes one; a base with a path is used
+    /// as it is.
     pub fn new(base_url: impl Into<String>) -> ChatClient {
         let http = reqwest::Client::builder().connect_timeout(Duration::from_secs(10)).build().unwrap_or_default();
         ChatClient {

@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | [`TranscriptKind::Sse`] | `.sse`, `.bin`, `.sse.txt`, or a body whose first line is an SSE field | one SSE stream |
 //! | [`TranscriptKind::ChunkLines`] | `.chunks.txt` (or any text) with one JSON chunk per line | one stream, no `[DONE]` expected |
-//! | [`TranscriptKind::Json`] | `.json`: a `chat.completion` (or Anthropic / Responses / Gemini / Bedrock Converse) response, a Gemini stream sent as a JSON array, an error body, or an array of string tokens | one response, or the tokens fed one by one |
+//! | [`TranscriptKind::Json`] | `.json`: a `chat.completion` (or Anthropic / Responses / Gemini / Ollama / Bedrock Converse) response, a Gemini stream sent as a JSON array, an error body, or an array of string tokens | one response, or the tokens fed one by one |
 //! | [`TranscriptKind::JsonLines`] | `.jsonl`: records with a `text` field, or chunks | one plain-text stream per record |
 //! | [`TranscriptKind::Text`] | anything else that is text | the Filament parser directly |
 //!
@@ -32,7 +32,7 @@
 
 use super::events::{Channel, SourceEvent};
 use super::model::{ChatStream, Framing, StreamOptions};
-use super::model::{excerpt, is_converse, is_gemini};
+use super::model::{excerpt, is_converse, is_gemini, is_ollama};
 use super::tap::StreamTap;
 use crate::event::DiagnosticCode;
 use crate::event::Event;
@@ -92,10 +92,24 @@ fn looks_like_sse(bytes: &[u8]) -> bool {
 }
 
 fn looks_like_chunk_line(bytes: &[u8]) -> bool {
-    let line = first_line(bytes);
-    line.starts_with(b"{")
-        && serde_json::from_slice::<Value>(line)
-            .is_ok_and(|v| v.get("choices").is_some() || v.get("object").is_some() || v.get("type").is_some())
+    is_chunk_line(first_line(bytes))
+}
+
+/// Whether one line (without its newline) is a JSON chunk of a stream an
+/// API sends one object per line (`application/x-ndjson`): a chunk the
+/// stream model reads (a chat chunk, another dialect's event, a Gemini or
+/// an Ollama chunk, a whole response on one line). Model text that merely
+/// is JSON (`{"type": "greeting"}`) is not one.
+pub fn is_chunk_line(line: &[u8]) -> bool {
+    let line = line.trim_ascii();
+    if !line.starts_with(b"{") || serde_json::from_slice::<serde::de::IgnoredAny>(line).is_err() {
+        return false;
+    }
+    let mut stream = ChatStream::new(StreamOptions::default());
+    let mut events = Vec::new();
+    stream.push_data_events("message", &String::from_utf8_lossy(line), 0, &mut events);
+    let stats = stream.stats();
+    stats.chunks == 1 && stats.bad_chunks == 0
 }
 
 /// Decides what kind of transcript `bytes` (the file at `path`) is.
@@ -286,6 +300,7 @@ fn is_response(map: &serde_json::Map<String, Value>) -> bool {
         || kind == "message"
         || is_converse(map)
         || is_gemini(map)
+        || is_ollama(map)
         || (map.contains_key("error") && map.len() <= 3)
 }
 
@@ -363,6 +378,10 @@ fn payload_content(v: &Value, map: &mut BTreeMap<u32, String>) {
                 push_text(map, index, part.get("text").and_then(Value::as_str).unwrap_or(""));
             }
         }
+    }
+    if let Some(chunk) = v.as_object().filter(|o| is_ollama(o)) {
+        let message = chunk.get("message").and_then(|m| m.get("content"));
+        push_text(map, 0, message.or_else(|| chunk.get("response")).and_then(Value::as_str).unwrap_or(""));
     }
     if let Some(output) = v.as_object().filter(|o| is_converse(o)).and_then(|o| o.get("output")) {
         for block in

@@ -37,6 +37,7 @@ const PARSE_EXAMPLES: &str = "Examples:
   spindle parse corpora/long-rp-en-lighthouse.txt --format pretty
   curl -sN $URL/v1/chat/completions -d @req.json | spindle parse --format pretty   # an SSE body: each choice parsed
   spindle parse response.json --format rewrite             # a whole chat completion
+  curl -s localhost:11434/api/chat -d @req.json | spindle parse --format pretty   # Ollama's JSON lines
   ollama run deepseek-r1 \"...\" | spindle parse --profile reasoning --format jsonl   # model text
   spindle parse answer.txt --registry my-tags.toml --chunk-size 7
   spindle parse answer.txt --profile tam --tools examples/plugins/basic --execute";

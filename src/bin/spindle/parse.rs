@@ -3,7 +3,7 @@
 use crate::render::{Format, Renderer};
 use anyhow::{Context, Result, bail};
 use spindle::event::{DiagnosticCode, Event};
-use spindle::sources::{ChatStream, FinishReason, Framing, SourceEvent, StreamOptions, StreamTap};
+use spindle::sources::{ChatStream, FinishReason, Framing, SourceEvent, StreamOptions, StreamTap, transcript};
 use spindle::tools::collect::CallCollector;
 use spindle::tools::{McpPool, Runner, RunnerOptions, ToolConfig, ToolEvent};
 use spindle::{Parser, ParserOptions, Registry, state};
@@ -69,8 +69,8 @@ pub(crate) struct ParseArgs {
     #[arg(long, value_name = "FILE")]
     pub(crate) state: Option<PathBuf>,
     /// What the input is: model text, or a chat-completions response as an
-    /// API sends it (a streamed SSE body, a whole JSON response), whose
-    /// choices are parsed as the proxy parses them.
+    /// API sends it (a streamed SSE body, JSON lines, a whole JSON
+    /// response), whose choices are parsed as the proxy parses them.
     #[arg(long, value_enum, default_value_t = Input::Auto)]
     pub(crate) input: Input,
     /// With `--input sse|json`: the choice whose parse `pretty`, `summary`,
@@ -79,7 +79,7 @@ pub(crate) struct ParseArgs {
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub(crate) choice: u32,
     /// Largest whole response (`--input json`, read to its end before it is
-    /// parsed), in bytes.
+    /// parsed), and longest line of `--input ndjson`, in bytes.
     #[arg(long, value_name = "BYTES", default_value_t = 256 * 1024 * 1024)]
     pub(crate) max_response: usize,
 }
@@ -243,8 +243,9 @@ pub(crate) fn load_registry(profile: &str, file: Option<&PathBuf>) -> Result<Reg
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Input {
     /// `sse` when the first line (after SSE comments) is an SSE field
-    /// (`data:`, `event:`, `id:`, `retry:`), `json` for a `.json` file,
-    /// else `text`.
+    /// (`data:`, `event:`, `id:`, `retry:`), `ndjson` when it is a JSON
+    /// chunk of an API (or the file is `.ndjson`/`.jsonl`), `json` for a
+    /// `.json` file, else `text`.
     Auto,
     /// Model output as it is.
     Text,
@@ -254,8 +255,13 @@ pub(crate) enum Input {
     /// reasons, usage and truncation.
     Sse,
     /// A whole (non-streamed) response, JSON: a chat completion (or an
-    /// Anthropic message, a Responses object).
+    /// Anthropic message, a Responses object, a Gemini or Bedrock
+    /// response).
     Json,
+    /// A stream of one JSON chunk per line (`application/x-ndjson`), as
+    /// Ollama's own API sends it (`/api/chat`, `/api/generate`); also a
+    /// whole response on one line.
+    Ndjson,
 }
 
 impl Input {
@@ -268,10 +274,15 @@ impl Input {
         if self != Input::Auto {
             return Some(self);
         }
-        let not_sse = || match file.and_then(Path::extension) {
-            Some(ext) if ext.eq_ignore_ascii_case("json") => Input::Json,
-            _ => Input::Text,
-        };
+        let by_name = file.and_then(Path::extension).and_then(|ext| {
+            let ext = ext.to_string_lossy().to_ascii_lowercase();
+            match ext.as_str() {
+                "json" => Some(Input::Json),
+                "ndjson" | "jsonl" => Some(Input::Ndjson),
+                _ => None,
+            }
+        });
+        let not_sse = || by_name.unwrap_or(Input::Text);
         let first = first.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(first);
         let mut lines = first.split(|&b| b == b'\n').peekable();
         while let Some(line) = lines.next() {
@@ -284,6 +295,14 @@ impl Input {
             if FIELDS.iter().any(|field| line.starts_with(field)) {
                 return Some(Input::Sse);
             }
+            if by_name.is_none() && line.starts_with(b"{") {
+                // One JSON chunk per line, once the line is whole.
+                return match (whole, transcript::is_chunk_line(line)) {
+                    (_, true) => Some(Input::Ndjson),
+                    (true, false) => Some(Input::Text),
+                    (false, false) => None,
+                };
+            }
             // `da`, or `:` so far: the rest of the line decides.
             let open = line.starts_with(b":") || FIELDS.iter().any(|field| field.starts_with(line));
             return if whole || !open { Some(not_sse()) } else { None };
@@ -295,7 +314,7 @@ impl Input {
 
     /// Whether the input is a response as an API sends it.
     fn is_response(self) -> bool {
-        matches!(self, Input::Sse | Input::Json)
+        matches!(self, Input::Sse | Input::Json | Input::Ndjson)
     }
 }
 
@@ -382,6 +401,17 @@ enum Reader {
         tap: Box<StreamTap>,
         choice: u32,
     },
+    /// One JSON chunk per line, each read as its line ends.
+    Lines {
+        stream: Box<ChatStream>,
+        /// The line read so far (no newline yet).
+        line: Vec<u8>,
+        /// `--max-response`: the longest line.
+        limit: usize,
+        /// Bytes read.
+        read: usize,
+        choice: u32,
+    },
     /// A whole response: read to the end, then parsed.
     Json {
         body: Vec<u8>,
@@ -405,6 +435,12 @@ impl Reader {
             Input::Json => {
                 Reader::Json { body: Vec::new(), limit: args.max_response, options: Box::new(options()), choice }
             }
+            Input::Ndjson => {
+                let mut options = options();
+                options.framing = Framing::Chunks;
+                let stream = Box::new(ChatStream::new(options));
+                Reader::Lines { stream, line: Vec::new(), limit: args.max_response, read: 0, choice }
+            }
             Input::Auto | Input::Text => Reader::Text(Box::new(Parser::with_options(registry.clone(), parser))),
         }
     }
@@ -426,6 +462,25 @@ impl Reader {
                 out.source_events(events, *choice)?;
                 if out.renderer.wants_rewrite() {
                     rewrite_choice(&mut out.renderer, tap.take_rewrites(), *choice)?;
+                }
+            }
+            Reader::Lines { stream, line, limit, read, choice } => {
+                *read += bytes.len();
+                let mut events = Vec::new();
+                let mut rest = bytes;
+                while let Some(end) = memchr::memchr(b'\n', rest) {
+                    line.extend_from_slice(&rest[..end]);
+                    push_line(stream, line, &mut events);
+                    line.clear();
+                    rest = &rest[end + 1..];
+                }
+                if line.len() + rest.len() > *limit {
+                    bail!("a line of the input is longer than {limit} bytes (--max-response)");
+                }
+                line.extend_from_slice(rest);
+                out.source_events(events, *choice)?;
+                if out.renderer.wants_rewrite() {
+                    rewrite_choice(&mut out.renderer, stream.take_rewrites(), *choice)?;
                 }
             }
             Reader::Json { body, limit, .. } => {
@@ -455,6 +510,14 @@ impl Reader {
                 rewrite_choice(&mut out.renderer, end.rewrites, choice)?;
                 Ok(bytes)
             }
+            Reader::Lines { mut stream, line, read, choice, .. } => {
+                let mut events = Vec::new();
+                push_line(&mut stream, &line, &mut events);
+                let rewrites = stream.finish_with_rewrites(&mut events);
+                out.source_events(events, choice)?;
+                rewrite_choice(&mut out.renderer, rewrites, choice)?;
+                Ok(read)
+            }
             Reader::Json { body, mut options, choice, .. } => {
                 options.framing = Framing::Response;
                 let mut stream = ChatStream::new(*options);
@@ -480,6 +543,15 @@ impl Reader {
                 Ok(body.len())
             }
         }
+    }
+}
+
+/// One line of an NDJSON stream into the stream model (a blank line is
+/// nothing; a line that is not a chunk is reported by the model).
+fn push_line(stream: &mut ChatStream, line: &[u8], out: &mut Vec<SourceEvent>) {
+    let line = line.trim_ascii();
+    if !line.is_empty() {
+        stream.push_data_events("message", &String::from_utf8_lossy(line), 0, out);
     }
 }
 

@@ -13,6 +13,9 @@
 //!   with `alt=sse` or as a JSON array): `candidates` with `content.parts`
 //!   (`text`, `thought` text, `functionCall`), `finishReason`,
 //!   `usageMetadata`, and a prompt blocked by `promptFeedback`;
+//! * Ollama's own API (`/api/chat` and `/api/generate`, one JSON object per
+//!   line): `message.content` or `response`, `thinking`, `message.tool_calls`,
+//!   and `done` with `done_reason` and the token counts;
 //! * a whole Amazon Bedrock Converse response (`output.message.content`
 //!   with `text`, `reasoningContent` and `toolUse` blocks, `stopReason`,
 //!   `usage`). Its stream (`ConverseStream`) is AWS's binary event stream,
@@ -23,8 +26,8 @@
 //! else (elements, ids, truncation) is [`super`]'s. All of them are
 //! one choice, index 0, but Gemini's, whose candidates are the choices.
 //! They end without `[DONE]`: their own end event (`message_stop`,
-//! `response.completed`, `finish`, a Gemini `finishReason`) counts as a
-//! clean end.
+//! `response.completed`, `finish`, a Gemini `finishReason`, Ollama's
+//! `done`) counts as a clean end.
 
 use super::ChatStream;
 use crate::event::DiagnosticCode;
@@ -69,6 +72,10 @@ pub(super) fn push(stream: &mut ChatStream, chunk: &ChatChunk, out: &mut Vec<Sou
     }
     if is_gemini(&chunk.extra) {
         gemini(stream, &whole(), out);
+        return true;
+    }
+    if is_ollama(&chunk.extra) {
+        ollama(stream, &whole(), out);
         return true;
     }
     if chunk.object() == Some("response") && chunk.type_field().is_none() {
@@ -331,6 +338,47 @@ fn gemini(stream: &mut ChatStream, v: &Value, out: &mut Vec<SourceEvent>) {
     }
     if let Some(usage) = v.get("usageMetadata") {
         stream.push_usage(usage, out);
+    }
+}
+
+/// Whether an object is a chunk of Ollama's own API: `done`, with a
+/// `message` (`/api/chat`) or a `response` (`/api/generate`).
+pub(crate) fn is_ollama(object: &serde_json::Map<String, Value>) -> bool {
+    object.get("done").is_some_and(Value::is_boolean)
+        && (object.get("message").is_some_and(Value::is_object) || object.get("response").is_some_and(Value::is_string))
+}
+
+/// The token counts and timings of Ollama's last chunk, as its usage.
+const OLLAMA_USAGE: [&str; 6] =
+    ["prompt_eval_count", "eval_count", "total_duration", "load_duration", "prompt_eval_duration", "eval_duration"];
+
+/// One chunk of Ollama's `/api/chat` or `/api/generate` stream (or its
+/// whole answer, `"stream": false`).
+fn ollama(stream: &mut ChatStream, v: &Value, out: &mut Vec<SourceEvent>) {
+    let message = v.get("message");
+    let field = |key: &str| message.and_then(|m| str_of(m, key)).or_else(|| str_of(v, key));
+    let calls = message.and_then(|m| m.get("tool_calls")).and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
+    let done = v.get("done").and_then(Value::as_bool) == Some(true);
+    stream.with_choice(0, out, |c| {
+        c.reasoning(field("thinking").unwrap_or(""), "thinking");
+        c.content(message.map_or_else(|| str_of(v, "response"), |m| str_of(m, "content")).unwrap_or(""));
+        for call in calls {
+            let function = call.get("function").unwrap_or(call);
+            let index = index_of(function, "index");
+            c.tool_call(index, str_of(call, "id"), str_of(function, "name"), function.get("arguments"), "tool_calls");
+            c.end_tool_call();
+        }
+        if done {
+            c.finish(Some(FinishReason::parse(str_of(v, "done_reason").unwrap_or("stop"))));
+        }
+    });
+    if done {
+        stream.dialect_mut().ended = true;
+        let usage: serde_json::Map<String, Value> =
+            OLLAMA_USAGE.iter().filter_map(|k| v.get(*k).map(|n| ((*k).to_string(), n.clone()))).collect();
+        if !usage.is_empty() {
+            stream.push_usage(&Value::Object(usage), out);
+        }
     }
 }
 

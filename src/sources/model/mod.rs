@@ -9,12 +9,12 @@
 //! ([`super::sse`]) or HTTP ([`super::stream`], [`super::client`]).
 //! The rules are documented on [`ChatStream`]. Other streaming dialects
 //! (Anthropic Messages, OpenAI Responses, the Vercel AI SDK's UI stream,
-//! Gemini, a Bedrock Converse response) are read into the same choices by
-//! its child module `dialects`.
+//! Gemini, Ollama's own API, a Bedrock Converse response) are read into the
+//! same choices by its child module `dialects`.
 
 mod dialects;
 
-pub(crate) use dialects::{is_converse, is_gemini};
+pub(crate) use dialects::{is_converse, is_gemini, is_ollama};
 
 use super::chunk::{ChatChunk, Choice, Content, Delta, FunctionDelta, ToolCallDelta};
 use super::events::{Channel, ChoiceEvent, ErrorOrigin, FinishReason, SourceEvent, Truncation};
@@ -1324,7 +1324,8 @@ impl ChatStream {
             && (chunk.type_field().is_some()
                 || chunk.object() == Some("response")
                 || dialects::is_converse(&chunk.extra)
-                || dialects::is_gemini(&chunk.extra));
+                || dialects::is_gemini(&chunk.extra)
+                || dialects::is_ollama(&chunk.extra));
         let chat = !chunk.choices.is_absent()
             || chunk.usage.as_option().is_some_and(|u| !u.is_null())
             || chunk.error.as_option().is_some_and(|e| !e.is_null())
