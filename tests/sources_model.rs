@@ -804,6 +804,8 @@ fn ollama_chat_and_generate_streams() {
         json!({"model": "qwen3", "message": {"role": "assistant", "content": "", "tool_calls": [
             {"function": {"name": "weather", "arguments": {"city": "Rome"}}},
             {"function": {"index": 1, "name": "time", "arguments": {"zone": "CET"}}}]}, "done": false}),
+        json!({"model": "qwen3", "message": {"role": "assistant", "content": "", "tool_calls": [
+            {"function": {"index": 0, "name": "date", "arguments": {}}}]}, "done": false}),
         json!({"model": "qwen3", "message": {"role": "assistant", "content": "Checking <b>now</b>"}, "done": false}),
         json!({"model": "qwen3", "message": {"role": "assistant", "content": "."}, "done": true, "done_reason": "length",
                "total_duration": 5_000_000, "prompt_eval_count": 12, "eval_count": 40}),
@@ -817,11 +819,14 @@ fn ollama_chat_and_generate_streams() {
             (0, Channel::Reasoning, "thought".into(), "Use the tool.".into()),
             (0, Channel::ToolCalls, "tool_call".into(), "{\"city\":\"Rome\"}".into()),
             (0, Channel::ToolCalls, "tool_call".into(), "{\"zone\":\"CET\"}".into()),
+            (0, Channel::ToolCalls, "tool_call".into(), "{}".into()),
             (0, Channel::Content, "content".into(), "Checking <b>now</b>.".into()),
         ]
     );
+    // A later chunk's call at index 0 again is a call of its own.
     let names: Vec<Value> = payloads(&events, "tool_call").iter().map(|p| p["name"].clone()).collect();
-    assert_eq!(names, [json!("weather"), json!("time")]);
+    assert_eq!(names, [json!("weather"), json!("time"), json!("date")]);
+    assert!(diagnostics(&events).iter().all(|d| !d.starts_with("tool_call_")), "{:?}", diagnostics(&events));
     assert_eq!(finishes(&events), [(0, "length".into())]);
     assert!(truncations(&events).is_empty(), "done is the clean end");
     assert!(!diagnostics(&events).contains(&"unrecognized_chunk".to_string()));
