@@ -73,7 +73,7 @@ pub(crate) struct ParseArgs {
     /// response), whose choices are parsed as the proxy parses them.
     #[arg(long, value_enum, default_value_t = Input::Auto)]
     pub(crate) input: Input,
-    /// With `--input sse|json`: the choice whose parse `pretty`, `summary`,
+    /// With `--input sse|ndjson|json`: the choice whose parse `pretty`, `summary`,
     /// `rewrite`, `--tools` and `--state` use (`jsonl` prints every
     /// choice's events, each with its `choice`).
     #[arg(long, value_name = "N", default_value_t = 0)]
