@@ -331,6 +331,69 @@ async fn sinks_receive_every_element() {
     assert_eq!(from_file, from_channel, "file and channel hold the same records in the same order");
 }
 
+/// Gemini's own API through the proxy: `/v1beta/*` is forwarded, the SSE
+/// body (`alt=sse`) and the JSON array (without it) reach the client as
+/// the upstream sent them, and both are parsed on the side: candidates,
+/// thoughts and the finish go to the sinks, and no stream counts as cut.
+#[tokio::test]
+async fn gemini_streams_pass_through_and_are_parsed() {
+    let frames = [
+        json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "Plan it.", "thought": true}]}}]}),
+        json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "Two <b>cups</b> of "}]}}]}),
+        json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "tea."}]}, "finishReason": "STOP"}],
+               "usageMetadata": {"totalTokenCount": 12}}),
+    ];
+    let sse: String = frames.iter().map(|f| format!("data: {f}\r\n\r\n")).collect();
+    let array = Value::Array(frames.to_vec()).to_string();
+    let upstream = serve(Router::new().fallback(move |uri: Uri| {
+        let (sse, array) = (sse.clone(), array.clone());
+        async move {
+            match (uri.path(), uri.query()) {
+                ("/v1beta/models/gemini-2.5-flash:streamGenerateContent", Some("alt=sse")) => {
+                    ([("content-type", "text/event-stream")], sse).into_response()
+                }
+                ("/v1beta/models/gemini-2.5-flash:streamGenerateContent", None) => {
+                    ([("content-type", "application/json")], array).into_response()
+                }
+                _ => StatusCode::NOT_FOUND.into_response(),
+            }
+        }
+    }))
+    .await;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Arc<SinkRecord>>(10_000);
+    let proxy = proxy(&upstream, |c| {
+        c.options = StreamOptions::default();
+        c.sinks = vec![SinkSpec::Channel(tx)];
+    })
+    .await;
+    let http = client();
+    let body = json!({"contents": [{"role": "user", "parts": [{"text": "tea?"}]}]});
+    for query in ["?alt=sse", ""] {
+        let path = format!("/v1beta/models/gemini-2.5-flash:streamGenerateContent{query}");
+        let direct = http.post(format!("{upstream}{path}")).json(&body).send().await.unwrap().bytes().await.unwrap();
+        let proxied = http.post(format!("{}{path}", url(&proxy))).json(&body).send().await.unwrap();
+        assert!(proxied.status().is_success(), "{path}: {}", proxied.status());
+        assert_eq!(proxied.bytes().await.unwrap(), direct, "{path}: pass-through is byte-identical");
+    }
+    proxy.shutdown().await.unwrap();
+    let mut records: Vec<Value> = Vec::new();
+    while let Some(r) = rx.recv().await {
+        records.push(serde_json::to_value(&*r).unwrap());
+    }
+    let elements: Vec<(String, String)> = records
+        .iter()
+        .filter(|r| r["type"] == "element")
+        .map(|r| (r["tag"].as_str().unwrap().to_string(), r["text"].as_str().unwrap().to_string()))
+        .collect();
+    let one = [
+        ("thought".to_string(), "Plan it.".to_string()),
+        ("content".to_string(), "Two <b>cups</b> of tea.".to_string()),
+    ];
+    assert_eq!(elements, [one.clone(), one].concat(), "{records:?}");
+    assert_eq!(records.iter().filter(|r| r["type"] == "finish" && r["reason"] == "stop").count(), 2, "{records:?}");
+    assert!(!records.iter().any(|r| r["type"] == "truncated" || r["type"] == "stream_error"), "{records:?}");
+}
+
 #[tokio::test]
 async fn metrics_and_healthz() {
     let mock = mock(0).await;

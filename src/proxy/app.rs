@@ -58,12 +58,12 @@ impl App {
     }
 }
 
-/// Whether a URL path names an API version: a segment of `v` and a digit
-/// (`v1`, `v4`, `v1beta`). Providers put the version where they like
+/// Whether a URL path (or one segment) names an API version: a segment of
+/// `v` and a digit (`v1`, `v4`, `v1beta`). Providers put the version where they like
 /// (`/v1`, `/api/v3`, `/api/paas/v4`, `/compatible-mode/v1`,
 /// `/v1beta/openai`); a path without one (`/api`, `/proxy`) is a plain
 /// prefix, and the request's `/v1` follows it.
-fn names_version(path: &str) -> bool {
+pub(crate) fn names_version(path: &str) -> bool {
     path.split('/').any(|segment| {
         let mut bytes = segment.bytes();
         bytes.next() == Some(b'v') && bytes.next().is_some_and(|b| b.is_ascii_digit())

@@ -1,7 +1,8 @@
 //! The pipe-through proxy (DESIGN §8): `spindle proxy --upstream URL`.
 //!
 //! This module owns an OpenAI-compatible reverse proxy that forwards every
-//! `/v1/*` request to one upstream unchanged and parses the model output
+//! `/v1/*` request (and every other versioned API path, such as Gemini's
+//! `/v1beta/*`) to one upstream unchanged and parses the model output
 //! of the responses on the side, with the [`crate::sources`] stream model,
 //! sending parsed elements to sinks and counting everything in `/metrics`.
 //! It must not change what the client receives, except for the documented
@@ -24,7 +25,8 @@
 //!   `/chat/completions` after them. Any other path is a prefix
 //!   (`http://gateway/llm` gets `/llm/v1/chat/completions`).
 //! * Model endpoints (`/chat/completions`, `/completions`, `/responses`,
-//!   `/messages`) are asked for `Accept-Encoding: identity`, so the proxy
+//!   `/messages`, Gemini's `:generateContent` and `:streamGenerateContent`)
+//!   are asked for `Accept-Encoding: identity`, so the proxy
 //!   can read them; other bodies pass through as they are (compressed or
 //!   not). The proxy never compresses.
 //! * SSE responses (`text/event-stream`): every upstream read is written

@@ -44,7 +44,8 @@ enum Endpoint {
     Chat,
     /// `/completions` (legacy): parsed, `[DONE]`-framed.
     Completions,
-    /// `/responses`, `/messages`: parsed when 2xx.
+    /// `/responses`, `/messages`, Gemini's `:generateContent` and
+    /// `:streamGenerateContent`: parsed when 2xx.
     OtherModel,
     /// Anything else: forwarded only.
     Other,
@@ -57,7 +58,11 @@ impl Endpoint {
             Endpoint::Chat
         } else if path.ends_with("/completions") {
             Endpoint::Completions
-        } else if path.ends_with("/responses") || path.ends_with("/messages") {
+        } else if path.ends_with("/responses")
+            || path.ends_with("/messages")
+            || path.ends_with(":generateContent")
+            || path.ends_with(":streamGenerateContent")
+        {
             Endpoint::OtherModel
         } else {
             Endpoint::Other
@@ -200,14 +205,19 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], app.metrics.render()).into_response()
 }
 
-/// Phase 1, admit: only `/v1/*` is proxied, nothing new while shutting
-/// down, at most `max_streams` in flight. The permit lives as long as the
-/// response.
+/// Phase 1, admit: only an API's versioned paths are proxied (`/v1/*`,
+/// and `/v1beta/*`, `/v2/*`: a first segment that names a version), nothing
+/// new while shutting down, at most `max_streams` in flight. The permit
+/// lives as long as the response.
 fn admit(app: &App, path: &str) -> Result<tokio::sync::OwnedSemaphorePermit, ProxyError> {
-    if path != "/v1" && !path.starts_with("/v1/") {
+    let first = path.trim_start_matches('/').split('/').next().unwrap_or_default();
+    if !super::app::names_version(first) {
         return Err(ProxyError::new(
             ProxyErrorKind::NotFound,
-            format!("spindle proxies /v1/* to the upstream; {path} is not proxied (local: /healthz, /metrics)"),
+            format!(
+                "spindle proxies an API's versioned paths (/v1/*, /v1beta/*, ...) to the upstream; {path} is not \
+                 proxied (local: /healthz, /metrics)"
+            ),
         ));
     }
     if app.stopping.is_cancelled() {
