@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 use spindle::event::Event;
 use spindle::sources::{
-    Channel, ChatStream, ErrorOrigin, FinishReason, Framing, SourceEvent, StreamOptions, StreamTap, Truncation,
+    Channel, ChatStream, ErrorOrigin, FinishReason, Framing, LineTap, SourceEvent, StreamOptions, StreamTap, Truncation,
 };
 use spindle::{Parser, ParserOptions, Registry};
 use std::sync::Arc;
@@ -853,6 +853,46 @@ fn ollama_chat_and_generate_streams() {
     let events = ChatStream::response_events(StreamOptions::default(), whole.to_string().as_bytes());
     assert_eq!(elements(&events), [(0, Channel::Content, "content".into(), "Hi.".into())]);
     assert_eq!(finishes(&events), [(0, "stop".into())]);
+}
+
+/// JSON lines read by `LineTap`: split anywhere (also inside a UTF-8
+/// character and between `\r` and `\n`), the same events; a last line
+/// without a newline is read; a line past the limit is skipped and said,
+/// and the lines after it are read.
+#[test]
+fn line_tap_is_split_invariant_and_bounds_a_line() {
+    let body = concat!(
+        "{\"model\":\"m\",\"created_at\":\"2026-11-29T21:00:00.000000000Z\",",
+        "\"message\":{\"role\":\"assistant\",\"content\":\"猫 <b>x\"},\"done\":false}\r\n",
+        "\n",
+        "{\"model\":\"m\",\"message\":{\"role\":\"assistant\",\"content\":\"</b>!\"},\"done\":true,\"done_reason\":\"stop\"}",
+    );
+    let read = |size: usize, options: StreamOptions| {
+        let mut tap = LineTap::new(options);
+        let mut events = Vec::new();
+        for piece in body.as_bytes().chunks(size) {
+            tap.feed_into(piece, &mut events);
+        }
+        assert_eq!(tap.offset(), body.len());
+        tap.finish_into(&mut events);
+        events
+    };
+    let whole = read(body.len(), StreamOptions::default());
+    assert_eq!(elements(&whole), [(0, Channel::Content, "content".into(), "猫 <b>x</b>!".into())]);
+    assert_eq!(finishes(&whole), [(0, "stop".into())]);
+    assert!(truncations(&whole).is_empty());
+    for size in 1..=9 {
+        assert_eq!(read(size, StreamOptions::default()), whole, "read size {size}");
+    }
+    // The first line is longer than the limit: skipped, said, and the
+    // second still read.
+    let mut options = StreamOptions::default();
+    options.sse.max_line_len = 110;
+    for size in [1, 7, body.len()] {
+        let events = read(size, options.clone());
+        assert!(diagnostics(&events).contains(&"sse_line_too_long".to_string()), "{events:?}");
+        assert_eq!(elements(&events), [(0, Channel::Content, "content".into(), "</b>!".into())], "{size}");
+    }
 }
 
 #[test]

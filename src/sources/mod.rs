@@ -58,6 +58,7 @@ mod chunk;
 #[cfg(feature = "client")]
 mod client;
 mod events;
+mod lines;
 mod model;
 mod sse;
 mod stream;
@@ -71,6 +72,7 @@ pub(crate) use client::api_base;
 #[cfg_attr(docsrs, doc(cfg(feature = "client")))]
 pub use client::{ChatClient, ClientError, ErrorSide};
 pub use events::{Channel, ChoiceEvent, ErrorOrigin, FinishReason, SourceEvent, Truncation};
+pub use lines::LineTap;
 #[cfg_attr(not(feature = "proxy"), allow(unused_imports))]
 pub(crate) use model::CallMark;
 pub use model::{ChatStream, Framing, StreamOptions, StreamStats};

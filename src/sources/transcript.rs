@@ -31,6 +31,7 @@
 //!   [`CheckResult::Mismatch`]: content lost or invented.
 
 use super::events::{Channel, SourceEvent};
+use super::lines::LineTap;
 use super::model::{ChatStream, Framing, StreamOptions};
 use super::model::{excerpt, is_converse, is_gemini, is_ollama};
 use super::tap::StreamTap;
@@ -224,15 +225,12 @@ pub fn replay_in_reads(kind: TranscriptKind, bytes: &[u8], options: &StreamOptio
             one(events)
         }
         TranscriptKind::ChunkLines => {
-            let text = crate::scan::text_lossy(bytes);
-            let mut stream = ChatStream::new(with_framing(options, Framing::Chunks));
+            let mut tap = LineTap::new(options.clone());
             let mut events = Vec::new();
-            for (at, line) in lines(&text) {
-                if !line.trim().is_empty() {
-                    stream.push_data_events("message", line, at, &mut events);
-                }
+            for read in bytes.chunks(read_size.max(1)) {
+                tap.feed_into(read, &mut events);
             }
-            stream.finish_into(&mut events);
+            tap.finish_into(&mut events);
             one(events)
         }
         TranscriptKind::Json => {

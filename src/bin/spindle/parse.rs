@@ -3,7 +3,7 @@
 use crate::render::{Format, Renderer};
 use anyhow::{Context, Result, bail};
 use spindle::event::{DiagnosticCode, Event};
-use spindle::sources::{ChatStream, FinishReason, Framing, SourceEvent, StreamOptions, StreamTap, transcript};
+use spindle::sources::{ChatStream, FinishReason, Framing, LineTap, SourceEvent, StreamOptions, StreamTap, transcript};
 use spindle::tools::collect::CallCollector;
 use spindle::tools::{McpPool, Runner, RunnerOptions, ToolConfig, ToolEvent};
 use spindle::{Parser, ParserOptions, Registry, state};
@@ -79,7 +79,8 @@ pub(crate) struct ParseArgs {
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub(crate) choice: u32,
     /// Largest whole response (`--input json`, read to its end before it is
-    /// parsed), and longest line of `--input ndjson`, in bytes.
+    /// parsed), and longest line of `--input ndjson` (a longer one is
+    /// skipped and said), in bytes.
     #[arg(long, value_name = "BYTES", default_value_t = 256 * 1024 * 1024)]
     pub(crate) max_response: usize,
 }
@@ -403,13 +404,7 @@ enum Reader {
     },
     /// One JSON chunk per line, each read as its line ends.
     Lines {
-        stream: Box<ChatStream>,
-        /// The line read so far (no newline yet).
-        line: Vec<u8>,
-        /// `--max-response`: the longest line.
-        limit: usize,
-        /// Bytes read.
-        read: usize,
+        tap: Box<LineTap>,
         choice: u32,
     },
     /// A whole response: read to the end, then parsed.
@@ -437,9 +432,8 @@ impl Reader {
             }
             Input::Ndjson => {
                 let mut options = options();
-                options.framing = Framing::Chunks;
-                let stream = Box::new(ChatStream::new(options));
-                Reader::Lines { stream, line: Vec::new(), limit: args.max_response, read: 0, choice }
+                options.sse.max_line_len = args.max_response;
+                Reader::Lines { tap: Box::new(LineTap::new(options)), choice }
             }
             Input::Auto | Input::Text => Reader::Text(Box::new(Parser::with_options(registry.clone(), parser))),
         }
@@ -464,23 +458,12 @@ impl Reader {
                     rewrite_choice(&mut out.renderer, tap.take_rewrites(), *choice)?;
                 }
             }
-            Reader::Lines { stream, line, limit, read, choice } => {
-                *read += bytes.len();
+            Reader::Lines { tap, choice } => {
                 let mut events = Vec::new();
-                let mut rest = bytes;
-                while let Some(end) = memchr::memchr(b'\n', rest) {
-                    line.extend_from_slice(&rest[..end]);
-                    push_line(stream, line, &mut events);
-                    line.clear();
-                    rest = &rest[end + 1..];
-                }
-                if line.len() + rest.len() > *limit {
-                    bail!("a line of the input is longer than {limit} bytes (--max-response)");
-                }
-                line.extend_from_slice(rest);
+                tap.feed_into(bytes, &mut events);
                 out.source_events(events, *choice)?;
                 if out.renderer.wants_rewrite() {
-                    rewrite_choice(&mut out.renderer, stream.take_rewrites(), *choice)?;
+                    rewrite_choice(&mut out.renderer, tap.take_rewrites(), *choice)?;
                 }
             }
             Reader::Json { body, limit, .. } => {
@@ -510,13 +493,13 @@ impl Reader {
                 rewrite_choice(&mut out.renderer, end.rewrites, choice)?;
                 Ok(bytes)
             }
-            Reader::Lines { mut stream, line, read, choice, .. } => {
+            Reader::Lines { tap, choice } => {
+                let bytes = tap.offset();
                 let mut events = Vec::new();
-                push_line(&mut stream, &line, &mut events);
-                let rewrites = stream.finish_with_rewrites(&mut events);
+                let rewrites = tap.finish_with_rewrites(&mut events);
                 out.source_events(events, choice)?;
                 rewrite_choice(&mut out.renderer, rewrites, choice)?;
-                Ok(read)
+                Ok(bytes)
             }
             Reader::Json { body, mut options, choice, .. } => {
                 options.framing = Framing::Response;
@@ -543,15 +526,6 @@ impl Reader {
                 Ok(body.len())
             }
         }
-    }
-}
-
-/// One line of an NDJSON stream into the stream model (a blank line is
-/// nothing; a line that is not a chunk is reported by the model).
-fn push_line(stream: &mut ChatStream, line: &[u8], out: &mut Vec<SourceEvent>) {
-    let line = line.trim_ascii();
-    if !line.is_empty() {
-        stream.push_data_events("message", &String::from_utf8_lossy(line), 0, out);
     }
 }
 
