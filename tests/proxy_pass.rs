@@ -394,6 +394,104 @@ async fn gemini_streams_pass_through_and_are_parsed() {
     assert!(!records.iter().any(|r| r["type"] == "truncated" || r["type"] == "stream_error"), "{records:?}");
 }
 
+/// Ollama's own API through the proxy: `/api/*` is forwarded; the JSON
+/// lines of `/api/chat` reach the client as sent and are read on the side
+/// (thinking, content, the finish and the counts go to the sinks); a
+/// stream that stops before `done` is recorded as cut; a whole answer
+/// (`"stream": false`) is parsed too; `/api/tags` just passes.
+#[tokio::test]
+async fn ollama_streams_pass_through_and_are_parsed() {
+    let lines = [
+        json!({"model": "qwen3", "message": {"role": "assistant", "content": "", "thinking": "Hm."}, "done": false}),
+        json!({"model": "qwen3", "message": {"role": "assistant", "content": "Two <b>cups"}, "done": false}),
+        json!({"model": "qwen3", "message": {"role": "assistant", "content": "</b> of tea."}, "done": true,
+               "done_reason": "stop", "eval_count": 9}),
+    ];
+    let ndjson: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let whole = json!({"model": "qwen3", "message": {"role": "assistant", "content": "Tea."}, "done": true, "done_reason": "stop"});
+    let upstream = serve(Router::new().fallback(move |uri: Uri, body: Bytes| {
+        let ndjson = ndjson.clone();
+        let whole = whole.to_string();
+        async move {
+            let request: Value = serde_json::from_slice(&body).unwrap_or_default();
+            match uri.path() {
+                "/api/chat" if request["stream"] == false => {
+                    ([("content-type", "application/json")], whole).into_response()
+                }
+                "/api/chat" => {
+                    // Two lines only when asked to stop early: no `done`.
+                    let text = if request["cut"] == true {
+                        ndjson.lines().take(2).map(|l| format!("{l}\n")).collect()
+                    } else {
+                        ndjson
+                    };
+                    // Sent in pieces that split lines.
+                    let pieces: Vec<Result<Bytes, std::io::Error>> =
+                        text.as_bytes().chunks(37).map(|c| Ok(Bytes::copy_from_slice(c))).collect();
+                    let body = axum::body::Body::from_stream(futures::stream::iter(pieces));
+                    ([("content-type", "application/x-ndjson")], body).into_response()
+                }
+                "/api/tags" => axum::Json(json!({"models": [{"name": "qwen3"}]})).into_response(),
+                _ => StatusCode::NOT_FOUND.into_response(),
+            }
+        }
+    }))
+    .await;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Arc<SinkRecord>>(10_000);
+    let proxy = proxy(&upstream, |c| {
+        c.options = StreamOptions::default();
+        c.sinks = vec![SinkSpec::Channel(tx)];
+    })
+    .await;
+    let http = client();
+    let ask = |extra: Value| {
+        let mut body = json!({"model": "qwen3", "messages": [{"role": "user", "content": "tea?"}]});
+        if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+            b.extend(e.clone());
+        }
+        body
+    };
+    for (path, body) in [
+        ("/api/chat", ask(json!({}))),
+        ("/api/chat", ask(json!({"cut": true}))),
+        ("/api/chat", ask(json!({"stream": false}))),
+    ] {
+        let direct = http.post(format!("{upstream}{path}")).json(&body).send().await.unwrap().bytes().await.unwrap();
+        let proxied = http.post(format!("{}{path}", url(&proxy))).json(&body).send().await.unwrap();
+        assert!(proxied.status().is_success(), "{path}: {}", proxied.status());
+        assert_eq!(proxied.bytes().await.unwrap(), direct, "{path} {body}: pass-through is byte-identical");
+    }
+    let tags: Value = http.get(format!("{}/api/tags", url(&proxy))).send().await.unwrap().json().await.unwrap();
+    assert_eq!(tags["models"][0]["name"], "qwen3");
+    proxy.shutdown().await.unwrap();
+    let mut records: Vec<Value> = Vec::new();
+    while let Some(r) = rx.recv().await {
+        records.push(serde_json::to_value(&*r).unwrap());
+    }
+    let elements: Vec<(String, String)> = records
+        .iter()
+        .filter(|r| r["type"] == "element")
+        .map(|r| (r["tag"].as_str().unwrap().to_string(), r["text"].as_str().unwrap().to_string()))
+        .collect();
+    let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+    assert_eq!(
+        elements,
+        [
+            pair("thought", "Hm."),
+            pair("content", "Two <b>cups</b> of tea."),
+            pair("thought", "Hm."),
+            pair("content", "Two <b>cups"),
+            pair("content", "Tea."),
+        ],
+        "{records:?}"
+    );
+    let finishes: Vec<&Value> = records.iter().filter(|r| r["type"] == "finish").map(|r| &r["reason"]).collect();
+    assert_eq!(finishes, [&json!("stop"), &json!("stop")], "{records:?}");
+    assert_eq!(records.iter().filter(|r| r["type"] == "truncated").count(), 1, "the cut stream: {records:?}");
+    assert!(records.iter().any(|r| r["type"] == "usage" && r["usage"]["eval_count"] == 9), "{records:?}");
+    assert!(records.iter().filter(|r| r["type"] == "element").all(|r| r["path"] == "/api/chat"));
+}
+
 #[tokio::test]
 async fn metrics_and_healthz() {
     let mock = mock(0).await;

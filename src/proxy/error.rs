@@ -51,8 +51,8 @@ pub enum ProxyErrorKind {
     InvalidResponse,
     /// A chat-completion stream ended cleanly without `data: [DONE]`.
     Truncated,
-    /// The request path is not proxied (only an API's versioned paths,
-    /// `/v1/*`, `/v1beta/*`, ..., are).
+    /// The request path is not proxied (only an API's paths, `/v1/*`,
+    /// `/v1beta/*`, ..., and Ollama's `/api/*`, are).
     NotFound,
     /// The request body is larger than the limit.
     RequestTooLarge {

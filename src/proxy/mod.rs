@@ -2,7 +2,8 @@
 //!
 //! This module owns an OpenAI-compatible reverse proxy that forwards every
 //! `/v1/*` request (and every other versioned API path, such as Gemini's
-//! `/v1beta/*`) to one upstream unchanged and parses the model output
+//! `/v1beta/*`, and Ollama's own `/api/*`) to one upstream unchanged and
+//! parses the model output
 //! of the responses on the side, with the [`crate::sources`] stream model,
 //! sending parsed elements to sinks and counting everything in `/metrics`.
 //! It must not change what the client receives, except for the documented
@@ -25,11 +26,14 @@
 //!   `/chat/completions` after them. Any other path is a prefix
 //!   (`http://gateway/llm` gets `/llm/v1/chat/completions`).
 //! * Model endpoints (`/chat/completions`, `/completions`, `/responses`,
-//!   `/messages`, Gemini's `:generateContent` and `:streamGenerateContent`)
-//!   are asked for `Accept-Encoding: identity`, so the proxy
-//!   can read them; other bodies pass through as they are (compressed or
-//!   not). The proxy never compresses.
-//! * SSE responses (`text/event-stream`): every upstream read is written
+//!   `/messages`, Gemini's `:generateContent` and `:streamGenerateContent`,
+//!   Ollama's `/api/chat` and `/api/generate`) are asked for
+//!   `Accept-Encoding: identity`, so the proxy can read them; other bodies
+//!   pass through as they are (compressed or not). The proxy never
+//!   compresses.
+//! * SSE responses (`text/event-stream`), and JSON lines
+//!   (`application/x-ndjson`, read by a [`crate::sources::LineTap`]):
+//!   every upstream read is written
 //!   to the client before the next is read (no coalescing), with
 //!   `Cache-Control: no-cache` and `X-Accel-Buffering: no`, on sockets with
 //!   `TCP_NODELAY`. The upstream is read by the client's own connection

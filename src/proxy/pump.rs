@@ -22,7 +22,7 @@ use super::relay::{End, SseRelay};
 use super::sink::{SinkRecord, is_sink_event};
 use super::trace::Trace;
 use crate::event::Event;
-use crate::sources::{ErrorOrigin, SourceEvent};
+use crate::sources::{ErrorOrigin, LineTap, SourceEvent};
 use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -38,6 +38,9 @@ pub(crate) type UpstreamBody = BoxStream<'static, reqwest::Result<Bytes>>;
 pub(crate) enum Mode {
     /// An SSE stream, relayed (and rewritten) event by event.
     Sse(Box<SseRelay>),
+    /// A JSON-lines stream (Ollama's own API), forwarded as it comes and
+    /// read line by line on the side.
+    Lines(Box<LineTap>),
     /// A whole JSON response, forwarded as it comes and parsed at its end
     /// (up to `limit` bytes; larger ones are forwarded unparsed).
     Json { buf: Vec<u8>, limit: usize, overflowed: bool },
@@ -158,6 +161,16 @@ pub(crate) async fn pump(
                 }
                 SseRelay::Rewrite(relay) => relay.feed(bytes, &mut out, &mut events),
             },
+            Mode::Lines(tap) => {
+                // Forward first, read after, as a pass-through SSE relay does.
+                let len = bytes.len();
+                if let Err(fail) = send(&app, &tx, Ok(bytes.clone())).await {
+                    break 'run fail.into_stop();
+                }
+                sent += len as u64;
+                tx.let_flush().await;
+                tap.feed_into(&bytes, &mut events);
+            }
             Mode::Json { buf, limit, overflowed } => {
                 if !*overflowed {
                     if buf.len() + bytes.len() > *limit {
@@ -195,16 +208,24 @@ pub(crate) async fn pump(
     // The response's own model and id, for the trace.
     let response = match &mode {
         Mode::Sse(relay) => relay.response_model(),
+        Mode::Lines(tap) => tap.stream().response_model().map(|(m, i)| (m.to_string(), i.to_string())),
         Mode::Json { buf, overflowed: false, .. } => response_model_of(buf),
         _ => None,
     };
     let outcome = match stop {
         Stop::ClientGone => {
             app.metrics.client_disconnect();
-            if let Mode::Sse(relay) = mode {
-                let mut ignored = Vec::new();
-                let err = ProxyError::new(ProxyErrorKind::RequestBody, "the client went away");
-                relay.end(End::Error(err), &mut ignored, &mut events);
+            match mode {
+                Mode::Sse(relay) => {
+                    let mut ignored = Vec::new();
+                    let err = ProxyError::new(ProxyErrorKind::RequestBody, "the client went away");
+                    relay.end(End::Error(err), &mut ignored, &mut events);
+                }
+                Mode::Lines(mut tap) => {
+                    tap.transport_error("the client went away", &mut events);
+                    tap.finish_into(&mut events);
+                }
+                Mode::Json { .. } | Mode::Opaque => {}
             }
             "client_gone".to_string()
         }
@@ -235,6 +256,21 @@ pub(crate) async fn pump(
                         events.extend(parsed);
                     }
                     (Vec::new(), "ok".to_string())
+                }
+                (Mode::Lines(tap), End::Eof) => {
+                    tap.finish_into(&mut events);
+                    (Vec::new(), "ok".to_string())
+                }
+                (Mode::Lines(mut tap), End::Error(err)) => {
+                    tap.transport_error(&err.to_string(), &mut events);
+                    tap.finish_into(&mut events);
+                    if err.code() != "proxy_shutting_down" {
+                        app.metrics.upstream_error(err.code());
+                    }
+                    // Abort the client's response, as for JSON: the stream's
+                    // own lines carry no error event of the proxy's.
+                    let outcome = err.code().to_string();
+                    (vec![Err(std::io::Error::other(err.to_string()))], outcome)
                 }
                 (Mode::Opaque, End::Eof) => (Vec::new(), "ok".to_string()),
                 (Mode::Json { .. } | Mode::Opaque, End::Error(err)) => {

@@ -18,7 +18,7 @@ use super::pump::{Mode, PumpCtx, UpstreamBody, pump};
 use super::relay::SseRelay;
 use super::sink::{SinkStartError, Sinks};
 use super::trace::{Telemetry, Trace};
-use crate::sources::StreamOptions;
+use crate::sources::{LineTap, StreamOptions};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -45,7 +45,8 @@ enum Endpoint {
     /// `/completions` (legacy): parsed, `[DONE]`-framed.
     Completions,
     /// `/responses`, `/messages`, Gemini's `:generateContent` and
-    /// `:streamGenerateContent`: parsed when 2xx.
+    /// `:streamGenerateContent`, Ollama's `/api/chat` and `/api/generate`:
+    /// parsed when 2xx.
     OtherModel,
     /// Anything else: forwarded only.
     Other,
@@ -62,6 +63,8 @@ impl Endpoint {
             || path.ends_with("/messages")
             || path.ends_with(":generateContent")
             || path.ends_with(":streamGenerateContent")
+            || path == "/api/chat"
+            || path == "/api/generate"
         {
             Endpoint::OtherModel
         } else {
@@ -205,18 +208,18 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], app.metrics.render()).into_response()
 }
 
-/// Phase 1, admit: only an API's versioned paths are proxied (`/v1/*`,
-/// and `/v1beta/*`, `/v2/*`: a first segment that names a version), nothing
-/// new while shutting down, at most `max_streams` in flight. The permit
-/// lives as long as the response.
+/// Phase 1, admit: only an API's paths are proxied (`/v1/*`, and
+/// `/v1beta/*`, `/v2/*`: a first segment that names a version; Ollama's
+/// `/api/*`), nothing new while shutting down, at most `max_streams` in
+/// flight. The permit lives as long as the response.
 fn admit(app: &App, path: &str) -> Result<tokio::sync::OwnedSemaphorePermit, ProxyError> {
     let first = path.trim_start_matches('/').split('/').next().unwrap_or_default();
-    if !super::app::names_version(first) {
+    if !super::app::names_version(first) && first != "api" {
         return Err(ProxyError::new(
             ProxyErrorKind::NotFound,
             format!(
-                "spindle proxies an API's versioned paths (/v1/*, /v1beta/*, ...) to the upstream; {path} is not \
-                 proxied (local: /healthz, /metrics)"
+                "spindle proxies an API's paths (/v1/*, /v1beta/*, Ollama's /api/*) to the upstream; {path} is \
+                 not proxied (local: /healthz, /metrics)"
             ),
         ));
     }
@@ -470,10 +473,46 @@ struct Head {
     status: StatusCode,
     /// Its end-to-end headers, for the client.
     headers: HeaderMap,
-    is_sse: bool,
-    /// Whether the proxy parses the body: a 2xx SSE or JSON body of a model
-    /// endpoint, not compressed.
+    body: BodyKind,
+    /// Whether the proxy parses the body: a 2xx SSE, JSON-lines or JSON
+    /// body of a model endpoint, not compressed.
     parse: bool,
+}
+
+/// What a response body is, by its content type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BodyKind {
+    /// `text/event-stream`.
+    Sse,
+    /// `application/x-ndjson` (or `jsonl`): one JSON chunk per line, as
+    /// Ollama's own API streams.
+    Lines,
+    /// `application/json`, `…+json`: one whole JSON document.
+    Json,
+    /// Anything else.
+    Other,
+}
+
+impl BodyKind {
+    fn of(content_type: &str) -> BodyKind {
+        if content_type.starts_with("text/event-stream") {
+            BodyKind::Sse
+        } else if content_type.starts_with("application/x-ndjson")
+            || content_type.starts_with("application/jsonl")
+            || content_type.starts_with("application/json-lines")
+        {
+            BodyKind::Lines
+        } else if content_type.starts_with("application/json") || content_type.contains("+json") {
+            BodyKind::Json
+        } else {
+            BodyKind::Other
+        }
+    }
+
+    /// A stream: relayed read by read, with stream headers and gauges.
+    fn is_stream(self) -> bool {
+        matches!(self, BodyKind::Sse | BodyKind::Lines)
+    }
 }
 
 impl Head {
@@ -487,10 +526,9 @@ impl Head {
         let header = |name| response.headers().get(name).and_then(|v| v.to_str().ok());
         let content_type = header(header::CONTENT_TYPE).unwrap_or("").to_ascii_lowercase();
         let encoded = header(header::CONTENT_ENCODING).is_some_and(|v| !v.eq_ignore_ascii_case("identity"));
-        let is_sse = content_type.starts_with("text/event-stream");
-        let is_json = content_type.starts_with("application/json") || content_type.contains("+json");
+        let body = BodyKind::of(&content_type);
         let model = status.is_success() && ex.endpoint.is_model();
-        if model && !is_sse && !is_json {
+        if model && body == BodyKind::Other {
             app.metrics.upstream_error("unexpected_content_type");
             tracing::warn!(id = ex.id, path = %ex.path,
                 "upstream answered {status} with content type {content_type:?}; passed through");
@@ -498,8 +536,8 @@ impl Head {
         Head {
             status,
             headers: end_to_end(response.headers()),
-            is_sse,
-            parse: model && !encoded && (is_sse || is_json),
+            body,
+            parse: model && !encoded && body != BodyKind::Other,
         }
     }
 }
@@ -553,9 +591,12 @@ fn choose_mode(app: &App, endpoint: Endpoint, head: &Head, tools: Option<ToolReq
         _ => None,
     };
     let rewrite = (app.config.rewrite || converter.is_some()) && endpoint == Endpoint::Chat && head.parse;
-    if head.parse && head.is_sse {
+    if head.parse && head.body == BodyKind::Sse {
         let relay = SseRelay::new(options, rewrite, endpoint.done_framing()).with_calls(converter);
         Choice::Pump { mode: Mode::Sse(Box::new(relay)), kind: "chat_stream" }
+    } else if head.parse && head.body == BodyKind::Lines {
+        // Forwarded as it comes (JSON lines are never rewritten), read on the side.
+        Choice::Pump { mode: Mode::Lines(Box::new(LineTap::new(options))), kind: "chat_stream" }
     } else if head.parse && rewrite {
         Choice::Whole { options, converter }
     } else if head.parse {
@@ -572,8 +613,8 @@ fn choose_mode(app: &App, endpoint: Endpoint, head: &Head, tools: Option<ToolReq
 /// ([`super::pump`]) streams the body and finishes the request's records.
 fn relay(app: &Arc<App>, ex: Exchange, mut head: Head, upstream: Upstream, mode: Mode, kind: &'static str) -> Response {
     app.metrics.request(kind);
-    let stream_gauge = if head.is_sse { Some(app.metrics.stream_started()) } else { None };
-    if head.is_sse {
+    let stream_gauge = if head.body.is_stream() { Some(app.metrics.stream_started()) } else { None };
+    if head.body.is_stream() {
         head.headers.remove(header::CONTENT_LENGTH);
         head.headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
         head.headers.insert(HeaderName::from_static("x-accel-buffering"), HeaderValue::from_static("no"));

@@ -102,6 +102,12 @@ impl LineTap {
         self.stream.finish_with_rewrites(out)
     }
 
+    /// Reports that reading the body failed (the connection broke, the
+    /// client went away): the stream will end cut off.
+    pub fn transport_error(&mut self, message: &str, out: &mut Vec<SourceEvent>) {
+        self.stream.push_transport_error(message, out);
+    }
+
     /// Corrected content that became final since the last call, per choice
     /// (with `ParserOptions::rewrite`).
     pub fn take_rewrites(&mut self) -> Vec<(u32, String)> {
