@@ -72,6 +72,20 @@ fn recorded(folder: &str, ext: &str, most: usize) -> Vec<PathBuf> {
     files
 }
 
+/// The events of `spindle parse FILE` and of `spindle replay FILE
+/// --format jsonl` (its `source` fields left out).
+fn parse_and_replay(file: &Path) -> (Vec<Value>, Vec<Value>) {
+    let path = file.to_string_lossy();
+    let parsed = lines(&ok(&["parse", &path], None));
+    let mut replayed = lines(&ok(&["replay", &path, "--format", "jsonl", "--no-progress"], None));
+    for event in &mut replayed {
+        if let Some(map) = event.as_object_mut() {
+            map.remove("source");
+        }
+    }
+    (parsed, replayed)
+}
+
 #[test]
 fn a_response_is_read_as_replay_reads_it() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
@@ -83,13 +97,7 @@ fn a_response_is_read_as_replay_reads_it() {
     files.extend(recorded("simonw-llm-cassettes/bodies", ".json", 6));
     for file in &files {
         let path = file.to_string_lossy();
-        let parsed = lines(&ok(&["parse", &path], None));
-        let mut replayed = lines(&ok(&["replay", &path, "--format", "jsonl", "--no-progress"], None));
-        for event in &mut replayed {
-            if let Some(map) = event.as_object_mut() {
-                map.remove("source");
-            }
-        }
+        let (parsed, replayed) = parse_and_replay(file);
         assert!(!parsed.is_empty(), "{path}: no events");
         assert_eq!(parsed, replayed, "{path}");
         // Piped, and read in any size: the same events.
@@ -191,14 +199,7 @@ fn a_stream_of_json_lines_is_read_as_replay_reads_it() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let file = dir.path().join("ollama.ndjson");
     std::fs::write(&file, NDJSON).unwrap_or_else(|e| panic!("{e}"));
-    let path = file.to_string_lossy();
-    let parsed = lines(&ok(&["parse", &path], None));
-    let mut replayed = lines(&ok(&["replay", &path, "--format", "jsonl", "--no-progress"], None));
-    for event in &mut replayed {
-        if let Some(map) = event.as_object_mut() {
-            map.remove("source");
-        }
-    }
+    let (parsed, replayed) = parse_and_replay(&file);
     assert_eq!(parsed, replayed);
     let elements: Vec<(&str, &str)> = parsed
         .iter()

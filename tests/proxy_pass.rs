@@ -12,7 +12,7 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::IntoResponse;
 use proxy_support::*;
 use serde_json::{Value, json};
-use spindle::proxy::{SinkRecord, SinkSpec};
+use spindle::proxy::{ProxyHandle, SinkRecord, SinkSpec};
 use spindle::sources::{SourceEvent, StreamOptions, StreamTap};
 use spindle::{Parser, ParserOptions, Registry};
 use std::collections::BTreeMap;
@@ -331,6 +331,37 @@ async fn sinks_receive_every_element() {
     assert_eq!(from_file, from_channel, "file and channel hold the same records in the same order");
 }
 
+/// A proxy with the `chat` profile in front of `upstream`, its records
+/// going to the returned channel.
+async fn proxy_with_channel(upstream: &str) -> (ProxyHandle, tokio::sync::mpsc::Receiver<Arc<SinkRecord>>) {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Arc<SinkRecord>>(10_000);
+    let proxy = proxy(upstream, |c| {
+        c.options = StreamOptions::default();
+        c.sinks = vec![SinkSpec::Channel(tx)];
+    })
+    .await;
+    (proxy, rx)
+}
+
+/// Shuts the proxy down and returns every record it sent, as JSON.
+async fn records_after(proxy: ProxyHandle, mut rx: tokio::sync::mpsc::Receiver<Arc<SinkRecord>>) -> Vec<Value> {
+    proxy.shutdown().await.unwrap();
+    let mut records = Vec::new();
+    while let Some(r) = rx.recv().await {
+        records.push(serde_json::to_value(&*r).unwrap());
+    }
+    records
+}
+
+/// (tag, text) of every element record.
+fn tags_and_texts(records: &[Value]) -> Vec<(String, String)> {
+    records
+        .iter()
+        .filter(|r| r["type"] == "element")
+        .map(|r| (r["tag"].as_str().unwrap().to_string(), r["text"].as_str().unwrap().to_string()))
+        .collect()
+}
+
 /// Gemini's own API through the proxy: `/v1beta/*` is forwarded, the SSE
 /// body (`alt=sse`) and the JSON array (without it) reach the client as
 /// the upstream sent them, and both are parsed on the side: candidates,
@@ -360,12 +391,7 @@ async fn gemini_streams_pass_through_and_are_parsed() {
         }
     }))
     .await;
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<Arc<SinkRecord>>(10_000);
-    let proxy = proxy(&upstream, |c| {
-        c.options = StreamOptions::default();
-        c.sinks = vec![SinkSpec::Channel(tx)];
-    })
-    .await;
+    let (proxy, rx) = proxy_with_channel(&upstream).await;
     let http = client();
     let body = json!({"contents": [{"role": "user", "parts": [{"text": "tea?"}]}]});
     for query in ["?alt=sse", ""] {
@@ -375,16 +401,8 @@ async fn gemini_streams_pass_through_and_are_parsed() {
         assert!(proxied.status().is_success(), "{path}: {}", proxied.status());
         assert_eq!(proxied.bytes().await.unwrap(), direct, "{path}: pass-through is byte-identical");
     }
-    proxy.shutdown().await.unwrap();
-    let mut records: Vec<Value> = Vec::new();
-    while let Some(r) = rx.recv().await {
-        records.push(serde_json::to_value(&*r).unwrap());
-    }
-    let elements: Vec<(String, String)> = records
-        .iter()
-        .filter(|r| r["type"] == "element")
-        .map(|r| (r["tag"].as_str().unwrap().to_string(), r["text"].as_str().unwrap().to_string()))
-        .collect();
+    let records = records_after(proxy, rx).await;
+    let elements = tags_and_texts(&records);
     let one = [
         ("thought".to_string(), "Plan it.".to_string()),
         ("content".to_string(), "Two <b>cups</b> of tea.".to_string()),
@@ -437,12 +455,7 @@ async fn ollama_streams_pass_through_and_are_parsed() {
         }
     }))
     .await;
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<Arc<SinkRecord>>(10_000);
-    let proxy = proxy(&upstream, |c| {
-        c.options = StreamOptions::default();
-        c.sinks = vec![SinkSpec::Channel(tx)];
-    })
-    .await;
+    let (proxy, rx) = proxy_with_channel(&upstream).await;
     let http = client();
     let ask = |extra: Value| {
         let mut body = json!({"model": "qwen3", "messages": [{"role": "user", "content": "tea?"}]});
@@ -463,16 +476,8 @@ async fn ollama_streams_pass_through_and_are_parsed() {
     }
     let tags: Value = http.get(format!("{}/api/tags", url(&proxy))).send().await.unwrap().json().await.unwrap();
     assert_eq!(tags["models"][0]["name"], "qwen3");
-    proxy.shutdown().await.unwrap();
-    let mut records: Vec<Value> = Vec::new();
-    while let Some(r) = rx.recv().await {
-        records.push(serde_json::to_value(&*r).unwrap());
-    }
-    let elements: Vec<(String, String)> = records
-        .iter()
-        .filter(|r| r["type"] == "element")
-        .map(|r| (r["tag"].as_str().unwrap().to_string(), r["text"].as_str().unwrap().to_string()))
-        .collect();
+    let records = records_after(proxy, rx).await;
+    let elements = tags_and_texts(&records);
     let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
     assert_eq!(
         elements,
