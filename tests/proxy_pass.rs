@@ -410,6 +410,8 @@ async fn gemini_streams_pass_through_and_are_parsed() {
     assert_eq!(elements, [one.clone(), one].concat(), "{records:?}");
     assert_eq!(records.iter().filter(|r| r["type"] == "finish" && r["reason"] == "stop").count(), 2, "{records:?}");
     assert!(!records.iter().any(|r| r["type"] == "truncated" || r["type"] == "stream_error"), "{records:?}");
+    // The model is named in the path: the records carry it.
+    assert!(records.iter().all(|r| r["model"] == "gemini-2.5-flash"), "{records:?}");
 }
 
 /// Ollama's own API through the proxy: `/api/*` is forwarded; the JSON

@@ -431,9 +431,20 @@ async fn read_body(app: &App, ex: &mut Exchange, body: Body) -> Result<RequestBo
         },
         _ => (bytes, None),
     };
-    ex.model =
-        serde_json::from_slice::<Peek>(&bytes).ok().and_then(|p| p.model).and_then(|m| m.as_str().map(str::to_string));
+    ex.model = serde_json::from_slice::<Peek>(&bytes)
+        .ok()
+        .and_then(|p| p.model)
+        .and_then(|m| m.as_str().map(str::to_string))
+        .or_else(|| model_in_path(&ex.path).map(str::to_string));
     Ok(RequestBody::Upstream { body: reqwest::Body::from(bytes), tools })
+}
+
+/// The model a request names in its path rather than its body, as
+/// Gemini's do (`/v1beta/models/gemini-2.5-flash:streamGenerateContent`).
+fn model_in_path(path: &str) -> Option<&str> {
+    let (_, rest) = path.rsplit_once("/models/")?;
+    let (model, _) = rest.split_once(':')?;
+    (!model.is_empty() && !model.contains('/')).then_some(model)
 }
 
 /// Why waiting on the upstream ended without its answer.
