@@ -22,7 +22,7 @@ pub(crate) struct ParseArgs {
     /// The response to parse; `-` or nothing reads stdin.
     pub(crate) file: Option<PathBuf>,
     /// A built-in registry profile [default: filament; `chat` for a
-    /// response read with `--input sse|json`, as the proxy and `replay`
+    /// response read with `--input sse|ndjson|json`, as the proxy and `replay`
     /// read one].
     #[arg(long, conflicts_with = "registry", value_parser = crate::cli::profile_arg(&[]))]
     pub(crate) profile: Option<String>,
@@ -251,7 +251,7 @@ pub(crate) enum Input {
     /// Model output as it is.
     Text,
     /// A streamed response body (SSE), as `curl -N` prints it: chat
-    /// completions (or Anthropic Messages, Responses); each choice's
+    /// completions (or Anthropic Messages, Responses, Gemini); each choice's
     /// content, reasoning and tool calls parsed, with the stream's finish
     /// reasons, usage and truncation.
     Sse,
