@@ -227,7 +227,9 @@ pub fn deferred_payloads_with(registry: &Arc<Registry>, input: &[u8], chunk: usi
 /// Decodes `input` as SSE whole and in chunks chosen by `selector`;
 /// the items must agree. Their data then goes through [`ChatStream`]
 /// (a chat-completions stream), and the whole input is read as a response
-/// body: neither may panic.
+/// body: neither may panic. The input read as JSON lines
+/// ([`crate::sources::LineTap`]) whole and in those chunks must give the
+/// same events.
 ///
 /// [`ChatStream`]: crate::sources::ChatStream
 ///
@@ -264,6 +266,18 @@ pub fn sse_split_invariance(selector: u8, input: &[u8]) -> Result<(), String> {
     }
     stream.finish_into(&mut events);
     let _ = ChatStream::response_events(StreamOptions::default(), input);
+    let lines = |size: usize| {
+        let mut tap = crate::sources::LineTap::new(StreamOptions::default());
+        let mut events = Vec::new();
+        for c in input.chunks(size.max(1)) {
+            tap.feed_into(c, &mut events);
+        }
+        tap.finish_into(&mut events);
+        events
+    };
+    if lines(input.len()) != lines(chunk) {
+        return Err(format!("JSON lines give other events at chunk size {chunk}"));
+    }
     Ok(())
 }
 
