@@ -69,7 +69,7 @@ fn a_bad_file_gives_one_line_naming_the_key_and_the_line() {
         (
             "section.toml",
             "[sinks]\nqueue = 5\n",
-            "line 1: sinks: unknown field `sinks`, expected one of `listen`, `log`, `upstream`, `parse`, `limits`, `sink`, `otel`, `ui`",
+            "line 1: sinks: unknown field `sinks`, expected one of `listen`, `log`, `upstream`, `parse`, `limits`, `sink`, `otel`, `ui`, `tools`",
         ),
         ("syntax.toml", "[upstream\nurl = 1\n", "line 1: unclosed table, expected `]`"),
         (
@@ -134,6 +134,51 @@ fn print_config_lays_flags_over_the_file_and_hides_secrets() {
     assert_eq!(body(&reprinted), body(&printed));
     let _ = std::fs::remove_file(path);
     let _ = std::fs::remove_file(again);
+}
+
+#[test]
+fn tool_calling_options_have_keys_and_are_printed() {
+    let plugins = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/plugins");
+    let out = run(spindle().args(["proxy", "--upstream", "http://127.0.0.1:9", "--print-config"]).args([
+        "--tool-protocol",
+        "tam",
+        "--invalid-calls",
+        "drop",
+        "--agent",
+        "--tools",
+        plugins,
+        "--agent-max-steps",
+        "3",
+        "--tool-timeout-ms",
+        "100",
+    ]));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let printed = String::from_utf8(out.stdout).unwrap();
+    let value: toml::Table = printed.parse().unwrap();
+    let tools = &value["tools"];
+    assert_eq!(tools["protocol"].as_str(), Some("tam"), "{printed}");
+    assert_eq!(tools["invalid_calls"].as_str(), Some("drop"));
+    assert_eq!(tools["agent"].as_bool(), Some(true));
+    assert_eq!(tools["dir"].as_str(), Some(plugins));
+    assert_eq!(tools["agent_max_steps"].as_integer(), Some(3));
+    assert_eq!(tools["timeout_ms"].as_integer(), Some(100));
+    assert_eq!(value["parse"]["profile"].as_str(), Some("tam"), "the profile that reads TAM calls");
+
+    // The same from a file, with a flag over it.
+    let path = file("tools.toml", &printed);
+    let out = run(spindle().args(["proxy", "--print-config", "--agent-max-steps", "4", "--config"]).arg(&path));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let value: toml::Table = String::from_utf8(out.stdout).unwrap().parse().unwrap();
+    assert_eq!(value["tools"]["agent_max_steps"].as_integer(), Some(4));
+    assert_eq!(value["tools"]["protocol"].as_str(), Some("tam"));
+
+    // The agent without its tools says what it needs.
+    let out =
+        run(spindle().args(["proxy", "--upstream", "http://127.0.0.1:9", "--tool-protocol", "hermes", "--agent"]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("tools.agent: the agent loop needs tools.dir (--tools DIR)"), "{stderr}");
+    let _ = std::fs::remove_file(path);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -601,7 +601,13 @@ impl ToolCatalog {
         }
         let mut ids = Vec::new();
         if let Some(tools) = &manifest.tools {
-            let entry = dir.join(&tools.entry);
+            // `entry: ./tools` names `DIR/tools`: the `.` components are
+            // left out, so the paths shown to users read plainly.
+            let mut entry: PathBuf =
+                dir.join(&tools.entry).components().filter(|c| !matches!(c, std::path::Component::CurDir)).collect();
+            if entry.as_os_str().is_empty() {
+                entry = PathBuf::from(".");
+            }
             if !entry.is_dir() {
                 return Err(bad(format!("tools.entry {:?} is not a directory ({})", tools.entry, entry.display())));
             }

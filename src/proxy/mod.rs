@@ -127,7 +127,7 @@ pub use otel::{OtelConfig, OtelError};
 pub use server::{ProxyHandle, ProxyServer, ProxyStartError};
 pub use settings::{
     LimitSettings, OtelSettings, ParseSettings, ProxyOverrides, ProxySettings, Seconds, Secret, SettingsError,
-    SinkSettings, SinkTarget, UiSettings, UpstreamSettings,
+    SinkSettings, SinkTarget, ToolSettings, UiSettings, UpstreamSettings,
 };
 pub use sink::nats;
 pub use sink::nats::{NatsSink, NatsSpecError};

@@ -42,6 +42,18 @@
 //! | `ui.max_stream_bytes` | none | `262144` (event bytes kept per stream) |
 //! | `otel.endpoint` | `--otel-endpoint` | none: traces off, unless `OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set (feature `otel`) |
 //! | `otel.system` | none | `"openai"` (the `gen_ai.system` attribute) |
+//! | `tools.protocol` | `--tool-protocol` | none: tool calling off (`hermes`, `filament`, `tam`, `action`) |
+//! | `tools.invalid_calls` | `--invalid-calls` | `"pass"` (or `"drop"`) |
+//! | `tools.agent` | `--agent` | `false` (needs `tools.protocol` and `tools.dir`) |
+//! | `tools.dir` | `--tools` | none (the plugins directory of the agent loop) |
+//! | `tools.agent_max_steps` | `--agent-max-steps` | `8` (model answers per agent request) |
+//! | `tools.agent_max_tool_calls` | `--agent-max-tool-calls` | `32` |
+//! | `tools.agent_max_time` | `--agent-max-time` | `600.0` (seconds per agent request) |
+//! | `tools.timeout_ms` | `--tool-timeout-ms` | `30000` (a tool's time limit unless its definition sets one) |
+//!
+//! With `tools.protocol` set and no profile or registry chosen (the profile
+//! left at `chat`), streams are parsed with the profile that reads that
+//! protocol's calls (`tam`, `action`; `chat` for the others).
 //!
 //! Paths (`parse.registry`, `jsonl:` sinks) are relative to the working
 //! directory. An upstream API key is sent as `Authorization: Bearer KEY` on
@@ -77,12 +89,14 @@
 //! ```
 
 use super::ProxyConfig;
+use super::calling::{InvalidCalls, TOOL_PROTOCOLS, ToolCalling};
 use super::sink::SinkSpec;
 use crate::Registry;
 use crate::sources::StreamOptions;
+use crate::tools::Protocol;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
-use std::num::NonZeroUsize;
+use std::num::{NonZeroU64, NonZeroUsize};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -192,6 +206,102 @@ pub struct ProxySettings {
     pub otel: OtelSettings,
     /// `[ui]`: the live inspector page.
     pub ui: UiSettings,
+    /// `[tools]`: OpenAI tool calling for models that write their calls
+    /// as text, and the agent loop.
+    pub tools: ToolSettings,
+}
+
+/// `[tools]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct ToolSettings {
+    /// The text protocol the proxy translates OpenAI tool calling to and
+    /// from; none: tool calling off.
+    #[serde(skip_serializing_if = "Option::is_none", with = "tool_protocol")]
+    pub protocol: Option<Protocol>,
+    /// What happens to a call the request's tools do not allow.
+    pub invalid_calls: InvalidCalls,
+    /// Run the tool loop in the proxy for requests without tools of their
+    /// own.
+    pub agent: bool,
+    /// The plugins directory whose tools the agent loop runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dir: Option<PathBuf>,
+    /// Most model answers per agent request.
+    pub agent_max_steps: NonZeroUsize,
+    /// Most tool calls per agent request.
+    pub agent_max_tool_calls: usize,
+    /// Most seconds per agent request.
+    pub agent_max_time: Seconds,
+    /// A tool's time limit unless its definition sets one, in ms.
+    pub timeout_ms: NonZeroU64,
+}
+
+impl Default for ToolSettings {
+    /// The library's defaults: [`AgentLimits`](crate::tools::agent::AgentLimits)
+    /// and [`RunnerOptions`](crate::tools::RunnerOptions).
+    fn default() -> ToolSettings {
+        let limits = crate::tools::agent::AgentLimits::default();
+        let timeout = crate::tools::RunnerOptions::default().default_timeout;
+        ToolSettings {
+            protocol: None,
+            invalid_calls: InvalidCalls::Pass,
+            agent: false,
+            dir: None,
+            agent_max_steps: nonzero(limits.max_steps),
+            agent_max_tool_calls: limits.max_tool_calls,
+            agent_max_time: Seconds(limits.max_time.unwrap_or(Duration::from_secs(600)).as_secs_f64()),
+            timeout_ms: NonZeroU64::new(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX))
+                .unwrap_or(NonZeroU64::MIN),
+        }
+    }
+}
+
+impl ToolSettings {
+    /// The tool-calling configuration, when a protocol is set.
+    pub fn tool_calling(&self) -> Option<ToolCalling> {
+        self.protocol.map(|protocol| ToolCalling { protocol, invalid_calls: self.invalid_calls })
+    }
+
+    /// The agent loop's limits.
+    pub fn agent_limits(&self) -> crate::tools::agent::AgentLimits {
+        crate::tools::agent::AgentLimits {
+            max_steps: self.agent_max_steps.get(),
+            max_tool_calls: self.agent_max_tool_calls,
+            max_time: Some(self.agent_max_time.duration()),
+            ..crate::tools::agent::AgentLimits::default()
+        }
+    }
+
+    /// A tool's time limit unless its definition sets one.
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms.get())
+    }
+}
+
+/// `tools.protocol` as its name; only the protocols the proxy translates.
+mod tool_protocol {
+    use super::{Protocol, TOOL_PROTOCOLS};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(p: &Option<Protocol>, s: S) -> Result<S::Ok, S::Error> {
+        match p {
+            Some(p) => s.serialize_str(p.as_str()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Protocol>, D::Error> {
+        let name = String::deserialize(d)?;
+        match Protocol::from_name(&name).filter(|p| TOOL_PROTOCOLS.contains(p)) {
+            Some(p) => Ok(Some(p)),
+            None => {
+                let known: Vec<&str> = TOOL_PROTOCOLS.iter().map(|p| p.as_str()).collect();
+                Err(serde::de::Error::custom(format!("unknown tool protocol {name:?} (known: {})", known.join(", "))))
+            }
+        }
+    }
 }
 
 /// `[ui]`.
@@ -326,6 +436,7 @@ impl Default for ProxySettings {
             sink: SinkSettings::default(),
             otel: OtelSettings::default(),
             ui: UiSettings::default(),
+            tools: ToolSettings::default(),
         }
     }
 }
@@ -487,6 +598,22 @@ pub struct ProxyOverrides {
     pub ui: bool,
     /// `--ui-listen`.
     pub ui_listen: Option<String>,
+    /// `--tool-protocol`.
+    pub tool_protocol: Option<Protocol>,
+    /// `--invalid-calls`.
+    pub invalid_calls: Option<InvalidCalls>,
+    /// `--agent` (a flag can only turn it on).
+    pub agent: bool,
+    /// `--tools`.
+    pub tools: Option<PathBuf>,
+    /// `--agent-max-steps`.
+    pub agent_max_steps: Option<usize>,
+    /// `--agent-max-tool-calls`.
+    pub agent_max_tool_calls: Option<usize>,
+    /// `--agent-max-time` (seconds).
+    pub agent_max_time: Option<f64>,
+    /// `--tool-timeout-ms`.
+    pub tool_timeout_ms: Option<u64>,
 }
 
 impl ProxySettings {
@@ -526,7 +653,7 @@ impl ProxySettings {
             key: None,
             message: one_line(e.message()),
         })?;
-        serde_path_to_error::deserialize(de).map_err(|e| {
+        let mut settings: ProxySettings = serde_path_to_error::deserialize(de).map_err(|e| {
             let path = e.path().to_string();
             // The span of the key (or array element) the path names: the
             // deserializer's own span is the enclosing value's (a whole
@@ -538,7 +665,22 @@ impl ProxySettings {
                 key: (path != "." && !path.is_empty()).then_some(path),
                 message: one_line(e.inner().message()),
             }
-        })
+        })?;
+        settings.settle(false);
+        Ok(settings)
+    }
+
+    /// Derived defaults: with a tool protocol and the profile left at
+    /// `chat` (no registry, and no `--profile`), the profile that reads
+    /// the protocol's calls.
+    fn settle(&mut self, profile_given: bool) {
+        if let Some(tc) = self.tools.tool_calling()
+            && !profile_given
+            && self.parse.registry.is_none()
+            && self.parse.profile == "chat"
+        {
+            self.parse.profile = tc.default_profile().to_string();
+        }
     }
 
     /// Reads the secrets from the environment (`var` is
@@ -576,6 +718,7 @@ impl ProxySettings {
         if let Some(v) = o.listen {
             self.listen = v;
         }
+        let profile_given = o.profile.is_some() || o.registry.is_some();
         if let Some(v) = o.profile {
             if Registry::profile(&v).is_none() {
                 let known = Registry::profile_names().join(", ");
@@ -625,6 +768,34 @@ impl ProxySettings {
         if let Some(v) = o.ui_listen {
             self.ui.listen = v;
         }
+        if let Some(v) = o.tool_protocol {
+            if !TOOL_PROTOCOLS.contains(&v) {
+                let known: Vec<&str> = TOOL_PROTOCOLS.iter().map(|p| p.as_str()).collect();
+                return Err(SettingsError::key("--tool-protocol", format!("expected one of {}", known.join(", "))));
+            }
+            self.tools.protocol = Some(v);
+        }
+        if let Some(v) = o.invalid_calls {
+            self.tools.invalid_calls = v;
+        }
+        self.tools.agent |= o.agent;
+        if let Some(v) = o.tools {
+            self.tools.dir = Some(v);
+        }
+        if let Some(v) = o.agent_max_steps {
+            self.tools.agent_max_steps = count("--agent-max-steps", v)?;
+        }
+        if let Some(v) = o.agent_max_tool_calls {
+            self.tools.agent_max_tool_calls = v;
+        }
+        if let Some(v) = o.agent_max_time {
+            self.tools.agent_max_time = seconds("--agent-max-time", v)?;
+        }
+        if let Some(v) = o.tool_timeout_ms {
+            self.tools.timeout_ms = NonZeroU64::new(v)
+                .ok_or_else(|| SettingsError::key("--tool-timeout-ms", "expected a number above 0"))?;
+        }
+        self.settle(profile_given);
         Ok(())
     }
 
@@ -675,6 +846,16 @@ impl ProxySettings {
         let Some(url) = &self.upstream.url else {
             return Err(SettingsError::key("upstream.url", "no upstream: set it in the file or give --upstream URL"));
         };
+        if self.tools.agent {
+            let missing = match (&self.tools.protocol, &self.tools.dir) {
+                (None, _) => Some("tools.protocol (--tool-protocol)"),
+                (_, None) => Some("tools.dir (--tools DIR)"),
+                _ => None,
+            };
+            if let Some(missing) = missing {
+                return Err(SettingsError::key("tools.agent", format!("the agent loop needs {missing}")));
+            }
+        }
         let mut options = StreamOptions::with_registry(self.registry()?);
         options.sse.max_line_len = self.limits.max_line.get();
         options.sse.max_event_len = self.limits.max_line.get();
@@ -690,6 +871,7 @@ impl ProxySettings {
         config.max_response_body = self.limits.max_response_body;
         config.channel_capacity = self.limits.channel_capacity.get();
         config.sink_queue = self.sink.queue.get();
+        config.tool_calling = self.tools.tool_calling();
         if self.ui.enabled {
             config.ui = Some(super::UiConfig {
                 listen: self.ui.listen.clone(),
@@ -767,6 +949,51 @@ mod tests {
         assert_eq!(back.sink.targets.len(), 2);
         let body = |t: &str| t.lines().filter(|l| !l.starts_with('#')).map(str::to_string).collect::<Vec<_>>();
         assert_eq!(body(&back.to_toml()), body(&printed));
+    }
+
+    #[test]
+    fn tool_calling_and_the_agent_have_keys() {
+        let text = "[upstream]\nurl = \"http://u\"\n[tools]\nprotocol = \"tam\"\ninvalid_calls = \"drop\"\n\
+                    agent = true\ndir = \"plugins\"\nagent_max_steps = 3\ntimeout_ms = 250\n";
+        let mut s = ProxySettings::from_toml(text, "t").unwrap();
+        // The profile that reads the protocol's calls, as with --tool-protocol.
+        assert_eq!(s.parse.profile, "tam");
+        let config = s.to_proxy_config().unwrap();
+        assert_eq!(
+            config.tool_calling,
+            Some(ToolCalling { protocol: Protocol::Tam, invalid_calls: InvalidCalls::Drop })
+        );
+        assert_eq!((s.tools.agent_limits().max_steps, s.tools.timeout()), (3, Duration::from_millis(250)));
+        // Printed, it reads back the same.
+        let back = ProxySettings::from_toml(&s.to_toml(), "printed").unwrap();
+        assert_eq!(back.to_toml(), s.to_toml());
+        // Flags beat the file; a profile given keeps its choice.
+        let o = ProxyOverrides {
+            tool_protocol: Some(Protocol::Hermes),
+            profile: Some("filament".into()),
+            agent_max_steps: Some(5),
+            ..ProxyOverrides::default()
+        };
+        s.apply(o).unwrap();
+        assert_eq!(
+            (s.tools.protocol, s.parse.profile.as_str(), s.tools.agent_max_steps.get()),
+            (Some(Protocol::Hermes), "filament", 5)
+        );
+        // The agent needs a directory and a protocol.
+        let no_dir = ProxySettings::from_toml(
+            "[upstream]\nurl = \"http://u\"\n[tools]\nprotocol = \"hermes\"\nagent = true\n",
+            "t",
+        );
+        assert!(
+            no_dir
+                .unwrap()
+                .to_proxy_config()
+                .unwrap_err()
+                .to_string()
+                .contains("tools.agent: the agent loop needs tools.dir")
+        );
+        assert!(err("[tools]\nprotocol = \"attp\"\n").contains("tools.protocol: unknown tool protocol \"attp\""));
+        assert!(err("[tools]\ninvalid_calls = \"keep\"\n").contains("tools.invalid_calls: unknown variant `keep`"));
     }
 
     #[test]

@@ -40,7 +40,7 @@
 //! does the same.
 
 use super::collect::CallCollector;
-use super::manual::{Protocol, fill_placeholders, manual};
+use super::manual::{Protocol, manual, place_manual};
 use super::observe::{Outcome, ToolResult, feedback_messages};
 use super::runner::Runner;
 use crate::Registry;
@@ -328,10 +328,7 @@ impl Agent {
     pub fn system_prompt(&self, system: Option<&str>) -> String {
         let text = manual(self.runner.catalog().tools(), self.protocol);
         match system {
-            Some(s) => match fill_placeholders(s, &text) {
-                (filled, true) => filled,
-                (_, false) => format!("{}\n\n{text}", s.trim_end()),
-            },
+            Some(s) => place_manual(s, &text).0,
             None => text,
         }
     }

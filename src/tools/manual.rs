@@ -347,6 +347,36 @@ pub fn fill_placeholders(prompt: &str, manual: &str) -> (String, bool) {
     (out, found)
 }
 
+/// How [`place_manual`] put the manual into a prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ManualPlace {
+    /// In place of the prompt's placeholders.
+    Placeholders,
+    /// After the prompt, which has no placeholder (a blank line between).
+    Appended,
+    /// Alone: the prompt was empty.
+    Alone,
+}
+
+/// The prompt with the manual in it: in place of its placeholders
+/// ([`fill_placeholders`]), else after it, else alone. The one rule the
+/// agent, the proxy's tool calling and `spindle tools manual --prompt`
+/// follow.
+///
+/// ```
+/// use spindle::tools::{ManualPlace, place_manual};
+/// assert_eq!(place_manual("Be brief.\n", "- a"), ("Be brief.\n\n- a".to_string(), ManualPlace::Appended));
+/// assert_eq!(place_manual("Tools: {{AVAILABLE_TOOLS}}", "- a").1, ManualPlace::Placeholders);
+/// assert_eq!(place_manual(" ", "- a"), ("- a".to_string(), ManualPlace::Alone));
+/// ```
+pub fn place_manual(prompt: &str, manual: &str) -> (String, ManualPlace) {
+    match fill_placeholders(prompt, manual) {
+        (filled, true) => (filled, ManualPlace::Placeholders),
+        _ if prompt.trim().is_empty() => (manual.to_string(), ManualPlace::Alone),
+        _ => (format!("{}\n\n{manual}", prompt.trim_end()), ManualPlace::Appended),
+    }
+}
+
 fn tam_manual(tools: &[&ToolDef], protocol: Protocol) -> String {
     let (open, close) = protocol.tam_delims();
     let mut s = String::new();

@@ -12,7 +12,7 @@
 //!
 //! | you want | use |
 //! |---|---|
-//! | the tool manual for a prompt | [`manual()`], [`fill_placeholders`] |
+//! | the tool manual for a prompt | [`manual()`], [`fill_placeholders`], [`place_manual`] |
 //! | a request's OpenAI `tools` as a manual | [`manual_for_openai_tools`] |
 //! | a chat history's `tool_calls` / `role: "tool"` messages as text | [`call_text`], [`observation_text`] |
 //! | run the calls of a response | [`Runner::run_call`] |
@@ -26,6 +26,8 @@ pub mod manual;
 pub mod observe;
 pub mod runner;
 
-pub use manual::{Protocol, call_text, fill_placeholders, manual, manual_for_openai_tools, openai_tools};
+pub use manual::{
+    ManualPlace, Protocol, call_text, fill_placeholders, manual, manual_for_openai_tools, openai_tools, place_manual,
+};
 pub use observe::{Outcome, ToolAudit, ToolResult, feedback_messages, observation_text};
 pub use runner::{EventSink, McpPool, Runner, RunnerOptions, ToolConfig, ToolEvent};

@@ -66,6 +66,9 @@ pub(crate) fn run(args: DemoArgs) -> Result<ExitCode> {
     }
     let profile = args.profile.clone().unwrap_or_else(|| profile_for(&args.model).to_string());
     let registry = load_registry(&profile, None)?;
+    // Every write is checked: a closed pipe (`spindle demo | head`) ends
+    // the demo quietly (see `main`), a full disk with an error.
+    let mut out = std::io::stdout();
     runtime()?.block_on(async move {
         let mock = mock.spawn("127.0.0.1:0").await.context("starting the mock upstream")?;
         let (tx, mut records) = tokio::sync::mpsc::channel::<Arc<SinkRecord>>(100_000);
@@ -76,13 +79,14 @@ pub(crate) fn run(args: DemoArgs) -> Result<ExitCode> {
         config.grace = Duration::from_secs(2);
         let proxy = ProxyServer::bind(config, "127.0.0.1:0").await.context("starting the proxy")?.spawn();
         let proxy_url = format!("http://{}", proxy.local_addr());
-        println!("mock upstream  {}/v1   (spindle mock-upstream)", mock.url());
-        println!(
+        writeln!(out, "mock upstream  {}/v1   (spindle mock-upstream)", mock.url())?;
+        writeln!(
+            out,
             "proxy          {proxy_url}/v1   (spindle proxy --upstream {} --profile {profile}{})",
             mock.url(),
             if args.rewrite { " --rewrite" } else { "" }
-        );
-        println!("request        POST /v1/chat/completions  model={} stream=true\n", args.model);
+        )?;
+        writeln!(out, "request        POST /v1/chat/completions  model={} stream=true\n", args.model)?;
 
         let request = json!({
             "model": args.model,
@@ -97,10 +101,9 @@ pub(crate) fn run(args: DemoArgs) -> Result<ExitCode> {
             .send()
             .await
             .context("sending the request through the proxy")?;
-        println!("── streamed through the proxy ({}) ──", response.status());
+        writeln!(out, "── streamed through the proxy ({}) ──", response.status())?;
         let mut body = response.bytes_stream();
         let mut decoder = SseDecoder::new();
-        let mut stdout = std::io::stdout();
         while let Some(read) = body.next().await {
             let read = read.context("reading the stream")?;
             for item in decoder.feed(&read) {
@@ -109,22 +112,22 @@ pub(crate) fn run(args: DemoArgs) -> Result<ExitCode> {
                 for choice in chunk["choices"].as_array().into_iter().flatten() {
                     for key in ["reasoning_content", "content"] {
                         if let Some(text) = choice["delta"][key].as_str() {
-                            let _ = write!(stdout, "{text}");
+                            write!(out, "{text}")?;
                         }
                     }
                 }
                 if let Some(err) = chunk.get("error") {
-                    let _ = write!(stdout, "\n[error] {err}");
+                    write!(out, "\n[error] {err}")?;
                 }
-                let _ = stdout.flush();
+                out.flush()?;
             }
         }
-        println!("\n");
+        writeln!(out, "\n")?;
         let metrics = proxy.metrics();
         proxy.shutdown().await.context("stopping the proxy")?;
         let _ = mock.shutdown().await;
 
-        println!("── parsed on the side (what the sinks received) ──");
+        writeln!(out, "── parsed on the side (what the sinks received) ──")?;
         while let Some(record) = records.recv().await {
             match &record.event {
                 SourceEvent::Choice(c) => match &c.event {
@@ -134,28 +137,30 @@ pub(crate) fn run(args: DemoArgs) -> Result<ExitCode> {
                         } else {
                             format!("  payload {}", excerpt(&el.payload.to_string(), 60))
                         };
-                        println!("element  {:<16} {}{payload}", el.tag.to_string(), excerpt(el.text.trim(), 70));
+                        writeln!(out, "element  {:<16} {}{payload}", el.tag.to_string(), excerpt(el.text.trim(), 70))?;
                     }
-                    Event::Repair(r) => println!(
+                    Event::Repair(r) => writeln!(
+                        out,
                         "repair   {:<16} {}",
                         r.kind.as_str(),
                         r.tag.as_ref().map(|t| t.to_string()).unwrap_or_default()
-                    ),
+                    )?,
                     _ => {}
                 },
-                other => println!(
+                other => writeln!(
+                    out,
                     "{:<8} {}",
                     other.type_name(),
                     excerpt(&serde_json::to_string(other).unwrap_or_default(), 90)
-                ),
+                )?,
             }
         }
-        println!("\n── /metrics (excerpt) ──");
+        writeln!(out, "\n── /metrics (excerpt) ──")?;
         for line in metrics.render().lines() {
             if !line.starts_with('#')
                 && (line.contains("repairs_total") || line.contains("elements_total") || line.contains("streams_total"))
             {
-                println!("{line}");
+                writeln!(out, "{line}")?;
             }
         }
         Ok(ExitCode::SUCCESS)

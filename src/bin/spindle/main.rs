@@ -108,8 +108,8 @@ enum Command {
     Prompt(prompt::PromptArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(cli::CompletionsArgs),
-    /// Print the man page (roff): `spindle man > spindle.1`.
-    Man,
+    /// Print a man page (roff): `spindle man > spindle.1`, `spindle man parse > spindle-parse.1`.
+    Man(cli::ManArgs),
 }
 
 fn main() -> ExitCode {
@@ -124,7 +124,7 @@ fn main() -> ExitCode {
         Command::Agent(args) => agent::run(args),
         Command::Prompt(args) => prompt::run(args),
         Command::Completions(args) => cli::completions(args, Cli::command()),
-        Command::Man => cli::man(Cli::command()),
+        Command::Man(args) => cli::man(args, Cli::command()),
     };
     match result {
         Ok(code) => code,

@@ -4,11 +4,9 @@
 //! defaults, the secrets from the environment).
 
 use anyhow::{Context, Result};
-use spindle::proxy::{
-    InvalidCalls, ProxyAgent, ProxyOverrides, ProxyServer, ProxySettings, SinkSpec, TOOL_PROTOCOLS, ToolCalling,
-};
-use spindle::tools::agent::AgentLimits;
+use spindle::proxy::{InvalidCalls, ProxyAgent, ProxyOverrides, ProxyServer, ProxySettings, SinkSpec, TOOL_PROTOCOLS};
 use spindle::tools::{Protocol, Runner, RunnerOptions};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -55,32 +53,35 @@ pub(crate) struct ProxyArgs {
     /// What happens to a call of a tool the request does not list, or with
     /// arguments its schema rejects: `pass` it on as written (calls stream
     /// as they arrive), or `drop` it and answer its observation (with a
-    /// did-you-mean) as content (calls go out whole, once checked).
-    #[arg(long, value_enum, default_value = "pass", requires = "tool_protocol")]
-    invalid_calls: InvalidCallsArg,
+    /// did-you-mean) as content (calls go out whole, once checked)
+    /// [default: pass].
+    #[arg(long, value_enum)]
+    invalid_calls: Option<InvalidCallsArg>,
     /// Run the tool loop in the proxy for requests that bring no tools of
     /// their own: the model is taught the tools of --tools DIR, the proxy
     /// runs its calls and sends the observations back, and the client gets
     /// the final answer (intermediate calls and results in a `spindle`
-    /// field of the chunks). Needs --tool-protocol.
-    #[arg(long, requires_all = ["tools", "tool_protocol"])]
+    /// field of the chunks). Needs --tool-protocol and --tools (or their
+    /// config keys).
+    #[arg(long)]
     agent: bool,
     /// The plugins directory whose tools the agent loop runs (plugin.yaml +
     /// *.tool.json; MCP servers in plugin.yaml or mcp.json are started).
-    #[arg(long, value_name = "DIR", requires = "agent")]
+    #[arg(long, value_name = "DIR")]
     tools: Option<PathBuf>,
-    /// Most model answers per agent request.
-    #[arg(long, value_name = "N", default_value_t = 8)]
-    agent_max_steps: usize,
-    /// Most tool calls per agent request.
-    #[arg(long, value_name = "N", default_value_t = 32)]
-    agent_max_tool_calls: usize,
-    /// Most seconds per agent request.
-    #[arg(long, value_name = "SECS", default_value_t = 600)]
-    agent_max_time: u64,
-    /// A tool's time limit unless its definition sets one (milliseconds).
-    #[arg(long, value_name = "MS", default_value_t = 30_000)]
-    tool_timeout_ms: u64,
+    /// Most model answers per agent request [default: 8].
+    #[arg(long, value_name = "N")]
+    agent_max_steps: Option<usize>,
+    /// Most tool calls per agent request [default: 32].
+    #[arg(long, value_name = "N")]
+    agent_max_tool_calls: Option<usize>,
+    /// Most seconds per agent request [default: 600].
+    #[arg(long, value_name = "SECS")]
+    agent_max_time: Option<f64>,
+    /// A tool's time limit unless its definition sets one, in milliseconds
+    /// [default: 30000].
+    #[arg(long, value_name = "MS")]
+    tool_timeout_ms: Option<u64>,
     /// Where parsed elements go: `jsonl:FILE` (appended), `webhook:URL`
     /// (POSTed as JSON arrays) or `nats://HOST:PORT/SUBJECT[?jetstream=1&overflow=drop|block&...]`
     /// (published to NATS). Repeatable.
@@ -170,6 +171,17 @@ impl ProxyArgs {
         o.otel_endpoint.clone_from(&self.otel_endpoint);
         o.ui = self.ui;
         o.ui_listen.clone_from(&self.ui_listen);
+        o.tool_protocol = self.tool_protocol;
+        o.invalid_calls = self.invalid_calls.map(|v| match v {
+            InvalidCallsArg::Pass => InvalidCalls::Pass,
+            InvalidCallsArg::Drop => InvalidCalls::Drop,
+        });
+        o.agent = self.agent;
+        o.tools.clone_from(&self.tools);
+        o.agent_max_steps = self.agent_max_steps;
+        o.agent_max_tool_calls = self.agent_max_tool_calls;
+        o.agent_max_time = self.agent_max_time;
+        o.tool_timeout_ms = self.tool_timeout_ms;
         o
     }
 }
@@ -213,63 +225,41 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 pub(crate) fn run(args: ProxyArgs) -> Result<ExitCode> {
-    let tool_calling = args.tool_protocol.map(|protocol| {
-        let invalid_calls = match args.invalid_calls {
-            InvalidCallsArg::Pass => InvalidCalls::Pass,
-            InvalidCallsArg::Drop => InvalidCalls::Drop,
-        };
-        ToolCalling { protocol, invalid_calls }
-    });
     let mut settings = match &args.config {
         Some(path) => ProxySettings::load(path)?,
         None => ProxySettings::default(),
     };
     settings.apply_env(|name| std::env::var(name).ok());
-    let mut overrides = args.overrides();
-    // With --tool-protocol and no profile chosen anywhere, the profile that
-    // reads that protocol's calls.
-    if let Some(tc) = &tool_calling
-        && overrides.profile.is_none()
-        && overrides.registry.is_none()
-        && settings.parse.registry.is_none()
-        && settings.parse.profile == "chat"
-    {
-        overrides.profile = Some(tc.default_profile().to_string());
-    }
-    settings.apply(overrides)?;
+    settings.apply(args.overrides())?;
     if args.print_config {
-        print!("{}", settings.to_toml());
+        let mut out = std::io::stdout().lock();
+        out.write_all(settings.to_toml().as_bytes())?;
+        out.flush()?;
         return Ok(ExitCode::SUCCESS);
     }
     init_logs(&settings.log);
     let mut config = settings.to_proxy_config()?;
-    config.tool_calling = tool_calling;
     let upstream = config.upstream.clone();
     let parsing = match &settings.parse.registry {
         Some(r) => format!("registry {}", r.display()),
         None => format!("profile {}", settings.parse.profile),
     };
     let rewrite = config.rewrite;
-    let tools = tool_calling.map(|t| format!(", tool protocol {}", t.protocol)).unwrap_or_default();
-    let agent_limits = AgentLimits {
-        max_steps: args.agent_max_steps,
-        max_tool_calls: args.agent_max_tool_calls,
-        max_time: Some(std::time::Duration::from_secs(args.agent_max_time)),
-        ..AgentLimits::default()
-    };
-    let tool_timeout = std::time::Duration::from_millis(args.tool_timeout_ms);
+    let tools = settings.tools.tool_calling().map(|t| format!(", tool protocol {}", t.protocol)).unwrap_or_default();
+    let tool_settings = settings.tools.clone();
     runtime()?.block_on(async move {
         // The agent's tools, and the MCP servers they need (the runner
         // keeps them running as long as the proxy).
-        if let (true, Some(dir)) = (args.agent, &args.tools) {
-            let options = RunnerOptions { default_timeout: tool_timeout, ..RunnerOptions::default() };
-            let (catalog, pool) = crate::tools::load_tools(dir, &options).await?;
-            let mut runner = Runner::with_options(catalog, options);
-            runner.set_mcp(std::sync::Arc::new(pool));
-            config.agent = Some(ProxyAgent::new(std::sync::Arc::new(runner)).with_limits(agent_limits));
-        }
-        let tools = match &args.tools {
-            Some(dir) if args.agent => format!("{tools}, agent with the tools of {}", dir.display()),
+        let tools = match (tool_settings.agent, &tool_settings.dir) {
+            (true, Some(dir)) => {
+                let options = RunnerOptions { default_timeout: tool_settings.timeout(), ..RunnerOptions::default() };
+                let (catalog, pool) = crate::tools::load_tools(dir, &options).await?;
+                let mut runner = Runner::with_options(catalog, options);
+                runner.set_mcp(std::sync::Arc::new(pool));
+                config.agent =
+                    Some(ProxyAgent::new(std::sync::Arc::new(runner)).with_limits(tool_settings.agent_limits()));
+                format!("{tools}, agent with the tools of {}", dir.display())
+            }
             _ => tools,
         };
         let server = ProxyServer::bind(config, &settings.listen).await?;

@@ -6,6 +6,7 @@ use anyhow::{Context, Result, bail};
 use spindle::calls::ToolCatalog;
 use spindle::tools::runner::implementation_type;
 use spindle::tools::{McpPool, Protocol, RunnerOptions, manual};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -20,7 +21,7 @@ pub(crate) struct ToolsArgs {
 enum ToolsCommand {
     /// Print the tool manual for a prompt, in one call protocol.
     Manual(ManualArgs),
-    /// List the tools: id, plugin, source, implementation type.
+    /// List the tools: id, implementation type, plugin, source.
     List(ListArgs),
 }
 
@@ -47,7 +48,8 @@ struct ManualArgs {
     #[arg(long, value_name = "FILE")]
     openai_tools: Option<PathBuf>,
     /// Put the manual into this prompt text, in place of
-    /// {{{system:available_tools}}} / {{AVAILABLE_TOOLS}}, and print the prompt.
+    /// {{{system:available_tools}}} / {{AVAILABLE_TOOLS}} (after it when it
+    /// has neither, as `agent --system` does), and print the prompt.
     #[arg(long, value_name = "FILE")]
     prompt: Option<PathBuf>,
 }
@@ -82,6 +84,13 @@ pub(crate) async fn load_tools(dir: &Path, options: &RunnerOptions) -> Result<(T
             pool.add_config_file(&mut catalog, &file, options).await.with_context(|| format!("{}", file.display()))?;
         }
     }
+    if catalog.is_empty() {
+        eprintln!(
+            "spindle: warning: {} holds no tools (a plugin is a folder with plugin.yaml and *.tool.json; \
+             MCP servers go in plugin.yaml or mcp.json)",
+            dir.display()
+        );
+    }
     Ok((catalog, pool))
 }
 
@@ -102,18 +111,23 @@ pub(crate) fn run(args: ToolsArgs) -> Result<ExitCode> {
                 Err(e) => bail!("--only: {e}"),
             };
             let text = manual(tools, a.protocol);
+            let mut out = std::io::stdout().lock();
             match &a.prompt {
                 Some(file) => {
                     let prompt =
                         std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
-                    let (filled, found) = spindle::tools::fill_placeholders(&prompt, &text);
-                    if !found {
-                        eprintln!("spindle: {} has no tool placeholder; printed as it is", file.display());
+                    let (filled, place) = spindle::tools::place_manual(&prompt, &text);
+                    if place == spindle::tools::ManualPlace::Appended {
+                        eprintln!("spindle: {} has no tool placeholder; the manual is appended", file.display());
                     }
-                    print!("{filled}");
+                    write!(out, "{filled}")?;
+                    if !filled.ends_with('\n') {
+                        writeln!(out)?;
+                    }
                 }
-                None => println!("{}", text.trim_end()),
+                None => writeln!(out, "{}", text.trim_end())?,
             }
+            out.flush()?;
             Ok(ExitCode::SUCCESS)
         }),
         ToolsCommand::List(a) => rt.block_on(async move {
@@ -132,15 +146,17 @@ pub(crate) fn run(args: ToolsArgs) -> Result<ExitCode> {
                     })
                 })
                 .collect();
+            let mut out = std::io::stdout().lock();
             match a.format {
-                ListFormat::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
+                ListFormat::Json => writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?,
                 ListFormat::Text => {
                     for r in &rows {
                         let s = |k: &str| r[k].as_str().unwrap_or("-").to_string();
-                        println!("{}\t{}\t{}\t{}", s("id"), s("implementation"), s("plugin"), s("source"));
+                        writeln!(out, "{}\t{}\t{}\t{}", s("id"), s("implementation"), s("plugin"), s("source"))?;
                     }
                 }
             }
+            out.flush()?;
             Ok(ExitCode::SUCCESS)
         }),
     }

@@ -54,8 +54,10 @@ pub(crate) mod response;
 use crate::registry::{BodyKind, Registry};
 use crate::tools::Protocol;
 
-/// What happens to a call the request's `tools` do not allow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// What happens to a call the request's `tools` do not allow (`pass` or
+/// `drop` in a configuration file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum InvalidCalls {
     /// It is sent as the model wrote it (and streamed as it arrives).
     #[default]

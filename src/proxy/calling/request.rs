@@ -6,7 +6,7 @@
 
 use crate::calls::ToolCatalog;
 use crate::proxy::error::{ProxyError, ProxyErrorKind};
-use crate::tools::{Protocol, call_text, fill_placeholders, manual, observation_text};
+use crate::tools::{Protocol, call_text, manual, observation_text, place_manual};
 use serde_json::{Value, json};
 use std::sync::Arc;
 
@@ -220,16 +220,7 @@ fn put_manual(messages: &mut Vec<Value>, manual: &str) {
         return;
     };
     match sys.get_mut("content") {
-        Some(Value::String(text)) => {
-            let (filled, found) = fill_placeholders(text, manual);
-            *text = if found {
-                filled
-            } else if text.trim().is_empty() {
-                manual.to_string()
-            } else {
-                format!("{}\n\n{manual}", text.trim_end())
-            };
-        }
+        Some(Value::String(text)) => *text = place_manual(text, manual).0,
         Some(Value::Array(parts)) => parts.push(json!({"type": "text", "text": format!("\n\n{manual}")})),
         _ => {
             sys.insert("content".into(), Value::String(manual.to_string()));
