@@ -103,6 +103,47 @@ fn completions_and_man_page() {
     assert!(man.contains("replay") && man.contains("proxy"));
     let (ok, _, err) = spindle(&["completions", "tcsh"], &[]);
     assert!(!ok && err.contains("possible values"), "{err}");
+    // A page per subcommand, with its options.
+    let (ok, page, err) = spindle(&["man", "parse"], &[]);
+    assert!(ok && page.contains(".TH spindle-parse") && page.contains("chunk\\-size"), "{err}{page}");
+    let (ok, _, err) = spindle(&["man", "nope"], &[]);
+    assert!(!ok && err.contains("no subcommand \"nope\"; there are: parse, replay"), "{err}");
+}
+
+/// Every subcommand that prints meets a closed pipe by stopping quietly
+/// and a full disk with one error line: never a panic.
+#[test]
+#[cfg(target_os = "linux")]
+fn a_closed_or_full_stdout_is_an_error_not_a_panic() {
+    let plugins = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/plugins");
+    let commands: [&[&str]; 6] = [
+        &["tools", "list", "--tools", plugins],
+        &["tools", "manual", "--tools", plugins],
+        &["completions", "bash"],
+        &["man"],
+        &["proxy", "--upstream", "http://127.0.0.1:9", "--print-config"],
+        &["parse", concat!(env!("CARGO_MANIFEST_DIR"), "/corpora/long-rp-en-lighthouse.txt")],
+    ];
+    for args in commands {
+        let full = std::fs::OpenOptions::new().write(true).open("/dev/full").expect("/dev/full");
+        let out = Command::new(env!("CARGO_BIN_EXE_spindle")).args(args).stdout(full).output().expect("runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("spindle: error:") && err.contains("No space left"), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+
+        // A reader that is gone before the first write.
+        let mut child = Command::new(env!("CARGO_BIN_EXE_spindle"))
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("runs");
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && !err.contains("panicked"), "{args:?}: {:?} {err}", out.status);
+    }
 }
 
 #[test]

@@ -137,7 +137,8 @@ fn a_streamed_response_shows_its_choices() {
     let out = spindle(&["parse", "-", "--format", "pretty", "--choice", "2"], Some(SSE.as_bytes()));
     assert!(out.stdout.is_empty());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("the response has no choice 2 (it has 0, 1)"), "{stderr}");
+    assert!(stderr.contains("spindle: error: the response has no choice 2 (it has 0, 1)"), "{stderr}");
+    assert_eq!(out.status.code(), Some(2), "a choice the response lacks is an error");
 
     // `summary` counts the shown choice's parse.
     let summary = ok(&["parse", "-", "--format", "summary"], Some(SSE.as_bytes()));
@@ -184,6 +185,15 @@ fn a_whole_response_is_read_from_a_json_file_or_with_input_json() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("not a JSON response"), "{stderr}");
+
+    // JSON that is no API's response (a model's own JSON answer, an
+    // array of numbers): the same, with the way to read it as text.
+    for body in [&b"{\"foo\": 1}"[..], b"[1, 2, 3]"] {
+        let out = spindle(&["parse", "--input", "json", "--format", "summary"], Some(body));
+        assert_eq!(out.status.code(), Some(2));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("is JSON but not an API response") && stderr.contains("--input text"), "{stderr}");
+    }
 }
 
 /// Ollama's own `/api/chat` stream: one JSON object per line.

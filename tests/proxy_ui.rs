@@ -238,6 +238,6 @@ async fn a_token_guards_the_page() {
     let mut config = ProxyConfig::new(mock.url());
     config.ui = Some(UiConfig { listen: "0.0.0.0:0".into(), ..UiConfig::default() });
     let err = ProxyServer::bind(config, "127.0.0.1:0").await.err().map(|e| e.to_string()).unwrap_or_default();
-    assert!(err.contains("--ui-token"), "{err}");
+    assert!(err.contains("SPINDLE_UI_TOKEN"), "{err}");
     mock.shutdown().await.unwrap();
 }

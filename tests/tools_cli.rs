@@ -167,6 +167,15 @@ fn execute_tam_steps_in_order_with_on_error_common_and_cut_off() {
     assert_eq!(r[1]["result"]["echo"]["text"], "shared text", "common_text reaches the step that takes it");
     assert_eq!(r[0]["result"], 42);
     assert!(r[6]["observation"].as_str().unwrap_or_default().contains("cut off"));
+
+    // `summary` counts the elements apart from the tool records.
+    let path = root().join("tests/data/tool_transcripts/tam_steps.txt").display().to_string();
+    let dir = plugins().display().to_string();
+    let (out, err, ok) =
+        spindle(&["parse", &path, "--profile", "tam", "--tools", &dir, "--execute", "--format", "summary"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("elements     4  (content 2, tam 2)"), "{out}");
+    assert!(out.contains("tool records 14  (tool_audit 7, tool_result 7)"), "{out}");
 }
 
 #[test]

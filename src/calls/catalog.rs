@@ -134,6 +134,12 @@ pub enum CatalogError {
         /// What is wrong.
         message: String,
     },
+    /// OpenAI `tools` that are not an array.
+    #[error("OpenAI `tools` must be an array of tools, not {found}")]
+    OpenAiToolsNotArray {
+        /// What it is instead (`a string`, `an object`).
+        found: &'static str,
+    },
     /// An OpenAI `tools` array entry that is not a function tool.
     #[error("OpenAI tools[{index}] is invalid: {message}")]
     OpenAiTool {
@@ -494,7 +500,17 @@ impl ToolCatalog {
     pub fn add_openai_tools(&mut self, tools: &Value) -> Result<Vec<String>, CatalogError> {
         let list = match tools {
             Value::Array(list) => list.as_slice(),
-            _ => return Err(CatalogError::OpenAiTool { index: 0, message: "`tools` is not an array".into() }),
+            other => {
+                let found = match other {
+                    Value::Null => "null",
+                    Value::Bool(_) => "a boolean",
+                    Value::Number(_) => "a number",
+                    Value::String(_) => "a string",
+                    Value::Object(_) => "an object",
+                    Value::Array(_) => "an array",
+                };
+                return Err(CatalogError::OpenAiToolsNotArray { found });
+            }
         };
         let mut ids = Vec::new();
         for (index, entry) in list.iter().enumerate() {

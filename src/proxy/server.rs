@@ -692,7 +692,8 @@ async fn run_agent(
     let streamed = request.get("stream").and_then(serde_json::Value::as_bool).unwrap_or(false);
     let include_usage =
         request.pointer("/stream_options/include_usage").and_then(serde_json::Value::as_bool) == Some(true);
-    let mut agent = match Agent::new("", owned.runner.clone(), protocol) {
+    // The endpoint is the request's own upstream URL (checked at bind).
+    let mut agent = match Agent::new(&url, owned.runner.clone(), protocol) {
         Ok(a) => a.with_endpoint(url).with_http(app.http.clone()).with_limits(owned.limits.clone()),
         Err(e) => return error_response(&ProxyError::new(ProxyErrorKind::Agent, e.to_string())),
     };
@@ -982,13 +983,7 @@ impl ProxyServer {
             tc.check(&config.options.registry).map_err(ProxyStartError::ToolCalling)?;
         }
         let bad = |why: &str| ProxyStartError::Upstream { url: config.upstream.clone(), why: why.to_string() };
-        let url = reqwest::Url::parse(&config.upstream).map_err(|e| bad(&e.to_string()))?;
-        if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-            return Err(bad("it must be an http:// or https:// URL with a host"));
-        }
-        if url.query().is_some() || url.fragment().is_some() {
-            return Err(bad("it must not have a query or fragment"));
-        }
+        let url = crate::sources::check_api_url(&config.upstream).map_err(|why| bad(&why))?;
         let origin = url.origin().ascii_serialization();
         let base_path = url.path().trim_end_matches('/').to_string();
         let http = reqwest::Client::builder()

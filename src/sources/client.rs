@@ -131,6 +131,20 @@ pub(crate) fn api_base(base_url: &str) -> String {
     }
 }
 
+/// Checks that `url` can be an API's base: an `http://` or `https://` URL
+/// with a host, and no query or fragment. The proxy's `--upstream` and the
+/// agent's base URL are checked alike; the error says what is wrong.
+pub(crate) fn check_api_url(url: &str) -> Result<reqwest::Url, String> {
+    let parsed = reqwest::Url::parse(url).map_err(|e| e.to_string())?;
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+        return Err("it must be an http:// or https:// URL with a host".into());
+    }
+    if parsed.query().is_some() || parsed.fragment().is_some() {
+        return Err("it must not have a query or fragment".into());
+    }
+    Ok(parsed)
+}
+
 impl ChatClient {
     /// A client for `base_url` (the part before `/chat/completions`, e.g.
     /// `https://api.openai.com/v1` or `http://127.0.0.1:8080/v1`), without

@@ -67,10 +67,10 @@ pub mod transcript;
 
 pub use chunk::{ChatChunk, Choice, Content, Delta, FunctionDelta, Nullable, ToolCallDelta};
 #[cfg(feature = "client")]
-pub(crate) use client::api_base;
-#[cfg(feature = "client")]
 #[cfg_attr(docsrs, doc(cfg(feature = "client")))]
 pub use client::{ChatClient, ClientError, ErrorSide};
+#[cfg(feature = "client")]
+pub(crate) use client::{api_base, check_api_url};
 pub use events::{Channel, ChoiceEvent, ErrorOrigin, FinishReason, SourceEvent, Truncation};
 pub use lines::LineTap;
 #[cfg_attr(not(feature = "proxy"), allow(unused_imports))]

@@ -256,6 +256,14 @@ pub enum AgentError {
     /// The protocol has no text form to parse (`openai`).
     #[error("protocol {0} has no text call form the loop can read")]
     Protocol(Protocol),
+    /// The base URL cannot be an API's base.
+    #[error("bad upstream URL {url:?}: {why}")]
+    Upstream {
+        /// The URL given.
+        url: String,
+        /// What is wrong with it.
+        why: String,
+    },
 }
 
 fn ms(d: Duration) -> u64 {
@@ -269,9 +277,12 @@ impl Agent {
     ///
     /// # Errors
     ///
-    /// [`AgentError::Protocol`] for `openai`.
+    /// [`AgentError::Protocol`] for `openai`; [`AgentError::Upstream`] for a
+    /// base that is not an `http://` or `https://` URL with a host.
     pub fn new(base_url: &str, runner: Arc<Runner>, protocol: Protocol) -> Result<Agent, AgentError> {
         let registry = protocol.profile().and_then(Registry::profile).ok_or(AgentError::Protocol(protocol))?;
+        crate::sources::check_api_url(base_url)
+            .map_err(|why| AgentError::Upstream { url: base_url.to_string(), why })?;
         Ok(Agent {
             http: reqwest::Client::new(),
             endpoint: format!("{}/chat/completions", crate::sources::api_base(base_url)),
@@ -495,7 +506,7 @@ impl Agent {
         }
         let upstream = |e: String| (StopReason::Upstream, Some(e));
         let response = tokio::select! {
-            r = req.send() => r.map_err(|e| upstream(format!("cannot reach {}: {e}", self.endpoint)))?,
+            r = req.send() => r.map_err(|e| upstream(format!("cannot reach {}: {}", self.endpoint, crate::chain::error_chain(&e))))?,
             () = cancel.cancelled() => return Err((StopReason::Cancelled, None)),
         };
         let status = response.status();

@@ -76,6 +76,11 @@ impl Protocol {
         Protocol::Openai,
     ];
 
+    /// The protocols a model writes as text (all but `openai`): the ones
+    /// the agent loop reads.
+    pub const TEXT: [Protocol; 6] =
+        [Protocol::Tam, Protocol::TamCjk, Protocol::Action, Protocol::Attp, Protocol::Filament, Protocol::Hermes];
+
     /// The CLI name (`tam`, `tam-cjk`, `action`, `attp`, `filament`,
     /// `hermes`, `openai`).
     pub fn as_str(self) -> &'static str {

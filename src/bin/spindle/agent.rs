@@ -2,7 +2,7 @@
 //! printed for a person or as JSONL.
 
 use crate::tools::{load_tools, protocol_arg};
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use futures::StreamExt;
 use spindle::Event;
 use spindle::sources::SourceEvent;
@@ -39,14 +39,14 @@ pub(crate) struct AgentArgs {
     #[arg(long, value_name = "DIR")]
     tools: PathBuf,
     /// How the model writes calls (the manual teaches it; the parser reads it).
-    #[arg(long, value_parser = protocol_arg(&Protocol::ALL), default_value = "tam")]
+    #[arg(long, visible_alias = "tool-protocol", value_parser = protocol_arg(&Protocol::TEXT), default_value = "tam")]
     protocol: Protocol,
     /// A system prompt file; {{AVAILABLE_TOOLS}} / {{{system:available_tools}}}
     /// become the manual (else the manual is appended).
     #[arg(long, value_name = "FILE")]
     system: Option<PathBuf>,
     /// Most model answers.
-    #[arg(long, value_name = "N", default_value_t = 8)]
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     max_steps: usize,
     /// Most tool calls over the whole run.
     #[arg(long, value_name = "N", default_value_t = 32)]
@@ -67,11 +67,6 @@ pub(crate) struct AgentArgs {
 
 pub(crate) fn run(args: AgentArgs) -> Result<ExitCode> {
     let protocol = args.protocol;
-    if protocol == Protocol::Openai {
-        bail!(
-            "--protocol openai is a manual form only; the loop needs a text protocol (tam, tam-cjk, action, attp, filament)"
-        );
-    }
     let system = match &args.system {
         Some(p) => Some(std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?),
         None => None,

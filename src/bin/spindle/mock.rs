@@ -60,7 +60,7 @@ pub(crate) fn run(args: MockArgs) -> Result<ExitCode> {
     }
     let names: Vec<String> = mock.transcripts().iter().map(|t| t.name.clone()).collect();
     runtime()?.block_on(async move {
-        let server = mock.spawn(&args.listen).await.with_context(|| format!("listening on {}", args.listen))?;
+        let server = mock.spawn(&args.listen).await.with_context(|| format!("cannot listen on {}", args.listen))?;
         let shown: Vec<&str> = names.iter().take(8).map(String::as_str).collect();
         eprintln!(
             "spindle mock-upstream: {} transcripts on {}/v1 (models: {}{}); pick one with \"model\"",

@@ -40,7 +40,8 @@ pub(crate) struct ParseArgs {
     #[arg(long, value_name = "BYTES", default_value_t = spindle::MachineLimits::default().max_element_len)]
     pub(crate) max_element: usize,
     /// Longest tag or special marker, in bytes.
-    #[arg(long, value_name = "BYTES", default_value_t = spindle::ScanLimits::default().max_marker_len)]
+    #[arg(long, value_name = "BYTES", default_value_t = spindle::ScanLimits::default().max_marker_len,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub(crate) max_marker: usize,
     /// Check every completed tool call (TAM, ACTION, ATTP) against the tools
     /// of a plugins directory (plugin.yaml + *.tool.json); for each invalid
@@ -520,6 +521,15 @@ impl Reader {
                         d.message
                     );
                 }
+                // JSON that no API's reader knows (a model's own JSON
+                // answer saved as `answer.json`) is the wrong input too.
+                let read = events.iter().any(|e| !matches!(e, SourceEvent::Diagnostic(_)));
+                if !read && stream.stats().bad_chunks > 0 {
+                    bail!(
+                        "the input is JSON but not an API response (a chat completion, another API's response, \
+                         or a JSON array of them); --input text reads it as model text"
+                    );
+                }
                 let rewrites = stream.finish_with_rewrites(&mut events);
                 out.source_events(events, choice)?;
                 rewrite_choice(&mut out.renderer, rewrites, choice)?;
@@ -613,7 +623,7 @@ pub(crate) fn run(args: ParseArgs) -> Result<ExitCode> {
         && !out.choices.contains(&args.choice)
     {
         let seen: Vec<String> = out.choices.iter().map(u32::to_string).collect();
-        eprintln!("spindle: the response has no choice {} (it has {}); see --choice", args.choice, seen.join(", "));
+        bail!("the response has no choice {} (it has {}); see --choice", args.choice, seen.join(", "));
     }
     let Out { mut renderer, state, calls, .. } = out;
     if let Some(mut calls) = calls {

@@ -33,6 +33,8 @@ const GREEN: &str = "\x1b[32m";
 #[derive(Debug, Default)]
 struct Counts {
     elements: BTreeMap<String, usize>,
+    /// `tool_result`, `tool_audit` and `tool_task` records (`--execute`).
+    tools: BTreeMap<String, usize>,
     repairs: BTreeMap<&'static str, usize>,
     diagnostics: BTreeMap<&'static str, usize>,
     deltas: usize,
@@ -146,7 +148,7 @@ impl Renderer {
     /// one JSON line; in pretty, the observation on its own line.
     pub(crate) fn tool_line(&mut self, value: &serde_json::Value) -> Result<()> {
         let kind = value.get("type").and_then(serde_json::Value::as_str).unwrap_or_default();
-        *self.counts.elements.entry(kind.to_string()).or_default() += 1;
+        *self.counts.tools.entry(kind.to_string()).or_default() += 1;
         match self.format {
             Format::Jsonl => {
                 serde_json::to_writer(&mut self.lines, value)?;
@@ -274,6 +276,9 @@ impl Renderer {
             Format::Summary => {
                 let c = &self.counts;
                 write_counts(&mut self.out, "elements", &c.elements)?;
+                if !c.tools.is_empty() {
+                    write_counts(&mut self.out, "tool records", &c.tools)?;
+                }
                 write_counts(&mut self.out, "repairs", &c.repairs)?;
                 write_counts(&mut self.out, "diagnostics", &c.diagnostics)?;
                 writeln!(self.out, "{:<12} {}", "deltas", c.deltas)?;

@@ -19,7 +19,7 @@
 //! # Exposure
 //!
 //! The page has its own listener, `127.0.0.1:8789` by default. Binding it
-//! to a non-loopback address needs a token (`--ui-token`), which every
+//! to a non-loopback address needs a token (`SPINDLE_UI_TOKEN`), which every
 //! request must then carry (`?token=…` or `Authorization: Bearer …`).
 //!
 //! # Endpoints
@@ -76,9 +76,9 @@ impl UiConfig {
         let host = host.trim_start_matches('[').trim_end_matches(']');
         let loopback = host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
         match (&self.token, loopback) {
-            (Some(t), _) if t.is_empty() => Err("--ui-token must not be empty".into()),
+            (Some(t), _) if t.is_empty() => Err("SPINDLE_UI_TOKEN must not be empty".into()),
             (None, false) => Err(format!(
-                "the inspector page on {} would be open to the network; give it a --ui-token or a loopback --ui-listen",
+                "the inspector page on {} would be open to the network; set SPINDLE_UI_TOKEN (then open /ui?token=TOKEN) or give a loopback --ui-listen",
                 self.listen
             )),
             _ => Ok(()),
@@ -411,7 +411,7 @@ mod tests {
         let mut c = UiConfig::default();
         assert!(c.check().is_ok());
         c.listen = "0.0.0.0:8789".into();
-        assert!(c.check().unwrap_err().contains("--ui-token"));
+        assert!(c.check().unwrap_err().contains("SPINDLE_UI_TOKEN"));
         c.token = Some("s3cret".into());
         assert!(c.check().is_ok());
         c.listen = "[::1]:8789".into();

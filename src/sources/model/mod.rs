@@ -138,16 +138,26 @@ fn diagnostic(level: Level, code: DiagnosticCode, message: String, at: Option<us
     Diagnostic { level, code, tag: None, element: None, at, message }
 }
 
-/// At most `max` bytes of `text` for a message, cut at a char boundary.
+/// At most `max` bytes of `text` for a one-line message, cut at a char
+/// boundary, with control characters escaped (`\n`, `\u{1b}`): a binary
+/// or multi-line body shows as text and cannot drive a terminal.
 pub(crate) fn excerpt(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let mut end = max;
+    let mut end = max.min(text.len());
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}…", &text[..end])
+    let mut out = String::with_capacity(end + 3);
+    for c in text[..end].chars() {
+        if c.is_control() {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    if end < text.len() {
+        out.push('…');
+    }
+    out
 }
 
 /// The content channel of a choice: its parser and the renumbering of the
