@@ -581,6 +581,7 @@ named_enum! {
         OpsNotWrapped => "ops_not_wrapped",
         OrderViolation => "order_violation",
         ParamsWithoutCommand => "params_without_command",
+        PayloadTooDeep => "payload_too_deep",
         PayloadTruncated => "payload_truncated",
         PayloadUnparsable => "payload_unparsable",
         PolicyViolation => "policy_violation",

@@ -117,6 +117,23 @@ fn errors_name_the_problem() {
     // The root itself is not a container.
     let mut scalar = json!(3);
     assert!(matches!(apply_one(&mut scalar, &op(json!(["SET", "a", 1]))), Err(ApplyError::NotAContainer { .. })));
+
+    // A state nests no deeper than it can be read back: by the path, or
+    // by the value.
+    let deep_path = vec!["k"; 100_000].join(".");
+    let mut state = json!({});
+    let err = apply_one(&mut state, &op(json!(["SET", deep_path, 1]))).expect_err("too deep");
+    assert_eq!(err.to_string(), "the state would nest 100000 levels deep (at most 100, so that it reads back as JSON)");
+    let mut nested = json!(1);
+    for _ in 0..100 {
+        nested = json!([nested]);
+    }
+    let err = apply_one(&mut state, &op(json!(["PUSH", "log", nested]))).expect_err("too deep");
+    assert!(matches!(err, ApplyError::TooDeep { depth: 101 }), "{err}");
+    assert_eq!(state, json!({}));
+    apply_one(&mut state, &op(json!(["SET", vec!["k"; 100].join("."), 1]))).expect("at the limit");
+    let text = serde_json::to_string(&state).unwrap();
+    assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), state, "reads back");
 }
 
 #[test]

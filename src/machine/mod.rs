@@ -349,14 +349,15 @@ impl Machine {
         queue.push(event);
         if *queued_bytes > self.limits.max_element_len {
             // Waiting longer would hold unbounded memory: keep the lead tag
-            // and say so.
+            // and say so (settled first: the diagnostic is an event too, and
+            // queued it would come back here).
+            self.settle_lead(None);
             self.diagnostic(
                 Level::Warning,
                 DiagnosticCode::LeadUndecided,
                 None,
                 "the implicit lead element stayed undecided past the element size limit; kept as the lead tag",
             );
-            self.settle_lead(None);
         }
     }
 

@@ -553,6 +553,29 @@ fn element_size_limit_truncates_text_but_not_deltas() {
     assert_eq!(diagnostics(&ev).iter().filter(|d| *d == "element_too_large").count(), 2);
 }
 
+#[test]
+fn an_undecided_lead_past_the_size_limit_is_settled_once() {
+    // Bare text, then elements that leave the implicit lead undecided,
+    // past a small limit: the lead is kept, said once, at any split.
+    let input = b"abc<status_bar>x</status_bar><status_bar>y</status_bar><content>z</content>";
+    let mut whole = None;
+    for chunk in [input.len(), 1, 7] {
+        let mut options = ParserOptions::default();
+        options.machine.max_element_len = 20;
+        let mut p = Parser::with_options(Arc::new(f()), options);
+        let mut ev = Vec::new();
+        for piece in input.chunks(chunk) {
+            ev.extend(p.feed(piece));
+        }
+        ev.extend(p.finish());
+        assert_eq!(diagnostics(&ev).iter().filter(|d| *d == "lead_undecided").count(), 1, "chunk {chunk}");
+        let tags: Vec<String> = ev.iter().filter_map(Event::as_element).map(|e| e.tag.to_string()).collect();
+        assert_eq!(tags, ["thought", "status_bar", "status_bar", "content"], "chunk {chunk}");
+        let ev = crate::event::coalesce(ev);
+        assert_eq!(whole.get_or_insert_with(|| ev.clone()), &ev, "chunk {chunk}");
+    }
+}
+
 // ----- rewrite -----------------------------------------------------------
 
 fn rewrite(registry: &Registry, input: &str, chunk: usize) -> String {

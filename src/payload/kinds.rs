@@ -315,7 +315,7 @@ fn infer_type(src: &str) -> Option<&'static str> {
 /// [{id, label}]}`.
 pub(crate) fn choice(el: &Element) -> Payload {
     let mut out = Payload::none();
-    let nodes = tree::parse(&el.text);
+    let nodes = tree_of(&el.text, &mut out);
     let mut prompt = find_element(&nodes, &["prompt", "question", "title"]).map(ElementNode::trimmed_text);
     let mut options = Vec::new();
     collect_options(&nodes, &mut options);
@@ -476,12 +476,27 @@ fn list_marker(line: &str) -> Option<(Option<String>, &str)> {
     rest_after(id_len + sep.len_utf8()).map(|r| (Some(line[..id_len].to_string()), r))
 }
 
+/// The tree of a structured body; tags nested past
+/// [`tree::MAX_DEPTH`] are kept as text, and a diagnostic says so.
+fn tree_of(text: &str, out: &mut Payload) -> Vec<Node> {
+    let tree = tree::parse(text);
+    if tree.too_deep > 0 {
+        let message = format!(
+            "{} tags nested deeper than {} levels were kept as text in the payload",
+            tree.too_deep,
+            tree::MAX_DEPTH
+        );
+        out.diagnostics.push(diag(Level::Warning, DiagnosticCode::PayloadTooDeep, &message));
+    }
+    tree.nodes
+}
+
 /// `<details><summary>..</summary>body</details>`: `{summary, body}`.
 pub(crate) fn details(el: &Element) -> Payload {
     let mut out = Payload::none();
     let (summary, body) = match super::extract_child(&el.text, "summary") {
         Some(found) => {
-            let summary_nodes = tree::parse(found.inner);
+            let summary_nodes = tree_of(found.inner, &mut out);
             let mut s = String::new();
             tree::collect_text(&summary_nodes, &mut s);
             (Some(s.trim().to_string()), found.rest.into_owned())
@@ -505,7 +520,7 @@ pub(crate) fn details(el: &Element) -> Payload {
 /// array. A body of `key: value` lines is read the same way.
 pub(crate) fn status_bar(el: &Element) -> Payload {
     let mut out = Payload::none();
-    let nodes = tree::parse(&el.text);
+    let nodes = tree_of(&el.text, &mut out);
     if nodes.iter().any(|n| matches!(n, Node::Element(_))) {
         out.value = Value::Object(node_map(nodes));
         return out;
@@ -608,7 +623,10 @@ pub(crate) fn custom(el: &Element, body: BodyKind) -> Payload {
             object!([("attrs", Value::Object(attrs)), ("value", value)])
         }
         BodyKind::Raw => object!([("attrs", Value::Object(attrs)), ("text", Value::String(el.text.clone()))]),
-        _ => object!([("attrs", Value::Object(attrs)), ("children", Value::Array(nodes_json(&tree::parse(&el.text))))]),
+        _ => {
+            let nodes = tree_of(&el.text, &mut out);
+            object!([("attrs", Value::Object(attrs)), ("children", Value::Array(nodes_json(&nodes)))])
+        }
     };
     out
 }

@@ -81,8 +81,23 @@ pub(crate) fn collect_text(nodes: &[Node], out: &mut String) {
 const VOID: &[&str] =
     &["br", "hr", "img", "input", "meta", "link", "wbr", "area", "base", "col", "embed", "source", "track"];
 
+/// How deep a tree goes: tags nested deeper are kept as text. Turning the
+/// tree into JSON (and dropping it) recurses once per level; a model that
+/// nests a status bar ten thousand deep must not overflow the stack. Real
+/// bodies nest a handful of levels.
+pub(crate) const MAX_DEPTH: usize = 64;
+
+/// A parsed structured body.
+#[derive(Debug, Default)]
+pub(crate) struct Tree {
+    /// The top-level nodes.
+    pub(crate) nodes: Vec<Node>,
+    /// Tags nested past [`MAX_DEPTH`], kept as text.
+    pub(crate) too_deep: usize,
+}
+
 /// Parses the children of a structured body.
-pub(crate) fn parse(text: &str) -> Vec<Node> {
+pub(crate) fn parse(text: &str) -> Tree {
     let mut builder = Builder::default();
     let mut scanner = Scanner::new(ScanLimits::default());
     scanner.feed(text.as_bytes(), &mut builder);
@@ -91,7 +106,8 @@ pub(crate) fn parse(text: &str) -> Vec<Node> {
     while builder.stack.len() > 1 {
         builder.pop();
     }
-    builder.stack.pop().map(|root| root.children).unwrap_or_default()
+    let nodes = builder.stack.pop().map(|root| root.children).unwrap_or_default();
+    Tree { nodes, too_deep: builder.too_deep }
 }
 
 #[derive(Debug)]
@@ -102,6 +118,11 @@ struct Builder {
     text: Vec<u8>,
     /// Raw text to keep verbatim (CDATA).
     verbatim: bool,
+    /// Open tags past [`MAX_DEPTH`] not closed yet (kept as text, as
+    /// their closes are).
+    excess: usize,
+    /// Tags kept as text for their depth.
+    too_deep: usize,
 }
 
 impl Default for Builder {
@@ -112,7 +133,7 @@ impl Default for Builder {
         // (a first push into an empty vector takes the slow growing path).
         let mut stack = Vec::with_capacity(4);
         stack.push(ElementNode { name: String::new(), attrs: Vec::new(), children: Vec::with_capacity(4) });
-        Builder { stack, text: Vec::new(), verbatim: false }
+        Builder { stack, text: Vec::new(), verbatim: false, excess: 0, too_deep: 0 }
     }
 }
 
@@ -137,6 +158,30 @@ impl Builder {
         self.text.clear();
         self.verbatim = false;
         self.push_node(Node::Text(s));
+    }
+
+    /// Whether `tag` is past [`MAX_DEPTH`] (an open tag there, or the close
+    /// of one): kept as text, counted.
+    fn too_deep_for(&mut self, tag: &crate::scan::TagToken<'_>) -> bool {
+        match tag.kind {
+            TagKind::Open if self.stack.len() > MAX_DEPTH => {
+                // A void tag (`<br>`) has no close to wait for.
+                if !VOID.iter().any(|v| v.as_bytes().eq_ignore_ascii_case(tag.name)) {
+                    self.excess += 1;
+                }
+                self.too_deep += 1;
+                true
+            }
+            TagKind::Close if self.excess > 0 => {
+                self.excess -= 1;
+                true
+            }
+            TagKind::SelfClosing if self.stack.len() > MAX_DEPTH => {
+                self.too_deep += 1;
+                true
+            }
+            _ => false,
+        }
     }
 
     fn pop(&mut self) {
@@ -164,6 +209,12 @@ impl TokenSink for Builder {
                 self.flush_text();
             }
             Token::Comment { .. } | Token::Notice(_) => {}
+            Token::Tag(tag) if self.too_deep_for(&tag) => {
+                if self.verbatim {
+                    self.flush_text();
+                }
+                self.text.extend_from_slice(tag.raw);
+            }
             Token::Tag(tag) => {
                 self.flush_text();
                 match tag.kind {
@@ -225,18 +276,41 @@ mod tests {
             ("a < b", vec![t("a < b")]),
         ];
         for (text, want) in table {
-            assert_eq!(parse(text), want, "{text}");
+            assert_eq!(parse(text).nodes, want, "{text}");
         }
     }
 
     #[test]
     fn attributes_are_decoded_and_ordered() {
-        let nodes = parse("<hp max=\"10\" cur='5' note=a&amp;b>5</hp>");
+        let nodes = parse("<hp max=\"10\" cur='5' note=a&amp;b>5</hp>").nodes;
         let Some(Node::Element(hp)) = nodes.first() else {
             panic!("no element in {nodes:?}");
         };
         assert_eq!(hp.attrs, [("max".into(), "10".into()), ("cur".into(), "5".into()), ("note".into(), "a&b".into())]);
         assert_eq!(hp.attr("MAX"), Some("10"));
         assert_eq!(hp.text_content(), "5");
+    }
+
+    #[test]
+    fn tags_past_the_depth_limit_are_kept_as_text() {
+        let deep = 10_000;
+        let text = format!("{}x{}<after>y</after>", "<a>".repeat(deep), "</a>".repeat(deep));
+        let tree = parse(&text);
+        assert_eq!(tree.too_deep, deep - MAX_DEPTH);
+        // MAX_DEPTH elements, the innermost holding the rest as text.
+        let mut node = &tree.nodes[0];
+        let mut depth = 0;
+        while let Node::Element(e) = node {
+            depth += 1;
+            node = &e.children[0];
+        }
+        assert_eq!(depth, MAX_DEPTH);
+        let inner = format!("{}x{}", "<a>".repeat(deep - MAX_DEPTH), "</a>".repeat(deep - MAX_DEPTH));
+        assert_eq!(node, &t(&inner));
+        // The tags after the deep run are read as tags again.
+        assert_eq!(tree.nodes[1], el("after", vec![t("y")]));
+        // A void tag down there opens nothing.
+        let text = format!("{}<br>z{}<b>w</b>", "<a>".repeat(MAX_DEPTH + 1), "</a>".repeat(MAX_DEPTH + 1));
+        assert_eq!(parse(&text).nodes[1], el("b", vec![t("w")]));
     }
 }

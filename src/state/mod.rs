@@ -336,6 +336,12 @@ pub enum ApplyError {
     /// The op itself is invalid.
     #[error(transparent)]
     Invalid(#[from] OpError),
+    /// The state would nest deeper than [`MAX_DEPTH`].
+    #[error("the state would nest {depth} levels deep (at most {MAX_DEPTH}, so that it reads back as JSON)")]
+    TooDeep {
+        /// How deep it would nest.
+        depth: usize,
+    },
     /// Nothing is at the path (or at a step on the way).
     #[error("nothing at {0}")]
     Missing(String),
@@ -477,6 +483,29 @@ pub fn apply(state: &mut Value, ops: &[Op]) -> Vec<OpOutcome> {
         .collect()
 }
 
+/// How deep a state may nest (objects and arrays, the state itself
+/// counted): an op that would nest deeper fails. JSON readers refuse
+/// deeper documents (serde_json stops at 128), and a state must read
+/// back as it was written.
+pub const MAX_DEPTH: usize = 100;
+
+/// How many levels of arrays and objects `value` nests (a scalar: 0),
+/// counted without recursion.
+fn value_depth(value: &Value) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 0usize)];
+    while let Some((v, depth)) = stack.pop() {
+        let children: Box<dyn Iterator<Item = &Value>> = match v {
+            Value::Array(items) => Box::new(items.iter()),
+            Value::Object(map) => Box::new(map.values()),
+            _ => continue,
+        };
+        deepest = deepest.max(depth + 1);
+        stack.extend(children.map(|c| (c, depth + 1)));
+    }
+    deepest
+}
+
 /// Applies one op.
 ///
 /// # Errors
@@ -485,6 +514,12 @@ pub fn apply(state: &mut Value, ops: &[Op]) -> Vec<OpOutcome> {
 pub fn apply_one(state: &mut Value, op: &Op) -> Result<Change, ApplyError> {
     op.check()?;
     let path = Path::parse(&op.path).map_err(OpError::from)?;
+    // A value placed at the end of the path nests one container per
+    // segment (the state object first) and its own levels below.
+    let depth = path.segments().len() + op.value.as_ref().map_or(0, value_depth);
+    if depth > MAX_DEPTH {
+        return Err(ApplyError::TooDeep { depth });
+    }
     let Some((last, parents)) = path.segments().split_last() else {
         return Err(OpError::EmptyPath(op.code).into());
     };
