@@ -170,6 +170,30 @@ async fn requests_and_responses_are_forwarded_unchanged() {
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
     let err: Value = r.json().await.unwrap();
     assert_eq!((err["error"]["code"].as_str(), err["error"]["side"].as_str()), (Some("not_found"), Some("downstream")));
+    // Nor are paths that would climb out of the API's base once resolved
+    // (an HTTP client normalises them, so they go out as written, on a
+    // socket of our own); the upstream never sees them.
+    let based = proxy_support::proxy(&format!("{upstream}/api/v1"), |_| {}).await;
+    for path in ["/v1/../../admin", "/v1/%2e%2E/%2e%2e/admin", "/v1/.%2e/x", "/v1/..\\..\\admin", "/v1/./models"] {
+        let head = raw_get(based.local_addr(), path).await;
+        assert!(head.starts_with("HTTP/1.1 404"), "{path}: {head}");
+        assert!(!head.contains("x-upstream"), "{path} reached the upstream: {head}");
+    }
+    // A dot inside a segment is a name like any other.
+    let head = raw_get(based.local_addr(), "/v1/models/gpt-4.1..mini").await;
+    assert!(head.contains("x-upstream: yes"), "{head}");
+}
+
+/// The response head of `GET path`, sent as written.
+async fn raw_get(addr: std::net::SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n");
+    socket.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    socket.read_to_end(&mut response).await.unwrap();
+    let text = String::from_utf8_lossy(&response);
+    text.split("\r\n\r\n").next().unwrap_or_default().to_string()
 }
 
 /// The corrected text of a whole content, by the parser itself.

@@ -213,6 +213,14 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
 /// `/api/*`), nothing new while shutting down, at most `max_streams` in
 /// flight. The permit lives as long as the response.
 fn admit(app: &App, path: &str) -> Result<tokio::sync::OwnedSemaphorePermit, ProxyError> {
+    if has_dot_segment(path) {
+        // `/v1/../../admin` would leave the API's base once the upstream
+        // URL is resolved, with the proxy's key on it.
+        return Err(ProxyError::new(
+            ProxyErrorKind::NotFound,
+            format!("{path} has a `.` or `..` segment; such paths are not proxied"),
+        ));
+    }
     let first = path.trim_start_matches('/').split('/').next().unwrap_or_default();
     if !super::app::names_version(first) && first != "api" {
         return Err(ProxyError::new(
@@ -234,6 +242,16 @@ fn admit(app: &App, path: &str) -> Result<tokio::sync::OwnedSemaphorePermit, Pro
             ProxyErrorKind::Overloaded { limit },
             format!("more than {limit} requests in flight; retry shortly"),
         )
+    })
+}
+
+/// Whether a request path has a segment that URL resolution reads as `.`
+/// or `..`: written plainly or percent-encoded (`%2e`), and with `\` as a
+/// separator, as a URL parser reads an http URL.
+fn has_dot_segment(path: &str) -> bool {
+    path.split(['/', '\\']).any(|segment| {
+        let lower = segment.to_ascii_lowercase();
+        matches!(lower.replace("%2e", ".").as_str(), "." | "..")
     })
 }
 
