@@ -345,6 +345,41 @@ fn truncated_elements_get_an_error_payload() {
 }
 
 #[test]
+fn content_cut_at_the_size_limit_is_the_same_at_any_split() {
+    // The limit falls inside a two-byte character, after some markup.
+    let text = format!("{}<b>bold</b> {}«««é😀 end", "a".repeat(20), "c".repeat(7));
+    let input = format!("<content>{text}</content>");
+    let mut whole: Option<(String, Value)> = None;
+    for chunk in [input.len(), 1, 2, 3, 7, 16] {
+        let mut options = spindle::ParserOptions::default();
+        options.machine.max_element_len = 40;
+        let mut parser = Parser::with_options(std::sync::Arc::new(Registry::filament()), options);
+        let mut evs = Vec::new();
+        for piece in input.as_bytes().chunks(chunk) {
+            evs.extend(parser.feed(piece));
+        }
+        evs.extend(parser.finish());
+        let el = evs.iter().find_map(Event::as_element).unwrap_or_else(|| panic!("no element"));
+        // The kept text ends with a whole character, just past the limit.
+        assert!(el.truncated && el.text.len() == 41 && el.text.ends_with('«'), "{chunk}: {:?}", el.text);
+        assert!(!codes(&evs).iter().any(|c| c == "invalid_utf8"), "{chunk}: {:?}", codes(&evs));
+        // The deltas are the whole text, every character intact.
+        let deltas: String = evs
+            .iter()
+            .filter_map(|e| match e {
+                Event::Delta(d) => Some(d.text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(deltas, text, "{chunk}");
+        // The html covers the kept text, whatever the split.
+        assert_eq!(el.payload["html"], json!(el.text), "{chunk}");
+        let seen = (el.text.clone(), el.payload.clone());
+        assert_eq!(whole.get_or_insert_with(|| seen.clone()), &seen, "{chunk}");
+    }
+}
+
+#[test]
 fn reasoning_profile_content_is_filtered() {
     let (p, _) =
         payload_in(&Registry::reasoning(), "Hmm <script>x</script></think>Answer <b>42</b><img src=x>", "content");

@@ -568,6 +568,9 @@ impl Machine {
     #[cold]
     #[inline(never)]
     fn text_cut(&mut self, id: u32, tag: TagId) {
+        // The text so far goes out before the diagnostic, but a character
+        // it ends inside waits for its last bytes, as at a chunk's end.
+        self.flush_text(false);
         let d = Diagnostic {
             level: Level::Warning,
             code: DiagnosticCode::ElementTooLarge,
@@ -579,7 +582,7 @@ impl Machine {
                 self.limits.max_element_len
             ),
         };
-        self.emit(Event::Diagnostic(d));
+        self.push_event(Event::Diagnostic(d));
     }
 
     fn gap(&mut self, at: usize, bytes: &[u8]) {
@@ -1705,8 +1708,14 @@ enum Kept {
 /// Adds text to an element's kept text, up to the size limit.
 fn keep_text(limits: MachineLimits, el: &mut OpenElement, bytes: &[u8]) -> Kept {
     let room = limits.max_element_len.saturating_sub(el.text.len());
-    let kept = bytes.len().min(room);
+    let mut kept = bytes.len().min(room);
     el.text.extend_from_slice(&bytes[..kept]);
+    // A cut inside a character keeps the rest of it (at most 3 bytes past
+    // the limit): the kept text stays UTF-8 wherever the input was split.
+    while kept < bytes.len() && bytes[kept] & 0xC0 == 0x80 && crate::scan::incomplete_utf8_tail(&el.text) > 0 {
+        el.text.push(bytes[kept]);
+        kept += 1;
+    }
     if kept == bytes.len() {
         Kept::All
     } else if el.truncated {

@@ -674,11 +674,20 @@ fn content_payload(el: &Element, body: BodyState, comments: Vec<String>, out: &m
         }
     };
     let html = match body {
-        BodyState::Content(mut state) => {
+        BodyState::Content(mut state) if !el.truncated => {
             finish_content(&mut state, el.id, &el.tag, out);
             // Read in place: the report goes with the filter.
             filtered(state.filter.report());
             std::mem::take(&mut state.html)
+        }
+        // Cut at the size limit: the streamed filter's output stopped
+        // where the limit was noticed, which depends on how the input was
+        // split; the kept text, filtered whole, does not.
+        BodyState::Content(mut state) => {
+            finish_content(&mut state, el.id, &el.tag, out);
+            let s = html::sanitize(&el.text);
+            filtered(&s.report);
+            s.html
         }
         // Reclassified into content after streaming as another tag: filter
         // the whole text now.
