@@ -160,6 +160,17 @@ async fn forked_grandchild_is_killed_when_the_tool_exits() {
 }
 
 #[tokio::test]
+async fn a_grandchild_in_a_session_of_its_own_is_killed_too() {
+    // `setsid` takes it out of the tool's process group; the run's mark in
+    // its environment still finds it.
+    let m = marker("setsid");
+    let res = run(&runner(), &call(vec![step("Forker", json!({"marker": m, "detach": true}))])).await;
+    assert_eq!(res[0].outcome, Outcome::Success, "{}", res[0].observation);
+    assert_eq!(res[0].result, json!("forked"));
+    assert_no_process(&m).await;
+}
+
+#[tokio::test]
 async fn missing_program_and_escaping_command_fail_cleanly() {
     let res = run(&runner(), &call(vec![step("Missing", json!({}))])).await;
     assert_eq!(res[0].outcome, Outcome::Failed);
@@ -193,14 +204,15 @@ async fn huge_values_are_refused_before_running() {
 }
 
 #[tokio::test]
-async fn environment_is_only_path_lang_and_config() {
+async fn environment_is_only_path_lang_the_run_mark_and_config() {
     let mut r = runner();
     let config = json!({"basic": {"apiToken": "t0k"}, "Env": {"unrelated": "x"}});
     r.set_config(ToolConfig(config.as_object().cloned().unwrap_or_default()));
     let res = run(&r, &call(vec![step("Env", json!({}))])).await;
     let env = res[0].result.as_object().cloned().unwrap_or_default();
     let keys: Vec<&str> = env.keys().map(String::as_str).collect();
-    assert_eq!(keys, ["API_TOKEN", "LANG", "PATH", "REGION"], "{env:?}");
+    assert_eq!(keys, ["API_TOKEN", "LANG", "PATH", "REGION", "SPINDLE_TOOL_RUN"], "{env:?}");
+    assert!(env["SPINDLE_TOOL_RUN"].as_str().is_some_and(|m| m.starts_with(&format!("{}-", std::process::id()))));
     assert_eq!(env["API_TOKEN"], "t0k");
     assert_eq!(env["REGION"], "eu", "defaultValue of the configSchema");
     assert_eq!(env["PATH"], RunnerOptions::default().path);

@@ -212,18 +212,20 @@ impl McpPool {
         } else {
             PathBuf::from(program)
         };
+        let mark = super::group::new_mark();
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(&argv[1..])
             .current_dir(dir)
             .env_clear()
             .env("PATH", &options.path)
+            .env(super::group::RUN_MARK, &mark)
             .envs(&section.env)
             .process_group(0)
             .kill_on_drop(true);
         let (transport, _stderr) =
             TokioChildProcess::builder(cmd).stderr(Stdio::null()).spawn().map_err(|e| start_err(e.to_string()))?;
         let pid = transport.id();
-        let guard = GroupGuard::new(pid);
+        let guard = GroupGuard::new(pid, Some(&mark));
         let client = tokio::time::timeout(START_TIMEOUT, ().serve(transport))
             .await
             .map_err(|_| start_err("no MCP handshake in time".into()))?

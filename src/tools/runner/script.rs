@@ -10,8 +10,9 @@
 //! * `timeout`: milliseconds; the runner's default when absent.
 //!
 //! The process runs in the plugin's folder, as the leader of its own
-//! process group, with an empty environment except `PATH`, `LANG=C.UTF-8`
-//! and the tool's `configSchema` values. Parameters never reach a command
+//! process group, with an empty environment except `PATH`, `LANG=C.UTF-8`,
+//! the run's mark (`SPINDLE_TOOL_RUN`, see [`super::group`]) and the tool's
+//! `configSchema` values. Parameters never reach a command
 //! line, so text such as `; rm -rf /` is only data on stdin.
 
 use super::group::GroupGuard;
@@ -99,12 +100,14 @@ pub(crate) async fn run(
     options: &RunnerOptions,
 ) -> StepRun {
     let id = def.id.as_str();
+    let mark = super::group::new_mark();
     let mut cmd = tokio::process::Command::new(spec.program(dir));
     cmd.args(&spec.argv[1..])
         .current_dir(dir)
         .env_clear()
         .env("PATH", &options.path)
         .env("LANG", "C.UTF-8")
+        .env(super::group::RUN_MARK, &mark)
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -122,7 +125,7 @@ pub(crate) async fn run(
             return StepRun::fail(Outcome::Failed, observe::failure(id, "not started", &why), Value::Null, 0);
         }
     };
-    let guard = GroupGuard::new(child.id());
+    let guard = GroupGuard::new(child.id(), Some(&mark));
     let input = {
         let mut v = serde_json::to_vec(&Value::Object(params.clone())).unwrap_or_default();
         v.push(b'\n');
