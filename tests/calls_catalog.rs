@@ -30,6 +30,13 @@ fn loads_the_sample_plugins_dir() {
     let plugins: Vec<&str> = c.plugins().iter().map(|p| p.manifest.name.as_str()).collect();
     assert_eq!(plugins, ["bilibili-fetch", "file-ops", "game-tools", "search", "theme-only"]);
     assert_eq!(c.len(), 17);
+    // By the name OpenAI's API takes for the id, too.
+    assert_eq!(
+        c.get("BilibiliFetch_getSubtitle").map(|t| t.id.as_str()),
+        Some("BilibiliFetch:getSubtitle"),
+        "the OpenAI function name finds the tool"
+    );
+    assert!(c.get("BilibiliFetch getSubtitle").is_none(), "no other spelling");
     let b = c.get("BilibiliFetch:getSubtitle").unwrap();
     assert_eq!(b.display_name.as_deref(), Some("获取 Bilibili 视频字幕"));
     assert_eq!(b.implementation.as_ref().unwrap()["command"], "python scripts/BilibiliFetch.py");

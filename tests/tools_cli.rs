@@ -36,10 +36,10 @@ fn manual_shows_every_tool_and_parameter_in_every_protocol() {
         let (out, err, ok) = spindle(&["tools", "manual", "--tools", dir, "--protocol", protocol]);
         assert!(ok, "{protocol}: {err}");
         for tool in catalog.tools() {
-            let name = if protocol == "attp" {
-                spindle::tools::manual::python_name(&tool.id).to_string()
-            } else {
-                tool.id.clone()
+            let name = match protocol {
+                "attp" => spindle::tools::manual::python_name(&tool.id).to_string(),
+                "openai" => spindle::calls::openai_function_name(&tool.id).into_owned(),
+                _ => tool.id.clone(),
             };
             assert!(out.contains(&name), "{protocol}: no {name}");
             for p in spindle::tools::manual::params_of(tool) {
@@ -52,7 +52,7 @@ fn manual_shows_every_tool_and_parameter_in_every_protocol() {
     let tools: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
     let names: Vec<&str> =
         tools.as_array().into_iter().flatten().filter_map(|t| t["function"]["name"].as_str()).collect();
-    assert_eq!(names, ["Math.Add", "Echo"], "catalog order");
+    assert_eq!(names, ["Math_Add", "Echo"], "catalog order, in OpenAI's alphabet");
     let (_, err, ok) = spindle(&["tools", "manual", "--tools", dir, "--only", "Ecko"]);
     assert!(!ok);
     assert!(err.contains("did you mean \"Echo\""), "{err}");

@@ -658,8 +658,15 @@ impl ToolCatalog {
         self.entry(id).map(|e| &e.def)
     }
 
+    /// A tool by its id, or by the name [`openai_function_name`] gives its
+    /// id (a model that was given the OpenAI form calls `Math_Add` for
+    /// `Math.Add`); the exact id first.
     fn entry(&self, id: &str) -> Option<&Entry> {
-        self.tools.iter().find(|e| e.def.id == id)
+        self.tools.iter().find(|e| e.def.id == id).or_else(|| {
+            // Only a name an id can map to: OpenAI's alphabet.
+            let valid = !id.is_empty() && id.len() <= 64 && id.bytes().all(is_openai_name_byte);
+            valid.then(|| self.tools.iter().find(|e| openai_function_name(&e.def.id) == id)).flatten()
+        })
     }
 
     /// The known tool id closest to `id`.
@@ -897,4 +904,31 @@ fn from_text(s: &str, types: &[&str]) -> Option<Value> {
         }
     }
     None
+}
+
+/// The name OpenAI's API takes for a tool id: a function name is 1 to 64
+/// of `a-z A-Z 0-9 _ -`, so every other character becomes `_` and the name
+/// is cut at 64 (`Math.Add` is sent as `Math_Add`). [`ToolCatalog::get`]
+/// finds a tool by this name too.
+///
+/// ```
+/// use spindle::calls::openai_function_name;
+/// assert_eq!(openai_function_name("Math.Add"), "Math_Add");
+/// assert_eq!(openai_function_name("get_weather"), "get_weather");
+/// ```
+pub fn openai_function_name(id: &str) -> std::borrow::Cow<'_, str> {
+    if !id.is_empty() && id.len() <= 64 && id.bytes().all(is_openai_name_byte) {
+        return std::borrow::Cow::Borrowed(id);
+    }
+    let mut name: String =
+        id.chars().map(|c| if u8::try_from(c).is_ok_and(is_openai_name_byte) { c } else { '_' }).collect();
+    name.truncate(64);
+    if name.is_empty() {
+        name.push('_');
+    }
+    std::borrow::Cow::Owned(name)
+}
+
+fn is_openai_name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b == b'-'
 }
