@@ -315,7 +315,46 @@ fn import_cards_and_world_info() {
     let (code, out, _) = spindle(&["prompt", "migrate", png.to_str().unwrap(), "--report", "json"]);
     assert_eq!(code, Some(0));
     let card: Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(card["description"], "Guardian of {{ user }}.");
+    assert_eq!(card["data"]["description"], "Guardian of {{ user }}.");
+}
+
+/// `prompt migrate` on a card writes the card back in its own shape: a V2
+/// card keeps its `spec`, `spec_version` and unknown keys around `data`
+/// (JSON or PNG), a V1 card stays flat; only the text fields change.
+#[test]
+fn migrate_keeps_the_card_shape() {
+    let tmp = tempfile::Builder::new().prefix("spindle-prompt-shape-").tempdir().unwrap();
+    let dir = tmp.path();
+    let v2 = json!({"spec": "chara_card_v2", "spec_version": "2.0", "x_host": {"kept": true}, "data": {
+        "name": "Sera", "description": "Guard of {{user}}.", "first_mes": "Hi, {{user}}.",
+        "extensions": {"depth": 4},
+        "character_book": {"name": "book", "entries": [{"keys": ["inn"], "content": "{{char}}'s inn"}]}}});
+    let mut want = v2.clone();
+    want["data"]["description"] = json!("Guard of {{ user }}.");
+    want["data"]["first_mes"] = json!("Hi, {{ user }}.");
+    want["data"]["character_book"]["entries"][0]["content"] = json!("{{ char }}'s inn");
+    let json_card = dir.join("card.json");
+    std::fs::write(&json_card, v2.to_string()).unwrap();
+    let png = dir.join("card.png");
+    let b64 = base64::engine::general_purpose::STANDARD.encode(v2.to_string());
+    std::fs::write(&png, png_card(&[("chara", b64)])).unwrap();
+    for path in [&json_card, &png] {
+        let (code, out, err) = spindle(&["prompt", "migrate", path.to_str().unwrap(), "--report", "json"]);
+        assert_eq!(code, Some(0), "{}: {err}", path.display());
+        let card: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(card, want, "{}", path.display());
+        let report: Value = serde_json::from_str(&err).unwrap();
+        let fields: Vec<&str> = report.as_array().unwrap().iter().filter_map(|n| n["field"].as_str()).collect();
+        assert_eq!(fields, ["description", "first_mes", "character_book.entries[0].content"], "{err}");
+    }
+    // A V1 card stays V1: no wrapper is added.
+    let v1 = dir.join("v1.json");
+    std::fs::write(&v1, json!({"name": "Bo", "description": "{{char}} bakes.", "talkativeness": "0.5"}).to_string())
+        .unwrap();
+    let (code, out, err) = spindle(&["prompt", "migrate", v1.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    let card: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(card, json!({"name": "Bo", "description": "{{ char }} bakes.", "talkativeness": "0.5"}));
 }
 
 #[test]

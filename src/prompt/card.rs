@@ -35,7 +35,9 @@ pub enum CardError {
 pub struct Imported {
     /// `card` (V1/V2/V3) or `world_info`.
     pub kind: &'static str,
-    /// The card's JSON (its `data` for V2/V3), when it was a card.
+    /// The card as read, whole, when it was a card: a V1 card as it is, a
+    /// V2/V3 card with its `spec`, `spec_version`, `data` and any other
+    /// key. Its fields (the `data` of V2/V3) are [`Imported::card_data`].
     pub card: Option<Value>,
     /// The blocks: `<character_card>`, then one `<lorebook_entry>` per entry.
     pub skein: Skein,
@@ -43,6 +45,28 @@ pub struct Imported {
     pub entries: Vec<Normalized>,
     /// Notes for people (skipped entries, macros left in the text).
     pub notes: Vec<String>,
+}
+
+impl Imported {
+    /// The card's fields: the `data` of a V2/V3 card, a V1 card itself;
+    /// `None` for world info.
+    pub fn card_data(&self) -> Option<&Value> {
+        let card = self.card.as_ref()?;
+        if wrapped_spec(card).is_some() { card.get("data") } else { Some(card) }
+    }
+
+    /// [`Imported::card_data`], to change in place (`spindle prompt
+    /// migrate` converts its text fields and writes the whole card back).
+    pub fn card_data_mut(&mut self) -> Option<&mut Value> {
+        let card = self.card.as_mut()?;
+        if wrapped_spec(card).is_some() { card.get_mut("data") } else { Some(card) }
+    }
+}
+
+/// The `spec` of a card whose fields are wrapped in `data`
+/// (`chara_card_v2`, `chara_card_v3`).
+fn wrapped_spec(json: &Value) -> Option<&str> {
+    json.get("spec").and_then(Value::as_str).filter(|s| matches!(*s, "chara_card_v2" | "chara_card_v3"))
 }
 
 /// Imports a card or world-info file from its bytes (`name` is for
@@ -105,10 +129,9 @@ fn text(v: &Value, key: &str) -> Option<String> {
 }
 
 fn from_json(json: &Value) -> Result<Imported, CardError> {
-    let spec = json.get("spec").and_then(Value::as_str).unwrap_or_default();
-    if matches!(spec, "chara_card_v2" | "chara_card_v3") {
+    if let Some(spec) = wrapped_spec(json) {
         let data = json.get("data").ok_or_else(|| CardError::Unknown(format!("a {spec} card without `data`")))?;
-        return Ok(card(data, if spec == "chara_card_v3" { "card_v3" } else { "card_v2" }));
+        return Ok(card(json, data, if spec == "chara_card_v3" { "card_v3" } else { "card_v2" }));
     }
     if json.get("entries").is_some() && json.get("first_mes").is_none() {
         let mut notes = Vec::new();
@@ -126,14 +149,16 @@ fn from_json(json: &Value) -> Result<Imported, CardError> {
         });
     }
     if json.get("name").is_some() && (json.get("description").is_some() || json.get("first_mes").is_some()) {
-        return Ok(card(json, "card_v1"));
+        return Ok(card(json, json, "card_v1"));
     }
     Err(CardError::Unknown(
         "expected a card (name, description, first_mes; or spec chara_card_v2/v3) or world info (entries)".into(),
     ))
 }
 
-fn card(data: &Value, kind: &'static str) -> Imported {
+/// A card's import: `whole` as read, `data` its fields (`whole` itself
+/// for V1).
+fn card(whole: &Value, data: &Value, kind: &'static str) -> Imported {
     let mut fields = Map::new();
     for (from, to) in [
         ("name", "name"),
@@ -177,7 +202,7 @@ fn card(data: &Value, kind: &'static str) -> Imported {
             entries.push(n);
         }
     }
-    Imported { kind, card: Some(data.clone()), skein, entries, notes }
+    Imported { kind, card: Some(whole.clone()), skein, entries, notes }
 }
 
 /// The entries of world info (`entries` as an object keyed by uid or as
@@ -266,6 +291,9 @@ mod tests {
         let card = sample_card_v2();
         let from_json = import_bytes(card.to_string().as_bytes()).unwrap();
         assert_eq!(from_json.kind, "card_v2");
+        // The card is kept whole (its `spec` wrapper too); its fields are `data`.
+        assert_eq!(from_json.card.as_ref(), Some(&card));
+        assert_eq!(from_json.card_data(), Some(&card["data"]));
         let text = from_json.skein.render();
         assert!(text.starts_with("<character_card>\nname: Seraphina\n"), "{text}");
         assert!(text.contains("<lorebook_entry name=\"location_forest\" keys=\"forest\">\n<location_forest>\n  name: Dark Forest\n  creatures:\n    - Shadow Wolves\n</location_forest>\n</lorebook_entry>"), "{text}");

@@ -63,7 +63,7 @@ enum ReportFormat {
 
 #[derive(Debug, clap::Args)]
 struct MigrateArgs {
-    /// A SillyTavern prompt text, or a card (.json / .png).
+    /// A SillyTavern prompt text, or a card (.json / .png); a card is written as JSON, in its own shape (V1, or V2/V3 with its `spec` and `data`).
     file: PathBuf,
     /// The report's format (on stderr).
     #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
@@ -129,13 +129,17 @@ pub(crate) fn run(args: PromptArgs) -> Result<ExitCode> {
                 bytes.starts_with(b"\x89PNG") || a.file.extension().is_some_and(|e| e.eq_ignore_ascii_case("json"));
             let mut notes = Vec::new();
             if is_card {
-                let imported =
+                let mut imported =
                     prompt::import_bytes(&bytes).map_err(|e| anyhow::anyhow!("{}: {e}", a.file.display()))?;
-                let Some(mut card) = imported.card else {
+                let Some(data) = imported.card_data_mut() else {
                     bail!("{}: world info has no card text to migrate", a.file.display())
                 };
-                migrate_card(&mut card, &mut notes);
-                writeln!(out, "{}", serde_json::to_string_pretty(&card)?)?;
+                migrate_card(data, &mut notes);
+                // The whole card, in its own shape: a V2/V3 card keeps its
+                // `spec`, `spec_version` and every other key.
+                if let Some(card) = &imported.card {
+                    writeln!(out, "{}", serde_json::to_string_pretty(card)?)?;
+                }
             } else {
                 let text = String::from_utf8_lossy(&bytes);
                 let m = prompt::migrate(&text);
