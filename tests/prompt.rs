@@ -318,6 +318,30 @@ fn import_cards_and_world_info() {
     assert_eq!(card["data"]["description"], "Guardian of {{ user }}.");
 }
 
+/// `prompt migrate` reads text as `prompt render` and `prompt registry`
+/// do: a file that is not UTF-8 (Latin-1, a binary) is refused with the
+/// same error, never migrated with its bytes replaced.
+#[test]
+fn migrate_refuses_text_that_is_not_utf8() {
+    let tmp = tempfile::Builder::new().prefix("spindle-prompt-utf8-").tempdir().unwrap();
+    let dir = tmp.path();
+    let latin1 = dir.join("latin1.txt");
+    std::fs::write(&latin1, b"Caf\xe9 {{user}}\n").unwrap();
+    let binary = dir.join("blob.bin");
+    std::fs::write(&binary, [0x7f, b'E', b'L', b'F', 2, 1, 1, 0, 0xff, 0xfe, 0x00, 0x80]).unwrap();
+    for path in [&latin1, &binary] {
+        let p = path.to_str().unwrap();
+        let (code, out, err) = spindle(&["prompt", "migrate", p]);
+        assert_eq!((code, out.as_str()), (Some(2), ""), "{p}: {err}");
+        let want = format!("spindle: error: {p} is not UTF-8 text");
+        assert!(err.starts_with(&want), "{err}");
+        for other in ["render", "registry"] {
+            let (code, _, other_err) = spindle(&["prompt", other, p]);
+            assert_eq!((code, other_err.as_str()), (Some(2), err.as_str()), "{other} {p}");
+        }
+    }
+}
+
 /// `prompt migrate` on a card writes the card back in its own shape: a V2
 /// card keeps its `spec`, `spec_version` and unknown keys around `data`
 /// (JSON or PNG), a V1 card stays flat; only the text fields change.

@@ -63,7 +63,7 @@ enum ReportFormat {
 
 #[derive(Debug, clap::Args)]
 struct MigrateArgs {
-    /// A SillyTavern prompt text, or a card (.json / .png); a card is written as JSON, in its own shape (V1, or V2/V3 with its `spec` and `data`).
+    /// A SillyTavern prompt text (UTF-8), or a card (.json / .png); a card is written as JSON, in its own shape (V1, or V2/V3 with its `spec` and `data`).
     file: PathBuf,
     /// The report's format (on stderr).
     #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
@@ -92,7 +92,13 @@ fn read(path: &Path) -> Result<Vec<u8>> {
 }
 
 fn read_text(path: &Path) -> Result<String> {
-    String::from_utf8(read(path)?).with_context(|| format!("{} is not UTF-8 text", path.display()))
+    utf8_text(path, read(path)?)
+}
+
+/// The bytes read from `path` as text: an error naming the file when they
+/// are not UTF-8 (never a lossy replacement).
+fn utf8_text(path: &Path, bytes: Vec<u8>) -> Result<String> {
+    String::from_utf8(bytes).with_context(|| format!("{} is not UTF-8 text", path.display()))
 }
 
 /// A YAML or JSON file as JSON.
@@ -141,7 +147,7 @@ pub(crate) fn run(args: PromptArgs) -> Result<ExitCode> {
                     writeln!(out, "{}", serde_json::to_string_pretty(card)?)?;
                 }
             } else {
-                let text = String::from_utf8_lossy(&bytes);
+                let text = utf8_text(&a.file, bytes)?;
                 let m = prompt::migrate(&text);
                 out.write_all(m.text.as_bytes())?;
                 notes.extend(m.notes.into_iter().map(|n| (String::new(), n)));
