@@ -318,6 +318,36 @@ fn import_cards_and_world_info() {
     assert_eq!(card["data"]["description"], "Guardian of {{ user }}.");
 }
 
+/// `prompt import` counts the macros `prompt migrate` would convert: none
+/// in a card already migrated (Jinja2 `{{ user }}` is no macro left to
+/// convert), each `{{user}}` and `<BOT>` in one that is not, and none
+/// it would keep as written (`{{frobnicate::x}}`).
+#[test]
+fn import_counts_only_macros_left_to_migrate() {
+    let tmp = tempfile::Builder::new().prefix("spindle-prompt-count-").tempdir().unwrap();
+    let dir = tmp.path();
+    let original = dir.join("card.json");
+    std::fs::write(
+        &original,
+        json!({"spec": "chara_card_v2", "spec_version": "2.0", "data": {"name": "Sera",
+            "description": "Guard of {{user}}, friend of <BOT>.", "first_mes": "Hi, {{user}}. {{ user }} again.",
+            "alternate_greetings": ["{{char}} waves.", "{{frobnicate::x}}"]}})
+        .to_string(),
+    )
+    .unwrap();
+    let (code, _, err) = spindle(&["prompt", "import", original.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("note: 4 SillyTavern macro(s) left in the card text"), "{err}");
+    let (code, migrated, err) = spindle(&["prompt", "migrate", original.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    let migrated_card = dir.join("migrated.json");
+    std::fs::write(&migrated_card, &migrated).unwrap();
+    let (code, out, err) = spindle(&["prompt", "import", migrated_card.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("description: Guard of {{ user }}, friend of {{ char }}."), "{out}");
+    assert!(!err.contains("macro"), "{err}");
+}
+
 /// `prompt migrate` reads text as `prompt render` and `prompt registry`
 /// do: a file that is not UTF-8 (Latin-1, a binary) is refused with the
 /// same error, never migrated with its bytes replaced.

@@ -7,6 +7,7 @@
 //! chunk that is not base64 JSON, or JSON that is neither a card nor world
 //! info is a [`CardError`] that says which.
 
+use super::migrate::migrate;
 use super::skein::{Block, Skein};
 use super::worldbook::{Normalized, normalize_entry};
 use base64::Engine as _;
@@ -188,7 +189,7 @@ fn card(whole: &Value, data: &Value, kind: &'static str) -> Imported {
         }
     }
     let mut notes = Vec::new();
-    let macros: usize = fields.values().map(|v| v.to_string().matches("{{").count()).sum();
+    let macros: usize = fields.values().map(macros_to_migrate).sum();
     if macros > 0 {
         notes.push(format!(
             "{macros} SillyTavern macro(s) left in the card text; `spindle prompt migrate` converts them to Jinja2"
@@ -203,6 +204,17 @@ fn card(whole: &Value, data: &Value, kind: &'static str) -> Imported {
         }
     }
     Imported { kind, card: Some(whole.clone()), skein, entries, notes }
+}
+
+/// How many macros of a card field (text, or a list of texts) `spindle
+/// prompt migrate` would change: the migrator's own reading, so that text
+/// already migrated (`{{ user }}`) counts none.
+fn macros_to_migrate(v: &Value) -> usize {
+    match v {
+        Value::String(s) => migrate(s).notes.iter().filter(|n| n.changes_text()).count(),
+        Value::Array(a) => a.iter().map(macros_to_migrate).sum(),
+        _ => 0,
+    }
 }
 
 /// The entries of world info (`entries` as an object keyed by uid or as

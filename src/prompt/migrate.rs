@@ -48,6 +48,25 @@ pub struct MigrationNote {
     pub note: Option<String>,
 }
 
+impl MigrationNote {
+    /// Whether migrating changes the text here: a macro converted (for the
+    /// template or for the host) to something other than what is written.
+    /// A macro already in its Jinja2 form (`{{ user }}`, which SillyTavern
+    /// reads as `{{user}}` and Jinja2 as the variable) and a macro kept as
+    /// written (no equivalent) change nothing.
+    ///
+    /// ```
+    /// use spindle::prompt::migrate;
+    ///
+    /// let changes = |t: &str| migrate(t).notes.iter().filter(|n| n.changes_text()).count();
+    /// assert_eq!(changes("{{user}} and <BOT>"), 2);
+    /// assert_eq!(changes("{{ user }} and {{ char }}, {{ state.hp }}"), 0);
+    /// ```
+    pub fn changes_text(&self) -> bool {
+        self.kind != NoteKind::Unsupported && self.from != self.to
+    }
+}
+
 /// A converted text and its report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Migration {
