@@ -182,6 +182,28 @@ fn render_is_reproducible_with_a_seed_and_a_fixed_time() {
     assert_eq!(args("7").1, out, "same seed, same render");
 }
 
+/// `--now` takes an RFC 3339 time or a bare date (midnight UTC); anything
+/// else is an error that says what it wants, with an example.
+#[test]
+fn now_takes_a_time_or_a_date_and_says_what_it_wants() {
+    let tmp = tempfile::Builder::new().prefix("spindle-prompt-now-").tempdir().unwrap();
+    let t = tmp.path().join("r.j2");
+    std::fs::write(&t, "{{ now }}").unwrap();
+    let render = |now: &str| spindle(&["prompt", "render", t.to_str().unwrap(), "--now", now]);
+    let (code, midnight, err) = render("2025-01-01T00:00:00Z");
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(render("2025-01-01"), (Some(0), midnight, String::new()));
+    for bad in ["2025-01-01 09:30", "2025-02-30", "2025-1-1", "tomorrow", "2025-01-01T25:00:00Z"] {
+        let (code, out, err) = render(bad);
+        assert_eq!((code, out.as_str()), (Some(2), ""), "{bad}");
+        assert!(
+            err.starts_with(&format!("spindle: error: --now {bad:?}: expected an RFC 3339 time"))
+                && err.contains("2025-01-01T00:00:00Z"),
+            "{bad}: {err}"
+        );
+    }
+}
+
 /// Variables read as a prompt means them: `NO` (a country code) and `yes`
 /// stay text; a key written twice is an error, not a silent overwrite.
 #[test]

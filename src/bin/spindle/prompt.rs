@@ -39,7 +39,7 @@ struct RenderArgs {
     /// Seed of random/pick/roll (the same seed, the same render).
     #[arg(long, value_name = "N", default_value_t = 0)]
     seed: u64,
-    /// The time `now` holds (RFC 3339) [default: the clock].
+    /// The time `now` holds: RFC 3339 (2025-01-01T09:30:00+01:00), or a date (2025-01-01) for its midnight UTC [default: the clock].
     #[arg(long, value_name = "TIME")]
     now: Option<String>,
     /// Most template instructions.
@@ -122,8 +122,7 @@ pub(crate) fn run(args: PromptArgs) -> Result<ExitCode> {
             let limits = RenderLimits { fuel: a.max_fuel, recursion: a.max_depth, max_output: a.max_output };
             let mut r = Renderer::new().with_seed(a.seed).with_limits(limits);
             if let Some(now) = &a.now {
-                let t = chrono::DateTime::parse_from_rfc3339(now).with_context(|| format!("--now {now:?}"))?;
-                r = r.with_now(t);
+                r = r.with_now(parse_now(now)?);
             }
             let text =
                 r.render(&template, &vars, &state).map_err(|e| anyhow::anyhow!("{}: {e}", a.template.display()))?;
@@ -174,6 +173,26 @@ pub(crate) fn run(args: PromptArgs) -> Result<ExitCode> {
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--now`: an RFC 3339 time, or a bare date `YYYY-MM-DD` (exactly that
+/// shape) for its midnight UTC. An error says what is wanted, with an
+/// example, and the parser's cause.
+fn parse_now(now: &str) -> Result<chrono::DateTime<chrono::FixedOffset>> {
+    let wanted = || {
+        format!(
+            "--now {now:?}: expected an RFC 3339 time such as 2025-01-01T00:00:00Z or 2025-01-01T09:30:00+01:00, \
+             or a date such as 2025-01-01 (midnight UTC)"
+        )
+    };
+    let b = now.as_bytes();
+    let bare_date = b.len() == 10
+        && b.iter().enumerate().all(|(i, c)| if i == 4 || i == 7 { *c == b'-' } else { c.is_ascii_digit() });
+    if bare_date {
+        let day = chrono::NaiveDate::parse_from_str(now, "%Y-%m-%d").with_context(wanted)?;
+        return Ok(day.and_time(chrono::NaiveTime::MIN).and_utc().fixed_offset());
+    }
+    chrono::DateTime::parse_from_rfc3339(now).with_context(wanted)
 }
 
 /// Migrates every text field of a card (and of its book's entries).
