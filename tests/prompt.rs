@@ -433,6 +433,27 @@ fn migrate_keeps_the_card_shape() {
     assert_eq!(card, json!({"name": "Bo", "description": "{{ char }} bakes.", "talkativeness": "0.5"}));
 }
 
+/// World-book normalisation keeps an entry's text in the order written:
+/// an opening line before `key: value` lines stays first.
+#[test]
+fn import_keeps_entry_text_in_order() {
+    let tmp = tempfile::Builder::new().prefix("spindle-prompt-order-").tempdir().unwrap();
+    let wi = tmp.path().join("wi.json");
+    std::fs::write(
+        &wi,
+        json!({"entries": {"0": {"key": ["inn"], "comment": "inn", "content": "The Snow Inn.\nkeeper: Old Bo\nrooms: 3"},
+            "1": {"key": ["hall"], "comment": "hall", "content": "A hall.\nkeeper: Ida\nIt is cold."}}})
+        .to_string(),
+    )
+    .unwrap();
+    let (code, out, err) = spindle(&["prompt", "import", wi.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("<inn>\n  text: The Snow Inn.\n  keeper: Old Bo\n  rooms: \"3\"\n</inn>"), "{out}");
+    // Prose after the keys joins the text above them, and the move is said.
+    assert!(out.contains("<hall>\n  text:\n    - A hall.\n    - It is cold.\n  keeper: Ida\n</hall>"), "{out}");
+    assert!(err.contains("entry \"hall\", line 3: text after other keys: joins the `text` above them"), "{err}");
+}
+
 #[test]
 fn use_protocol_builds_the_registry_the_answer_needs() {
     let (code, toml, err) = spindle(&["prompt", "registry", data("scene.j2").to_str().unwrap()]);

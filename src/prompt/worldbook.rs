@@ -15,9 +15,15 @@
 //!   sequences (nested lists under their item), `key: value` and
 //!   `**key**: value` lines become mappings; prose under a heading becomes
 //!   its text; what fits none of these is kept as text and reported.
+//!   Everything stays in the order written: among a section's keys, its
+//!   prose is a `text` key and its list an `items` key where they began. A
+//!   mapping holds each key once, so prose (or a list, or a key) that comes
+//!   again after other keys joins the first one, above them, and that move
+//!   is reported too.
 
 use super::yaml::{from_yaml, to_yaml};
 use serde_json::{Map, Value};
+use std::collections::HashMap;
 
 /// What an entry was written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -44,8 +50,9 @@ pub struct Normalized {
     pub value: Option<Value>,
     /// `<tag>` + the body indented by 2 + `</tag>`.
     pub text: String,
-    /// What could not be converted, by line (1-based) and text, with why;
-    /// all of it is still in `text`.
+    /// What could not be converted as written, by line (1-based), with
+    /// why: text kept as text, text moved to join a key written above it.
+    /// All of it is still in `text`.
     pub kept: Vec<(usize, String)>,
 }
 
@@ -110,9 +117,20 @@ pub fn normalize_entry(tag: &str, text: &str) -> Normalized {
 }
 
 /// Whether every word (run of letters and digits) of `text` is still in
-/// `written`: re-writing the entry lost none of its text.
+/// `written`, as many times: re-writing the entry lost none of its text
+/// (a comment that repeats a word of its line, `name: Bo # Bo`, too).
 fn keeps_every_word(text: &str, written: &str) -> bool {
-    text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).all(|w| written.contains(w))
+    let have = word_counts(written);
+    word_counts(text).into_iter().all(|(w, n)| have.get(w).is_some_and(|&h| h >= n))
+}
+
+/// How many times each word (run of letters and digits) is in `text`.
+fn word_counts(text: &str) -> HashMap<&str, usize> {
+    let mut count = HashMap::new();
+    for w in text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
+        *count.entry(w).or_default() += 1;
+    }
+    count
 }
 
 /// `<name>…</name>` around the whole text: the name and the inside.
@@ -181,32 +199,98 @@ fn list_item(line: &str) -> Option<(usize, &str)> {
     Some((indent, item.trim()))
 }
 
-/// One section under construction.
+/// One thing a section holds, as written.
+enum Part {
+    /// A `key: value` line, or a heading's section under its name.
+    Field(String, Value),
+    /// A list item (with the items nested under it).
+    Item(Value),
+    /// A line of prose.
+    Text(String),
+}
+
+/// One section under construction: its fields, list items and prose, in
+/// the order written, each with its 1-based line.
 #[derive(Default)]
 struct Section {
-    map: Map<String, Value>,
-    items: Vec<Value>,
-    text: Vec<String>,
+    parts: Vec<(usize, Part)>,
 }
 
 impl Section {
-    fn into_value(self) -> Value {
-        match (self.map.is_empty(), self.items.is_empty(), self.text.is_empty()) {
-            (true, true, true) => Value::Null,
-            (true, true, false) => Value::String(self.text.join("\n")),
-            (true, false, true) => Value::Array(self.items),
-            (false, true, true) => Value::Object(self.map),
-            _ => {
-                let mut map = self.map;
-                if !self.items.is_empty() {
-                    insert_keeping(&mut map, "items".into(), Value::Array(self.items));
+    /// The list item just before, if the last thing written was one (a
+    /// more indented item nests under it).
+    fn last_item(&mut self) -> Option<&mut Value> {
+        match self.parts.last_mut() {
+            Some((_, Part::Item(v))) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The section as a value: its prose alone as text, its items alone as
+    /// a sequence, else a mapping in the order written, where each run of
+    /// items is `items` and each run of prose `text`, in its place among
+    /// the keys. A key a mapping already has (a run of prose after other
+    /// keys, a key written twice) joins the first one, above the keys
+    /// between them: that move is reported in `notes`.
+    fn into_value(self, notes: &mut Vec<(usize, String)>) -> Value {
+        let only = |f: fn(&Part) -> bool| self.parts.iter().all(|(_, p)| f(p));
+        if self.parts.is_empty() {
+            return Value::Null;
+        }
+        if only(|p| matches!(p, Part::Text(_))) {
+            let lines: Vec<String> = self
+                .parts
+                .into_iter()
+                .filter_map(|(_, p)| if let Part::Text(t) = p { Some(t) } else { None })
+                .collect();
+            return Value::String(lines.join("\n"));
+        }
+        if only(|p| matches!(p, Part::Item(_))) {
+            return Value::Array(
+                self.parts
+                    .into_iter()
+                    .filter_map(|(_, p)| if let Part::Item(v) = p { Some(v) } else { None })
+                    .collect(),
+            );
+        }
+        let mut map = Map::new();
+        let mut last: Option<String> = None;
+        let mut put = |key: String, value: Value, line: usize, what: &str| {
+            let moved = !value.is_null() && map.contains_key(&key) && last.as_deref() != Some(key.as_str());
+            if moved {
+                notes.push((line, format!("{what} after other keys: joins the `{key}` above them")));
+            }
+            insert_keeping(&mut map, key.clone(), value);
+            last = Some(key);
+        };
+        let mut parts = self.parts.into_iter().peekable();
+        while let Some((line, part)) = parts.next() {
+            match part {
+                Part::Field(k, v) => {
+                    let what = format!("`{k}` written again");
+                    put(k, v, line, &what);
                 }
-                if !self.text.is_empty() {
-                    insert_keeping(&mut map, "text".into(), Value::String(self.text.join("\n")));
+                Part::Item(v) => {
+                    let mut run = vec![v];
+                    while let Some((_, Part::Item(_))) = parts.peek() {
+                        if let Some((_, Part::Item(v))) = parts.next() {
+                            run.push(v);
+                        }
+                    }
+                    put("items".into(), Value::Array(run), line, "a list");
                 }
-                Value::Object(map)
+                Part::Text(t) => {
+                    let mut run = vec![t];
+                    while let Some((_, Part::Text(_))) = parts.peek() {
+                        if let Some((_, Part::Text(t))) = parts.next() {
+                            run.push(t);
+                        }
+                    }
+                    put("text".into(), Value::String(run.join("\n")), line, "text");
+                }
             }
         }
+        Value::Object(map)
     }
 }
 
@@ -235,17 +319,19 @@ fn insert_keeping(map: &mut Map<String, Value>, key: String, value: Value) {
     }
 }
 
-/// Markdown to a value, with the lines kept as text.
+/// Markdown to a value, with the lines kept as text (and text moved to
+/// join a key written above it).
 fn markdown(text: &str) -> (Value, Vec<(usize, String)>) {
-    // A stack of (heading level, key, section); level 0 is the root.
-    let mut stack: Vec<(usize, String, Section)> = vec![(0, String::new(), Section::default())];
+    // A stack of (heading level, key, heading line, section); level 0 is
+    // the root.
+    let mut stack: Vec<(usize, String, usize, Section)> = vec![(0, String::new(), 0, Section::default())];
     let mut notes = Vec::new();
-    let close = |stack: &mut Vec<(usize, String, Section)>| {
+    let close = |stack: &mut Vec<(usize, String, usize, Section)>, notes: &mut Vec<(usize, String)>| {
         if stack.len() > 1
-            && let Some((_, key, section)) = stack.pop()
-            && let Some((_, _, parent)) = stack.last_mut()
+            && let Some((_, key, line, section)) = stack.pop()
+            && let Some((_, _, _, parent)) = stack.last_mut()
         {
-            insert_keeping(&mut parent.map, key, section.into_value());
+            parent.parts.push((line, Part::Field(key, section.into_value(notes))));
         }
     };
     for (n, line) in text.lines().enumerate() {
@@ -255,14 +341,14 @@ fn markdown(text: &str) -> (Value, Vec<(usize, String)>) {
         }
         let hashes = trimmed.chars().take_while(|&c| c == '#').count();
         if hashes > 0 && trimmed[hashes..].starts_with(' ') {
-            while stack.last().is_some_and(|(level, _, _)| *level >= hashes) && stack.len() > 1 {
-                close(&mut stack);
+            while stack.last().is_some_and(|(level, _, _, _)| *level >= hashes) && stack.len() > 1 {
+                close(&mut stack, &mut notes);
             }
             let key = trimmed[hashes..].trim().trim_matches('*').trim().to_string();
-            stack.push((hashes, key, Section::default()));
+            stack.push((hashes, key, n + 1, Section::default()));
             continue;
         }
-        let Some((_, _, section)) = stack.last_mut() else { continue };
+        let Some((_, _, _, section)) = stack.last_mut() else { continue };
         if let Some((indent, item)) = list_item(line) {
             let value = match key_value(item) {
                 Some((k, v)) if !v.is_empty() => {
@@ -272,40 +358,39 @@ fn markdown(text: &str) -> (Value, Vec<(usize, String)>) {
                 }
                 _ => Value::String(item.trim_matches('*').to_string()),
             };
-            if indent >= 2 && !section.items.is_empty() {
+            match section.last_item() {
                 // A nested item: under the previous one.
-                if let Some(last) = section.items.last_mut() {
-                    match last {
-                        Value::Object(m) if m.len() == 1 => {
-                            if let Some((_, v)) = m.iter_mut().next() {
-                                match v {
-                                    Value::Array(a) => a.push(value),
-                                    other => *other = Value::Array(vec![std::mem::take(other), value]),
-                                }
+                Some(last) if indent >= 2 => match last {
+                    Value::Object(m) if m.len() == 1 => {
+                        if let Some((_, v)) = m.iter_mut().next() {
+                            match v {
+                                Value::Array(a) => a.push(value),
+                                other => *other = Value::Array(vec![std::mem::take(other), value]),
                             }
                         }
-                        Value::String(s) => {
-                            let mut m = Map::new();
-                            m.insert(std::mem::take(s), Value::Array(vec![value]));
-                            *last = Value::Object(m);
-                        }
-                        _ => section.items.push(value),
                     }
-                }
-            } else {
-                section.items.push(value);
+                    Value::String(s) => {
+                        let mut m = Map::new();
+                        m.insert(std::mem::take(s), Value::Array(vec![value]));
+                        *last = Value::Object(m);
+                    }
+                    _ => section.parts.push((n + 1, Part::Item(value))),
+                },
+                _ => section.parts.push((n + 1, Part::Item(value))),
             }
         } else if let Some((k, v)) = key_value(line) {
-            insert_keeping(&mut section.map, k, if v.is_empty() { Value::Null } else { Value::String(v) });
+            section.parts.push((n + 1, Part::Field(k, if v.is_empty() { Value::Null } else { Value::String(v) })));
         } else {
             notes.push((n + 1, format!("kept as text: {trimmed}")));
-            section.text.push(trimmed.to_string());
+            section.parts.push((n + 1, Part::Text(trimmed.to_string())));
         }
     }
     while stack.len() > 1 {
-        close(&mut stack);
+        close(&mut stack, &mut notes);
     }
-    let root = stack.pop().map(|(_, _, s)| s.into_value()).unwrap_or(Value::Null);
+    let root = stack.pop().map(|(_, _, _, s)| s.into_value(&mut notes)).unwrap_or(Value::Null);
+    // In line order (a move is noted when its section closes).
+    notes.sort_by_key(|(line, _)| *line);
     (root, notes)
 }
 
@@ -352,6 +437,33 @@ mod tests {
                 prop_assert!(n.text.contains(w), "{w:?} lost from {entry:?}:\n{}", n.text);
             }
         }
+
+        /// "Never moved silently": unless a move is reported, the prose,
+        /// list items and values of an entry are in its normalised text in
+        /// the order written. (Keys are left out: a key written twice in a
+        /// row is written once, and `text`/`items` go where the normalised
+        /// prose and lists are.)
+        #[test]
+        fn no_text_moves_unreported(lines in proptest::collection::vec(line(), 1..12)) {
+            let entry = lines.join("\n");
+            let n = normalize_entry("e", &entry);
+            if n.kept.iter().any(|(_, why)| why.contains("joins the")) {
+                // A move, reported: nothing more to check.
+                return Ok(());
+            }
+            let mut at = 0;
+            for line in entry.lines().filter(|l| !l.trim_start().starts_with('#')) {
+                let said = match list_item(line) {
+                    Some((_, item)) => key_value(item).map_or(item.to_string(), |(_, v)| v),
+                    None => key_value(line).map_or(line.to_string(), |(_, v)| v),
+                };
+                for w in said.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
+                    let found = n.text.get(at..).and_then(|rest| rest.find(w));
+                    prop_assert!(found.is_some(), "{w:?} moved in {entry:?}:\n{}\n{:?}", n.text, n.kept);
+                    at += found.unwrap_or_default() + w.len();
+                }
+            }
+        }
     }
 
     const FOREST: &str = "<location_forest>\n  name: Dark Forest\n  atmosphere: Eerie, misty\n  creatures:\n    - Shadow Wolves\n    - Forest Spirits\n  loot:\n    - Ancient Bark\n    - Moon Petals\n</location_forest>";
@@ -374,6 +486,32 @@ mod tests {
         assert_eq!(normalize_entry("other", &wrapped).text, FOREST);
     }
 
+    /// Prose among `key: value` lines stays in its place: an opening line
+    /// is not moved after the fields.
+    #[test]
+    fn prose_keeps_its_place_among_the_fields() {
+        let n = normalize_entry("inn", "The Snow Inn.\nkeeper: Old Bo\nrooms: 3");
+        assert_eq!(n.format, EntryFormat::Markdown);
+        assert_eq!(n.text, "<inn>\n  text: The Snow Inn.\n  keeper: Old Bo\n  rooms: \"3\"\n</inn>");
+        assert_eq!(n.kept, [(1, "kept as text: The Snow Inn.".to_string())]);
+        // Prose and lists after other keys join the first `text` and
+        // `items`, and say so.
+        let n = normalize_entry("inn", "The Snow Inn.\nkeeper: Old Bo\n- bed\nIt is cold.\nrooms: 3\n- hearth");
+        assert_eq!(
+            n.text,
+            "<inn>\n  text:\n    - The Snow Inn.\n    - It is cold.\n  keeper: Old Bo\n  items:\n    - bed\n    - hearth\n  rooms: \"3\"\n</inn>"
+        );
+        assert_eq!(
+            n.kept,
+            [
+                (1, "kept as text: The Snow Inn.".to_string()),
+                (4, "kept as text: It is cold.".to_string()),
+                (4, "text after other keys: joins the `text` above them".to_string()),
+                (6, "a list after other keys: joins the `items` above them".to_string()),
+            ]
+        );
+    }
+
     #[test]
     fn what_cannot_be_converted_is_kept_and_reported() {
         let n = normalize_entry("lore", "{\"name\": \"x\",");
@@ -389,17 +527,26 @@ mod tests {
             )
         );
         assert_eq!(n.kept, [(2, "kept as text: The town is old.".to_string())]);
+        // In the order written: the prose first, where it was.
+        assert_eq!(
+            n.text,
+            "<lore>\n  Town:\n    text: The town is old.\n    items:\n      - market:\n          - fish stall\n    mayor: Orin\n</lore>"
+        );
         // A heading or key written twice, a `text:` key beside prose:
-        // nothing is lost.
+        // nothing is lost, and what joins a key above is reported.
         let n = normalize_entry("lore", "## A\n### B\nbee\n## A\nagain\nkey: one\nkey: two\ntext: three\nprose\n");
         assert_eq!(
             n.value,
-            Some(serde_json::json!({"A": {"B": "bee", "key": ["one", "two"], "text": ["three", "again\nprose"]}}))
+            Some(serde_json::json!({"A": {"B": "bee", "text": ["again", "three", "prose"], "key": ["one", "two"]}}))
         );
+        assert!(n.kept.contains(&(8, "`text` written again after other keys: joins the `text` above them".into())));
         // YAML that re-writing would change is read line by line.
         let n = normalize_entry("lore", "alive: y\nversion: 1.10 # the old one\n");
         assert_eq!(n.value, Some(serde_json::json!({"alive": "y", "version": "1.10 # the old one"})));
         assert!(n.kept[0].1.contains("re-indenting would change"), "{:?}", n.kept);
+        // A comment that repeats a word of its line is text too.
+        let n = normalize_entry("lore", "name: Bo # Bo\n");
+        assert_eq!((n.format, n.value), (EntryFormat::Markdown, Some(serde_json::json!({"name": "Bo # Bo"}))));
         let n = normalize_entry("lore", "alive: y\nage: 007\n");
         assert_eq!((n.format, n.value), (EntryFormat::Yaml, Some(serde_json::json!({"alive": "y", "age": "007"}))));
         let n = normalize_entry("9 lives!", "Just a sentence.");
