@@ -134,6 +134,7 @@ pub(crate) fn api_base(base_url: &str) -> String {
 /// Checks that `url` can be an API's base: an `http://` or `https://` URL
 /// with a host, and no query or fragment. The proxy's `--upstream` and the
 /// agent's base URL are checked alike; the error says what is wrong.
+#[cfg(feature = "tools")]
 pub(crate) fn check_api_url(url: &str) -> Result<reqwest::Url, String> {
     let parsed = reqwest::Url::parse(url).map_err(|e| e.to_string())?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {

@@ -69,7 +69,7 @@ pub use chunk::{ChatChunk, Choice, Content, Delta, FunctionDelta, Nullable, Tool
 #[cfg(feature = "client")]
 #[cfg_attr(docsrs, doc(cfg(feature = "client")))]
 pub use client::{ChatClient, ClientError, ErrorSide};
-#[cfg(feature = "client")]
+#[cfg(feature = "tools")]
 pub(crate) use client::{api_base, check_api_url};
 pub use events::{Channel, ChoiceEvent, ErrorOrigin, FinishReason, SourceEvent, Truncation};
 pub use lines::LineTap;
