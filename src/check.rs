@@ -177,6 +177,39 @@ pub fn split_invariance(selector: u8, input: &[u8]) -> Result<(), String> {
 }
 
 /// Parses `input` (profile and chunk size chosen by `selector`, as
+/// [`split_invariance`]) with small limits (an element of 1 to 64 bytes, a
+/// marker of 3 to 66, chosen by the input's length), whole and in chunks:
+/// past a limit the parser degrades without a panic, and the elements
+/// (tag, kept text, payload, truncation) are the same either way. The
+/// fuzz inputs are short: at the default limits (megabytes) they never
+/// reach one.
+///
+/// # Errors
+///
+/// A description of the first disagreement.
+pub fn small_limits(selector: u8, input: &[u8]) -> Result<(), String> {
+    let Selected { name: profile, registry, chunk, input } = selected(selector, input)?;
+    let mut options = ParserOptions::default();
+    options.machine.max_element_len = input.len() % 64 + 1;
+    options.scan.max_marker_len = input.len() / 64 % 64 + 3;
+    let elements = |size: usize| -> Vec<String> {
+        events_of(&registry, options, input, size)
+            .iter()
+            .filter_map(Event::as_element)
+            .map(|e| format!("<{}> {:?} {} {}", e.tag, e.text, e.payload, e.truncated))
+            .collect()
+    };
+    let (whole, split) = (elements(input.len()), elements(chunk));
+    if whole != split {
+        let (m, e) = (options.machine.max_element_len, options.scan.max_marker_len);
+        return Err(format!(
+            "profile {profile}, element limit {m}, marker limit {e}: chunk {chunk} gives elements {split:?}, whole {whole:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// Parses `input` (profile and chunk size chosen by `selector`, as
 /// [`split_invariance`]) with every payload built eagerly and with
 /// [`Payloads::OnDemand`]; building each deferred payload
 /// ([`build_deferred`]) and putting it and its events back must give the

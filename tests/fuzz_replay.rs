@@ -23,6 +23,7 @@ fn saved_fuzz_inputs_pass_the_fuzz_checks() {
                 spindle::check::split_invariance(sel, input),
                 spindle::check::deferred_payloads(sel, input),
                 spindle::check::sse_split_invariance(sel, input),
+                spindle::check::small_limits(sel, input),
             ];
             for result in checks {
                 if let Err(why) = result {
