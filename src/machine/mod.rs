@@ -1712,7 +1712,13 @@ fn keep_text(limits: MachineLimits, el: &mut OpenElement, bytes: &[u8]) -> Kept 
     el.text.extend_from_slice(&bytes[..kept]);
     // A cut inside a character keeps the rest of it (at most 3 bytes past
     // the limit): the kept text stays UTF-8 wherever the input was split.
-    while kept < bytes.len() && bytes[kept] & 0xC0 == 0x80 && crate::scan::incomplete_utf8_tail(&el.text) > 0 {
+    // Only until a byte was left out: the bytes that come after that do
+    // not follow the kept text.
+    while !el.truncated
+        && kept < bytes.len()
+        && bytes[kept] & 0xC0 == 0x80
+        && crate::scan::incomplete_utf8_tail(&el.text) > 0
+    {
         el.text.push(bytes[kept]);
         kept += 1;
     }
