@@ -144,12 +144,20 @@ pub(crate) fn load_dir(dir: &Path) -> Result<(Vec<Transcript>, Vec<PathBuf>), Mo
         let entries = std::fs::read_dir(&d).map_err(|cause| MockError::Io { path: d.clone(), cause })?;
         for entry in entries.flatten() {
             let path = entry.path();
-            let Ok(meta) = entry.metadata() else { continue };
-            if meta.is_dir() {
+            // A directory itself (a link to one is not followed: no loops).
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
                 if !entry.file_name().to_string_lossy().starts_with('.') {
                     stack.push(path);
                 }
-            } else if entry.file_name().to_string_lossy().ends_with(".script.toml") {
+                continue;
+            }
+            // A file, or a link followed to one; only a regular file is
+            // read (a FIFO would block, a device never ends).
+            let Ok(meta) = std::fs::metadata(&path) else { continue };
+            if !meta.is_file() {
+                continue;
+            }
+            if entry.file_name().to_string_lossy().ends_with(".script.toml") {
                 scripts.push(path);
             } else if meta.len() <= MAX_FILE {
                 files.push(path);
@@ -159,7 +167,12 @@ pub(crate) fn load_dir(dir: &Path) -> Result<(Vec<Transcript>, Vec<PathBuf>), Mo
     files.sort();
     let mut out = Vec::new();
     for path in files {
-        let bytes = std::fs::read(&path).map_err(|cause| MockError::Io { path: path.clone(), cause })?;
+        // At most MAX_FILE bytes, even of a file that grew since it was
+        // listed.
+        let mut bytes = Vec::new();
+        std::fs::File::open(&path)
+            .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, MAX_FILE), &mut bytes))
+            .map_err(|cause| MockError::Io { path: path.clone(), cause })?;
         let relative = path.strip_prefix(dir).unwrap_or(&path);
         let file = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
         if let Some(t) = Transcript::from_bytes(name_of(relative), file, &bytes) {
@@ -573,6 +586,26 @@ fn assemble<'a>(payloads: impl Iterator<Item = &'a str>, meta: &Meta) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A FIFO would block the read, a link to a device would never end:
+    /// only regular files are read, and a link to a directory is not
+    /// followed (no loops).
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn only_regular_files_are_read() {
+        let dir = std::env::temp_dir().join(format!("spindle-mock-special-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(dir.join("ok.txt"), "<content>hi</content>").unwrap_or_else(|e| panic!("{e}"));
+        let fifo = std::process::Command::new("mkfifo").arg(dir.join("pipe.sse")).status();
+        assert!(fifo.is_ok_and(|s| s.success()), "mkfifo");
+        std::os::unix::fs::symlink("/dev/zero", dir.join("zero.txt")).unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::symlink(&dir, dir.join("loop")).unwrap_or_else(|e| panic!("{e}"));
+        let (transcripts, scripts) = load_dir(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let names: Vec<&str> = transcripts.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!((names, scripts.len()), (vec!["ok"], 0));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn split_keeps_every_byte_and_ends_frames_at_blank_lines() {

@@ -502,10 +502,15 @@ impl Registry {
     /// use spindle::Registry;
     /// assert_eq!(Registry::profile_for_file_name("reasoning-r1-cut.txt"), Some("reasoning"));
     /// assert_eq!(Registry::profile_for_file_name("clean-rp.txt"), None);
+    /// assert_eq!(Registry::profile_for_file_name("日本語.txt"), None);
     /// ```
     pub fn profile_for_file_name(name: &str) -> Option<&'static str> {
+        // Compared as bytes: a name is any text, and a profile's length
+        // may fall inside one of its characters.
+        let name = name.as_bytes();
         profiles::NAMES.iter().copied().find(|p| {
-            name.len() > p.len() && name[..p.len()].eq_ignore_ascii_case(p) && name.as_bytes()[p.len()] == b'-'
+            name.get(..p.len()).is_some_and(|head| head.eq_ignore_ascii_case(p.as_bytes()))
+                && name.get(p.len()) == Some(&b'-')
         })
     }
 
