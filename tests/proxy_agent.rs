@@ -156,6 +156,32 @@ async fn a_plain_request_gets_the_final_answer_of_the_tool_conversation() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streaming_client_that_leaves_while_a_tool_runs_ends_the_run() {
+    let call = "<tool_call>\n{\"name\": \"Sleepy\", \"arguments\": {\"seconds\": 60}}\n</tool_call>";
+    let (up, _) = upstream(&[call, "done"], None).await;
+    let proxy = agent_proxy(&up, Protocol::Hermes).await;
+    let endpoint = format!("{}/v1/chat/completions", url(&proxy));
+    let mut response = client().post(&endpoint).json(&request(true)).send().await.unwrap();
+    // Read up to the call's step: the tool is running now.
+    let mut seen = Vec::new();
+    while !String::from_utf8_lossy(&seen).contains("\"tool_call\"") {
+        match response.chunk().await.unwrap() {
+            Some(bytes) => seen.extend_from_slice(&bytes),
+            None => panic!("the stream ended before the call: {}", String::from_utf8_lossy(&seen)),
+        }
+    }
+    assert_eq!(proxy.metrics().requests_active(), 1);
+    drop(response);
+    // The run (and the tool's 60 seconds) ends with the client.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while proxy.metrics().requests_active() > 0 {
+        assert!(std::time::Instant::now() < deadline, "the run outlived its client");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    proxy.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tam_and_action_models_run_the_loop_too() {
     let tam = "<|[REQUEST_TOOL]|>\ncommand:»»»Math.Add«««\na:»»»1«««\nb:»»»2«««\n<|[END_TOOL]|>";
     let action = "<ACTION><Math.Add><a>1</a><b>2</b></Math.Add></ACTION>";

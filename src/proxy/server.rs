@@ -793,9 +793,16 @@ async fn run_agent(
             }
         }
         if !ended {
-            while let Some(event) = events.next().await {
+            loop {
+                // A client that went away drops the loop (and kills its
+                // tools) at once, also while a tool runs and nothing is
+                // sent.
+                let event = tokio::select! {
+                    event = events.next() => event,
+                    () = tx.closed() => return,
+                };
+                let Some(event) = event else { break };
                 for v in t.on(event) {
-                    // A client that went away drops the loop (and its tools).
                     if tx.send(frame(&v)).await.is_err() {
                         return;
                     }
