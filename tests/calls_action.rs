@@ -251,3 +251,26 @@ proptest::proptest! {
         proptest::prop_assert_eq!(&p[0]["steps"][0]["params"], &Value::Object(want));
     }
 }
+
+#[test]
+fn a_block_past_the_element_size_limit_does_not_run() {
+    // ACTION: a value cut at the limit would run cut; TAM: the same, and a
+    // block cut before its keys says so instead of "no command".
+    let value = "A".repeat(200);
+    let action_block = format!("<ACTION><Echo><text>{value}</text></Echo></ACTION>");
+    let events = parse_all_splits(&action_block, &["--profile", "action", "--max-element", "64"]);
+    let p = payloads(&events, "action");
+    assert_eq!(p[0]["not_runnable"], "too_large", "{}", p[0]);
+    assert!(p[0]["steps"].as_array().into_iter().flatten().all(|s| s["not_runnable"] == "too_large"), "{}", p[0]);
+    assert!(diagnostic_codes(&events).contains(&"payload_truncated".to_string()));
+
+    let tam_block = format!("<|[REQUEST_TOOL]|>\ncommand:»»»Echo«««\ntext:»»»{value}«««\n<|[END_TOOL]|>");
+    let events = parse_all_splits(&tam_block, &["--profile", "tam", "--max-element", "64"]);
+    let p = payloads(&events, "tam");
+    assert_eq!(p[0]["not_runnable"], "too_large", "{}", p[0]);
+    let events = parse_all_splits(&tam_block, &["--profile", "tam", "--max-element", "4"]);
+    let p = payloads(&events, "tam");
+    let observation = p[0]["observation"].as_str().unwrap_or_default();
+    assert!(observation.contains("passed the element size limit"), "{}", p[0]);
+    assert!(!observation.contains("no `command`"), "{observation}");
+}

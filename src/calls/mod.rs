@@ -144,7 +144,8 @@ pub struct Step {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comment: Option<String>,
     /// Why this step must not be run, as a code (`cut_off`: its block was
-    /// cut off by the end of the output, so its values may be incomplete);
+    /// cut off by the end of the output, so its values may be incomplete;
+    /// `too_large`: its block passed the element size limit);
     /// `None` for a runnable step. A runner reports such a step instead of
     /// running it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -494,8 +495,32 @@ fn call_payload(body: BodyKind, el: &Element, ctx: &CallContext, response_text: 
         BodyKind::Action => (action::parse_action(&el.text), "ACTION block"),
         _ => (attp::parse_attp(&el.text), "ATTP document"),
     };
-    let call = finish_call(call, &mut findings, ctx, response_text, what);
+    let mut call = finish_call(call, &mut findings, ctx, response_text, what);
+    if el.truncated {
+        too_large(&mut call, &mut findings, el.text.len(), what);
+    }
     findings.into_payload(call)
+}
+
+/// A call whose block passed the element size limit: read from the kept
+/// part, so a value may be cut anywhere (or a later key missing) and
+/// nothing in it runs; a block that read as invalid says why it did.
+fn too_large(call: &mut ToolCall, findings: &mut Findings, kept: usize, what: &str) {
+    findings.error(
+        DiagnosticCode::PayloadTruncated,
+        format!(
+            "the {what} passed the element size limit ({kept} bytes kept); its values may be cut, so nothing in it runs"
+        ),
+    );
+    for step in &mut call.steps {
+        step.not_runnable = Some("too_large".into());
+    }
+    call.not_runnable = Some("too_large".into());
+    if call.steps.is_empty() {
+        let why = format!("the {what} passed the element size limit ({kept} bytes kept) and was cut");
+        call.error = Some(why.clone());
+        call.observation = Some(format!("Observation: Error - {why}; write a shorter block"));
+    }
 }
 
 /// The call of a completed `tool_call` element (Filament `<tool_call
