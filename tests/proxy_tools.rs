@@ -335,6 +335,18 @@ async fn bad_input_has_defined_answers() {
         (400, &json!("invalid_tools"), &json!("tools"))
     );
     assert_eq!(recorded.lock().unwrap().len(), before);
+    // A schema nested past what JSON readers take (128 levels): the same,
+    // never passed on untranslated.
+    let mut schema = json!({"type": "string"});
+    for _ in 0..70 {
+        schema = json!({"type": "object", "properties": {"a": schema}});
+    }
+    body["tools"] = json!([{"type": "function", "function": {"name": "f", "parameters": schema}}]);
+    let (status, text) = post(&pass, &body).await;
+    let err: Value = serde_json::from_slice(&text).unwrap();
+    assert_eq!((status, &err["error"]["param"]), (400, &json!("tools")), "{err}");
+    assert!(err["error"]["message"].as_str().unwrap_or_default().contains("deeper than 128"), "{err}");
+    assert_eq!(recorded.lock().unwrap().len(), before);
     // No tools: pass-through, byte for byte what the upstream sent.
     let plain =
         json!({"model": "tools/hermes-weather", "stream": true, "messages": [{"role": "user", "content": "hi"}]});

@@ -51,8 +51,18 @@ fn invalid(param: &'static str, message: String) -> ProxyError {
 /// rendered (see [`super`]).
 pub(crate) fn prepare(body: &[u8], protocol: Protocol) -> Result<Prepared, ProxyError> {
     let unchanged = Prepared { body: None, tools: None };
-    let Ok(Value::Object(mut doc)) = serde_json::from_slice::<Value>(body) else {
-        return Ok(unchanged);
+    let mut doc = match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(doc)) => doc,
+        // JSON nested past what the reader takes may hold tools: passed on
+        // untranslated, the model would get neither them nor a manual.
+        Err(e) if e.to_string().starts_with("recursion limit exceeded") => {
+            return Err(invalid(
+                "tools",
+                "the request nests JSON deeper than 128 levels, which the tool-calling proxy cannot read".into(),
+            ));
+        }
+        // Not a JSON object: the upstream answers it as it would.
+        _ => return Ok(unchanged),
     };
     let tools = doc.shift_remove("tools");
     let choice_value = doc.shift_remove("tool_choice");
