@@ -483,3 +483,24 @@ fn use_protocol_builds_the_registry_the_answer_needs() {
     assert_eq!(code, Some(0));
     assert!(err.contains("unknown protocol \"sparkles\""), "{err}");
 }
+
+/// A template whose single steps grow without bound (a list doubled in a
+/// loop: few instructions, so fuel does not stop it) ends at --max-time
+/// with one error line.
+#[test]
+fn a_render_that_runs_away_ends_at_max_time() {
+    let dir = std::env::temp_dir().join(format!("spindle-prompt-runaway-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let template = dir.join("doubling.j2");
+    std::fs::write(
+        &template,
+        "{% set ns = namespace(l=[1]) %}{% for i in range(60) %}{% set ns.l = ns.l + ns.l %}{% endfor %}{{ ns.l|length }}",
+    )
+    .expect("write");
+    let (code, out, err) = spindle(&["prompt", "render", template.to_str().unwrap_or_default(), "--max-time", "1"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(out.is_empty() && err.contains("still rendering after --max-time (1 s)"), "{err}");
+    let (code, _, err) = spindle(&["prompt", "render", template.to_str().unwrap_or_default(), "--max-time", "0"]);
+    assert_eq!(code, Some(2), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

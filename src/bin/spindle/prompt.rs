@@ -51,6 +51,11 @@ struct RenderArgs {
     /// Most bytes of output.
     #[arg(long, value_name = "BYTES", default_value_t = RenderLimits::default().max_output)]
     max_output: usize,
+    /// Most seconds of rendering: a template whose single steps grow
+    /// without bound (a list doubled in a loop) is stopped here, as fuel
+    /// stops one with many steps.
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    max_time: f64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -124,8 +129,24 @@ pub(crate) fn run(args: PromptArgs) -> Result<ExitCode> {
             if let Some(now) = &a.now {
                 r = r.with_now(parse_now(now)?);
             }
-            let text =
-                r.render(&template, &vars, &state).map_err(|e| anyhow::anyhow!("{}: {e}", a.template.display()))?;
+            if !(a.max_time.is_finite() && a.max_time > 0.0) {
+                bail!("--max-time must be a positive number of seconds");
+            }
+            // On a thread of its own, so that a render that runs away is
+            // left behind (and ends with the process) at --max-time.
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let _ = tx.send(r.render(&template, &vars, &state));
+            });
+            let text = match rx.recv_timeout(std::time::Duration::from_secs_f64(a.max_time)) {
+                Ok(rendered) => rendered.map_err(|e| anyhow::anyhow!("{}: {e}", a.template.display()))?,
+                Err(_) => bail!(
+                    "{}: the template was still rendering after --max-time ({} s); a value that grows without \
+                     bound (a list or string doubled in a loop) does that",
+                    a.template.display(),
+                    a.max_time
+                ),
+            };
             out.write_all(text.as_bytes())?;
         }
         PromptCommand::Migrate(a) => {
