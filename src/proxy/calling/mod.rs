@@ -34,7 +34,7 @@
 //! | a call the parser cannot read (no name, arguments that never become JSON) | its `Malformed` observation in the content (pass: after what was already streamed of it) | the same, nothing of it sent |
 //! | arguments only the lenient reader accepts (`{'a': True}`) | streaming stops at the first such byte (`call_arguments_streamed_differ` goes to the sinks) | sent whole, as read leniently |
 //! | a TAM/ACTION step that must not run (block cut off by the end of output or at the element size limit, a second ACTION block) | not sent; its not-run observation in the content | the same |
-//! | a Hermes call cut off by `max_tokens` | what was streamed stays; `finish_reason` stays `length` | left out with the cut-off observation |
+//! | a Hermes call cut off by `max_tokens`, or never closed with its JSON unfinished (the model stopped inside it) | what was streamed stays; `finish_reason` stays `length` | left out with the cut-off observation |
 //! | a call inside an open Markdown code block (an example) | text in the content, not a call | the same |
 //!
 //! An observation takes the place of its call in the content, on a line

@@ -212,7 +212,11 @@ impl CallConverter {
                     let Some(call) = call_of(&self.registry, el) else { continue };
                     let state = self.state(choice);
                     let slot = state.slots.iter().find(|(id, _)| *id == el.id).map(|(_, s)| *s);
-                    let cut = state.cut && state.closed_at_eof.contains(&el.id);
+                    // Cut: never closed, and the output was cut, or its
+                    // JSON had to be completed to be read (the model
+                    // stopped inside it).
+                    let cut = state.closed_at_eof.contains(&el.id)
+                        && (state.cut || serde_json::from_str::<serde::de::IgnoredAny>(el.text.trim()).is_err());
                     state.slots.retain(|(id, _)| *id != el.id);
                     match slot {
                         Some(Slot::Example) => {}
@@ -501,6 +505,12 @@ mod tests {
         let text = "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}";
         let (_, calls, _) = run("chat", &[text], InvalidCalls::Drop, "stop");
         assert_eq!(calls.len(), 1);
+        // But a model that stopped inside the JSON cut its call, whatever
+        // the finish reason says: nothing is made up to close it.
+        let text = "A <tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"unterminated";
+        let (content, calls, _) = run("chat", &[text], InvalidCalls::Drop, "stop");
+        assert!(calls.is_empty(), "{calls:?}");
+        assert!(content.contains("was not run: its block was cut off"), "{content}");
     }
 
     #[test]
