@@ -1706,7 +1706,21 @@ enum Kept {
 }
 
 /// Adds text to an element's kept text, up to the size limit.
+#[inline]
 fn keep_text(limits: MachineLimits, el: &mut OpenElement, bytes: &[u8]) -> Kept {
+    // The common case: all of it fits.
+    if bytes.len() <= limits.max_element_len.saturating_sub(el.text.len()) {
+        el.text.extend_from_slice(bytes);
+        return Kept::All;
+    }
+    keep_part(limits, el, bytes)
+}
+
+/// [`keep_text`] when the text does not all fit (out of line: the hot
+/// text path stays small).
+#[cold]
+#[inline(never)]
+fn keep_part(limits: MachineLimits, el: &mut OpenElement, bytes: &[u8]) -> Kept {
     let room = limits.max_element_len.saturating_sub(el.text.len());
     let mut kept = bytes.len().min(room);
     el.text.extend_from_slice(&bytes[..kept]);
