@@ -500,17 +500,7 @@ impl ToolCatalog {
     pub fn add_openai_tools(&mut self, tools: &Value) -> Result<Vec<String>, CatalogError> {
         let list = match tools {
             Value::Array(list) => list.as_slice(),
-            other => {
-                let found = match other {
-                    Value::Null => "null",
-                    Value::Bool(_) => "a boolean",
-                    Value::Number(_) => "a number",
-                    Value::String(_) => "a string",
-                    Value::Object(_) => "an object",
-                    Value::Array(_) => "an array",
-                };
-                return Err(CatalogError::OpenAiToolsNotArray { found });
-            }
+            other => return Err(CatalogError::OpenAiToolsNotArray { found: crate::state::type_name(other) }),
         };
         let mut ids = Vec::new();
         for (index, entry) in list.iter().enumerate() {
@@ -664,8 +654,7 @@ impl ToolCatalog {
     fn entry(&self, id: &str) -> Option<&Entry> {
         self.tools.iter().find(|e| e.def.id == id).or_else(|| {
             // Only a name an id can map to: OpenAI's alphabet.
-            let valid = !id.is_empty() && id.len() <= 64 && id.bytes().all(is_openai_name_byte);
-            valid.then(|| self.tools.iter().find(|e| openai_function_name(&e.def.id) == id)).flatten()
+            is_openai_name(id).then(|| self.tools.iter().find(|e| openai_function_name(&e.def.id) == id)).flatten()
         })
     }
 
@@ -917,7 +906,7 @@ fn from_text(s: &str, types: &[&str]) -> Option<Value> {
 /// assert_eq!(openai_function_name("get_weather"), "get_weather");
 /// ```
 pub fn openai_function_name(id: &str) -> std::borrow::Cow<'_, str> {
-    if !id.is_empty() && id.len() <= 64 && id.bytes().all(is_openai_name_byte) {
+    if is_openai_name(id) {
         return std::borrow::Cow::Borrowed(id);
     }
     let mut name: String =
@@ -927,6 +916,11 @@ pub fn openai_function_name(id: &str) -> std::borrow::Cow<'_, str> {
         name.push('_');
     }
     std::borrow::Cow::Owned(name)
+}
+
+/// Whether `id` is a function name OpenAI's API takes as it is.
+fn is_openai_name(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 64 && id.bytes().all(is_openai_name_byte)
 }
 
 fn is_openai_name_byte(b: u8) -> bool {

@@ -96,6 +96,11 @@ pub(crate) struct Tree {
     pub(crate) too_deep: usize,
 }
 
+/// Whether a tag name is one of [`VOID`] (any case).
+fn is_void(name: &[u8]) -> bool {
+    VOID.iter().any(|v| v.as_bytes().eq_ignore_ascii_case(name))
+}
+
 /// Parses the children of a structured body.
 pub(crate) fn parse(text: &str) -> Tree {
     let mut builder = Builder::default();
@@ -166,7 +171,7 @@ impl Builder {
         match tag.kind {
             TagKind::Open if self.stack.len() > MAX_DEPTH => {
                 // A void tag (`<br>`) has no close to wait for.
-                if !VOID.iter().any(|v| v.as_bytes().eq_ignore_ascii_case(tag.name)) {
+                if !is_void(tag.name) {
                     self.excess += 1;
                 }
                 self.too_deep += 1;
@@ -219,7 +224,7 @@ impl TokenSink for Builder {
                 self.flush_text();
                 match tag.kind {
                     TagKind::Open | TagKind::SelfClosing => {
-                        let void = VOID.iter().any(|v| v.as_bytes().eq_ignore_ascii_case(tag.name));
+                        let void = is_void(tag.name);
                         let name = owned_text(tag.name);
                         let attrs = tag.attrs().map(|a| (owned_text(a.name), decode_entities(a.value))).collect();
                         if tag.kind == TagKind::SelfClosing || void {

@@ -280,6 +280,11 @@ impl ToolSettings {
     }
 }
 
+/// The protocols the proxy translates, for messages (`hermes, filament, …`).
+fn tool_protocol_names() -> String {
+    TOOL_PROTOCOLS.iter().map(|p| p.as_str()).collect::<Vec<_>>().join(", ")
+}
+
 /// `tools.protocol` as its name; only the protocols the proxy translates.
 mod tool_protocol {
     use super::{Protocol, TOOL_PROTOCOLS};
@@ -296,10 +301,10 @@ mod tool_protocol {
         let name = String::deserialize(d)?;
         match Protocol::from_name(&name).filter(|p| TOOL_PROTOCOLS.contains(p)) {
             Some(p) => Ok(Some(p)),
-            None => {
-                let known: Vec<&str> = TOOL_PROTOCOLS.iter().map(|p| p.as_str()).collect();
-                Err(serde::de::Error::custom(format!("unknown tool protocol {name:?} (known: {})", known.join(", "))))
-            }
+            None => Err(serde::de::Error::custom(format!(
+                "unknown tool protocol {name:?} (known: {})",
+                super::tool_protocol_names()
+            ))),
         }
     }
 }
@@ -770,8 +775,8 @@ impl ProxySettings {
         }
         if let Some(v) = o.tool_protocol {
             if !TOOL_PROTOCOLS.contains(&v) {
-                let known: Vec<&str> = TOOL_PROTOCOLS.iter().map(|p| p.as_str()).collect();
-                return Err(SettingsError::key("--tool-protocol", format!("expected one of {}", known.join(", "))));
+                let known = tool_protocol_names();
+                return Err(SettingsError::key("--tool-protocol", format!("expected one of {known}")));
             }
             self.tools.protocol = Some(v);
         }
