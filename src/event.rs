@@ -155,9 +155,11 @@ pub enum Event {
     Diagnostic(Diagnostic),
     /// An HTML comment `<!-- -->`, inside an element or between elements.
     Comment(Comment),
-    /// Bytes between top-level elements (only whitespace): they belong to
-    /// no element, but are reported so that every input byte is accounted
-    /// for.
+    /// Bytes outside every element: they belong to no element, but are
+    /// reported so that every input byte is accounted for. Whitespace
+    /// between top-level elements; with a registry that has no `default`
+    /// tag (none of the built-in profiles), also the text and unknown
+    /// markup outside elements, since there is no element to open for it.
     Gap(Gap),
     /// A tool call's name and arguments while its `<tool_call>` body is
     /// still arriving: first one event with the `name`, then fragments of
@@ -261,8 +263,8 @@ pub struct Element {
 /// Declares an enum of stable snake_case names from `Variant =>
 /// "name"` pairs (each with its own doc lines, if any), so that the name a
 /// value prints and parses as is written once: the enum, `ALL`, `as_str`,
-/// `from_name`, and serde through the names. Each variant's doc ends with
-/// its name.
+/// `from_name`, `Display` and serde through the names. Each variant's doc
+/// ends with its name.
 macro_rules! named_enum {
     (
         $(#[$meta:meta])*
@@ -297,6 +299,13 @@ macro_rules! named_enum {
                     $($name => Some($enum::$variant),)*
                     _ => None,
                 }
+            }
+        }
+
+        impl std::fmt::Display for $enum {
+            /// The name it prints as.
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
             }
         }
 
@@ -395,6 +404,13 @@ impl Level {
     }
 }
 
+impl std::fmt::Display for Level {
+    /// The snake_case name (`warning`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A finding that changed nothing.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Diagnostic {
@@ -428,10 +444,11 @@ pub struct Comment {
     pub span: Span,
 }
 
-/// Whitespace between elements.
+/// Bytes outside every element (see [`Event::Gap`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Gap {
-    /// The bytes (whitespace only).
+    /// The bytes: whitespace, or any text when the registry has no
+    /// `default` tag.
     pub text: String,
     /// Where they are.
     pub span: Span,
@@ -618,12 +635,6 @@ named_enum! {
         UnrecognizedChunk => "unrecognized_chunk",
         UnsupportedContentPart => "unsupported_content_part",
         UnterminatedBlock => "unterminated_block",
-    }
-}
-
-impl std::fmt::Display for DiagnosticCode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

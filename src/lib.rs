@@ -89,14 +89,14 @@
 //!
 //! | feature | adds | pulls in |
 //! | --- | --- | --- |
-//! | `sources` | `sources`: SSE and chat-completions stream decoding, `EventStream` | futures, bytes, tokio (timers) |
-//! | `client` | `sources::ChatClient` | reqwest, tokio |
-//! | `route` | `route`: handlers for completed elements | tokio |
-//! | `tools` | `tools`: manuals, the runner (scripts, MCP), the agent loop | `client`, rmcp |
-//! | `proxy` | `proxy`: the OpenAI-compatible proxy and its sinks | `tools`, axum, async-nats |
+//! | `sources` | `sources`: SSE and chat-completions stream decoding, `EventStream` | futures, bytes, tokio (`time`, `macros`) |
+//! | `client` | `sources::ChatClient` | `sources`, reqwest (with its default TLS: rustls on aws-lc-rs, which builds C with cmake), tokio |
+//! | `route` | `route`: handlers for completed elements | tokio (`rt`, `sync`, `time`, `macros`), tokio-stream, tokio-util, futures, tracing |
+//! | `tools` | `tools`: manuals, the runner (scripts, MCP), the agent loop | `client`, tokio (`process`, `io-util`), rmcp, nix |
+//! | `proxy` | `proxy`: the OpenAI-compatible proxy and its sinks | `tools`, tokio (`net`, `fs`, `signal`), axum, async-nats |
 //! | `prompt` | `prompt`: Skein blocks, world books, cards, sandboxed Jinja2, `<use_protocol>` registries | minijinja, png, chrono |
 //! | `mock` | `mock`: the mock upstream (test support) | axum |
-//! | `cli` | the `spindle` binary | all of the above, clap |
+//! | `cli` | the `spindle` binary | all of the above, all of tokio, clap |
 //! | `mimalloc` | mimalloc as the binary's (and examples') allocator, through its C entry points (the binary's only `unsafe` code); the library never sets one and forbids `unsafe` | libmimalloc-sys (C) |
 //!
 //! # Guarantees
@@ -168,7 +168,7 @@ pub use scan::{ScanLimits, Span};
 #[cfg(feature = "client")]
 pub use sources::ChatClient;
 #[cfg(feature = "sources")]
-pub use sources::{ChatStream, EventStream, SourceEvent, SseDecoder, StreamOptions, StreamTap};
+pub use sources::{ChatStream, EventStream, LineTap, SourceEvent, SseDecoder, StreamOptions, StreamTap};
 #[cfg(feature = "tools")]
 pub use tools::{Protocol, Runner, RunnerOptions, ToolResult};
 

@@ -56,6 +56,11 @@ pub enum CallText {
 /// adjacent deltas of one element, the events do not depend on how the input
 /// was split.
 ///
+/// A parser is `Send` (a stream's task may move between threads) but not
+/// `Sync` or `Clone`: one stream, one parser, driven by one task at a time
+/// (its incremental HTML filter holds state that is not shareable). Share
+/// the [`Registry`] instead (`Arc<Registry>`, see [`Parser::with_options`]).
+///
 /// ```
 /// use spindle::{Event, Parser, Registry};
 ///

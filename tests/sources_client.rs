@@ -271,6 +271,15 @@ async fn any_byte_stream_can_be_wrapped() {
     assert!(events.iter().any(|e| matches!(e, SourceEvent::StreamError { origin: ErrorOrigin::InBand, .. })));
     let events = collect(EventStream::json(pieces("<html>".into()), StreamOptions::default())).await;
     assert!(events.iter().any(|e| matches!(e, SourceEvent::Diagnostic(d) if d.code == "invalid_response_json")));
+    // JSON lines (Ollama's /api/chat), split every 5 bytes: the same
+    // elements as the synchronous LineTap gives.
+    let lines = "{\"message\":{\"role\":\"assistant\",\"content\":\"<think>hm</think>4\"},\"done\":false}\n\
+                 {\"message\":{\"role\":\"assistant\",\"content\":\"2\"},\"done\":true,\"done_reason\":\"stop\"}\n";
+    let events = collect(EventStream::ndjson(pieces(lines.into()), StreamOptions::default())).await;
+    assert_eq!(tags(&events), [("thought".to_string(), "hm".to_string()), ("content".to_string(), "42".to_string())]);
+    assert!(!events.iter().any(|e| matches!(e, SourceEvent::Truncated { .. })), "{events:?}");
+    let tap_events = spindle::LineTap::new(StreamOptions::default()).feed(lines.as_bytes());
+    assert!(tap_events.iter().all(|e| events.contains(e)), "{tap_events:?}");
 }
 
 /// Parser-holding types are `Send` (a stream moves between tasks) but not

@@ -40,7 +40,7 @@
 //! four formats, [`call_of`]) against the plugins directory `DIR`
 //! ([`ToolCatalog::load_plugins`]) and prints the observation text of each
 //! invalid one to stderr; with `--execute` the calls run
-//! ([`crate::tools`]).
+//! (`spindle::tools`, with the `tools` feature).
 //!
 //! # Example: a TAM block
 //!

@@ -205,11 +205,12 @@ impl From<serde_json::Error> for RegistryError {
 #[non_exhaustive]
 pub enum RegistryError {
     /// The file could not be read.
-    #[error("cannot read registry file {path}: {cause}")]
+    #[error("cannot read registry file {path}")]
     Io {
         /// The file.
         path: String,
-        /// The cause.
+        /// The cause (the error's `source`).
+        #[source]
         cause: std::io::Error,
     },
     /// The TOML did not parse or did not fit the schema.
@@ -239,6 +240,30 @@ pub enum RegistryError {
     /// More tags than the machine can index.
     #[error("too many tags ({0}); the limit is 65535")]
     TooMany(usize),
+    /// A tag's special marker can never be read as its tag says.
+    #[error("tag {tag:?}: special marker {name:?} {why}")]
+    InvalidMarker {
+        /// The tag.
+        tag: String,
+        /// The marker name as given.
+        name: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// `without` removed a tag that the profile's `lead` or `default`
+    /// names, and the file does not name another.
+    #[error(
+        "`without` removes {name:?}, which the profile's {field} names; set {field} to another tag, or to \"\" for none"
+    )]
+    RemovedTag {
+        /// `lead` or `default`.
+        field: &'static str,
+        /// The removed tag.
+        name: String,
+    },
+    /// `lead_prefilled = true` in a registry that has no lead tag.
+    #[error("lead_prefilled = true needs a lead tag (set lead)")]
+    PrefilledWithoutLead,
 }
 
 /// The on-disk form of a registry (TOML or JSON). Every field but the tag
@@ -253,10 +278,13 @@ pub struct RegistryFile {
     /// tags of the same name.
     #[serde(default)]
     pub extends: Option<String>,
-    /// The tag assumed when the output starts with bare text.
+    /// The tag assumed when the output starts with bare text (`""`: none,
+    /// also when the profile `extends` gives one).
     #[serde(default)]
     pub lead: Option<String>,
-    /// The tag opened by bare text between elements.
+    /// The tag opened by bare text between elements (`""`: none). Without
+    /// one, that text is reported as `gap` events (it belongs to no
+    /// element).
     #[serde(default)]
     pub default: Option<String>,
     /// The chat template already wrote the lead's open tag (`<think>`
@@ -341,14 +369,43 @@ fn valid_name(name: &str) -> bool {
     !b.is_empty() && crate::scan::is_name_start(b[0]) && b.iter().all(|&c| crate::scan::is_name_char(c))
 }
 
+/// Every special marker can be read as its tag says: a name the scanner
+/// reads inside `<|[...]|>`, an open apart from the close, and no marker
+/// claimed by two tags (the first would always win).
+fn check_markers(tags: &[TagFile]) -> Result<(), RegistryError> {
+    let invalid = |tag: &TagFile, name: &str, why| RegistryError::InvalidMarker {
+        tag: tag.name.clone(),
+        name: name.to_string(),
+        why,
+    };
+    let mut seen: Vec<&str> = Vec::new();
+    for tag in tags {
+        let Some(m) = &tag.markers else { continue };
+        for name in [&m.open, &m.close] {
+            let ok = !name.is_empty()
+                && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'));
+            if !ok {
+                return Err(invalid(tag, name, "must be non-empty and hold only letters, digits, '_', '-', '.', ':'"));
+            }
+            if seen.iter().any(|s| marker_eq(s.as_bytes(), name.as_bytes())) {
+                return Err(invalid(tag, name, "is named twice (every open and close marker must be distinct)"));
+            }
+            seen.push(name);
+        }
+    }
+    Ok(())
+}
+
 impl Registry {
     /// Builds and validates a registry from its file form.
     ///
     /// # Errors
     ///
     /// [`RegistryError`] when a name is invalid or used twice, when `lead`,
-    /// `default` or `after` name an undeclared tag, or when `extends` names
-    /// no built-in profile.
+    /// `default` or `after` name an undeclared tag (or one `without`
+    /// removed), when `extends` names no built-in profile, when a special
+    /// marker is empty, holds characters a marker cannot, or is named twice,
+    /// or when `lead_prefilled` is set without a lead.
     pub fn from_file_spec(file: RegistryFile) -> Result<Registry, RegistryError> {
         let mut merged = match &file.extends {
             Some(base) => profiles::file_spec(base).ok_or_else(|| RegistryError::UnknownProfile(base.clone()))?,
@@ -378,6 +435,15 @@ impl Registry {
         }
         if file.default.is_some() {
             merged.default = file.default;
+        }
+        // A profile's lead or default that `without` took away, and the
+        // file did not replace, is the file's doing: say so in its terms.
+        for (field, name) in [("lead", &merged.lead), ("default", &merged.default)] {
+            if let Some(name) = name.as_deref().filter(|n| !n.is_empty())
+                && file.without.iter().any(|w| w.eq_ignore_ascii_case(name))
+            {
+                return Err(RegistryError::RemovedTag { field, name: name.to_string() });
+            }
         }
         if file.lead_prefilled.is_some() {
             merged.lead_prefilled = file.lead_prefilled;
@@ -411,11 +477,19 @@ impl Registry {
                 .map(|(_, id)| *id)
                 .ok_or_else(|| RegistryError::UnknownTag { field, name: name.to_string() })
         };
-        let lead = file.lead.as_deref().map(|n| find("lead", n)).transpose()?;
-        let default = file.default.as_deref().map(|n| find("default", n)).transpose()?;
+        // An empty name clears a lead or default (one a profile gave).
+        let lead = file.lead.as_deref().filter(|n| !n.is_empty()).map(|n| find("lead", n)).transpose()?;
+        let default = file.default.as_deref().filter(|n| !n.is_empty()).map(|n| find("default", n)).transpose()?;
+        if file.lead_prefilled == Some(true) && lead.is_none() {
+            return Err(RegistryError::PrefilledWithoutLead);
+        }
+        check_markers(&file.tags)?;
         let mut tags = Vec::with_capacity(file.tags.len());
         for tag in &file.tags {
             let after = tag.after.iter().map(|n| find("after", n)).collect::<Result<Vec<_>, _>>()?;
+            if let Some(bad) = tag.children.iter().find(|c| !valid_name(c)) {
+                return Err(RegistryError::InvalidName(bad.clone()));
+            }
             tags.push(TagSpec {
                 name: tag.name.clone(),
                 spelling: tag.spelling.clone().unwrap_or_else(|| tag.name.clone()),
@@ -549,8 +623,19 @@ impl Registry {
     }
 
     /// One tag's spec.
+    ///
+    /// # Panics
+    ///
+    /// If `id` came from another registry with more tags; [`Registry::get`]
+    /// returns `None` instead.
     pub fn tag(&self, id: TagId) -> &TagSpec {
         &self.tags[id.index()]
+    }
+
+    /// One tag's spec, or `None` for an id this registry has no tag for (an
+    /// id from another registry).
+    pub fn get(&self, id: TagId) -> Option<&TagSpec> {
+        self.tags.get(id.index())
     }
 
     /// The canonical name and the spelling of `id`, as events carry them.

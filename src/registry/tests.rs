@@ -113,13 +113,34 @@ fn broken_registries_are_clear_errors() {
         ("extends = \"nope\"", "unknown profile"),
         ("[[tag]]\nname = \"a\"\ncolour = 1", "registry TOML is invalid"),
         ("this is not toml", "registry TOML is invalid"),
+        ("[[tag]]\nname = \"a\"\nmarkers = { open = \"\", close = \"\" }", "special marker \"\" must be non-empty"),
+        ("[[tag]]\nname = \"a\"\nmarkers = { open = \"A]|>\", close = \"B\" }", "special marker \"A]|>\" must be"),
+        ("[[tag]]\nname = \"a\"\nmarkers = { open = \"M\", close = \"m\" }", "special marker \"m\" is named twice"),
+        (
+            "[[tag]]\nname = \"a\"\nmarkers = { open = \"GO\", close = \"END\" }\n\
+             [[tag]]\nname = \"b\"\nmarkers = { open = \"GO-ON\", close = \"end\" }",
+            "tag \"b\": special marker \"end\" is named twice",
+        ),
+        ("[[tag]]\nname = \"a\"\nchildren = [\"ok\", \"\"]", "invalid tag name \"\""),
+        ("lead_prefilled = true\n[[tag]]\nname = \"a\"", "lead_prefilled = true needs a lead"),
+        (
+            "extends = \"filament\"\nwithout = [\"thought\"]",
+            "`without` removes \"thought\", which the profile's lead names",
+        ),
+        (
+            "extends = \"chat\"\nwithout = [\"content\"]",
+            "`without` removes \"content\", which the profile's default names",
+        ),
     ];
     for (text, want) in cases {
         let err = Registry::from_toml_str(text).unwrap_err().to_string();
         assert!(err.contains(want), "{text:?}: {err}");
     }
-    let err = Registry::load(Path::new("/nonexistent/registry.toml")).unwrap_err().to_string();
-    assert!(err.contains("cannot read registry file"), "{err}");
+    let err = Registry::load(Path::new("/nonexistent/registry.toml")).unwrap_err();
+    assert!(err.to_string().contains("cannot read registry file"), "{err}");
+    // The I/O cause is the error's source, for a chain walker to find.
+    let cause = std::error::Error::source(&err).and_then(|c| c.downcast_ref::<std::io::Error>());
+    assert_eq!(cause.map(std::io::Error::kind), Some(std::io::ErrorKind::NotFound));
 }
 
 #[test]
@@ -133,6 +154,21 @@ fn filament_has_call_blocks_and_a_file_can_turn_them_off() {
     assert_eq!(off.tags().len(), reg.tags().len() - 2);
     let err = Registry::from_toml_str("extends = \"filament\"\nwithout = [\"nope\"]\n").unwrap_err();
     assert_eq!(err.to_string(), "without names unknown tag \"nope\"");
+}
+
+/// An empty `lead` or `default` clears the one a profile gives, so
+/// `without` can take that tag away.
+#[test]
+fn an_empty_lead_or_default_clears_the_profiles() {
+    let reg = Registry::from_toml_str("extends = \"filament\"\nwithout = [\"thought\"]\nlead = \"\"").unwrap();
+    assert_eq!(reg.lead(), None);
+    assert!(reg.lookup(b"thought").is_none());
+    let reg = Registry::from_toml_str("extends = \"chat\"\ndefault = \"\"").unwrap();
+    assert_eq!(reg.default_tag(), None);
+    // An id this registry has no tag for is `None`, not a panic.
+    let media = Registry::filament().lookup(b"media").unwrap();
+    assert!(Registry::chat().get(media).is_none());
+    assert_eq!(Registry::filament().get(media).map(|t| t.name.as_str()), Some("media"));
 }
 
 #[test]

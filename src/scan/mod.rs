@@ -72,14 +72,23 @@ impl Span {
         Span { start, end }
     }
 
-    /// The number of bytes covered.
+    /// The number of bytes covered (0 for a span whose ends are reversed,
+    /// which the parser never makes).
     pub fn len(&self) -> usize {
-        self.end - self.start
+        self.end.saturating_sub(self.start)
     }
 
     /// Whether the span covers no byte.
     pub fn is_empty(&self) -> bool {
-        self.start == self.end
+        self.end <= self.start
+    }
+}
+
+impl From<Span> for std::ops::Range<usize> {
+    /// The span as a range, to index the input with: `&input[span.into()]`
+    /// (`Range` is not `Copy`, so the span is the one to keep).
+    fn from(span: Span) -> std::ops::Range<usize> {
+        span.start..span.end
     }
 }
 
@@ -92,6 +101,9 @@ impl serde::Serialize for Span {
 impl<'de> serde::Deserialize<'de> for Span {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let [start, end] = <[usize; 2]>::deserialize(d)?;
+        if end < start {
+            return Err(serde::de::Error::custom(format_args!("span [{start}, {end}] ends before it starts")));
+        }
         Ok(Span { start, end })
     }
 }
@@ -888,7 +900,7 @@ impl Scanner {
     /// After a large comment the hold buffer may keep a big allocation; give
     /// it back so that a stream's resident memory follows what it holds now.
     fn shrink_if_oversized(&mut self) {
-        if self.held.capacity() > 2 * self.limits.max_marker_len.max(1024) {
+        if self.held.capacity() > self.limits.max_marker_len.max(1024).saturating_mul(2) {
             self.held = Vec::new();
         }
     }

@@ -444,3 +444,31 @@ proptest::proptest! {
         proptest::prop_assert_eq!(find_str(&hay, &needle), hay.find(needle.as_str()));
     }
 }
+
+/// A limit of `usize::MAX` means "no limit": no overflow in the sizes the
+/// scanner derives from it (a debug build would panic on one).
+#[test]
+fn the_largest_limits_mean_no_limit() {
+    let limits = ScanLimits { max_marker_len: usize::MAX, max_comment_len: usize::MAX };
+    let mut scanner = Scanner::new(limits);
+    let mut sink = Collect::default();
+    for chunk in b"<content a=\"1\">x<!-- c --></content><|[M]|>".chunks(3) {
+        scanner.feed(chunk, &mut sink);
+    }
+    scanner.finish(&mut sink);
+    let toks = sink.done().toks;
+    assert_eq!(toks.len(), 5, "{toks:?}");
+    assert_eq!(toks[4], Tok::Special("M".into()));
+}
+
+/// A span read back from JSON never ends before it starts; one made by
+/// hand that does is empty, not an overflow.
+#[test]
+fn reversed_spans_are_refused_or_empty() {
+    assert!(serde_json::from_str::<Span>("[5, 2]").is_err());
+    assert_eq!(serde_json::from_str::<Span>("[2, 5]").ok(), Some(Span::new(2, 5)));
+    assert_eq!(Span::new(5, 2).len(), 0);
+    assert!(Span::new(5, 2).is_empty());
+    let text = "0123456789";
+    assert_eq!(&text[std::ops::Range::from(Span::new(2, 5))], "234");
+}

@@ -54,8 +54,23 @@ impl LineTap {
         LineTap { stream: ChatStream::new(options), line: Vec::new(), line_at: 0, skipping: false, max_line, offset: 0 }
     }
 
-    /// Feeds the next bytes (a read, split anywhere); the events of every
-    /// line they complete go to `out`.
+    /// Feeds the next bytes (a read, split anywhere); returns the events of
+    /// every line they complete.
+    pub fn feed(&mut self, bytes: &[u8]) -> Vec<SourceEvent> {
+        let mut out = Vec::new();
+        self.feed_into(bytes, &mut out);
+        out
+    }
+
+    /// Ends the stream; returns the last events (see
+    /// [`LineTap::finish_into`]).
+    pub fn finish(self) -> Vec<SourceEvent> {
+        let mut out = Vec::new();
+        self.finish_into(&mut out);
+        out
+    }
+
+    /// Like [`LineTap::feed`], appending to `out`.
     pub fn feed_into(&mut self, bytes: &[u8], out: &mut Vec<SourceEvent>) {
         let mut rest = bytes;
         while !rest.is_empty() {

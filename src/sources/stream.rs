@@ -31,6 +31,7 @@
 //! ```
 
 use super::events::SourceEvent;
+use super::lines::LineTap;
 use super::model::{ChatStream, Framing, StreamOptions};
 use super::tap::StreamTap;
 use crate::event::DiagnosticCode;
@@ -53,6 +54,8 @@ type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, BoxError>> + Send>>;
 enum Body {
     /// `text/event-stream`.
     Sse(Box<StreamTap>),
+    /// One JSON chunk per line (`application/x-ndjson`).
+    Lines(Box<LineTap>),
     /// One JSON document (a non-streamed response), buffered up to a limit.
     Json { buf: Vec<u8>, limit: usize, overflowed: bool, options: Box<StreamOptions> },
     /// Finished.
@@ -108,6 +111,16 @@ impl EventStream {
         EventStream::with_reader(boxed(body), Body::Sse(Box::new(StreamTap::new(options))))
     }
 
+    /// Reads a JSON-lines body (`application/x-ndjson`: one chunk per line,
+    /// as Ollama's `/api/chat` sends them; see [`LineTap`]).
+    pub fn ndjson<S, E>(body: S, options: StreamOptions) -> EventStream
+    where
+        S: Stream<Item = Result<Bytes, E>> + Send + 'static,
+        E: Into<BoxError> + 'static,
+    {
+        EventStream::with_reader(boxed(body), Body::Lines(Box::new(LineTap::new(options))))
+    }
+
     /// Reads a whole JSON response (`chat.completion`, or an error body):
     /// it is buffered (up to `options.sse.max_event_len` bytes) and parsed
     /// at the end.
@@ -125,20 +138,24 @@ impl EventStream {
     }
 
     /// Reads a `reqwest::Response`: SSE when its `Content-Type` is
-    /// `text/event-stream`, otherwise a whole JSON response. The status is
-    /// not checked here (see [`super::ChatClient`], which does).
+    /// `text/event-stream`, JSON lines when it is `application/x-ndjson`
+    /// (or `application/jsonl`), otherwise a whole JSON response. The
+    /// status is not checked here (see [`super::ChatClient`], which does).
     #[cfg(feature = "client")]
     #[cfg_attr(docsrs, doc(cfg(feature = "client")))]
     pub fn from_response(response: reqwest::Response, options: StreamOptions) -> EventStream {
-        let is_sse = response
+        let kind = response
             .headers()
             .get(reqwest::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.to_ascii_lowercase().starts_with("text/event-stream"));
-        if is_sse {
-            EventStream::sse(response.bytes_stream(), options)
-        } else {
-            EventStream::json(response.bytes_stream(), options)
+            .map(|v| v.split(';').next().unwrap_or_default().trim().to_ascii_lowercase())
+            .unwrap_or_default();
+        match kind.as_str() {
+            "text/event-stream" => EventStream::sse(response.bytes_stream(), options),
+            "application/x-ndjson" | "application/jsonl" | "application/json-lines" => {
+                EventStream::ndjson(response.bytes_stream(), options)
+            }
+            _ => EventStream::json(response.bytes_stream(), options),
         }
     }
 
@@ -162,6 +179,11 @@ impl EventStream {
         self.bytes += bytes.len() as u64;
         match &mut self.reader {
             Body::Sse(tap) => {
+                let mut out = Vec::new();
+                tap.feed_into(bytes, &mut out);
+                self.queue.extend(out);
+            }
+            Body::Lines(tap) => {
                 let mut out = Vec::new();
                 tap.feed_into(bytes, &mut out);
                 self.queue.extend(out);
@@ -195,6 +217,12 @@ impl EventStream {
         let mut out = Vec::new();
         match std::mem::replace(&mut self.reader, Body::Done) {
             Body::Sse(mut tap) => {
+                if let Some(message) = transport_error {
+                    tap.transport_error(&message, &mut out);
+                }
+                tap.finish_into(&mut out);
+            }
+            Body::Lines(mut tap) => {
                 if let Some(message) = transport_error {
                     tap.transport_error(&message, &mut out);
                 }
