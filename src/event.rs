@@ -574,6 +574,10 @@ named_enum! {
         LeadUndecided => "lead_undecided",
         MalformedXml => "malformed_xml",
         MarkerTooLong => "marker_too_long",
+        /// More whitespace than the machine holds followed the close of a
+        /// mergeable element: the close stands (no merge with a reopening
+        /// tag after it).
+        MergeSpaceTooLong => "merge_space_too_long",
         MediaSrcRefused => "media_src_refused",
         MediaTypeInferred => "media_type_inferred",
         MediaWithoutSrc => "media_without_src",

@@ -142,6 +142,12 @@ const VOID_BODY_LIMIT: usize = 256;
 /// The most room [`Machine::held_space`] keeps between elements.
 const HELD_SPACE_ROOM: usize = 1024;
 
+/// Most whitespace held after the close of a mergeable element while
+/// waiting to see whether it reopens (`</thought>\n\n<thought>`): past it,
+/// the close stands, so that a model emitting nothing but newlines holds
+/// no memory for them.
+pub(crate) const MERGE_SPACE_LIMIT: usize = 4096;
+
 /// A void element's open tag and the text after it, waiting for a decision.
 #[derive(Debug)]
 struct VoidHold {
@@ -959,6 +965,26 @@ impl Machine {
             State::CloseHeld(mut el, held) => {
                 let n = leading_space(bytes);
                 self.held_space.extend_from_slice(&bytes[..n]);
+                if self.held_space.len() > MERGE_SPACE_LIMIT {
+                    // Too far apart to be one element cut in two: the
+                    // close stands (the whitespace held is a gap).
+                    let tag = self.name(el.tag);
+                    self.emit(Event::Diagnostic(Diagnostic {
+                        level: Level::Info,
+                        code: DiagnosticCode::MergeSpaceTooLong,
+                        message: format!(
+                            "more than {MERGE_SPACE_LIMIT} bytes of whitespace after </{tag}>: it stays closed, and a <{tag}> after them starts a new element"
+                        ),
+                        tag: Some(tag),
+                        element: Some(el.id),
+                        at: Some(held.span.end),
+                    }));
+                    self.resolve_held(el, held);
+                    if n < bytes.len() {
+                        self.on_text(Span::new(span.start + n, span.end), &bytes[n..]);
+                    }
+                    return;
+                }
                 if n == bytes.len() {
                     self.state = State::CloseHeld(el, held);
                     return;

@@ -3,6 +3,7 @@
 
 use crate::event::DiagnosticCode;
 use crate::event::{Event, RepairKind};
+use crate::machine::MERGE_SPACE_LIMIT;
 use crate::{Parser, ParserOptions, Registry};
 use std::sync::Arc;
 
@@ -237,6 +238,25 @@ fn merged_adjacent_thought() {
         &[("thought", "ab"), ("content", "c")],
         &[MergedAdjacent],
     );
+}
+
+/// Whitespace after a mergeable close is held only up to a limit: past
+/// it the close stands, said once, at any split, and the whitespace is a
+/// gap (a model emitting nothing but newlines holds no memory for them).
+#[test]
+fn a_close_followed_by_endless_whitespace_stands() {
+    let far = format!("<thought>a</thought>{}<thought>b</thought>", "\n".repeat(MERGE_SPACE_LIMIT + 1));
+    let ev = check(&f(), &far, &[("thought", "a"), ("thought", "b")], &[]);
+    assert_eq!(diagnostics(&ev), ["merge_space_too_long", "missing_mandatory"]);
+    let gap: usize = ev.iter().filter_map(|e| if let Event::Gap(g) = e { Some(g.text.len()) } else { None }).sum();
+    assert_eq!(gap, MERGE_SPACE_LIMIT + 1);
+    // Bare text after it opens a new content element.
+    let far = format!("<content>a</content>{}b", " ".repeat(MERGE_SPACE_LIMIT + 1));
+    check(&f(), &far, &[("content", "a"), ("content", "b")], &[HeaderInserted, ClosedAtEof]);
+    // At the limit, the merge still happens.
+    let near = format!("<thought>a</thought>{}<thought>b</thought>", "\n".repeat(MERGE_SPACE_LIMIT));
+    let ev = check(&f(), &near, &[("thought", "ab")], &[MergedAdjacent]);
+    assert!(!diagnostics(&ev).contains(&"merge_space_too_long".to_string()));
 }
 
 #[test]
