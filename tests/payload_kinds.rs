@@ -415,3 +415,68 @@ fn a_reclassified_element_gets_the_payload_of_its_new_tag() {
     assert_eq!(payload["ops"], json!([["SET", "a", 1]]));
     assert!(evs.iter().any(|e| matches!(e, Event::Repair(r) if r.kind == RepairKind::Reclassified)));
 }
+
+/// A content element of endless comments and distinct unknown tags keeps a
+/// payload of bounded size: at most 1024 comments listed (each still in its
+/// own event), at most 32 names per list of the HTML report.
+#[test]
+fn content_payload_lists_are_bounded() {
+    let mut text = String::from("<content>");
+    for i in 0..1500 {
+        text.push_str(&format!("<!-- c{i} -->x <tag{i}>y</tag{i}> <b onclick{i}=\"z\">b</b>"));
+    }
+    text.push_str("</content>");
+    let (p, evs) = payload_in(&Registry::filament(), &text, "content");
+    assert_eq!(p["comments"].as_array().map(Vec::len), Some(1024));
+    assert_eq!(p["comments"][0], json!(" c0 "));
+    let comment_events = evs.iter().filter(|e| matches!(e, Event::Comment(_))).count();
+    assert_eq!(comment_events, 1500);
+    let cut = evs.iter().find_map(|e| match e {
+        Event::Diagnostic(d) if d.code == "payload_truncated" => Some(d.message.clone()),
+        _ => None,
+    });
+    assert!(cut.is_some_and(|m| m.contains("476 more")), "{evs:?}");
+    let filtered = evs
+        .iter()
+        .find_map(|e| match e {
+            Event::Diagnostic(d) if d.code == "html_filtered" => Some(d.message.clone()),
+            _ => None,
+        })
+        .unwrap_or_default();
+    // 32 names, then the rest counted together, in both lists (a tag
+    // shown as text counts its open and its close).
+    assert!(filtered.contains("removed attributes: (other names) ×1468, onclick0,"), "{filtered}");
+    assert!(filtered.contains("shown as text: (other names) ×2936, tag0 ×2,"), "{filtered}");
+    assert!(filtered.len() < 2000, "{} bytes: {filtered}", filtered.len());
+}
+
+/// A tool call past the element size limit streams its kept part as call
+/// deltas and the rest as plain deltas: each byte once, none in both.
+#[test]
+fn a_call_past_the_size_limit_streams_each_byte_once() {
+    let args = "a".repeat(300);
+    let input = format!("<tool_call>{{\"name\": \"f\", \"arguments\": {{\"s\": \"{args}\"}}}}</tool_call>");
+    let body = &input["<tool_call>".len()..input.len() - "</tool_call>".len()];
+    for chunk in [usize::MAX, 1, 7] {
+        let mut options = spindle::ParserOptions::default();
+        options.machine.max_element_len = 100;
+        let mut parser = Parser::with_options(std::sync::Arc::new(Registry::reasoning()), options);
+        let mut evs = Vec::new();
+        for c in input.as_bytes().chunks(chunk.min(input.len())) {
+            evs.extend(parser.feed(c));
+        }
+        evs.extend(parser.finish());
+        let (mut call_args, mut deltas) = (String::new(), String::new());
+        for e in &evs {
+            match e {
+                Event::CallDelta(c) => call_args.push_str(&c.arguments),
+                Event::Delta(d) if &*d.tag == "tool_call" => deltas.push_str(&d.text),
+                _ => {}
+            }
+        }
+        let el = evs.iter().find_map(Event::as_element).unwrap_or_else(|| panic!("no element"));
+        assert!(el.truncated, "{chunk}");
+        assert_eq!(format!("{}{deltas}", el.text), body, "{chunk}");
+        assert!(call_args.len() <= 100, "{chunk}: {} bytes of call arguments", call_args.len());
+    }
+}

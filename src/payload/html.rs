@@ -238,7 +238,27 @@ fn add_counts(into: &mut BTreeMap<String, usize>, from: BTreeMap<String, usize>)
         return;
     }
     for (k, n) in from {
-        *into.entry(k).or_default() += n;
+        count_name(into, &k, n);
+    }
+}
+
+/// Most distinct names a report lists by name, per list; later new names
+/// count under [`OTHER_NAMES`], so that content made of thousands of
+/// distinct tags keeps a report of bounded size.
+pub const MAX_NAMES: usize = 32;
+
+/// The entry that counts the names past [`MAX_NAMES`].
+pub const OTHER_NAMES: &str = "(other names)";
+
+/// Counts `n` more of `name` in a report's list (see [`MAX_NAMES`]; a
+/// list holds at most that many names and [`OTHER_NAMES`]).
+fn count_name(map: &mut BTreeMap<String, usize>, name: &str, n: usize) {
+    if let Some(count) = map.get_mut(name) {
+        *count += n;
+    } else if map.len() < MAX_NAMES {
+        map.insert(name.to_string(), n);
+    } else {
+        *map.entry(OTHER_NAMES.to_string()).or_default() += n;
     }
 }
 
@@ -626,8 +646,7 @@ impl TagCloser {
             self.wrote_lt |= !self.pending.is_empty();
             out.append(&mut self.pending);
         } else {
-            let name = std::str::from_utf8(&self.name).unwrap_or_default().to_string();
-            *self.text_tags.entry(name).or_default() += 1;
+            count_name(&mut self.text_tags, std::str::from_utf8(&self.name).unwrap_or_default(), 1);
             let rest = self.pending.get(1..).unwrap_or_default();
             self.wrote_lt |= rest.contains(&b'<');
             out.extend_from_slice(b"&lt;");
@@ -1515,7 +1534,7 @@ fn build_rewriter(shared: &Arc<Mutex<Shared>>, limits: FilterLimits) -> Rewriter
                     if KEPT.contains(&name.as_str()) {
                         filter_attributes(el, &name, &mut st.report);
                     } else if DROPPED.contains(&name.as_str()) {
-                        *st.report.removed_elements.entry(name.clone()).or_default() += 1;
+                        count_name(&mut st.report.removed_elements, &name, 1);
                         el.remove();
                         if el.can_have_content() {
                             st.generation += 1;
@@ -1535,7 +1554,7 @@ fn build_rewriter(shared: &Arc<Mutex<Shared>>, limits: FilterLimits) -> Rewriter
                             }))?;
                         }
                     } else {
-                        *st.report.removed_elements.entry(name).or_default() += 1;
+                        count_name(&mut st.report.removed_elements, &name, 1);
                         el.remove_and_keep_content();
                     }
                     Ok(())
@@ -1583,19 +1602,19 @@ fn filter_attributes(el: &mut lol_html::send::Element<'_, '_>, name: &str, repor
             match filter_style(&value) {
                 StyleVerdict::Keep => {}
                 StyleVerdict::Rewrite(safe) => {
-                    *report.removed_attributes.entry("style (unsafe part)".into()).or_default() += 1;
+                    count_name(&mut report.removed_attributes, "style (unsafe part)", 1);
                     if el.set_attribute("style", &safe).is_err() {
                         el.remove_attribute("style");
                     }
                 }
                 StyleVerdict::Drop => {
-                    *report.removed_attributes.entry("style".into()).or_default() += 1;
+                    count_name(&mut report.removed_attributes, "style", 1);
                     el.remove_attribute("style");
                 }
             }
             continue;
         }
-        *report.removed_attributes.entry(attr.clone()).or_default() += 1;
+        count_name(&mut report.removed_attributes, &attr, 1);
         el.remove_attribute(&attr);
     }
 }

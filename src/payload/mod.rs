@@ -385,8 +385,33 @@ struct OpenState {
     /// a reclassification).
     tag: Option<TagId>,
     body: BodyState,
-    /// Bodies of the element's comments, in order.
-    comments: Vec<String>,
+    /// Bodies of the element's comments, in order, as many as are listed.
+    comments: Comments,
+}
+
+/// Most comments a content payload lists; each is in its own `comment`
+/// event, listed or not.
+const MAX_LISTED_COMMENTS: usize = 1024;
+
+/// The comments a content payload lists: at most [`MAX_LISTED_COMMENTS`],
+/// and no more bytes of them than the element size limit, so that content
+/// of endless comments keeps a payload of bounded size.
+#[derive(Debug, Default)]
+struct Comments {
+    listed: Vec<String>,
+    bytes: usize,
+    left_out: usize,
+}
+
+impl Comments {
+    fn push(&mut self, text: &str, max_bytes: usize) {
+        if self.listed.len() < MAX_LISTED_COMMENTS && self.bytes + text.len() <= max_bytes {
+            self.bytes += text.len();
+            self.listed.push(text.to_string());
+        } else {
+            self.left_out += 1;
+        }
+    }
 }
 
 /// The payload stage. One per parser.
@@ -480,11 +505,18 @@ impl Stage {
                         }
                     }
                     Some(BodyState::Call(call, kept)) => {
-                        let piece = call.feed(&d.text);
-                        if !piece.is_empty() {
-                            out.push(call_delta(d.id, &d.tag, piece));
+                        // The call streams what the element keeps; text past
+                        // the size limit goes on as plain deltas (each byte
+                        // once, and no call state growing past the limit).
+                        let rest = kept.overflow(&d.text).map(str::len).unwrap_or(0);
+                        let (head, rest) = d.text.split_at(d.text.len() - rest);
+                        if !head.is_empty() {
+                            let piece = call.feed(head);
+                            if !piece.is_empty() {
+                                out.push(call_delta(d.id, &d.tag, piece));
+                            }
                         }
-                        if let Some(rest) = kept.overflow(&d.text) {
+                        if !rest.is_empty() {
                             out.push(Event::Delta(Delta { text: rest.to_string(), ..d }));
                         }
                     }
@@ -497,7 +529,7 @@ impl Stage {
                 },
                 Event::Comment(c) => {
                     if let Some(state) = c.element.and_then(|id| self.open.get_mut(&id)) {
-                        state.comments.push(c.text.clone());
+                        state.comments.push(&c.text, self.max_element_len);
                     }
                     out.push(Event::Comment(c));
                 }
@@ -562,7 +594,7 @@ impl Stage {
         } else {
             BodyState::Plain
         };
-        self.open.insert(o.id, OpenState { tag, body, comments: Vec::new() });
+        self.open.insert(o.id, OpenState { tag, body, comments: Comments::default() });
         out.push(Event::Open(o));
     }
 
@@ -591,7 +623,7 @@ impl Stage {
         } else if self.is_content(&el.tag) {
             let (body, comments) = match state.take() {
                 Some(s) => (s.body, s.comments),
-                None => (BodyState::Plain, Vec::new()),
+                None => (BodyState::Plain, Comments::default()),
             };
             content_payload(&el, body, comments, out)
         } else {
@@ -662,7 +694,7 @@ fn finish_content(state: &mut ContentState, id: u32, tag: &crate::event::TagName
 
 /// `{html, comments}` for a content element (plus `truncated: true` when it
 /// passed the size limit: `html` then covers the part that was kept).
-fn content_payload(el: &Element, body: BodyState, comments: Vec<String>, out: &mut Vec<Event>) -> Payload {
+fn content_payload(el: &Element, body: BodyState, comments: Comments, out: &mut Vec<Event>) -> Payload {
     let mut payload = Payload::none();
     let mut filtered = |report: &html::FilterReport| {
         if !report.is_clean_but_comments() {
@@ -697,7 +729,18 @@ fn content_payload(el: &Element, body: BodyState, comments: Vec<String>, out: &m
             s.html
         }
     };
-    let comments = Value::Array(comments.into_iter().map(Value::String).collect());
+    if comments.left_out > 0 {
+        payload.diagnostics.push(diag(
+            Level::Warning,
+            DiagnosticCode::PayloadTruncated,
+            &format!(
+                "payload.comments lists the first {} comments; {} more are left out of it (past {MAX_LISTED_COMMENTS} comments or the element size limit in bytes), each still in its comment event",
+                comments.listed.len(),
+                comments.left_out
+            ),
+        ));
+    }
+    let comments = Value::Array(comments.listed.into_iter().map(Value::String).collect());
     let mut value = object!([("html", Value::String(html)), ("comments", comments)]);
     if el.truncated
         && let Value::Object(map) = &mut value
