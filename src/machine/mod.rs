@@ -104,6 +104,55 @@ struct OpenElement {
     /// Inner text, up to the element size limit.
     text: Vec<u8>,
     truncated: bool,
+    /// Where a JSON body's text is: inside a string, markup is the string's
+    /// text, not a tag (`{"content": "<think> tags"}`).
+    quote: JsonQuote,
+}
+
+/// Where the text of a JSON body has got to, for the one question the
+/// machine asks of it: is the next byte inside a string? (Hand-written:
+/// a JSON reader would read the values too, and the body may be lenient.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum JsonQuote {
+    /// Between values (or not JSON yet).
+    #[default]
+    Out,
+    /// Inside a `"..."` string.
+    In,
+    /// Inside a string, just after a backslash.
+    Escape,
+}
+
+impl JsonQuote {
+    /// The state after `bytes`.
+    fn after(mut self, bytes: &[u8]) -> JsonQuote {
+        let mut rest = bytes;
+        loop {
+            match self {
+                JsonQuote::Out => match memchr::memchr(b'"', rest) {
+                    Some(i) => {
+                        self = JsonQuote::In;
+                        rest = &rest[i + 1..];
+                    }
+                    None => return self,
+                },
+                JsonQuote::In => match memchr::memchr2(b'"', b'\\', rest) {
+                    Some(i) => {
+                        self = if rest[i] == b'"' { JsonQuote::Out } else { JsonQuote::Escape };
+                        rest = &rest[i + 1..];
+                    }
+                    None => return self,
+                },
+                JsonQuote::Escape => match rest.split_first() {
+                    Some((_, tail)) => {
+                        self = JsonQuote::In;
+                        rest = tail;
+                    }
+                    None => return self,
+                },
+            }
+        }
+    }
 }
 
 /// A close tag of a mergeable element, waiting for the next non-space byte
@@ -517,7 +566,7 @@ impl Machine {
         // output are under 64 bytes) instead of growing 8, 16, 32, 64.
         let text = Vec::with_capacity(64);
         let body = self.registry.tag(tag).body;
-        OpenElement { id, tag, body, raw_tag, attrs, start: at, opened, text, truncated: false }
+        OpenElement { id, tag, body, raw_tag, attrs, start: at, opened, text, truncated: false, quote: JsonQuote::Out }
     }
 
     /// Opens the lead (at the start of output) or the default tag (between
@@ -1058,7 +1107,10 @@ impl Machine {
         if let State::Open(el) = &self.state {
             let body = self.registry.tag(el.tag).body;
             let own_close = tag.kind == TagKind::Close && id == el.tag;
-            if (body.is_opaque() && !own_close) || self.registry.is_child(el.tag, tag.name) {
+            if (body.is_opaque() && !own_close)
+                || in_json_string(el, own_close)
+                || self.registry.is_child(el.tag, tag.name)
+            {
                 return self.on_markup_text(tag.span, tag.raw);
             }
         }
@@ -1081,7 +1133,8 @@ impl Machine {
         };
         if let State::Open(el) = &self.state {
             let opaque = self.registry.tag(el.tag).body.is_opaque();
-            if opaque && !(role == MarkerRole::Close && id == el.tag) {
+            let own_close = role == MarkerRole::Close && id == el.tag;
+            if (opaque && !own_close) || in_json_string(el, own_close) {
                 return self.on_markup_text(span, raw);
             }
         }
@@ -1420,6 +1473,9 @@ impl Machine {
         {
             return false;
         }
+        if el.body == BodyKind::Json {
+            el.quote = el.quote.after(chunk);
+        }
         el.text.extend_from_slice(chunk);
         let (id, tag) = (el.id, el.tag);
         if let FenceWatch::Idle { line_start } = &mut self.fence {
@@ -1733,7 +1789,18 @@ enum Kept {
 
 /// Adds text to an element's kept text, up to the size limit.
 #[inline]
+/// Whether a registry tag inside `el` is the text of a JSON string: any tag
+/// but the element's own close, which ends the element wherever it stands
+/// (as every Hermes reader ends a call at the first `</tool_call>`, and so
+/// that a string the model never closed cannot swallow the rest).
+fn in_json_string(el: &OpenElement, own_close: bool) -> bool {
+    el.quote != JsonQuote::Out && !own_close
+}
+
 fn keep_text(limits: MachineLimits, el: &mut OpenElement, bytes: &[u8]) -> Kept {
+    if el.body == BodyKind::Json {
+        el.quote = el.quote.after(bytes);
+    }
     // The common case: all of it fits.
     if bytes.len() <= limits.max_element_len.saturating_sub(el.text.len()) {
         el.text.extend_from_slice(bytes);

@@ -170,6 +170,30 @@ fn auto_closed_by_next_top_level_tag() {
 }
 
 #[test]
+fn markup_inside_a_json_string_is_its_text() {
+    // Tags of the registry inside a call's string arguments (a file being
+    // written, a prompt being explained) are the string's text.
+    let body = r#"{"name": "write_file", "arguments": {"content": "wrap it in <think> tags, \"</content>\" and <tool_call> too\\"}}"#;
+    let input = format!("<tool_call>{body}</tool_call>\nDone.");
+    check(&r(), &input, &[("tool_call", body), ("content", "Done.")], &[]);
+    // Outside the strings a tag still ends a call never closed.
+    check(
+        &r(),
+        "<tool_call>{\"name\": \"f\", \"arguments\": {}}\n<tool_call>{\"name\": \"g\"}</tool_call>",
+        &[("tool_call", "{\"name\": \"f\", \"arguments\": {}}\n"), ("tool_call", "{\"name\": \"g\"}")],
+        &[AutoClosed],
+    );
+    // The call's own close ends it even inside a string, so that a string
+    // never closed cannot swallow the rest of the output.
+    check(
+        &r(),
+        "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": \"x</tool_call>more",
+        &[("tool_call", "{\"name\": \"f\", \"arguments\": {\"a\": \"x"), ("content", "more")],
+        &[],
+    );
+}
+
+#[test]
 fn json_body_auto_closed() {
     check(
         &f(),
