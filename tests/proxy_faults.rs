@@ -125,7 +125,7 @@ async fn error_of(response: reqwest::Response) -> (u16, Value, String) {
 #[tokio::test]
 async fn errors_before_the_first_byte_are_http_statuses() {
     let mock = mock(0).await;
-    let slow = proxy(&mock.url(), |c| c.idle_timeout = Duration::from_millis(300)).await;
+    let slow = proxy(&mock.url(), |c| c.first_byte_timeout = Duration::from_millis(300)).await;
     // Nothing after the head, a slow head, a reset before the first byte.
     for (fault, status, code) in [
         ("stall-after=0", 504, "upstream_timeout"),
@@ -141,6 +141,16 @@ async fn errors_before_the_first_byte_are_http_statuses() {
         assert_eq!(body["error"]["type"], "upstream_error");
         assert!(body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
     }
+    // The idle timeout is for silence inside a body: a head that takes
+    // longer than it (a non-streamed answer, a long prefill) is waited for.
+    let patient = proxy(&mock.url(), |c| {
+        c.idle_timeout = Duration::from_millis(300);
+        c.first_byte_timeout = Duration::from_secs(30);
+    })
+    .await;
+    let response = post(&url(&patient), "sse-filament-tags", "delay-ms=1000").send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(response.text().await.unwrap().ends_with("data: [DONE]\n\n"));
     // A refused connection.
     let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = closed.local_addr().unwrap();

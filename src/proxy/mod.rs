@@ -69,7 +69,7 @@
 //! | what happens | the client gets |
 //! |---|---|
 //! | upstream unreachable, reset or not HTTP before any body byte | `502` with `{"error":{"message","type","param","code","side","retryable"}}` |
-//! | no response head or first byte within the idle timeout | `504`, same body |
+//! | no response head or first byte within [`ProxyConfig::first_byte_timeout`] | `504`, same body |
 //! | upstream answers an error status, or HTML | the upstream's status and body unchanged (counted in `/metrics`) |
 //! | reset, stall past the idle timeout, after the first byte | an in-band `data: {"error":{...}}` event, then `data: [DONE]` |
 //! | a chat stream that ends without `[DONE]` | an `upstream_truncated` error event (unless the upstream sent its own error), then `data: [DONE]` |
@@ -169,9 +169,14 @@ pub struct ProxyConfig {
     pub otel: Option<OtelConfig>,
     /// Where parsed records go.
     pub sinks: Vec<SinkSpec>,
-    /// The longest wait for the upstream's response head, its first body
-    /// byte, and any later read (default 60 s).
+    /// The longest wait for any read of a response body after its first
+    /// byte: a stream silent this long is stalled (default 60 s).
     pub idle_timeout: Duration,
+    /// The longest wait for the upstream's response head and the first
+    /// byte of its body (default 600 s, the OpenAI client's own timeout): a
+    /// non-streamed answer or a long prompt's prefill may take minutes
+    /// before the first byte.
+    pub first_byte_timeout: Duration,
     /// The longest wait for a connection to the upstream (default 10 s).
     pub connect_timeout: Duration,
     /// How long running responses may go on after a shutdown was asked
@@ -207,6 +212,7 @@ impl ProxyConfig {
             otel: None,
             sinks: Vec::new(),
             idle_timeout: Duration::from_secs(60),
+            first_byte_timeout: Duration::from_secs(600),
             connect_timeout: Duration::from_secs(10),
             grace: Duration::from_secs(30),
             max_streams: 4096,

@@ -22,8 +22,11 @@
 //! | reset, stall, proxy shutdown | that error as an event, `data: [DONE]` |
 //!
 //! `[DONE]` is added only on `[DONE]`-framed endpoints (chat and legacy
-//! completions). A line the upstream never finished was never forwarded
-//! (see [`SseRelay::forward`]) and is dropped, as a client would drop it;
+//! completions). A line the upstream never ended is held (see
+//! [`PassRelay::forward`]); at a clean end it is forwarded when it is whole
+//! (`data: [DONE]`, which then ends the stream as if its line end had
+//! come, or a `data:` line of whole JSON), and dropped when it was cut
+//! inside its JSON, as a client would drop it;
 //! when the upstream stopped after a line but before the blank line of its
 //! event, one line end is written first so that the error is an event of
 //! its own:
@@ -169,39 +172,55 @@ struct Watch {
 struct Seen {
     done_framing: bool,
     done: bool,
+    /// The `[DONE]` came in the last, unterminated event, read at the end.
+    done_at_end: bool,
     error: bool,
 }
 
 impl Watch {
     fn new(options: StreamOptions, done_framing: bool) -> Watch {
-        Watch { tap: StreamTap::new(options), seen: Seen { done_framing, done: false, error: false } }
-    }
-
-    fn scan(&mut self, events: &[SourceEvent]) {
-        for event in events {
-            match event {
-                SourceEvent::Done => self.seen.done = true,
-                SourceEvent::StreamError { origin: ErrorOrigin::InBand | ErrorOrigin::ErrorEvent, .. } => {
-                    self.seen.error = true;
-                }
-                _ => {}
-            }
+        Watch {
+            tap: StreamTap::new(options),
+            seen: Seen { done_framing, done: false, done_at_end: false, error: false },
         }
     }
 
+    fn scan(&mut self, events: &[SourceEvent]) {
+        self.seen.scan(events);
+    }
+
     /// Ends the parse: the transport error (unless the stream was done) and
-    /// the last frames.
+    /// the last frames. What the stream said at its end counts: a last
+    /// `data: [DONE]` without the blank line after it (or without any line
+    /// end) is read then, and it is a `[DONE]` (`Seen::done_at_end`).
     fn finish(mut self, end: &End, events: &mut Vec<SourceEvent>) -> (TapEnd, Seen) {
         if let End::Error(err) = end
             && !self.seen.done
         {
             self.tap.transport_error(err.message(), events);
         }
-        (self.tap.finish_frames(), self.seen)
+        let finished = self.tap.finish_frames();
+        let before = self.seen.done;
+        self.seen.scan(&finished.events);
+        self.seen.done_at_end = self.seen.done && !before;
+        (finished, self.seen)
     }
 }
 
 impl Seen {
+    /// Notes the end markers among `events`.
+    fn scan(&mut self, events: &[SourceEvent]) {
+        for event in events {
+            match event {
+                SourceEvent::Done => self.done = true,
+                SourceEvent::StreamError { origin: ErrorOrigin::InBand | ErrorOrigin::ErrorEvent, .. } => {
+                    self.error = true;
+                }
+                _ => {}
+            }
+        }
+    }
+
     /// The error event the client needs at the end, if any.
     fn ending_error(self, end: End) -> Option<ProxyError> {
         match end {
@@ -308,7 +327,15 @@ impl PassRelay {
 
     /// Ends the stream: the error event and `[DONE]` the client still
     /// needs, after a line end if the upstream stopped inside an event.
-    fn end(self, end: End, out: &mut Vec<Bytes>, events: &mut Vec<SourceEvent>) -> EndReport {
+    fn end(mut self, end: End, out: &mut Vec<Bytes>, events: &mut Vec<SourceEvent>) -> EndReport {
+        // A clean end after a whole last line the upstream did not end
+        // (`data: [DONE]` at EOF): the client gets it as sent, as a direct
+        // client would read it. A line cut inside its JSON stays held.
+        if matches!(end, End::Eof) && is_whole_data_line(&self.held) {
+            let last = Bytes::from(std::mem::take(&mut self.held));
+            self.remember_tail(&last);
+            out.push(last);
+        }
         let (finished, seen) = self.watch.finish(&end, events);
         events.extend(finished.events);
         let mut buf = String::new();
@@ -397,7 +424,8 @@ impl RewriteRelay {
             let chunk = tail_chunk(self.template.as_ref(), tail, &marks, pending, self.calls.as_mut());
             write_data(&mut buf, &chunk);
         }
-        let report = seen.write_ending(end, "", self.held_done, &mut buf);
+        // A `[DONE]` read only at the end was not written with its frame.
+        let report = seen.write_ending(end, "", self.held_done || seen.done_at_end, &mut buf);
         if !buf.is_empty() {
             out.push(Bytes::from(buf));
         }
@@ -674,6 +702,14 @@ fn add_text(content: &mut Nullable<Content>, text: &str) {
 /// The line ends to write so that what follows starts a new event, given
 /// the last bytes written (`""` between events; a CR at the end swallows
 /// the first LF).
+/// Whether a line the upstream never ended is whole: `data: [DONE]`, or a
+/// `data:` field whose value is a whole JSON document.
+fn is_whole_data_line(line: &[u8]) -> bool {
+    let Some(value) = line.strip_prefix(b"data:") else { return false };
+    let value = value.strip_prefix(b" ").unwrap_or(value);
+    value == b"[DONE]" || serde_json::from_slice::<serde::de::IgnoredAny>(value).is_ok()
+}
+
 fn boundary_prefix(tail: &[u8]) -> &'static str {
     if tail.is_empty() {
         return "";
@@ -855,6 +891,32 @@ mod tests {
             assert!(report.upstream_done && report.error_code.is_none() && !report.added_done);
             assert!(events.iter().any(|e| e.as_element().is_some_and(|el| &*el.tag == "content" && el.text == "b")));
         }
+    }
+
+    /// A last `data:` line the upstream never ended is read as a client
+    /// reads it: a `[DONE]` (with or without its line end) ends the stream
+    /// with no error, and a whole JSON chunk is forwarded before the
+    /// truncation error; a line cut inside its JSON is not forwarded.
+    #[test]
+    fn an_unended_last_line_is_what_it_says() {
+        let body = stream(&[("<content>Hi", Some("stop"))], false);
+        for last in ["data: [DONE]", "data: [DONE]\n", "data:[DONE]"] {
+            let input = format!("{body}{last}");
+            for read in [5, usize::MAX] {
+                let (out, _, report) = run(&input, false, read, End::Eof);
+                assert_eq!(out, input, "{last:?} at {read}");
+                assert!(report.upstream_done && report.error_code.is_none() && !report.added_done, "{last:?}");
+                let (out, _, report) = run(&input, true, read, End::Eof);
+                assert!(out.ends_with(DONE) && !out.contains("error"), "{last:?}: {out}");
+                assert!(report.error_code.is_none(), "{last:?}");
+            }
+        }
+        let whole = "data: {\"choices\":[]}";
+        let (out, _, report) = run(&format!("{body}{whole}"), false, 5, End::Eof);
+        assert!(out.starts_with(&format!("{body}{whole}\n\n")), "{out}");
+        assert_eq!(report.error_code, Some("upstream_truncated"));
+        let (out, _, _) = run(&format!("{body}data: {{\"cho"), false, 5, End::Eof);
+        assert!(!out.contains("{\"cho"), "{out}");
     }
 
     #[test]

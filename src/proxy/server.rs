@@ -473,10 +473,11 @@ enum Halt {
     Stopping,
 }
 
-/// `fut`, awaited at most the idle timeout and not past a hard stop.
-/// `what` names the awaited thing in the timeout's message.
+/// `fut` (the response head, the first body byte), awaited at most the
+/// first-byte timeout and not past a hard stop. `what` names the awaited
+/// thing in the timeout's message.
 async fn within<T>(app: &App, what: &str, fut: impl Future<Output = T>) -> Result<T, Halt> {
-    let idle = app.config.idle_timeout;
+    let idle = app.config.first_byte_timeout;
     tokio::select! {
         r = tokio::time::timeout(idle, fut) => r.map_err(|_| Halt::Failed(ProxyError::idle(ProxyErrorKind::Timeout, idle, what))),
         () = app.hard_stop.cancelled() => Err(Halt::Stopping),

@@ -23,6 +23,7 @@
 //! | `upstream.api_key` | env `SPINDLE_UPSTREAM_API_KEY` (secret) | none: the client's `Authorization` is forwarded |
 //! | `upstream.connect_timeout` | `--connect-timeout` | `10.0` (seconds) |
 //! | `upstream.idle_timeout` | `--idle-timeout` | `60.0` (seconds) |
+//! | `upstream.first_byte_timeout` | `--first-byte-timeout` | `600.0` (seconds) |
 //! | `parse.profile` | `--profile` | `"chat"` |
 //! | `parse.registry` | `--registry` | none (a registry file instead of the profile) |
 //! | `parse.rewrite` | `--rewrite` | `false` |
@@ -372,8 +373,11 @@ pub struct UpstreamSettings {
     pub api_key: Option<Secret>,
     /// Seconds to wait for a connection (default 10).
     pub connect_timeout: Seconds,
-    /// Seconds of upstream silence before a request fails (default 60).
+    /// Seconds of upstream silence in a body before it fails (default 60).
     pub idle_timeout: Seconds,
+    /// Seconds to wait for the response head and the first body byte
+    /// (default 600).
+    pub first_byte_timeout: Seconds,
 }
 
 /// `[parse]`.
@@ -454,6 +458,7 @@ impl Default for UpstreamSettings {
             api_key: None,
             connect_timeout: Seconds(config.connect_timeout.as_secs_f64()),
             idle_timeout: Seconds(config.idle_timeout.as_secs_f64()),
+            first_byte_timeout: Seconds(config.first_byte_timeout.as_secs_f64()),
         }
     }
 }
@@ -581,6 +586,8 @@ pub struct ProxyOverrides {
     pub sinks: Vec<SinkSpec>,
     /// `--idle-timeout`.
     pub idle_timeout: Option<f64>,
+    /// `--first-byte-timeout`.
+    pub first_byte_timeout: Option<f64>,
     /// `--connect-timeout`.
     pub connect_timeout: Option<f64>,
     /// `--grace`.
@@ -742,6 +749,9 @@ impl ProxySettings {
         if let Some(v) = o.idle_timeout {
             self.upstream.idle_timeout = seconds("--idle-timeout", v)?;
         }
+        if let Some(v) = o.first_byte_timeout {
+            self.upstream.first_byte_timeout = seconds("--first-byte-timeout", v)?;
+        }
         if let Some(v) = o.connect_timeout {
             self.upstream.connect_timeout = seconds("--connect-timeout", v)?;
         }
@@ -869,6 +879,7 @@ impl ProxySettings {
         config.rewrite = self.parse.rewrite;
         config.upstream_api_key = self.upstream.api_key.clone();
         config.idle_timeout = self.upstream.idle_timeout.duration();
+        config.first_byte_timeout = self.upstream.first_byte_timeout.duration();
         config.connect_timeout = self.upstream.connect_timeout.duration();
         config.grace = self.limits.grace.duration();
         config.max_streams = self.limits.max_streams.get();

@@ -92,11 +92,14 @@ pub(crate) struct ProxyArgs {
         value_delimiter = ' '
     )]
     sinks: Vec<SinkSpec>,
-    /// Seconds of upstream silence (waiting for the head, the first byte or
-    /// any later byte) before the request fails (504, or an in-band error
-    /// mid-stream) [default: 60].
+    /// Seconds of upstream silence inside a response body before it fails
+    /// (an in-band error mid-stream) [default: 60].
     #[arg(long, value_name = "SECS")]
     idle_timeout: Option<f64>,
+    /// Seconds to wait for the upstream's response head and first body byte
+    /// (a non-streamed answer, a long prefill) before a 504 [default: 600].
+    #[arg(long, value_name = "SECS")]
+    first_byte_timeout: Option<f64>,
     /// Seconds to wait for a connection to the upstream [default: 10].
     #[arg(long, value_name = "SECS")]
     connect_timeout: Option<f64>,
@@ -160,6 +163,7 @@ impl ProxyArgs {
         o.rewrite = self.rewrite;
         o.sinks.clone_from(&self.sinks);
         o.idle_timeout = self.idle_timeout;
+        o.first_byte_timeout = self.first_byte_timeout;
         o.connect_timeout = self.connect_timeout;
         o.grace = self.grace;
         o.max_streams = self.max_streams;
