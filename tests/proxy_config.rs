@@ -285,3 +285,16 @@ fn public_types_are_send_and_sync() {
     both::<spindle::proxy::NatsSpecError>();
     both::<spindle::proxy::Overflow>();
 }
+
+/// An upstream URL with a user name or password is refused (it would not
+/// be sent, and it is printed wherever the URL is), and the refusal masks
+/// the password.
+#[test]
+fn an_upstream_url_with_credentials_is_refused_masked() {
+    let out =
+        run(spindle().args(["proxy", "--listen", "127.0.0.1:0", "--upstream", "http://user:hunter2@127.0.0.1:9/v1"]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("user name or password") && stderr.contains("user:***@"), "{stderr}");
+    assert!(!stderr.contains("hunter2"), "{stderr}");
+}

@@ -446,6 +446,7 @@ impl RewriteRelay {
                     if let Some(mut chunk) = frame.rewritten_chunk() {
                         if let Some(conv) = &mut self.calls {
                             let pending = std::mem::take(&mut self.pending);
+                            drop_emptied_content(&mut chunk, original);
                             put_calls(&mut chunk, pending, produced, &frame.call_marks, conv);
                         }
                         self.flush_done(buf);
@@ -630,6 +631,31 @@ fn marks_of(marks: &[CallMark], choice: u32) -> Vec<(u32, usize)> {
 /// whose observations go where their calls were (`marks`, in the chunk's
 /// corrected text); `pending` came from frames before that had no chunk,
 /// and goes first.
+/// Leaves out a choice's `content` that had text and has none once the
+/// call text is out of it: a delta that only calls tools has no content,
+/// as OpenAI streams one (not `""`, which clients join into the message).
+/// An upstream's own `""` (a first chunk's) stays as it came.
+fn drop_emptied_content(chunk: &mut ChatChunk, original: &ChatChunk) {
+    let had_text = |index: u32| {
+        original.choices.as_option().into_iter().flatten().any(|c| {
+            c.index.as_option().copied().unwrap_or(0) == index
+                && c.delta
+                    .as_option()
+                    .is_some_and(|d| matches!(&d.content, Nullable::Value(Content::Text(t)) if !t.is_empty()))
+        })
+    };
+    let Some(choices) = chunk.choices.as_mut_option() else { return };
+    for choice in choices {
+        let index = choice.index.as_option().copied().unwrap_or(0);
+        if let Some(delta) = choice.delta.as_mut_option()
+            && matches!(&delta.content, Nullable::Value(Content::Text(t)) if t.is_empty())
+            && had_text(index)
+        {
+            delta.content = Nullable::Absent;
+        }
+    }
+}
+
 fn put_calls(
     chunk: &mut ChatChunk,
     pending: Vec<ChoiceCalls>,
@@ -745,7 +771,7 @@ pub(crate) fn whole_response(
     mut options: StreamOptions,
     body: &[u8],
     rewrite: bool,
-    mut calls: Option<CallConverter>,
+    calls: Option<CallConverter>,
 ) -> (Vec<SourceEvent>, Option<Vec<u8>>) {
     if !rewrite {
         return (crate::sources::ChatStream::response_events(options, body), None);
@@ -767,6 +793,7 @@ pub(crate) fn whole_response(
         return (events, None);
     };
     let id = doc.get("id").and_then(Value::as_str).unwrap_or_default().to_string();
+    let mut calls = calls.map(CallConverter::for_whole_response);
     let produced = calls.as_mut().map(|c| c.convert(&events, &id)).unwrap_or_default();
     let Some(Value::Array(choices)) = doc.get_mut("choices") else {
         return (events, None);
@@ -1074,5 +1101,60 @@ mod tests {
         assert!(events.iter().any(|e| e.as_element().is_some_and(|el| &*el.tag == "content")));
         let (_, untouched) = whole_response(options(), b"<html>nope</html>", true, None);
         assert!(untouched.is_none());
+    }
+
+    /// In a whole response nothing was sent before a call completed: with
+    /// invalid calls passed, an unreadable call is still not sent as a
+    /// tool call (its observation is the content), where a stream sends a
+    /// call as soon as its name arrives. Call ids differ between two
+    /// responses with the same upstream id.
+    #[test]
+    fn a_whole_response_sends_only_readable_calls() {
+        use crate::calls::ToolCatalog;
+        use crate::proxy::InvalidCalls;
+        let mut catalog = ToolCatalog::new();
+        let tools =
+            json!([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]);
+        catalog.add_openai_tools(&tools).unwrap_or_else(|e| panic!("{e}"));
+        let catalog = std::sync::Arc::new(catalog);
+        let whole = |content: &str| {
+            let mut options = StreamOptions::with_registry(Registry::chat());
+            let conv = CallConverter::attach(&mut options, catalog.clone(), InvalidCalls::Pass);
+            let body = json!({"id": "chatcmpl-1", "object": "chat.completion", "choices": [{"index": 0,
+                "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}]});
+            let (_, rewritten) = whole_response(options, body.to_string().as_bytes(), true, Some(conv));
+            serde_json::from_slice::<Value>(&rewritten.unwrap_or_default()).unwrap_or_default()
+        };
+        let bad = whole("<tool_call>{\"name\": \"get_weather\", \"arguments\": [</tool_call>");
+        let message = &bad["choices"][0]["message"];
+        assert!(message.get("tool_calls").is_none(), "{bad}");
+        assert!(message["content"].as_str().is_some_and(|c| c.contains("Observation")), "{bad}");
+        let good = "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}</tool_call>";
+        let (a, b) = (whole(good), whole(good));
+        let id = |v: &Value| v["choices"][0]["message"]["tool_calls"][0]["id"].as_str().map(str::to_string);
+        assert!(id(&a).is_some() && id(&b).is_some() && id(&a) != id(&b), "{a} {b}");
+        // Streamed, a delta that only calls tools has no content (an
+        // upstream's own first "" stays).
+        let mut options = StreamOptions::with_registry(Registry::chat());
+        let conv = CallConverter::attach(&mut options, catalog.clone(), InvalidCalls::Pass);
+        let mut relay = SseRelay::new(options, true, true).with_calls(Some(conv));
+        let (mut out, mut events) = (Vec::new(), Vec::new());
+        let first =
+            json!({"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]});
+        let mut input = format!("data: {first}\n\n");
+        for piece in good.as_bytes().chunks(9) {
+            input.push_str(&chunk(std::str::from_utf8(piece).unwrap_or_default(), None));
+        }
+        let last = json!({"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]});
+        input.push_str(&format!("data: {last}\n\n{DONE}"));
+        relay.feed(Bytes::from(input), &mut out, &mut events);
+        relay.end(End::Eof, &mut out, &mut events);
+        let text: String = out.iter().map(|b| String::from_utf8_lossy(b).into_owned()).collect();
+        let (chunks, done) = contents(&text);
+        assert!(done && chunks.iter().any(|c| c["choices"][0]["delta"]["tool_calls"].is_array()), "{text}");
+        assert_eq!(chunks[0]["choices"][0]["delta"]["content"], json!(""), "{text}");
+        for c in &chunks[1..] {
+            assert!(c["choices"][0]["delta"].get("content").is_none(), "{c}");
+        }
     }
 }

@@ -1008,7 +1008,10 @@ impl ProxyServer {
         if let Some(tc) = &config.tool_calling {
             tc.check(&config.options.registry).map_err(ProxyStartError::ToolCalling)?;
         }
-        let bad = |why: &str| ProxyStartError::Upstream { url: config.upstream.clone(), why: why.to_string() };
+        let bad = |why: &str| ProxyStartError::Upstream {
+            url: super::sink::nats::mask_url(&config.upstream),
+            why: why.to_string(),
+        };
         let url = crate::sources::check_api_url(&config.upstream).map_err(|why| bad(&why))?;
         let origin = url.origin().ascii_serialization();
         let base_path = url.path().trim_end_matches('/').to_string();

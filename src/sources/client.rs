@@ -143,6 +143,10 @@ pub(crate) fn check_api_url(url: &str) -> Result<reqwest::Url, String> {
     if parsed.query().is_some() || parsed.fragment().is_some() {
         return Err("it must not have a query or fragment".into());
     }
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        // Not sent, and printed wherever the URL is: refused, not ignored.
+        return Err("it must not hold a user name or password; give the API key instead".into());
+    }
     Ok(parsed)
 }
 

@@ -62,6 +62,21 @@ pub(crate) struct CallConverter {
     catalog: Arc<ToolCatalog>,
     invalid: InvalidCalls,
     choices: Vec<ChoiceState>,
+    /// Makes this response's call ids its own (see [`call_id`]).
+    nonce: u64,
+    /// How the client gets the calls.
+    delivery: Delivery,
+}
+
+/// How a response's calls reach the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Delivery {
+    /// Streamed: with invalid calls passed, a call goes out as its name
+    /// arrives, and what was sent stays sent.
+    Stream,
+    /// In one response body: nothing is sent before a call is complete,
+    /// so every call is checked whole (an unreadable one is never sent).
+    Whole,
 }
 
 impl CallConverter {
@@ -76,7 +91,14 @@ impl CallConverter {
         invalid: InvalidCalls,
     ) -> CallConverter {
         options.parser.call_text = CallText::Omit;
-        CallConverter { registry: options.registry.clone(), catalog, invalid, choices: Vec::new() }
+        CallConverter {
+            registry: options.registry.clone(),
+            catalog,
+            invalid,
+            choices: Vec::new(),
+            nonce: next_nonce(),
+            delivery: Delivery::Stream,
+        }
     }
 
     /// How many calls a choice has made (sent as `tool_calls`).
@@ -156,6 +178,20 @@ impl CallConverter {
         &mut self.choices[pos]
     }
 
+    /// The converter with the given nonce instead of its own: its call ids
+    /// are those of any other converter given it (for comparing runs).
+    pub(crate) fn with_nonce(mut self, nonce: u64) -> CallConverter {
+        self.nonce = nonce;
+        self
+    }
+
+    /// The converter of a whole (non-streamed) response: no call is sent
+    /// before its element completes.
+    pub(crate) fn for_whole_response(mut self) -> CallConverter {
+        self.delivery = Delivery::Whole;
+        self
+    }
+
     /// Reads a frame's events; returns what each choice gets. `response_id`
     /// seeds the call ids.
     pub(crate) fn convert(&mut self, events: &[SourceEvent], response_id: &str) -> Vec<ChoiceCalls> {
@@ -185,15 +221,20 @@ impl CallConverter {
                     }
                 }
                 Event::CallDelta(d) => {
-                    let invalid = self.invalid;
+                    let send_early = self.invalid == InvalidCalls::Pass && self.delivery == Delivery::Stream;
                     let state = self.state(choice);
                     let slot = state.slots.iter().find(|(id, _)| *id == d.id).map(|(_, s)| *s);
                     let delta = match (slot, &d.name) {
-                        (None, Some(name)) if invalid == InvalidCalls::Pass => {
+                        (None, Some(name)) if send_early => {
                             let index = state.next_index;
                             state.next_index += 1;
                             state.slots.push((d.id, Slot::Streaming { index }));
-                            Some(first_delta(index, &call_id(response_id, choice, index), name, &d.arguments))
+                            Some(first_delta(
+                                index,
+                                &call_id(self.nonce, response_id, choice, index),
+                                name,
+                                &d.arguments,
+                            ))
                         }
                         (None, _) => {
                             state.slots.push((d.id, Slot::Held));
@@ -278,13 +319,14 @@ impl CallConverter {
                 Err(problem) => notes.push(problem.observation()),
             }
         }
+        let nonce = self.nonce;
         let state = self.state(choice);
         let mut deltas = Vec::new();
         for (name, params) in sends {
             let index = state.next_index;
             state.next_index += 1;
             let args = Value::Object(params).to_string();
-            deltas.push(first_delta(index, &call_id(response_id, choice, index), &name, &args));
+            deltas.push(first_delta(index, &call_id(nonce, response_id, choice, index), &name, &args));
         }
         let e = entry(out, choice);
         e.calls.extend(deltas);
@@ -303,11 +345,27 @@ fn entry(out: &mut Vec<ChoiceCalls>, choice: u32) -> &mut ChoiceCalls {
     &mut out[pos]
 }
 
-/// `call_` and 16 hex digits of a hash of the response id, the choice and
-/// the index.
-pub(crate) fn call_id(response_id: &str, choice: u32, index: u32) -> String {
-    let h = super::fnv(&[response_id.as_bytes(), &choice.to_le_bytes(), &index.to_le_bytes()]);
+/// `call_` and 16 hex digits of a hash of the converter's nonce, the
+/// response id, the choice and the index: unique per call, as OpenAI's
+/// are, even when an upstream repeats its response ids (Ollama's
+/// `chatcmpl-` + a number under 1000, a mock's fixed id), so that the
+/// turns of one conversation never share a call id.
+pub(crate) fn call_id(nonce: u64, response_id: &str, choice: u32, index: u32) -> String {
+    let h = super::fnv(&[&nonce.to_le_bytes(), response_id.as_bytes(), &choice.to_le_bytes(), &index.to_le_bytes()]);
     format!("call_{h:016x}")
+}
+
+/// A number no other converter of this process gets, and that another
+/// process is unlikely to: a counter, started from std's per-process
+/// random hash keys (no random-number crate for one seed).
+fn next_nonce() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEED: OnceLock<u64> = OnceLock::new();
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    let seed = *SEED.get_or_init(|| std::collections::hash_map::RandomState::new().build_hasher().finish());
+    seed ^ COUNT.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
 /// The first fragment of a call: index, id, type, name, and the arguments
