@@ -276,7 +276,34 @@ impl ArgumentStream {
         let bytes = text.as_bytes();
         // Bytes of `text` from `run` on are arguments to copy as they are.
         let mut run: Option<usize> = None;
-        for (i, &b) in bytes.iter().enumerate() {
+        let mut i = 0;
+        while i < bytes.len() {
+            // Inside a string of the arguments only `"` and `\` change
+            // anything: skip to the next one (the common case of a long
+            // argument, a file's text, at memchr speed).
+            match &self.phase {
+                Phase::Bare(ArgsCopy::Raw { lex, comma: None, .. })
+                | Phase::Wrapped(Slot::ArgsValue(ArgsCopy::Raw { lex, comma: None, .. }))
+                    if lex.string == Str::In && run.is_some() =>
+                {
+                    match memchr::memchr2(b'"', b'\\', &bytes[i..]) {
+                        Some(k) => i += k,
+                        None => break,
+                    }
+                }
+                Phase::Wrapped(Slot::ArgsValue(ArgsCopy::Decoded { escape })) if escape.is_empty() => {
+                    let k = memchr::memchr2(b'"', b'\\', &bytes[i..]).unwrap_or(bytes.len() - i);
+                    if let Some(plain) = text.get(i..i + k) {
+                        args.push_str(plain);
+                        i += k;
+                        if i == bytes.len() {
+                            break;
+                        }
+                    }
+                }
+                _ => {}
+            }
+            let b = bytes[i];
             let phase = std::mem::replace(&mut self.phase, Phase::Stopped);
             self.phase = match phase {
                 Phase::Before => match (b, &self.name) {
@@ -324,6 +351,7 @@ impl ArgumentStream {
             if run.is_some() && !matches!(self.phase, Phase::Bare(_) | Phase::Wrapped(Slot::ArgsValue(_))) {
                 run = None;
             }
+            i += 1;
         }
         if let Some(start) = run {
             push_run(args, text, start, text.len());
