@@ -278,19 +278,19 @@ impl ArgumentStream {
         let mut run: Option<usize> = None;
         let mut i = 0;
         while i < bytes.len() {
-            // Inside a string of the arguments only `"` and `\` change
-            // anything: skip to the next one (the common case of a long
-            // argument, a file's text, at memchr speed).
-            match &self.phase {
-                Phase::Bare(ArgsCopy::Raw { lex, comma: None, .. })
-                | Phase::Wrapped(Slot::ArgsValue(ArgsCopy::Raw { lex, comma: None, .. }))
-                    if lex.string == Str::In && run.is_some() =>
-                {
-                    match memchr::memchr2(b'"', b'\\', &bytes[i..]) {
-                        Some(k) => i += k,
-                        None => break,
-                    }
+            // The arguments' object, copied raw (the bulk of a call): read
+            // in one loop with its copy state held here, not moved in and
+            // out of the phase byte by byte.
+            if let Some((copy, bare)) = self.take_raw_copy() {
+                i = self.copy_raw(copy, bare, text, i, &mut run, args);
+                if run.is_some() && !matches!(self.phase, Phase::Bare(_) | Phase::Wrapped(Slot::ArgsValue(_))) {
+                    run = None;
                 }
+                continue;
+            }
+            // Inside a string argument only `"` and `\` change anything:
+            // copy up to the next one at once.
+            match &self.phase {
                 Phase::Wrapped(Slot::ArgsValue(ArgsCopy::Decoded { escape })) if escape.is_empty() => {
                     let k = memchr::memchr2(b'"', b'\\', &bytes[i..]).unwrap_or(bytes.len() - i);
                     if let Some(plain) = text.get(i..i + k) {
@@ -356,6 +356,72 @@ impl ArgumentStream {
         if let Some(start) = run {
             push_run(args, text, start, text.len());
         }
+    }
+
+    /// The raw copy of the arguments out of the phase (and whether the body
+    /// is the arguments itself), when that is what is being read.
+    fn take_raw_copy(&mut self) -> Option<(ArgsCopy, bool)> {
+        if !matches!(
+            self.phase,
+            Phase::Bare(ArgsCopy::Raw { .. }) | Phase::Wrapped(Slot::ArgsValue(ArgsCopy::Raw { .. }))
+        ) {
+            return None;
+        }
+        match std::mem::replace(&mut self.phase, Phase::Stopped) {
+            Phase::Bare(copy) => Some((copy, true)),
+            Phase::Wrapped(Slot::ArgsValue(copy)) => Some((copy, false)),
+            other => {
+                self.phase = other;
+                None
+            }
+        }
+    }
+
+    /// Copies the raw arguments from byte `i` of `text` until they end (or
+    /// stop being followable, or the text ends); sets the phase that
+    /// follows and returns where reading goes on. Inside a string only `"`
+    /// and `\` change anything: the bytes up to the next one are skipped
+    /// at once (a long argument, a file's text, at memchr speed).
+    fn copy_raw(
+        &mut self,
+        copy: ArgsCopy,
+        bare: bool,
+        text: &str,
+        mut i: usize,
+        run: &mut Option<usize>,
+        args: &mut String,
+    ) -> usize {
+        let bytes = text.as_bytes();
+        let mut copy = Some(copy);
+        while let Some(current) = copy.take() {
+            if let ArgsCopy::Raw { lex, comma: None, .. } = &current
+                && lex.string == Str::In
+                && run.is_some()
+            {
+                i += memchr::memchr2(b'"', b'\\', &bytes[i..]).unwrap_or(bytes.len() - i);
+            }
+            if i >= bytes.len() {
+                copy = Some(current);
+                break;
+            }
+            let (next, ended) = self.copy_args(current, bytes[i], text, i, run, args);
+            i += 1;
+            match (ended, next) {
+                (true, _) => {
+                    self.phase = if bare { Phase::After } else { Phase::Wrapped(Slot::AfterValue) };
+                    return i;
+                }
+                (false, None) => {
+                    self.phase = Phase::Stopped;
+                    return i;
+                }
+                (false, Some(c)) => copy = Some(c),
+            }
+        }
+        if let Some(c) = copy {
+            self.phase = if bare { Phase::Bare(c) } else { Phase::Wrapped(Slot::ArgsValue(c)) };
+        }
+        i
     }
 
     /// One byte inside the wrapper object.

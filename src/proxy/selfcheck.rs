@@ -248,15 +248,18 @@ pub(crate) fn tool_calling_agreement(selector: u8, text: &str) -> Result<(), Str
     }
     // And a whole response gives the same calls, content and finish
     // reason (its content is null when only calls were made); but where
-    // the stream sent a call it could not read (passed invalid calls go
-    // out as their names arrive), the whole response, which sends nothing
-    // before a call is complete, sends only the calls it can read.
+    // the stream sent a call it could not complete (passed invalid calls
+    // go out as their names arrive: one cut off, or unreadable), the whole
+    // response, which sends nothing before a call is complete, sends only
+    // the calls that were, each as the stream sent it, and none unreadable.
     let mut whole = read_whole(&run, text).map_err(|why| format!("{label}, whole: {why}"))?;
-    let unreadable =
-        |c: &Value| c["arguments"].as_str().is_none_or(|t| serde_json::from_str::<serde::de::IgnoredAny>(t).is_err());
-    if seen.calls.iter().any(unreadable) {
-        return match whole.calls.iter().find(|c| unreadable(c)) {
-            Some(call) => Err(format!("{label}: a whole response sent the unreadable call {call}")),
+    if whole.calls.len() < seen.calls.len() {
+        let unreadable = |c: &Value| {
+            c["arguments"].as_str().is_none_or(|t| serde_json::from_str::<serde::de::IgnoredAny>(t).is_err())
+        };
+        let streamed = |c: &Value| seen.calls.iter().any(|s| same_call(s, c));
+        return match whole.calls.iter().find(|c| unreadable(c) || !streamed(c)) {
+            Some(call) => Err(format!("{label}: a whole response sent {call}, which the stream did not")),
             None => Ok(()),
         };
     }
@@ -270,24 +273,29 @@ pub(crate) fn tool_calling_agreement(selector: u8, text: &str) -> Result<(), Str
 }
 
 impl Seen {
-    /// The same content, finish reason and calls, a call's arguments
-    /// compared as JSON: a stream passes on the arguments as the model
-    /// wrote them (spaces and all), a whole response writes them as read.
+    /// The same content, finish reason and calls (see [`same_call`]).
     fn agrees(&self, other: &Seen) -> bool {
-        let args = |call: &Value| {
-            let mut call = call.clone();
-            if let Some(text) = call.get("arguments").and_then(Value::as_str)
-                && let Ok(parsed) = serde_json::from_str::<Value>(text)
-            {
-                call["arguments"] = parsed;
-            }
-            call
-        };
         self.content == other.content
             && self.finish == other.finish
             && self.calls.len() == other.calls.len()
-            && self.calls.iter().zip(&other.calls).all(|(a, b)| args(a) == args(b))
+            && self.calls.iter().zip(&other.calls).all(|(a, b)| same_call(a, b))
     }
+}
+
+/// The same call, its arguments compared as JSON: a stream passes on the
+/// arguments as the model wrote them (spaces and all), a whole response
+/// writes them as read.
+fn same_call(a: &Value, b: &Value) -> bool {
+    let args = |call: &Value| {
+        let mut call = call.clone();
+        if let Some(text) = call.get("arguments").and_then(Value::as_str)
+            && let Ok(parsed) = serde_json::from_str::<Value>(text)
+        {
+            call["arguments"] = parsed;
+        }
+        call
+    };
+    args(a) == args(b)
 }
 
 #[cfg(test)]
