@@ -49,8 +49,9 @@ pub enum ClientError {
     /// The request body is not a JSON object.
     #[error("the request must be a JSON object, got {0}")]
     InvalidRequest(&'static str),
-    /// The server could not be reached (refused, DNS, TLS, timeout).
-    #[error("cannot reach {url}: {}", super::error_chain(cause))]
+    /// The server could not be reached (refused, DNS, TLS, timeout), or
+    /// the request could not be built (an invalid URL: side `Local`).
+    #[error("{} {url}: {}", if cause.is_builder() { "cannot make a request to" } else { "cannot reach" }, super::error_chain(cause))]
     Connect {
         /// The endpoint.
         url: String,
@@ -253,7 +254,9 @@ impl ChatClient {
         if let Some(key) = &self.api_key {
             req = req.bearer_auth(key);
         }
-        let mut response = req.send().await.map_err(|cause| ClientError::Connect { url: url.clone(), cause })?;
+        // The URL is in the message once (reqwest's error names it too).
+        let mut response =
+            req.send().await.map_err(|cause| ClientError::Connect { url: url.clone(), cause: cause.without_url() })?;
         let status = response.status();
         let content_type = response
             .headers()
