@@ -180,6 +180,7 @@ impl CallConverter {
 
     /// The converter with the given nonce instead of its own: its call ids
     /// are those of any other converter given it (for comparing runs).
+    #[cfg(feature = "testing")]
     pub(crate) fn with_nonce(mut self, nonce: u64) -> CallConverter {
         self.nonce = nonce;
         self
