@@ -1787,8 +1787,6 @@ enum Kept {
     Cut(usize),
 }
 
-/// Adds text to an element's kept text, up to the size limit.
-#[inline]
 /// Whether a registry tag inside `el` is the text of a JSON string: any tag
 /// but the element's own close, which ends the element wherever it stands
 /// (as every Hermes reader ends a call at the first `</tool_call>`, and so
@@ -1797,6 +1795,9 @@ fn in_json_string(el: &OpenElement, own_close: bool) -> bool {
     el.quote != JsonQuote::Out && !own_close
 }
 
+/// Adds text to an element's kept text, up to the size limit (and follows
+/// a JSON body's strings, see [`JsonQuote`]).
+#[inline]
 fn keep_text(limits: MachineLimits, el: &mut OpenElement, bytes: &[u8]) -> Kept {
     if el.body == BodyKind::Json {
         el.quote = el.quote.after(bytes);
