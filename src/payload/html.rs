@@ -222,7 +222,8 @@ impl FilterReport {
         self.broken_tags += other.broken_tags;
         self.escaped += other.escaped;
         add_counts(&mut self.text_tags, other.text_tags);
-        self.unclosed.extend(other.unclosed);
+        let room = MAX_NAMES.saturating_sub(self.unclosed.len());
+        self.unclosed.extend(other.unclosed.into_iter().take(room));
         self.dropped_bytes += other.dropped_bytes;
         if self.degraded.is_none() {
             self.degraded = other.degraded;
@@ -1484,7 +1485,9 @@ impl Pass {
         add_counts(&mut report.text_tags, std::mem::take(&mut self.closer.text_tags));
         let again = match &dropping {
             Some(d) if self.overflowed != Some(d.generation) => {
-                report.unclosed.push(format!("<{}>", d.name));
+                if report.unclosed.len() < MAX_NAMES {
+                    report.unclosed.push(format!("<{}>", d.name));
+                }
                 Some(std::mem::take(&mut self.held))
             }
             _ => None,
