@@ -1474,7 +1474,7 @@ impl Machine {
             return false;
         }
         if el.body == BodyKind::Json {
-            el.quote = el.quote.after(chunk);
+            follow_quotes(el, chunk);
         }
         el.text.extend_from_slice(chunk);
         let (id, tag) = (el.id, el.tag);
@@ -1795,12 +1795,20 @@ fn in_json_string(el: &OpenElement, own_close: bool) -> bool {
     el.quote != JsonQuote::Out && !own_close
 }
 
+/// Follows a JSON body's strings over `bytes` (out of line: text of other
+/// bodies, the hot path, pays one comparison for it and stays small enough
+/// to be inlined).
+#[inline(never)]
+fn follow_quotes(el: &mut OpenElement, bytes: &[u8]) {
+    el.quote = el.quote.after(bytes);
+}
+
 /// Adds text to an element's kept text, up to the size limit (and follows
 /// a JSON body's strings, see [`JsonQuote`]).
 #[inline]
 fn keep_text(limits: MachineLimits, el: &mut OpenElement, bytes: &[u8]) -> Kept {
     if el.body == BodyKind::Json {
-        el.quote = el.quote.after(bytes);
+        follow_quotes(el, bytes);
     }
     // The common case: all of it fits.
     if bytes.len() <= limits.max_element_len.saturating_sub(el.text.len()) {
