@@ -196,6 +196,22 @@ fn a_whole_response_is_read_from_a_json_file_or_with_input_json() {
     }
 }
 
+/// An SSE event longer than the 4 MiB line limit of the proxy's default is
+/// read by `parse` up to `--max-response`; past that it is skipped and
+/// said.
+#[test]
+fn sse_lines_are_read_up_to_max_response() {
+    let text = "x".repeat(5 * 1024 * 1024);
+    let chunk = format!(
+        "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{text}\"}},\"finish_reason\":\"stop\"}}]}}\n\ndata: [DONE]\n\n"
+    );
+    let out = ok(&["parse", "--input", "sse", "--format", "rewrite"], Some(chunk.as_bytes()));
+    assert_eq!(out.len(), text.len());
+    let out = spindle(&["parse", "--input", "sse", "--max-response", "1000"], Some(chunk.as_bytes()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("sse_line_too_long"), "{}", &stdout[..stdout.len().min(500)]);
+}
+
 /// Ollama's own `/api/chat` stream: one JSON object per line.
 const NDJSON: &str = concat!(
     "{\"model\":\"qwen3\",\"message\":{\"role\":\"assistant\",\"content\":\"\",\"thinking\":\"Hm.\"},\"done\":false}\n",

@@ -80,8 +80,8 @@ pub(crate) struct ParseArgs {
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub(crate) choice: u32,
     /// Largest whole response (`--input json`, read to its end before it is
-    /// parsed), and longest line of `--input ndjson` (a longer one is
-    /// skipped and said), in bytes.
+    /// parsed), and longest line of `--input ndjson` or line and event of
+    /// `--input sse` (a longer one is skipped and said), in bytes.
     #[arg(long, value_name = "BYTES", default_value_t = 256 * 1024 * 1024)]
     pub(crate) max_response: usize,
 }
@@ -427,7 +427,12 @@ impl Reader {
             options
         };
         match input {
-            Input::Sse => Reader::Sse { tap: Box::new(StreamTap::new(options())), choice },
+            Input::Sse => {
+                let mut options = options();
+                options.sse.max_line_len = args.max_response;
+                options.sse.max_event_len = args.max_response;
+                Reader::Sse { tap: Box::new(StreamTap::new(options)), choice }
+            }
             Input::Json => {
                 Reader::Json { body: Vec::new(), limit: args.max_response, options: Box::new(options()), choice }
             }
