@@ -343,6 +343,10 @@ named_enum! {
         ClosedAtEof => "closed_at_eof",
         /// A marker cut off by the end of input was dropped.
         TruncatedMarker => "truncated_marker",
+        /// A comment or CDATA section cut off by the end of input stays
+        /// text, and the corrected text closes it (`-->`, `]]>`: the
+        /// repair's `text`), so that the closes after it stay closes.
+        CommentClosedAtEof => "comment_closed_at_eof",
         /// An unparseable payload's text was shown as content.
         FallbackToContent => "fallback_to_content",
         /// An implicitly opened element turned out to be another tag.
@@ -376,7 +380,8 @@ pub struct Repair {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<String>,
     /// For `fallback_to_content`, the element's text to show as content
-    /// (filtered like content HTML).
+    /// (filtered like content HTML); for `comment_closed_at_eof`, the
+    /// delimiter the corrected text adds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
 }

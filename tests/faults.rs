@@ -31,6 +31,35 @@ fn run(registry: &Arc<Registry>, chunks: &[&[u8]], rewrite: bool) -> (Vec<Event>
     (events, text)
 }
 
+/// Output cut inside a comment or CDATA section: the comment stays text,
+/// the corrected text closes it (announced), and reading the corrected
+/// text again gives it back unchanged, at any split.
+#[test]
+fn a_comment_cut_by_the_end_is_closed_in_the_corrected_text() {
+    let cases: [(&str, &str, &str); 6] = [
+        ("filament", "<content>a<!-- c", "<content>a<!-- c--></content>"),
+        ("filament", "<thought>x <!-- y --", "<thought>x <!-- y ----></thought>"),
+        ("filament", "<content>a<![CDATA[ x", "<content>a<![CDATA[ x]]></content>"),
+        ("reasoning", "hm <!-- x", "hm <!-- x-->"),
+        ("action", "<ACTION><T><p><![CDATA[ a", "<ACTION><T><p><![CDATA[ a]]></ACTION>"),
+        ("filament", "<content>a<!-", "<content>a<!-</content>"),
+    ];
+    for (profile, input, want) in cases {
+        let registry = Arc::new(Registry::profile(profile).unwrap());
+        for chunk in [input.len(), 1, 3] {
+            let chunks: Vec<&[u8]> = input.as_bytes().chunks(chunk).collect();
+            let (events, text) = run(&registry, &chunks, true);
+            let text = String::from_utf8(text).unwrap();
+            assert!(text.ends_with(want) || text == want, "{profile} {input:?} at {chunk}: {text:?}");
+            let closed =
+                events.iter().any(|e| matches!(e, Event::Repair(r) if r.kind == RepairKind::CommentClosedAtEof));
+            assert_eq!(closed, want.contains("-->") || want.contains("]]>"), "{input:?}");
+            let (_, again) = run(&registry, &[text.as_bytes()], true);
+            assert_eq!(String::from_utf8(again).unwrap(), text, "{profile} {input:?}: not a fixpoint");
+        }
+    }
+}
+
 fn collapse(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }

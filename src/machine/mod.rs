@@ -1219,7 +1219,38 @@ impl Machine {
             );
         } else {
             self.on_text(span, raw);
+            if kind == UnfinishedKind::Comment {
+                self.close_cut_comment(span, raw);
+            }
         }
+    }
+
+    /// A comment or CDATA section the end of input cut off stays text; the
+    /// corrected text closes it, or the synthetic closes written after it
+    /// would be inside it when the corrected text is read again.
+    fn close_cut_comment(&mut self, span: Span, raw: &[u8]) {
+        let close: &str = if raw.starts_with(b"<!--") {
+            "-->"
+        } else if raw.starts_with(b"<![CDATA[") {
+            "]]>"
+        } else {
+            // `<!`, `<!-`, `<![CD`: not a comment yet, nothing to close.
+            return;
+        };
+        let element = match &self.state {
+            State::Open(el) => Some(el.id),
+            _ => None,
+        };
+        self.emit(Event::Repair(Box::new(Repair {
+            kind: RepairKind::CommentClosedAtEof,
+            tag: None,
+            at: span.end,
+            element,
+            span: None,
+            from: None,
+            text: Some(close.to_string()),
+        })));
+        self.rewrite_raw(close.as_bytes());
     }
 
     /// Ends the input at offset `end`.
