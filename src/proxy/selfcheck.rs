@@ -247,24 +247,33 @@ pub(crate) fn tool_calling_agreement(selector: u8, text: &str) -> Result<(), Str
         return Err(format!("{label}: {seen:?} streamed, {seen_one:?} in one delta"));
     }
     // And a whole response gives the same calls, content and finish
-    // reason (its content is null when only calls were made); but where
-    // the stream sent a call it could not complete (passed invalid calls
-    // go out as their names arrive: one cut off, or unreadable), the whole
-    // response, which sends nothing before a call is complete, sends only
-    // the calls that were, each as the stream sent it, and none unreadable.
+    // reason (its content is null when only calls were made). With
+    // invalid calls passed, a stream sends each call as its name arrives,
+    // read by the streaming reader; a whole response sends nothing before
+    // a call is complete, read whole (by the lenient reader, where the body
+    // needs it). Then the whole response sends no unreadable call and no
+    // call the stream did not start, and where it sends as many calls its
+    // content and finish reason are the stream's.
     let mut whole = read_whole(&run, text).map_err(|why| format!("{label}, whole: {why}"))?;
-    if whole.calls.len() < seen.calls.len() {
+    if whole.content.is_empty() && !whole.calls.is_empty() && seen.content.trim().is_empty() {
+        whole.content.clone_from(&seen.content);
+    }
+    if run.invalid == InvalidCalls::Pass && !whole.agrees(&seen) {
         let unreadable = |c: &Value| {
             c["arguments"].as_str().is_none_or(|t| serde_json::from_str::<serde::de::IgnoredAny>(t).is_err())
         };
-        let streamed = |c: &Value| seen.calls.iter().any(|s| same_call(s, c));
-        return match whole.calls.iter().find(|c| unreadable(c) || !streamed(c)) {
-            Some(call) => Err(format!("{label}: a whole response sent {call}, which the stream did not")),
-            None => Ok(()),
-        };
-    }
-    if whole.content.is_empty() && !whole.calls.is_empty() && seen.content.trim().is_empty() {
-        whole.content.clone_from(&seen.content);
+        if let Some(call) = whole.calls.iter().find(|c| unreadable(c)) {
+            return Err(format!("{label}: a whole response sent the unreadable call {call}"));
+        }
+        if whole.calls.len() > seen.calls.len() {
+            return Err(format!(
+                "{label}: a whole response sent more calls than the stream: {seen:?} streamed, {whole:?} whole"
+            ));
+        }
+        if whole.calls.len() == seen.calls.len() && (whole.content != seen.content || whole.finish != seen.finish) {
+            return Err(format!("{label}: {seen:?} streamed, {whole:?} whole"));
+        }
+        return Ok(());
     }
     if !whole.agrees(&seen) {
         return Err(format!("{label}: {seen:?} streamed, {whole:?} whole"));
