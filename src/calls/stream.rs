@@ -31,7 +31,7 @@
 //! and [`ArgumentStream::finish`] reports that the fragments and the
 //! payload differ.
 
-use crate::scan::incomplete_utf8_tail;
+use crate::scan::{JsonString, incomplete_utf8_tail};
 use serde_json::Value;
 
 /// Body keys that name the tool (as the payload reader has them).
@@ -69,19 +69,11 @@ pub enum StreamOutcome {
     Differs,
 }
 
-/// Where a JSON string is, byte by byte.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Str {
-    Out,
-    In,
-    Escape,
-}
-
 /// A JSON value being skipped or copied: nesting and strings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Lex {
     depth: u32,
-    string: Str,
+    string: JsonString,
     /// The value is a scalar (number, literal): it ends before `,`/`}`.
     scalar: bool,
 }
@@ -89,9 +81,9 @@ struct Lex {
 impl Lex {
     fn start(b: u8) -> Lex {
         match b {
-            b'{' | b'[' => Lex { depth: 1, string: Str::Out, scalar: false },
-            b'"' => Lex { depth: 0, string: Str::In, scalar: false },
-            _ => Lex { depth: 0, string: Str::Out, scalar: true },
+            b'{' | b'[' => Lex { depth: 1, string: JsonString::Out, scalar: false },
+            b'"' => Lex { depth: 0, string: JsonString::In, scalar: false },
+            _ => Lex { depth: 0, string: JsonString::Out, scalar: true },
         }
     }
 
@@ -99,24 +91,15 @@ impl Lex {
     /// with this byte included, `Step::EndedBefore` when it ended before it.
     fn step(&mut self, b: u8) -> LexStep {
         match self.string {
-            Str::Escape => {
-                self.string = Str::In;
+            JsonString::Out => {}
+            JsonString::In if b == b'"' && self.depth == 0 => {
+                self.string = JsonString::Out;
+                return LexStep::Done;
+            }
+            string => {
+                self.string = string.step(b);
                 return LexStep::More;
             }
-            Str::In => {
-                match b {
-                    b'\\' => self.string = Str::Escape,
-                    b'"' => {
-                        self.string = Str::Out;
-                        if self.depth == 0 {
-                            return LexStep::Done;
-                        }
-                    }
-                    _ => {}
-                }
-                return LexStep::More;
-            }
-            Str::Out => {}
         }
         if self.scalar {
             return match b {
@@ -126,7 +109,7 @@ impl Lex {
             };
         }
         match b {
-            b'"' => self.string = Str::In,
+            b'"' => self.string = JsonString::In,
             b'{' | b'[' => self.depth += 1,
             b'}' | b']' => {
                 self.depth = self.depth.saturating_sub(1);
@@ -292,7 +275,7 @@ impl ArgumentStream {
             // copy up to the next one at once.
             match &self.phase {
                 Phase::Wrapped(Slot::ArgsValue(ArgsCopy::Decoded { escape })) if escape.is_empty() => {
-                    let k = memchr::memchr2(b'"', b'\\', &bytes[i..]).unwrap_or(bytes.len() - i);
+                    let k = JsonString::In.unchanged_run(&bytes[i..]);
                     if let Some(plain) = text.get(i..i + k) {
                         args.push_str(plain);
                         i += k;
@@ -395,10 +378,10 @@ impl ArgumentStream {
         let mut copy = Some(copy);
         while let Some(current) = copy.take() {
             if let ArgsCopy::Raw { lex, comma: None, .. } = &current
-                && lex.string == Str::In
+                && lex.string == JsonString::In
                 && run.is_some()
             {
-                i += memchr::memchr2(b'"', b'\\', &bytes[i..]).unwrap_or(bytes.len() - i);
+                i += lex.string.unchanged_run(&bytes[i..]);
             }
             if i >= bytes.len() {
                 copy = Some(current);
@@ -554,7 +537,7 @@ impl ArgumentStream {
                     }
                     *run = Some(i);
                 }
-                let out_of_string = lex.string == Str::Out;
+                let out_of_string = lex.string == JsonString::Out;
                 if out_of_string && !b.is_ascii_whitespace() {
                     if !strict_after(last, b) {
                         // Single quotes, comments, Python literals, an

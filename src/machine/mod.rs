@@ -50,7 +50,7 @@ use crate::event::{
     AttrMap, Close, Comment, Delta, Diagnostic, Element, Event, Gap, Level, Open, Repair, RepairKind, TagName,
 };
 use crate::registry::{BodyKind, LeadOpen, MarkerRole, Registry, TagId};
-use crate::scan::{ScanNotice, Span, TagKind, TagToken, Token, TokenSink, UnfinishedKind};
+use crate::scan::{JsonString, ScanNotice, Span, TagKind, TagToken, Token, TokenSink, UnfinishedKind};
 use fence::{
     Closing, FENCE_HOLD_LIMIT, FenceWatch, closing_fence, indentation_suffix, inside_code_block, opening_suffix,
 };
@@ -106,53 +106,7 @@ struct OpenElement {
     truncated: bool,
     /// Where a JSON body's text is: inside a string, markup is the string's
     /// text, not a tag (`{"content": "<think> tags"}`).
-    quote: JsonQuote,
-}
-
-/// Where the text of a JSON body has got to, for the one question the
-/// machine asks of it: is the next byte inside a string? (Hand-written:
-/// a JSON reader would read the values too, and the body may be lenient.)
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-enum JsonQuote {
-    /// Between values (or not JSON yet).
-    #[default]
-    Out,
-    /// Inside a `"..."` string.
-    In,
-    /// Inside a string, just after a backslash.
-    Escape,
-}
-
-impl JsonQuote {
-    /// The state after `bytes`.
-    fn after(mut self, bytes: &[u8]) -> JsonQuote {
-        let mut rest = bytes;
-        loop {
-            match self {
-                JsonQuote::Out => match memchr::memchr(b'"', rest) {
-                    Some(i) => {
-                        self = JsonQuote::In;
-                        rest = &rest[i + 1..];
-                    }
-                    None => return self,
-                },
-                JsonQuote::In => match memchr::memchr2(b'"', b'\\', rest) {
-                    Some(i) => {
-                        self = if rest[i] == b'"' { JsonQuote::Out } else { JsonQuote::Escape };
-                        rest = &rest[i + 1..];
-                    }
-                    None => return self,
-                },
-                JsonQuote::Escape => match rest.split_first() {
-                    Some((_, tail)) => {
-                        self = JsonQuote::In;
-                        rest = tail;
-                    }
-                    None => return self,
-                },
-            }
-        }
-    }
+    quote: JsonString,
 }
 
 /// A close tag of a mergeable element, waiting for the next non-space byte
@@ -566,7 +520,7 @@ impl Machine {
         // output are under 64 bytes) instead of growing 8, 16, 32, 64.
         let text = Vec::with_capacity(64);
         let body = self.registry.tag(tag).body;
-        OpenElement { id, tag, body, raw_tag, attrs, start: at, opened, text, truncated: false, quote: JsonQuote::Out }
+        OpenElement { id, tag, body, raw_tag, attrs, start: at, opened, text, truncated: false, quote: JsonString::Out }
     }
 
     /// Opens the lead (at the start of output) or the default tag (between
@@ -1823,7 +1777,7 @@ enum Kept {
 /// (as every Hermes reader ends a call at the first `</tool_call>`, and so
 /// that a string the model never closed cannot swallow the rest).
 fn in_json_string(el: &OpenElement, own_close: bool) -> bool {
-    el.quote != JsonQuote::Out && !own_close
+    el.quote != JsonString::Out && !own_close
 }
 
 /// Follows a JSON body's strings over `bytes` (out of line: text of other
@@ -1835,7 +1789,7 @@ fn follow_quotes(el: &mut OpenElement, bytes: &[u8]) {
 }
 
 /// Adds text to an element's kept text, up to the size limit (and follows
-/// a JSON body's strings, see [`JsonQuote`]).
+/// a JSON body's strings, see [`JsonString`]).
 #[inline]
 fn keep_text(limits: MachineLimits, el: &mut OpenElement, bytes: &[u8]) -> Kept {
     if el.body == BodyKind::Json {

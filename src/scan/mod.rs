@@ -51,8 +51,10 @@
 //! its bytes are released as text and a [`Token::Notice`] says so. Memory
 //! held by the scanner is therefore bounded by the larger of the two limits.
 
+mod json;
 mod tag;
 
+pub(crate) use json::JsonString;
 pub use tag::{Attr, Attrs, TagKind, TagToken, decode_entities};
 
 /// A half-open byte range `[start, end)` in the input stream.

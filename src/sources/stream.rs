@@ -49,13 +49,44 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, BoxError>> + Send>>;
 
+/// A reader of a body of chunks: the SSE tap and the JSON-lines tap, read
+/// alike by [`EventStream`].
+trait ChunkReader: std::fmt::Debug + Send {
+    fn feed_into(&mut self, bytes: &[u8], out: &mut Vec<SourceEvent>);
+    fn transport_error(&mut self, message: &str, out: &mut Vec<SourceEvent>);
+    fn finish_into(self: Box<Self>, out: &mut Vec<SourceEvent>);
+}
+
+impl ChunkReader for StreamTap {
+    fn feed_into(&mut self, bytes: &[u8], out: &mut Vec<SourceEvent>) {
+        StreamTap::feed_into(self, bytes, out);
+    }
+    fn transport_error(&mut self, message: &str, out: &mut Vec<SourceEvent>) {
+        StreamTap::transport_error(self, message, out);
+    }
+    fn finish_into(self: Box<Self>, out: &mut Vec<SourceEvent>) {
+        StreamTap::finish_into(*self, out);
+    }
+}
+
+impl ChunkReader for LineTap {
+    fn feed_into(&mut self, bytes: &[u8], out: &mut Vec<SourceEvent>) {
+        LineTap::feed_into(self, bytes, out);
+    }
+    fn transport_error(&mut self, message: &str, out: &mut Vec<SourceEvent>) {
+        LineTap::transport_error(self, message, out);
+    }
+    fn finish_into(self: Box<Self>, out: &mut Vec<SourceEvent>) {
+        LineTap::finish_into(*self, out);
+    }
+}
+
 /// How the body is read.
 #[derive(Debug)]
 enum Body {
-    /// `text/event-stream`.
-    Sse(Box<StreamTap>),
-    /// One JSON chunk per line (`application/x-ndjson`).
-    Lines(Box<LineTap>),
+    /// Chunks: `text/event-stream`, or one JSON chunk per line
+    /// (`application/x-ndjson`).
+    Chunks(Box<dyn ChunkReader>),
     /// One JSON document (a non-streamed response), buffered up to a limit.
     Json { buf: Vec<u8>, limit: usize, overflowed: bool, options: Box<StreamOptions> },
     /// Finished.
@@ -108,7 +139,7 @@ impl EventStream {
         S: Stream<Item = Result<Bytes, E>> + Send + 'static,
         E: Into<BoxError> + 'static,
     {
-        EventStream::with_reader(boxed(body), Body::Sse(Box::new(StreamTap::new(options))))
+        EventStream::with_reader(boxed(body), Body::Chunks(Box::new(StreamTap::new(options))))
     }
 
     /// Reads a JSON-lines body (`application/x-ndjson`: one chunk per line,
@@ -118,7 +149,7 @@ impl EventStream {
         S: Stream<Item = Result<Bytes, E>> + Send + 'static,
         E: Into<BoxError> + 'static,
     {
-        EventStream::with_reader(boxed(body), Body::Lines(Box::new(LineTap::new(options))))
+        EventStream::with_reader(boxed(body), Body::Chunks(Box::new(LineTap::new(options))))
     }
 
     /// Reads a whole JSON response (`chat.completion`, or an error body):
@@ -178,12 +209,7 @@ impl EventStream {
     fn feed(&mut self, bytes: &[u8]) {
         self.bytes += bytes.len() as u64;
         match &mut self.reader {
-            Body::Sse(tap) => {
-                let mut out = Vec::new();
-                tap.feed_into(bytes, &mut out);
-                self.queue.extend(out);
-            }
-            Body::Lines(tap) => {
+            Body::Chunks(tap) => {
                 let mut out = Vec::new();
                 tap.feed_into(bytes, &mut out);
                 self.queue.extend(out);
@@ -216,13 +242,7 @@ impl EventStream {
         self.timer = None;
         let mut out = Vec::new();
         match std::mem::replace(&mut self.reader, Body::Done) {
-            Body::Sse(mut tap) => {
-                if let Some(message) = transport_error {
-                    tap.transport_error(&message, &mut out);
-                }
-                tap.finish_into(&mut out);
-            }
-            Body::Lines(mut tap) => {
+            Body::Chunks(mut tap) => {
                 if let Some(message) = transport_error {
                     tap.transport_error(&message, &mut out);
                 }
