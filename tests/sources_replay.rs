@@ -547,13 +547,15 @@ fn one_bad_path_never_stops_the_run() {
     std::fs::write(dir.join("garbage.json"), b"{ not json").expect("write");
     std::fs::write(dir.join("binary.dat"), [0u8, 159, 146, 150, 0, 1]).expect("write");
     std::fs::write(dir.join("answer.txt"), "<think>hm</think>42").expect("write");
+    // A file named as text is replayed even with a NUL the model wrote.
+    std::fs::write(dir.join("nul.txt"), "<think>a\0b</think>42").expect("write");
     std::fs::write(dir.join("README.md"), "# notes").expect("write");
     let out =
         spindle().args(["replay", "--check"]).arg(&dir).arg(dir.join("missing.sse")).output().expect("run spindle");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "a missing path fails the run: {stdout}");
     assert!(stdout.contains("missing.sse: cannot read"), "{stdout}");
-    assert!(stdout.contains("replayed 1 files"), "the text file still ran: {stdout}");
+    assert!(stdout.contains("replayed 2 files"), "the text files still ran: {stdout}");
     assert!(stdout.contains("not valid JSON"), "{stdout}");
     assert!(stdout.contains("binary file"), "{stdout}");
     assert!(stdout.contains("readme file"), "{stdout}");

@@ -153,8 +153,12 @@ pub fn detect(path: &Path, bytes: &[u8]) -> Detection {
     if looks_like_chunk_line(bytes) {
         return Detection::Replay(TranscriptKind::ChunkLines);
     }
+    // A file named as text is model output whatever bytes the model wrote
+    // (a NUL among them is the parser's to report); a file of another name
+    // with NUL bytes is most likely not a transcript (an image, an archive).
+    let named_text = [".txt", ".md", ".text", ".log"].iter().any(|e| name.ends_with(e));
     let head = &bytes[..bytes.len().min(8192)];
-    if head.contains(&0) {
+    if !named_text && head.contains(&0) {
         return Detection::Skip("binary file (NUL bytes)".into());
     }
     Detection::Replay(TranscriptKind::Text)
