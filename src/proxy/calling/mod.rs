@@ -22,7 +22,7 @@
 //! | `tool_choice` naming a tool | only that tool's manual and "You must call the tool X" | as `auto`; a call of another tool is an invalid call |
 //! | `tool_choice: "none"` | no manual, `tools` removed | the response as the model wrote it (any call text stays text) |
 //! | `tools` that are not function tools, a schema that does not compile, a name given twice, `tool_choice` naming an unknown tool | nothing | `400` `invalid_tools` with `param` |
-//! | assistant `tool_calls` / `role: "tool"` in the history | call text / observation text (consecutive tool messages in one `user` message); a tool message is paired with the first unanswered call of its `tool_call_id` (two calls with one id answer in order) | |
+//! | assistant `tool_calls` / `role: "tool"` in the history | call text / observation text (consecutive tool messages in one `user` message, which is also the user message next to them, observations first before a user's text and after it when the user message comes first, a blank line between: no two user turns in a row); a tool message is paired with the first unanswered call of its `tool_call_id` (two calls with one id answer in order) | |
 //!
 //! Response side, per call:
 //!

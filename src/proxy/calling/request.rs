@@ -157,17 +157,20 @@ fn content_text(msg: &Value) -> String {
 }
 
 /// Rewrites assistant `tool_calls` as call text and runs of `role: "tool"`
-/// (and legacy `role: "function"`) messages as one `user` message of
-/// observation text. Returns whether anything changed.
+/// (and legacy `role: "function"`) messages as observation text in a
+/// `user` message (see [`put_observations`]). Returns whether anything
+/// changed.
 fn replay_history(messages: &mut Vec<Value>, protocol: Protocol) -> bool {
     // (id, name, answered), in call order.
     let mut calls: Vec<(String, String, bool)> = Vec::new();
     let mut out: Vec<Value> = Vec::with_capacity(messages.len());
     let mut changed = false;
     let mut pending: Vec<String> = Vec::new();
-    let flush = |pending: &mut Vec<String>, out: &mut Vec<Value>| {
-        if !pending.is_empty() {
-            out.push(json!({"role": "user", "content": pending.join("\n")}));
+    let flush = |pending: &mut Vec<String>, out: &mut Vec<Value>, next: Option<Value>| {
+        if pending.is_empty() {
+            out.extend(next);
+        } else {
+            put_observations(out, &pending.join("\n"), next);
             pending.clear();
         }
     };
@@ -188,7 +191,11 @@ fn replay_history(messages: &mut Vec<Value>, protocol: Protocol) -> bool {
                 pending.push(observation_text(protocol, &msg, name.as_deref()));
             }
             _ => {
-                flush(&mut pending, &mut out);
+                if role == "user" {
+                    flush(&mut pending, &mut out, Some(msg));
+                    continue;
+                }
+                flush(&mut pending, &mut out, None);
                 if role == "assistant"
                     && let Some(Value::Array(list)) = msg.get("tool_calls").cloned()
                     && let Value::Object(m) = &mut msg
@@ -214,9 +221,130 @@ fn replay_history(messages: &mut Vec<Value>, protocol: Protocol) -> bool {
             }
         }
     }
-    flush(&mut pending, &mut out);
+    flush(&mut pending, &mut out, None);
     *messages = out;
     changed
+}
+
+fn is_user(msg: &Value) -> bool {
+    msg.get("role").and_then(Value::as_str) == Some("user")
+}
+
+/// Puts a run of observations (`text`) into the history, then `next`, so
+/// that no two user turns follow each other (the chat templates of
+/// Mistral, Gemma and Llama 2 raise on that):
+///
+/// - after a user message (a client that sent tool results with no
+///   assistant turn): at the end of its content;
+/// - before a user message (`next`): at the start of its content;
+/// - between two user messages: all in the first (its fields, and those
+///   of the second it lacks);
+/// - else: a user message of its own.
+///
+/// A blank line separates the observations from a user's text; the user
+/// message's other fields (`name`) stay.
+fn put_observations(out: &mut Vec<Value>, text: &str, next: Option<Value>) {
+    let next_user = next.as_ref().is_some_and(is_user);
+    match out.last_mut() {
+        Some(Value::Object(before)) if before.get("role").and_then(Value::as_str) == Some("user") => {
+            let content = add_text(before.shift_remove("content"), text, End::After);
+            before.insert("content".into(), content);
+            match next {
+                Some(Value::Object(after)) if next_user => {
+                    for (key, value) in after {
+                        if key == "content" {
+                            let content = joined(before.shift_remove("content"), value);
+                            before.insert(key, content);
+                        } else {
+                            before.entry(key).or_insert(value);
+                        }
+                    }
+                }
+                next => out.extend(next),
+            }
+        }
+        _ => match next {
+            Some(Value::Object(mut after)) if next_user => {
+                let content = add_text(after.shift_remove("content"), text, End::Before);
+                after.insert("content".into(), content);
+                out.push(Value::Object(after));
+            }
+            next => {
+                out.push(json!({"role": "user", "content": text}));
+                out.extend(next);
+            }
+        },
+    }
+}
+
+/// Where [`add_text`] puts its text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// Before the content.
+    Before,
+    /// After the content.
+    After,
+}
+
+/// A message's `content` with `text` added at one end, a blank line
+/// between: a string stays a string; a list of parts gets a text part
+/// (image and other parts stay as they are).
+fn add_text(content: Option<Value>, text: &str, end: End) -> Value {
+    match content {
+        None | Some(Value::Null) => Value::String(text.to_string()),
+        Some(Value::String(s)) if s.is_empty() => Value::String(text.to_string()),
+        Some(Value::Array(mut parts)) => {
+            let part = match (end, parts.is_empty()) {
+                (_, true) => text.to_string(),
+                (End::Before, false) => format!("{text}\n\n"),
+                (End::After, false) => format!("\n\n{text}"),
+            };
+            let part = json!({"type": "text", "text": part});
+            match end {
+                End::Before => parts.insert(0, part),
+                End::After => parts.push(part),
+            }
+            Value::Array(parts)
+        }
+        Some(other) => {
+            let s = match other {
+                Value::String(s) => s,
+                other => other.to_string(),
+            };
+            Value::String(match end {
+                End::Before => format!("{text}\n\n{s}"),
+                End::After => format!("{s}\n\n{text}"),
+            })
+        }
+    }
+}
+
+/// Two user messages' contents as one, a blank line between.
+fn joined(first: Option<Value>, second: Value) -> Value {
+    match second {
+        Value::Null => first.unwrap_or(Value::Null),
+        Value::String(s) if s.is_empty() => first.unwrap_or(Value::Null),
+        Value::String(s) => add_text(first, &s, End::After),
+        Value::Array(mut parts) => match first {
+            Some(Value::Array(mut before)) => {
+                if !before.is_empty() && !parts.is_empty() {
+                    before.push(json!({"type": "text", "text": "\n\n"}));
+                }
+                before.append(&mut parts);
+                Value::Array(before)
+            }
+            None | Some(Value::Null) => Value::Array(parts),
+            Some(Value::String(s)) if s.is_empty() => Value::Array(parts),
+            Some(other) => {
+                let s = match other {
+                    Value::String(s) => s,
+                    other => other.to_string(),
+                };
+                add_text(Some(Value::Array(parts)), &s, End::Before)
+            }
+        },
+        other => add_text(first, &other.to_string(), End::After),
+    }
 }
 
 /// Puts the manual into the first system (or developer) message: in place
@@ -331,6 +459,62 @@ mod tests {
             out["messages"][3]["content"],
             "Observation: Tool get_weather executed successfully. Result: sunny\nObservation: Tool get_time executed successfully. Result: 12:00"
         );
+    }
+
+    /// The roles of a translated history, in order.
+    fn roles(out: &Value) -> Vec<String> {
+        let msgs = out["messages"].as_array().cloned().unwrap_or_default();
+        msgs.iter().map(|m| m["role"].as_str().unwrap_or_default().to_string()).collect()
+    }
+
+    #[test]
+    fn observations_merge_with_a_user_message_next_to_them() {
+        let call = json!({"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+            "function": {"name": "get_time", "arguments": "{}"}}]});
+        let result = json!({"role": "tool", "tool_call_id": "c1", "content": "12:00"});
+        let obs = "<tool_response>\n12:00\n</tool_response>";
+        // A user message after the run: one user turn, the observation first.
+        let body = json!({"tools": weather(), "messages": [{"role": "user", "content": "Time?"}, call, result,
+            {"role": "user", "name": "ann", "content": "And in Oslo?"}]});
+        let (out, _) = run(body, Protocol::Hermes).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(roles(&out), ["system", "user", "assistant", "user"]);
+        assert_eq!(
+            out["messages"][3],
+            json!({"role": "user", "name": "ann", "content": format!("{obs}\n\nAnd in Oslo?")})
+        );
+        // Content parts: a text part first, the image kept.
+        let image = json!({"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}});
+        let body = json!({"tools": weather(), "messages": [call, result,
+            {"role": "user", "content": [{"type": "text", "text": "What is this?"}, image]}]});
+        let (out, _) = run(body, Protocol::Hermes).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(roles(&out), ["system", "assistant", "user"]);
+        assert_eq!(
+            out["messages"][2]["content"],
+            json!([{"type": "text", "text": format!("{obs}\n\n")}, {"type": "text", "text": "What is this?"}, image])
+        );
+        // Tool results with no assistant turn, after a user message: after its text.
+        let body = json!({"tools": weather(), "messages": [{"role": "user", "content": "Time?"}, result]});
+        let (out, _) = run(body, Protocol::Hermes).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(roles(&out), ["system", "user"]);
+        assert_eq!(out["messages"][1]["content"], format!("Time?\n\n{obs}"));
+        let body = json!({"tools": weather(), "messages": [{"role": "user", "content": [image]}, result]});
+        let (out, _) = run(body, Protocol::Hermes).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(out["messages"][1]["content"], json!([image, {"type": "text", "text": format!("\n\n{obs}")}]));
+        // A user message on each side: one message.
+        let body = json!({"tools": weather(), "messages": [{"role": "user", "content": "Time?"}, result,
+            {"role": "user", "name": "ann", "content": "Thanks."}]});
+        let (out, _) = run(body, Protocol::Hermes).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(roles(&out), ["system", "user"]);
+        assert_eq!(
+            out["messages"][1],
+            json!({"role": "user", "content": format!("Time?\n\n{obs}\n\nThanks."), "name": "ann"})
+        );
+        // Next to no user message: a user message of its own.
+        let body = json!({"tools": weather(), "messages": [{"role": "system", "content": "Hi."}, call,
+            result, {"role": "assistant", "content": "Noon."}]});
+        let (out, _) = run(body, Protocol::Hermes).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(roles(&out), ["system", "assistant", "user", "assistant"]);
+        assert_eq!(out["messages"][2], json!({"role": "user", "content": obs}));
     }
 
     #[test]
