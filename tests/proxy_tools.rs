@@ -272,6 +272,96 @@ async fn history_reaches_the_upstream_as_protocol_text() {
     }
 }
 
+/// A request with the legacy `functions` (and `function_call`) is
+/// translated as one with `tools`, and its answer speaks the legacy API:
+/// the first call as `function_call` (streamed: name, then argument
+/// fragments), finish reason `function_call`, never `tool_calls`. Its
+/// history's `function_call` and `role: "function"` reach the upstream as
+/// protocol text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_functions_get_function_call() {
+    let (upstream, recorded) = recording_mock(0).await;
+    let functions: Vec<Value> = tools().as_array().unwrap().iter().map(|t| t["function"].clone()).collect();
+    for invalid in [InvalidCalls::Pass, InvalidCalls::Drop] {
+        let proxy = tool_proxy(&upstream, Protocol::Hermes, invalid).await;
+        for (model, city) in [("tools/hermes-weather", "Dallas"), ("tools/hermes-parallel", "Tokyo")] {
+            for stream in [true, false] {
+                let body = json!({"model": model, "stream": stream, "functions": functions, "function_call": "auto",
+                    "messages": [{"role": "user", "content": "What is the weather?"}]});
+                let (status, bytes) = post(&proxy, &body).await;
+                assert_eq!(status, 200, "{model}: {}", String::from_utf8_lossy(&bytes));
+                assert!(!String::from_utf8_lossy(&bytes).contains("tool_calls"), "{model} stream={stream}");
+                let (name, args, finish, content) = if stream {
+                    let (mut name, mut args, mut finish) = (None, String::new(), String::new());
+                    for chunk in chunks(&bytes) {
+                        let choice = &chunk["choices"][0];
+                        if let Some(f) = choice["finish_reason"].as_str() {
+                            finish = f.to_string();
+                        }
+                        let call = &choice["delta"]["function_call"];
+                        if let Some(n) = call["name"].as_str() {
+                            assert!(name.is_none() && args.is_empty(), "the name comes once, first");
+                            name = Some(n.to_string());
+                        }
+                        args += call["arguments"].as_str().unwrap_or_default();
+                    }
+                    (name, args, finish, content(&bytes))
+                } else {
+                    let v: Value = serde_json::from_slice(&bytes).unwrap();
+                    let choice = &v["choices"][0];
+                    let call = &choice["message"]["function_call"];
+                    (
+                        call["name"].as_str().map(str::to_string),
+                        call["arguments"].as_str().unwrap_or_default().to_string(),
+                        choice["finish_reason"].as_str().unwrap_or_default().to_string(),
+                        choice["message"]["content"].as_str().unwrap_or_default().to_string(),
+                    )
+                };
+                let label = format!("{model} stream={stream} {invalid:?}");
+                assert_eq!(name.as_deref(), Some("get_current_weather"), "{label}");
+                let args: Value = serde_json::from_str(&args).unwrap();
+                assert_eq!(args["city"], city, "{label}: the first call only");
+                assert_eq!(finish, "function_call", "{label}");
+                no_call_text(&content);
+                if model.ends_with("parallel") {
+                    assert!(content.contains("only one function call per answer"), "{label}: {content:?}");
+                }
+                let sent = recorded.lock().unwrap().last().cloned().unwrap();
+                assert!(sent.get("functions").is_none() && sent.get("function_call").is_none(), "{sent}");
+                let system = sent["messages"][0]["content"].as_str().unwrap_or_default();
+                assert!(system.contains("<tools>") && system.contains("Call at most one tool per answer."));
+            }
+        }
+        proxy.shutdown().await.unwrap();
+    }
+    let proxy = tool_proxy(&upstream, Protocol::Hermes, InvalidCalls::Pass).await;
+    let body = json!({"model": "tools/hermes-weather", "functions": functions, "messages": [
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "assistant", "content": null,
+            "function_call": {"name": "get_current_weather", "arguments": "{\"city\":\"Oslo\"}"}},
+        {"role": "function", "name": "get_current_weather", "content": "12°C, rain"}]});
+    assert_eq!(post(&proxy, &body).await.0, 200);
+    let sent = recorded.lock().unwrap().last().cloned().unwrap();
+    let msgs = sent["messages"].as_array().cloned().unwrap();
+    assert_eq!(
+        msgs[2],
+        json!({"role": "assistant", "content": "<tool_call>\n{\"name\":\"get_current_weather\",\"arguments\":{\"city\":\"Oslo\"}}\n</tool_call>"})
+    );
+    assert_eq!(msgs[3], json!({"role": "user", "content": "<tool_response>\n12°C, rain\n</tool_response>"}));
+    // Both tools and functions: 400 invalid_tools, nothing sent upstream.
+    let before = recorded.lock().unwrap().len();
+    let mut both = ask("tools/hermes-weather", false);
+    both["functions"] = Value::Array(functions);
+    let (status, text) = post(&proxy, &both).await;
+    let err: Value = serde_json::from_slice(&text).unwrap();
+    assert_eq!(
+        (status, &err["error"]["code"], &err["error"]["param"]),
+        (400, &json!("invalid_tools"), &json!("functions"))
+    );
+    assert_eq!(recorded.lock().unwrap().len(), before);
+    proxy.shutdown().await.unwrap();
+}
+
 /// Bad input, each with its defined answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_has_defined_answers() {

@@ -79,9 +79,10 @@ impl ProxyAgent {
 }
 
 /// Whether the loop runs this chat request: a JSON object with
-/// `messages` and no `tools` of its own.
+/// `messages` and no `tools` (nor legacy `functions`) of its own.
 pub(crate) fn runs(request: &Value) -> bool {
-    let has_tools = request.get("tools").and_then(Value::as_array).is_some_and(|t| !t.is_empty());
+    let listed = |key| request.get(key).and_then(Value::as_array).is_some_and(|t| !t.is_empty());
+    let has_tools = listed("tools") || listed("functions");
     request.get("messages").is_some_and(Value::is_array) && !has_tools
 }
 
@@ -396,6 +397,7 @@ mod tests {
         assert!(runs(&json!({"messages": []})));
         assert!(runs(&json!({"messages": [], "tools": []})));
         assert!(!runs(&json!({"messages": [], "tools": [{"type": "function"}]})));
+        assert!(!runs(&json!({"messages": [], "functions": [{"name": "f"}]})));
         assert!(!runs(&json!({"prompt": "x"})));
     }
 }

@@ -36,7 +36,7 @@
 //! data: {"a":1}\n\n|data: {"error":…   that event ends, the error follows
 //! ```
 
-use super::calling::response::{CallConverter, ChoiceCalls, assemble};
+use super::calling::response::{CallConverter, ChoiceCalls};
 use super::error::{ProxyError, ProxyErrorKind};
 use crate::sources::{
     CallMark, ChatChunk, Choice, Content, Delta, ErrorOrigin, Nullable, SourceEvent, SseEvent, SseFault, SseItem,
@@ -547,7 +547,7 @@ fn tail_chunk(
 ) -> String {
     let mut chunk = template.cloned().unwrap_or_default();
     chunk.entry("object").or_insert_with(|| json!("chat.completion.chunk"));
-    let mut texts: Vec<(u32, Option<String>, Vec<Value>)> =
+    let mut texts: Vec<(u32, Option<String>, Vec<ToolCallDelta>)> =
         tail.into_iter().map(|(index, text)| (index, Some(text), Vec::new())).collect();
     for c in placing(Vec::new(), calls, marks) {
         let pos = match texts.iter().position(|t| t.0 == c.choice) {
@@ -563,17 +563,17 @@ fn tail_chunk(
         {
             conv.place_notes(c.choice, text.get_or_insert_with(String::new), &c.notes, &c.at);
         }
-        list.extend(c.calls.iter().filter_map(|d| serde_json::to_value(d).ok()));
+        list.extend(c.calls);
     }
     let choices: Vec<Value> = texts
         .into_iter()
         .map(|(index, text, list)| {
-            let mut delta = Map::new();
+            let mut delta = Delta::default();
             if let Some(text) = text {
-                delta.insert("content".into(), Value::String(text));
+                delta.content = Nullable::Value(Content::Text(text));
             }
-            if !list.is_empty() {
-                delta.insert("tool_calls".into(), Value::Array(list));
+            if let Some(conv) = conv.as_deref() {
+                conv.put_in_delta(&mut delta, list);
             }
             json!({"index": index, "delta": delta, "finish_reason": null})
         })
@@ -696,12 +696,7 @@ fn put_calls(
                 }
             }
         }
-        if !item.calls.is_empty() {
-            match &mut delta.tool_calls {
-                Nullable::Value(list) => list.extend(item.calls),
-                other => *other = Nullable::Value(item.calls),
-            }
-        }
+        conv.put_in_delta(delta, item.calls);
     }
     for choice in chunk.choices.as_mut_option().into_iter().flatten() {
         let index = choice.index.as_option().copied().unwrap_or(0);
@@ -815,13 +810,8 @@ pub(crate) fn whole_response(
         }
         let text = text.as_str();
         let Some(message) = choice.get_mut("message").and_then(Value::as_object_mut) else { continue };
-        if let Some(made) = made.filter(|m| !m.calls.is_empty()) {
-            let mut list = match message.shift_remove("tool_calls") {
-                Some(Value::Array(l)) => l,
-                _ => Vec::new(),
-            };
-            list.extend(assemble(&made.calls));
-            message.insert("tool_calls".into(), Value::Array(list));
+        if let (Some(made), Some(conv)) = (made.filter(|m| !m.calls.is_empty()), calls.as_ref()) {
+            conv.put_in_message(message, &made.calls);
             changed = true;
             if text.trim().is_empty() {
                 // As OpenAI answers a message that only calls tools.
@@ -1155,6 +1145,85 @@ mod tests {
         assert_eq!(chunks[0]["choices"][0]["delta"]["content"], json!(""), "{text}");
         for c in &chunks[1..] {
             assert!(c["choices"][0]["delta"].get("content").is_none(), "{c}");
+        }
+    }
+
+    /// A request with the legacy `functions` gets its calls as
+    /// `function_call`: whole, `{name, arguments}` in the message; streamed,
+    /// the name first, then argument fragments; the first call only (a
+    /// later one's observation is content); finish reason `function_call`;
+    /// never `tool_calls`.
+    #[test]
+    fn legacy_functions_get_a_function_call() {
+        use crate::calls::ToolCatalog;
+        use crate::proxy::InvalidCalls;
+        use crate::proxy::calling::CallShape;
+        let mut catalog = ToolCatalog::new();
+        let tools =
+            json!([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]);
+        catalog.add_openai_tools(&tools).unwrap_or_else(|e| panic!("{e}"));
+        let catalog = std::sync::Arc::new(catalog);
+        let call = |city: &str| {
+            format!("<tool_call>{{\"name\": \"get_weather\", \"arguments\": {{\"city\": \"{city}\"}}}}</tool_call>")
+        };
+        let two = format!("Looking.\n{}\n{}", call("Oslo"), call("Rome"));
+        let later = "Observation: Error - Tool get_weather was not run: only one function call per answer";
+        for invalid in [InvalidCalls::Pass, InvalidCalls::Drop] {
+            let converter = |options: &mut StreamOptions| {
+                CallConverter::attach(options, catalog.clone(), invalid).with_shape(CallShape::FunctionCall)
+            };
+            // Whole.
+            let mut options = StreamOptions::with_registry(Registry::chat());
+            let conv = converter(&mut options);
+            let body = json!({"id": "chatcmpl-1", "object": "chat.completion", "choices": [{"index": 0,
+                "message": {"role": "assistant", "content": two}, "finish_reason": "stop"}]});
+            let (_, rewritten) = whole_response(options, body.to_string().as_bytes(), true, Some(conv));
+            let v: Value = serde_json::from_slice(&rewritten.unwrap_or_default()).unwrap_or_default();
+            let message = &v["choices"][0]["message"];
+            assert_eq!(message["function_call"], json!({"name": "get_weather", "arguments": "{\"city\":\"Oslo\"}"}));
+            assert!(message.get("tool_calls").is_none(), "{v}");
+            assert_eq!(v["choices"][0]["finish_reason"], "function_call");
+            let content = message["content"].as_str().unwrap_or_default();
+            assert!(content.starts_with("Looking.\n") && content.contains(later), "{content:?}");
+            // Streamed, with a finish chunk, and ended by [DONE] alone with
+            // the call never closed (its fragments go out in the tail).
+            let deltas = |text: &str| {
+                let chars: Vec<char> = text.chars().collect();
+                chars.chunks(5).map(|c| chunk(&c.iter().collect::<String>(), None)).collect::<String>()
+            };
+            let finished = format!(
+                "{}data: {}\n\n",
+                deltas(&two),
+                json!({"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+            );
+            let unclosed = "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}";
+            for (input, finish) in [(finished, Some("function_call")), (deltas(unclosed), None)] {
+                let mut options = StreamOptions::with_registry(Registry::chat());
+                let conv = converter(&mut options);
+                let mut relay = SseRelay::new(options, true, true).with_calls(Some(conv));
+                let (mut out, mut events) = (Vec::new(), Vec::new());
+                for piece in format!("{input}{DONE}").as_bytes().chunks(7) {
+                    relay.feed(Bytes::copy_from_slice(piece), &mut out, &mut events);
+                }
+                relay.end(End::Eof, &mut out, &mut events);
+                let text: String = out.iter().map(|b| String::from_utf8_lossy(b).into_owned()).collect();
+                let (chunks, done) = contents(&text);
+                assert!(done && !text.contains("tool_calls"), "{text}");
+                let calls: Vec<&Value> =
+                    chunks.iter().filter_map(|c| c["choices"][0]["delta"].get("function_call")).collect();
+                assert_eq!(calls.first().map(|f| &f["name"]), Some(&json!("get_weather")), "{text}");
+                assert!(calls[1..].iter().all(|f| f.get("name").is_none()), "the name comes once, first: {text}");
+                let args: String = calls.iter().filter_map(|f| f["arguments"].as_str()).collect();
+                assert_eq!(serde_json::from_str::<Value>(&args).ok(), Some(json!({"city": "Oslo"})), "{text}");
+                let finishes: Vec<&str> =
+                    chunks.iter().filter_map(|c| c["choices"][0]["finish_reason"].as_str()).collect();
+                assert_eq!(finishes.last().copied(), finish, "{text}");
+                if finish.is_some() {
+                    let content: String =
+                        chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+                    assert!(content.starts_with("Looking.\n") && content.contains(later), "{content:?}");
+                }
+            }
         }
     }
 }

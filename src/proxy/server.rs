@@ -616,7 +616,7 @@ fn choose_mode(app: &App, endpoint: Endpoint, head: &Head, tools: Option<ToolReq
     options.parser.rewrite = false;
     let converter = match (app.config.tool_calling, tools) {
         (Some(tc), Some(req)) if endpoint == Endpoint::Chat && head.parse => {
-            Some(CallConverter::attach(&mut options, req.catalog, tc.invalid_calls))
+            Some(CallConverter::attach(&mut options, req.catalog, tc.invalid_calls).with_shape(req.shape))
         }
         _ => None,
     };

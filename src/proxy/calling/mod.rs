@@ -7,7 +7,8 @@
 //! the history's `tool_calls` and `role: "tool"` messages become call and
 //! observation text) and the response side (`response`: call elements
 //! the parser reads become `tool_calls` deltas, the content loses their
-//! text, `finish_reason` becomes `tool_calls`). The renderings themselves
+//! text, `finish_reason` becomes `tool_calls`), for the legacy
+//! `functions`/`function_call` API too ([`CallShape`]). The renderings themselves
 //! (manual, call text, observation text) are [`crate::tools`]'; the
 //! reading of calls is [`crate::calls`]' and the parser's. It must not
 //! touch sockets (that is the server's and the pump's).
@@ -22,7 +23,9 @@
 //! | `tool_choice` naming a tool | only that tool's manual and "You must call the tool X" | as `auto`; a call of another tool is an invalid call |
 //! | `tool_choice: "none"` | no manual, `tools` removed | the response as the model wrote it (any call text stays text) |
 //! | `tools` that are not function tools, a schema that does not compile, a name given twice, `tool_choice` naming an unknown tool | nothing | `400` `invalid_tools` with `param` |
-//! | assistant `tool_calls` / `role: "tool"` in the history | call text / observation text (consecutive tool messages in one `user` message, which is also the user message next to them, observations first before a user's text and after it when the user message comes first, a blank line between: no two user turns in a row); a tool message is paired with the first unanswered call of its `tool_call_id` (two calls with one id answer in order) | |
+//! | legacy `functions` (and `function_call`: `"auto"`, `"none"`, `{"name": ...}`) | as `tools` (each function a function tool) and `tool_choice`, and "Call at most one tool per answer"; no `functions`/`function_call` | the first call as `message.function_call` / `delta.function_call` (name, then argument fragments; no id), a later one's not-run observation in the content, `finish_reason: "function_call"` |
+//! | both `tools` and `functions` | nothing | `400` `invalid_tools` with `param: "functions"` |
+//! | assistant `tool_calls` (or legacy `function_call`) / `role: "tool"` (or `"function"`) in the history | call text / observation text (consecutive tool messages in one `user` message, which is also the user message next to them, observations first before a user's text and after it when the user message comes first, a blank line between: no two user turns in a row); a tool message is paired with the first unanswered call of its `tool_call_id` (two calls with one id answer in order) | |
 //!
 //! Response side, per call:
 //!
@@ -76,6 +79,53 @@ pub struct ToolCalling {
     pub protocol: Protocol,
     /// What happens to invalid calls.
     pub invalid_calls: InvalidCalls,
+}
+
+/// Which of OpenAI's two tool-calling APIs a request used, and so the
+/// shape its response's calls take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum CallShape {
+    /// `tools` and `tool_choice`: calls as `tool_calls` (with ids), the
+    /// finish reason `tool_calls`.
+    #[default]
+    ToolCalls,
+    /// The legacy `functions` and `function_call`: one call per answer, as
+    /// `function_call` (no id), the finish reason `function_call`.
+    FunctionCall,
+}
+
+impl CallShape {
+    /// The request field that lists the tools.
+    pub(crate) fn tools_param(self) -> &'static str {
+        match self {
+            CallShape::ToolCalls => "tools",
+            CallShape::FunctionCall => "functions",
+        }
+    }
+
+    /// The request field that says what to call.
+    pub(crate) fn choice_param(self) -> &'static str {
+        match self {
+            CallShape::ToolCalls => "tool_choice",
+            CallShape::FunctionCall => "function_call",
+        }
+    }
+
+    /// The finish reason of a choice that made calls.
+    pub(crate) fn finish_reason(self) -> &'static str {
+        match self {
+            CallShape::ToolCalls => "tool_calls",
+            CallShape::FunctionCall => "function_call",
+        }
+    }
+
+    /// How many calls one choice may make.
+    pub(crate) fn max_calls(self) -> u32 {
+        match self {
+            CallShape::ToolCalls => u32::MAX,
+            CallShape::FunctionCall => 1,
+        }
+    }
 }
 
 /// The protocols the proxy can translate.

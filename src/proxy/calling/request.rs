@@ -4,22 +4,25 @@
 //! [`super`]). It owns the request JSON only; the texts are
 //! [`crate::tools`]'.
 
+use super::CallShape;
 use crate::calls::ToolCatalog;
 use crate::proxy::error::{ProxyError, ProxyErrorKind};
 use crate::tools::{Protocol, call_text, manual, observation_text, place_manual};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use std::sync::Arc;
 
-/// What the request asked of tools (`tool_choice`).
+/// What the request asked of tools (`tool_choice`, or the legacy
+/// `function_call`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ToolChoice {
     /// `"auto"` or absent.
     Auto,
     /// `"none"`.
     None,
-    /// `"required"`.
+    /// `"required"` (not in the legacy API).
     Required,
-    /// `{"type": "function", "function": {"name": ...}}`.
+    /// `{"type": "function", "function": {"name": ...}}` (legacy:
+    /// `{"name": ...}`).
     Named(String),
 }
 
@@ -28,6 +31,8 @@ pub(crate) enum ToolChoice {
 pub(crate) struct ToolRequest {
     /// The tools the answer may call (all of them, or the named one).
     pub(crate) catalog: Arc<ToolCatalog>,
+    /// The API the request used, which the response speaks.
+    pub(crate) shape: CallShape,
 }
 
 /// A request after the tool translation.
@@ -48,7 +53,7 @@ fn invalid(param: &'static str, message: String) -> ProxyError {
 /// # Errors
 ///
 /// `400 invalid_tools` for tools or a `tool_choice` that cannot be
-/// rendered (see [`super`]).
+/// rendered, or both `tools` and the legacy `functions` (see [`super`]).
 pub(crate) fn prepare(body: &[u8], protocol: Protocol) -> Result<Prepared, ProxyError> {
     let unchanged = Prepared { body: None, tools: None };
     let mut doc = match serde_json::from_slice::<Value>(body) {
@@ -67,20 +72,39 @@ pub(crate) fn prepare(body: &[u8], protocol: Protocol) -> Result<Prepared, Proxy
     let tools = doc.shift_remove("tools");
     let choice_value = doc.shift_remove("tool_choice");
     let parallel = doc.shift_remove("parallel_tool_calls");
-    let mut changed = tools.is_some() || choice_value.is_some() || parallel.is_some();
+    let functions = doc.shift_remove("functions");
+    let function_call = doc.shift_remove("function_call");
+    let mut changed = [&tools, &choice_value, &parallel, &functions, &function_call].iter().any(|v| v.is_some());
+    let given = |v: &Option<Value>| v.as_ref().is_some_and(|v| !v.is_null());
+    let (shape, tools, choice_value) = match (given(&tools), given(&functions)) {
+        (true, true) => {
+            return Err(invalid(
+                "functions",
+                "the request has both tools and the legacy functions; send one of them".into(),
+            ));
+        }
+        (false, true) => (CallShape::FunctionCall, functions.map(as_tools), function_call),
+        _ => (CallShape::ToolCalls, tools, choice_value),
+    };
+    let (tools_param, choice_param) = (shape.tools_param(), shape.choice_param());
     let mut catalog = ToolCatalog::new();
     if let Some(tools) = tools.as_ref().filter(|t| !t.is_null()) {
-        catalog.add_openai_tools(tools).map_err(|e| invalid("tools", format!("the request's tools: {e}")))?;
+        catalog
+            .add_openai_tools(tools)
+            .map_err(|e| invalid(tools_param, format!("the request's {tools_param}: {e}")))?;
     }
-    let choice = read_choice(choice_value.as_ref())?;
+    let choice = read_choice(choice_value.as_ref(), shape)?;
     let allowed = match &choice {
         ToolChoice::Named(name) => {
             let Some(def) = catalog.get(name) else {
                 let hint = catalog.suggest_tool(name).map(|s| format!(" (did you mean {s:?}?)")).unwrap_or_default();
-                return Err(invalid("tool_choice", format!("tool_choice names {name:?}, which is not in tools{hint}")));
+                return Err(invalid(
+                    choice_param,
+                    format!("{choice_param} names {name:?}, which is not in {tools_param}{hint}"),
+                ));
             };
             let mut only = ToolCatalog::new();
-            only.add(def.clone()).map_err(|e| invalid("tools", e.to_string()))?;
+            only.add(def.clone()).map_err(|e| invalid(tools_param, e.to_string()))?;
             only
         }
         ToolChoice::Required if catalog.is_empty() => {
@@ -101,12 +125,13 @@ pub(crate) fn prepare(body: &[u8], protocol: Protocol) -> Result<Prepared, Proxy
                 }
                 _ => {}
             }
-            if parallel == Some(Value::Bool(false)) {
+            // The legacy API has one call per answer.
+            if parallel == Some(Value::Bool(false)) || shape == CallShape::FunctionCall {
                 text.push_str("\n\nCall at most one tool per answer.");
             }
             put_manual(messages, &text);
             changed = true;
-            tools_out = Some(ToolRequest { catalog: Arc::new(allowed) });
+            tools_out = Some(ToolRequest { catalog: Arc::new(allowed), shape });
         }
     }
     if !changed {
@@ -116,15 +141,33 @@ pub(crate) fn prepare(body: &[u8], protocol: Protocol) -> Result<Prepared, Proxy
     Ok(Prepared { body: Some(body), tools: tools_out })
 }
 
-fn read_choice(value: Option<&Value>) -> Result<ToolChoice, ProxyError> {
+/// The legacy `functions` as `tools`: each function wrapped as a function
+/// tool (anything but a list is left for the catalog to refuse).
+fn as_tools(functions: Value) -> Value {
+    match functions {
+        Value::Array(list) => {
+            Value::Array(list.into_iter().map(|f| json!({"type": "function", "function": f})).collect())
+        }
+        other => other,
+    }
+}
+
+/// Reads `tool_choice`, or the legacy `function_call` (which has no
+/// `"required"`), by `shape`.
+fn read_choice(value: Option<&Value>, shape: CallShape) -> Result<ToolChoice, ProxyError> {
+    let param = shape.choice_param();
     Ok(match value {
         None | Some(Value::Null) => ToolChoice::Auto,
-        Some(Value::String(s)) => match s.as_str() {
-            "auto" => ToolChoice::Auto,
-            "none" => ToolChoice::None,
-            "required" => ToolChoice::Required,
-            other => {
-                return Err(invalid("tool_choice", format!("unknown tool_choice {other:?} (auto, none, required)")));
+        Some(Value::String(s)) => match (s.as_str(), shape) {
+            ("auto", _) => ToolChoice::Auto,
+            ("none", _) => ToolChoice::None,
+            ("required", CallShape::ToolCalls) => ToolChoice::Required,
+            (other, _) => {
+                let known = match shape {
+                    CallShape::ToolCalls => "auto, none, required",
+                    CallShape::FunctionCall => "auto, none",
+                };
+                return Err(invalid(param, format!("unknown {param} {other:?} ({known})")));
             }
         },
         Some(v @ Value::Object(_)) => {
@@ -132,16 +175,15 @@ fn read_choice(value: Option<&Value>) -> Result<ToolChoice, ProxyError> {
             match name {
                 Some(n) => ToolChoice::Named(n.to_string()),
                 None => {
-                    return Err(invalid(
-                        "tool_choice",
-                        format!(
-                            "tool_choice {v} names no function ({{\"type\": \"function\", \"function\": {{\"name\": ...}}}})"
-                        ),
-                    ));
+                    let form = match shape {
+                        CallShape::ToolCalls => "{\"type\": \"function\", \"function\": {\"name\": ...}}",
+                        CallShape::FunctionCall => "{\"name\": ...}",
+                    };
+                    return Err(invalid(param, format!("{param} {v} names no function ({form})")));
                 }
             }
         }
-        Some(other) => return Err(invalid("tool_choice", format!("tool_choice {other} is not a string or an object"))),
+        Some(other) => return Err(invalid(param, format!("{param} {other} is not a string or an object"))),
     })
 }
 
@@ -156,10 +198,10 @@ fn content_text(msg: &Value) -> String {
     }
 }
 
-/// Rewrites assistant `tool_calls` as call text and runs of `role: "tool"`
-/// (and legacy `role: "function"`) messages as observation text in a
-/// `user` message (see [`put_observations`]). Returns whether anything
-/// changed.
+/// Rewrites assistant `tool_calls` (and legacy `function_call`) as call
+/// text and runs of `role: "tool"` (and legacy `role: "function"`)
+/// messages as observation text in a `user` message (see
+/// [`put_observations`]). Returns whether anything changed.
 fn replay_history(messages: &mut Vec<Value>, protocol: Protocol) -> bool {
     // (id, name, answered), in call order.
     let mut calls: Vec<(String, String, bool)> = Vec::new();
@@ -197,11 +239,10 @@ fn replay_history(messages: &mut Vec<Value>, protocol: Protocol) -> bool {
                 }
                 flush(&mut pending, &mut out, None);
                 if role == "assistant"
-                    && let Some(Value::Array(list)) = msg.get("tool_calls").cloned()
                     && let Value::Object(m) = &mut msg
+                    && let Some(list) = take_calls(m)
                 {
                     changed = true;
-                    m.shift_remove("tool_calls");
                     if list.is_empty() {
                         out.push(msg);
                         continue;
@@ -224,6 +265,24 @@ fn replay_history(messages: &mut Vec<Value>, protocol: Protocol) -> bool {
     flush(&mut pending, &mut out, None);
     *messages = out;
     changed
+}
+
+/// Takes an assistant message's calls out of it: its `tool_calls` list,
+/// then its legacy `function_call` as one more entry. `None` when it has
+/// neither.
+fn take_calls(m: &mut Map<String, Value>) -> Option<Vec<Value>> {
+    let mut list = None;
+    if matches!(m.get("tool_calls"), Some(Value::Array(_)))
+        && let Some(Value::Array(calls)) = m.shift_remove("tool_calls")
+    {
+        list = Some(calls);
+    }
+    if matches!(m.get("function_call"), Some(Value::Object(_)))
+        && let Some(function) = m.shift_remove("function_call")
+    {
+        list.get_or_insert_with(Vec::new).push(json!({"type": "function", "function": function}));
+    }
+    list
 }
 
 fn is_user(msg: &Value) -> bool {
@@ -515,6 +574,83 @@ mod tests {
         let (out, _) = run(body, Protocol::Hermes).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(roles(&out), ["system", "assistant", "user", "assistant"]);
         assert_eq!(out["messages"][2], json!({"role": "user", "content": obs}));
+    }
+
+    /// The legacy functions of `weather()`.
+    fn functions() -> Value {
+        Value::Array(weather().as_array().into_iter().flatten().map(|t| t["function"].clone()).collect())
+    }
+
+    #[test]
+    fn legacy_functions_are_tools() {
+        let msgs = json!([{"role": "user", "content": "hi"}]);
+        for choice in [None, Some(json!("auto"))] {
+            let mut body = json!({"model": "m", "functions": functions(), "messages": msgs});
+            if let Some(choice) = choice {
+                body["function_call"] = choice;
+            }
+            let (out, tools) = run(body, Protocol::Hermes).unwrap_or_else(|e| panic!("{e}"));
+            assert!(out.get("functions").is_none() && out.get("function_call").is_none(), "{out}");
+            let sys = out["messages"][0]["content"].as_str().unwrap_or_default();
+            assert!(sys.contains("\"name\":\"get_weather\"") && sys.contains("get_time"), "{sys}");
+            assert!(sys.ends_with("Call at most one tool per answer."), "one call per answer: {sys}");
+            let tools = tools.unwrap_or_else(|| panic!("no tools"));
+            assert_eq!(tools.shape, CallShape::FunctionCall);
+            assert_eq!(names(&tools.catalog), ["get_weather", "get_time"]);
+        }
+        let named = json!({"functions": functions(), "function_call": {"name": "get_time"}, "messages": msgs});
+        let (out, tools) = run(named, Protocol::Hermes).unwrap_or_else(|e| panic!("{e}"));
+        let sys = out["messages"][0]["content"].as_str().unwrap_or_default();
+        assert!(sys.contains("You must call the tool get_time") && !sys.contains("get_weather"), "{sys}");
+        assert_eq!(names(&tools.map(|t| t.catalog).unwrap_or_default()), ["get_time"]);
+        let none = json!({"functions": functions(), "function_call": "none", "messages": msgs});
+        let (out, tools) = run(none, Protocol::Hermes).unwrap_or_else(|e| panic!("{e}"));
+        assert!(tools.is_none() && out.get("functions").is_none() && out.get("function_call").is_none());
+        assert_eq!(out["messages"], msgs, "no manual for none");
+        // Native requests keep their shape.
+        let (_, tools) =
+            run(json!({"tools": weather(), "messages": msgs}), Protocol::Hermes).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(tools.map(|t| t.shape), Some(CallShape::ToolCalls));
+        for (body, param) in [
+            (json!({"tools": weather(), "functions": functions(), "messages": msgs}), "functions"),
+            (json!({"functions": functions(), "function_call": "required", "messages": msgs}), "function_call"),
+            (
+                json!({"functions": functions(), "function_call": {"name": "get_wether"}, "messages": msgs}),
+                "function_call",
+            ),
+            (json!({"functions": functions(), "function_call": {"nom": "x"}, "messages": msgs}), "function_call"),
+            (json!({"functions": [{"description": "no name"}], "messages": msgs}), "functions"),
+            (json!({"functions": {"name": "f"}, "messages": msgs}), "functions"),
+        ] {
+            let err = run(body.clone(), Protocol::Hermes).err().unwrap_or_else(|| panic!("accepted {body}"));
+            assert_eq!((err.status(), err.code()), (400, "invalid_tools"), "{body}");
+            assert_eq!(err.to_json()["error"]["param"], param, "{body}: {err}");
+        }
+    }
+
+    #[test]
+    fn legacy_function_call_history_replays_as_call_text() {
+        let body = json!({"functions": functions(), "messages": [
+            {"role": "user", "content": "Weather in Oslo?"},
+            {"role": "assistant", "content": null,
+                "function_call": {"name": "get_weather", "arguments": "{\"city\":\"Oslo\"}"}},
+            {"role": "function", "name": "get_weather", "content": "sunny"},
+            {"role": "assistant", "content": "Sunny."}]});
+        let (out, _) = run(body.clone(), Protocol::Hermes).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(roles(&out), ["system", "user", "assistant", "user", "assistant"]);
+        let call = &out["messages"][2];
+        assert!(call.get("function_call").is_none(), "{call}");
+        assert_eq!(
+            call["content"],
+            "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Oslo\"}}\n</tool_call>"
+        );
+        assert_eq!(out["messages"][3]["content"], "<tool_response>\nsunny\n</tool_response>");
+        let (out, _) = run(body, Protocol::Tam).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            out["messages"][2]["content"],
+            "<|[REQUEST_TOOL]|>\ncommand:»»»get_weather«««\ncity:»»»Oslo«««\n<|[END_TOOL]|>"
+        );
+        assert_eq!(out["messages"][3]["content"], "Observation: Tool get_weather executed successfully. Result: sunny");
     }
 
     #[test]

@@ -1,18 +1,20 @@
 //! The response side of tool calling: the call elements of a choice's
-//! parsed content become OpenAI `tool_calls` deltas (see the table in
+//! parsed content become OpenAI `tool_calls` deltas, or the legacy
+//! `function_call` for a request with `functions` (see the table in
 //! [`super`]). Synchronous and I/O-free: the relay feeds it each frame's
 //! source events and puts what it returns into the chunk it re-serialises.
-//! It owns the call ids, the call indexes and the check against the
-//! request's tools; the content text without the calls comes from the
-//! parser ([`crate::CallText::Omit`]).
+//! It owns the call ids, the call indexes, the check against the
+//! request's tools and the shape the calls take in a delta or message;
+//! the content text without the calls comes from the parser
+//! ([`crate::CallText::Omit`]).
 
-use super::InvalidCalls;
+use super::{CallShape, InvalidCalls};
 use crate::CallText;
 use crate::calls::{CallFormat, ToolCall, ToolCatalog, call_of};
 use crate::event::DiagnosticCode;
 use crate::event::{Event, RepairKind};
 use crate::registry::{BodyKind, Registry};
-use crate::sources::{FinishReason, FunctionDelta, Nullable, SourceEvent, StreamOptions, ToolCallDelta};
+use crate::sources::{Delta, FinishReason, FunctionDelta, Nullable, SourceEvent, StreamOptions, ToolCallDelta};
 use serde_json::{Map, Value};
 use std::sync::Arc;
 
@@ -66,6 +68,9 @@ pub(crate) struct CallConverter {
     nonce: u64,
     /// How the client gets the calls.
     delivery: Delivery,
+    /// The API the request used: the calls' shape, and how many a choice
+    /// may make.
+    shape: CallShape,
 }
 
 /// How a response's calls reach the client.
@@ -98,19 +103,83 @@ impl CallConverter {
             choices: Vec::new(),
             nonce: next_nonce(),
             delivery: Delivery::Stream,
+            shape: CallShape::ToolCalls,
         }
     }
 
-    /// How many calls a choice has made (sent as `tool_calls`).
+    /// The converter for a request that used `shape` (calls as
+    /// `tool_calls` unless told otherwise).
+    pub(crate) fn with_shape(mut self, shape: CallShape) -> CallConverter {
+        self.shape = shape;
+        self
+    }
+
+    /// How many calls a choice has made (sent as `tool_calls`, or as the
+    /// legacy `function_call`).
     pub(crate) fn calls_made(&self, choice: u32) -> u32 {
         self.choices.iter().find(|c| c.choice == choice).map_or(0, |c| c.next_index)
     }
 
     /// The finish reason a choice should report instead of `reason`:
-    /// `tool_calls` when it made calls and ended normally.
+    /// `tool_calls` (legacy: `function_call`) when it made calls and ended
+    /// normally.
     pub(crate) fn finish_reason(&self, choice: u32, reason: &str) -> Option<&'static str> {
-        let normal = !matches!(reason, "length" | "content_filter" | "tool_calls");
-        (normal && self.calls_made(choice) > 0).then_some("tool_calls")
+        let normal = !matches!(reason, "length" | "content_filter" | "tool_calls" | "function_call");
+        (normal && self.calls_made(choice) > 0).then_some(self.shape.finish_reason())
+    }
+
+    /// Puts a choice's call fragments into a streamed delta, in the
+    /// request's shape: appended to `tool_calls`, or (legacy) joined into
+    /// the one `function_call`, its name first, then argument text.
+    pub(crate) fn put_in_delta(&self, delta: &mut Delta, calls: Vec<ToolCallDelta>) {
+        if calls.is_empty() {
+            return;
+        }
+        match self.shape {
+            CallShape::ToolCalls => match &mut delta.tool_calls {
+                Nullable::Value(list) => list.extend(calls),
+                other => *other = Nullable::Value(calls),
+            },
+            // One call per choice (`max_calls`): every fragment is its.
+            CallShape::FunctionCall => {
+                for function in calls.into_iter().filter_map(|c| c.function.into_option()) {
+                    let Nullable::Value(have) = &mut delta.function_call else {
+                        delta.function_call = Nullable::Value(function);
+                        continue;
+                    };
+                    if have.name.is_absent() {
+                        have.name = function.name;
+                    }
+                    match (&mut have.arguments, function.arguments) {
+                        (Nullable::Value(Value::String(a)), Nullable::Value(Value::String(more))) => a.push_str(&more),
+                        (slot, more @ Nullable::Value(_)) => *slot = more,
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// Puts a choice's call fragments, joined, into the message of a whole
+    /// response: appended to `tool_calls`, or (legacy) as `function_call`
+    /// (`{name, arguments}`).
+    pub(crate) fn put_in_message(&self, message: &mut Map<String, Value>, calls: &[ToolCallDelta]) {
+        let whole = assemble(calls);
+        match self.shape {
+            CallShape::ToolCalls => {
+                let mut list = match message.shift_remove("tool_calls") {
+                    Some(Value::Array(l)) => l,
+                    _ => Vec::new(),
+                };
+                list.extend(whole);
+                message.insert("tool_calls".into(), Value::Array(list));
+            }
+            CallShape::FunctionCall => {
+                if let Some(mut first) = whole.into_iter().next() {
+                    message.insert("function_call".into(), first["function"].take());
+                }
+            }
+        }
     }
 
     /// Notes the content text a choice received (where observations go).
@@ -223,7 +292,11 @@ impl CallConverter {
                 }
                 Event::CallDelta(d) => {
                     let send_early = self.invalid == InvalidCalls::Pass && self.delivery == Delivery::Stream;
+                    let max = self.shape.max_calls();
                     let state = self.state(choice);
+                    // A call past what the shape allows is held: it
+                    // completes as an observation.
+                    let send_early = send_early && state.next_index < max;
                     let slot = state.slots.iter().find(|(id, _)| *id == d.id).map(|(_, s)| *s);
                     let delta = match (slot, &d.name) {
                         (None, Some(name)) if send_early => {
@@ -320,10 +393,15 @@ impl CallConverter {
                 Err(problem) => notes.push(problem.observation()),
             }
         }
-        let nonce = self.nonce;
+        let (nonce, max) = (self.nonce, self.shape.max_calls());
         let state = self.state(choice);
         let mut deltas = Vec::new();
         for (name, params) in sends {
+            if state.next_index >= max {
+                let why = "only one function call per answer (legacy function calling); this was a later one";
+                notes.push(crate::tools::observe::not_run(&name, "one_call", why));
+                continue;
+            }
             let index = state.next_index;
             state.next_index += 1;
             let args = Value::Object(params).to_string();
