@@ -362,6 +362,54 @@ async fn legacy_functions_get_function_call() {
     proxy.shutdown().await.unwrap();
 }
 
+/// A tool request is never passed on untranslated for the form of its
+/// body: one with a UTF-8 byte order mark, or gzip-compressed, reaches the
+/// upstream translated (and plain); one in an encoding the proxy does not
+/// decode is refused, nothing sent upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bom_or_gzip_tool_request_is_translated() {
+    use std::io::Write;
+    let (upstream, recorded) = recording_mock(0).await;
+    let proxy = tool_proxy(&upstream, Protocol::Hermes, InvalidCalls::Pass).await;
+    let json = serde_json::to_vec(&ask("tools/hermes-weather", false)).unwrap();
+    let mut bom = b"\xEF\xBB\xBF".to_vec();
+    bom.extend(&json);
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&bom).unwrap();
+    let gz = gz.finish().unwrap();
+    let send = |body: Vec<u8>, encoding: Option<&'static str>| {
+        let mut request = client()
+            .post(format!("{}/v1/chat/completions", url(&proxy)))
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(encoding) = encoding {
+            request = request.header("content-encoding", encoding);
+        }
+        async move {
+            let response = request.send().await.unwrap();
+            (response.status().as_u16(), response.bytes().await.unwrap().to_vec())
+        }
+    };
+    for (body, encoding) in [(bom, None), (gz.clone(), Some("gzip"))] {
+        let before = recorded.lock().unwrap().len();
+        let (status, bytes) = send(body, encoding).await;
+        assert_eq!(status, 200, "{encoding:?}: {}", String::from_utf8_lossy(&bytes));
+        let answer = read_answer(&bytes, false);
+        assert_eq!((answer.calls.len(), answer.finish.as_str()), (1, "tool_calls"), "{encoding:?}");
+        // Recorded only when the upstream could read it as JSON.
+        assert_eq!(recorded.lock().unwrap().len(), before + 1, "{encoding:?}");
+        let sent = recorded.lock().unwrap().last().cloned().unwrap();
+        assert!(sent.get("tools").is_none() && sent["messages"][0]["role"] == "system", "{sent}");
+    }
+    let before = recorded.lock().unwrap().len();
+    let (status, bytes) = send(gz, Some("br")).await;
+    let err: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!((status, &err["error"]["code"]), (415, &json!("unsupported_request_encoding")), "{err}");
+    assert!(err["error"]["message"].as_str().unwrap().contains("uncompressed"), "{err}");
+    assert_eq!(recorded.lock().unwrap().len(), before);
+    proxy.shutdown().await.unwrap();
+}
+
 /// Bad input, each with its defined answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_has_defined_answers() {

@@ -54,13 +54,17 @@ pub enum ProxyErrorKind {
     /// The request path is not proxied (only an API's paths, `/v1/*`,
     /// `/v1beta/*`, ..., and Ollama's `/api/*`, are).
     NotFound,
-    /// The request body is larger than the limit.
+    /// The request body is larger than the limit (or decompresses to more).
     RequestTooLarge {
         /// The limit in bytes.
         limit: usize,
     },
-    /// Reading the request body from the client failed.
+    /// Reading the request body from the client failed (or it did not
+    /// decompress).
     RequestBody,
+    /// A request body in a `Content-Encoding` the proxy must read through
+    /// but cannot decode (a tool-calling chat request in `br`, say).
+    UnsupportedEncoding,
     /// More streams are in flight than the limit allows.
     Overloaded {
         /// The limit.
@@ -138,6 +142,7 @@ impl ProxyError {
             ProxyErrorKind::NotFound
             | ProxyErrorKind::RequestTooLarge { .. }
             | ProxyErrorKind::RequestBody
+            | ProxyErrorKind::UnsupportedEncoding
             | ProxyErrorKind::InvalidTools { .. } => Side::Downstream,
             ProxyErrorKind::Overloaded { .. } | ProxyErrorKind::ShuttingDown | ProxyErrorKind::LineTooLong { .. } => {
                 Side::Internal
@@ -161,6 +166,7 @@ impl ProxyError {
             | ProxyErrorKind::NotFound
             | ProxyErrorKind::RequestTooLarge { .. }
             | ProxyErrorKind::RequestBody
+            | ProxyErrorKind::UnsupportedEncoding
             | ProxyErrorKind::InvalidTools { .. }
             | ProxyErrorKind::LineTooLong { .. } => false,
         }
@@ -168,7 +174,8 @@ impl ProxyError {
 
     /// The HTTP status the client gets when nothing was sent yet: 502 for
     /// a broken upstream, 504 for a timeout, 503 when overloaded or
-    /// shutting down, 404/413/400 for requests the proxy does not forward.
+    /// shutting down, 404/413/415/400 for requests the proxy does not
+    /// forward.
     pub fn status(&self) -> u16 {
         match self.kind {
             ProxyErrorKind::Connect
@@ -180,6 +187,7 @@ impl ProxyError {
             ProxyErrorKind::ConnectTimeout | ProxyErrorKind::Timeout | ProxyErrorKind::Stalled => 504,
             ProxyErrorKind::NotFound => 404,
             ProxyErrorKind::RequestTooLarge { .. } => 413,
+            ProxyErrorKind::UnsupportedEncoding => 415,
             ProxyErrorKind::RequestBody | ProxyErrorKind::InvalidTools { .. } => 400,
             ProxyErrorKind::Overloaded { .. } | ProxyErrorKind::ShuttingDown => 503,
         }
@@ -199,6 +207,7 @@ impl ProxyError {
             ProxyErrorKind::NotFound => "not_found",
             ProxyErrorKind::RequestTooLarge { .. } => "request_too_large",
             ProxyErrorKind::RequestBody => "request_body_error",
+            ProxyErrorKind::UnsupportedEncoding => "unsupported_request_encoding",
             ProxyErrorKind::Overloaded { .. } => "proxy_overloaded",
             ProxyErrorKind::ShuttingDown => "proxy_shutting_down",
             ProxyErrorKind::LineTooLong { .. } => "proxy_line_too_long",
@@ -303,6 +312,7 @@ mod tests {
             (ProxyErrorKind::NotFound, 404, Side::Downstream, false),
             (ProxyErrorKind::RequestTooLarge { limit: 1 }, 413, Side::Downstream, false),
             (ProxyErrorKind::RequestBody, 400, Side::Downstream, false),
+            (ProxyErrorKind::UnsupportedEncoding, 415, Side::Downstream, false),
             (ProxyErrorKind::Overloaded { limit: 1 }, 503, Side::Internal, true),
             (ProxyErrorKind::ShuttingDown, 503, Side::Internal, true),
             (ProxyErrorKind::LineTooLong { limit: 1 }, 502, Side::Internal, false),

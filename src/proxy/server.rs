@@ -10,7 +10,7 @@
 use super::ProxyConfig;
 use super::app::App;
 use super::body::{ClientItem, pump_body};
-use super::calling::request::{ToolRequest, prepare};
+use super::calling::request::{ToolRequest, prepare, without_bom};
 use super::calling::response::CallConverter;
 use super::error::{ProxyError, ProxyErrorKind, from_body_error, from_send_error};
 use super::metrics::Metrics;
@@ -431,9 +431,15 @@ async fn read_body(app: &App, ex: &mut Exchange, body: Body) -> Result<RequestBo
     let bytes = read_request(body, app.config.max_request_body).await?;
     app.metrics.bytes_request(bytes.len());
     let chat = ex.endpoint == Endpoint::Chat;
+    // Tool calling reads the body: never passed on unread for being
+    // compressed.
+    let bytes = match app.config.tool_calling {
+        Some(_) if chat => decoded_request(&mut ex.headers, bytes, app.config.max_request_body)?,
+        _ => bytes,
+    };
     if let (Some(agent), Some(tc)) = (&app.config.agent, app.config.tool_calling)
         && chat
-        && let Ok(request) = serde_json::from_slice::<serde_json::Value>(&bytes)
+        && let Ok(request) = serde_json::from_slice::<serde_json::Value>(without_bom(&bytes))
         && super::agent::runs(&request)
     {
         let run = AgentRun { id: ex.id, agent: agent.clone(), protocol: tc.protocol, url: app.target(&ex.uri) };
@@ -910,6 +916,58 @@ async fn read_request(body: Body, limit: usize) -> Result<Bytes, ProxyError> {
     Ok(Bytes::from(buf))
 }
 
+/// A request body that tool calling must read, decoded: a body in
+/// `Content-Encoding` `gzip` (`x-gzip`) or `deflate` (zlib) becomes plain,
+/// at most `limit` bytes, and the header goes (the upstream gets it plain).
+///
+/// # Errors
+///
+/// `415` for another encoding (`br`, `zstd`, more than one), `400` for a
+/// body that does not decode, `413` for one that decodes to more than
+/// `limit` bytes.
+fn decoded_request(headers: &mut HeaderMap, body: Bytes, limit: usize) -> Result<Bytes, ProxyError> {
+    use flate2::read::{MultiGzDecoder, ZlibDecoder};
+    use std::io::Read;
+    let mut codings = Vec::new();
+    for value in headers.get_all(header::CONTENT_ENCODING) {
+        let value = String::from_utf8_lossy(value.as_bytes()).to_ascii_lowercase();
+        codings.extend(value.split(',').map(str::trim).filter(|c| !c.is_empty() && *c != "identity").map(String::from));
+    }
+    fn read_at_most(reader: impl Read, limit: usize) -> std::io::Result<Vec<u8>> {
+        let mut out = Vec::new();
+        reader.take(limit as u64 + 1).read_to_end(&mut out)?;
+        Ok(out)
+    }
+    let decoded = match codings.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+        [] => return Ok(body),
+        ["gzip" | "x-gzip"] => read_at_most(MultiGzDecoder::new(&body[..]), limit),
+        ["deflate"] => read_at_most(ZlibDecoder::new(&body[..]), limit),
+        _ => {
+            return Err(ProxyError::new(
+                ProxyErrorKind::UnsupportedEncoding,
+                format!(
+                    "tool calling reads the request body, and the proxy decodes only gzip and deflate; send it uncompressed (Content-Encoding: {})",
+                    codings.join(", ")
+                ),
+            ));
+        }
+    };
+    let decoded = decoded.map_err(|e| {
+        ProxyError::new(
+            ProxyErrorKind::RequestBody,
+            format!("the request body does not decode as {}: {e}", codings.join(", ")),
+        )
+    })?;
+    if decoded.len() > limit {
+        return Err(ProxyError::new(
+            ProxyErrorKind::RequestTooLarge { limit },
+            format!("the request body decompresses to more than {limit} bytes"),
+        ));
+    }
+    headers.remove(header::CONTENT_ENCODING);
+    Ok(Bytes::from(decoded))
+}
+
 /// Reads a whole body (bounded by the response limit, each read bounded by
 /// the idle timeout).
 async fn read_whole(app: &App, upstream: &mut UpstreamBody, first: Option<Bytes>) -> Result<Bytes, ProxyError> {
@@ -1160,5 +1218,52 @@ impl ProxyServer {
         let signal = shutdown.clone().cancelled_owned();
         let join = tokio::spawn(self.run(signal));
         ProxyHandle { addr, ui_addr, metrics, shutdown, join }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn gzip(bytes: &[u8]) -> Vec<u8> {
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        let written = encoder.write_all(bytes).and_then(|()| encoder.finish());
+        written.unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn encoded(value: &'static str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static(value));
+        headers
+    }
+
+    #[test]
+    fn a_compressed_tool_request_is_decoded_or_refused() {
+        let body = br#"{"model":"m","tools":[]}"#;
+        for value in ["gzip", "x-gzip", "GZIP, identity"] {
+            let mut headers = encoded(value);
+            let plain = decoded_request(&mut headers, Bytes::from(gzip(body)), 1024).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(&plain[..], body, "{value}");
+            assert!(!headers.contains_key(header::CONTENT_ENCODING), "the upstream gets it plain");
+        }
+        let mut zlib = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        let zlib = zlib.write_all(body).and_then(|()| zlib.finish()).unwrap_or_else(|e| panic!("{e}"));
+        let plain = decoded_request(&mut encoded("deflate"), Bytes::from(zlib), 1024).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(&plain[..], body);
+        // Not encoded: untouched.
+        for mut headers in [HeaderMap::new(), encoded("identity")] {
+            let same = decoded_request(&mut headers, Bytes::from_static(body), 1024).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(&same[..], body);
+        }
+        let status = |value: &'static str, bytes: Vec<u8>, limit: usize| {
+            decoded_request(&mut encoded(value), Bytes::from(bytes), limit).err().map(|e| (e.status(), e.code()))
+        };
+        assert_eq!(status("br", body.to_vec(), 1024), Some((415, "unsupported_request_encoding")));
+        assert_eq!(status("gzip, br", gzip(body), 1024), Some((415, "unsupported_request_encoding")));
+        assert_eq!(status("gzip", body.to_vec(), 1024), Some((400, "request_body_error")));
+        // Bounded: a body that decompresses past the limit is refused.
+        assert_eq!(status("gzip", gzip(&[b' '; 4096]), 1024), Some((413, "request_too_large")));
+        assert_eq!(status("gzip", gzip(&[b' '; 1024]), 1024), None);
     }
 }

@@ -25,6 +25,8 @@
 //! | `tools` that are not function tools, a schema that does not compile, a name given twice, `tool_choice` naming an unknown tool | nothing | `400` `invalid_tools` with `param` |
 //! | legacy `functions` (and `function_call`: `"auto"`, `"none"`, `{"name": ...}`) | as `tools` (each function a function tool) and `tool_choice`, and "Call at most one tool per answer"; no `functions`/`function_call` | the first call as `message.function_call` / `delta.function_call` (name, then argument fragments; no id), a later one's not-run observation in the content, `finish_reason: "function_call"` |
 //! | both `tools` and `functions` | nothing | `400` `invalid_tools` with `param: "functions"` |
+//! | a body with a UTF-8 byte order mark; `Content-Encoding: gzip` or `deflate` (decoded by the server) | translated, without the mark; plain, no `Content-Encoding` | as any other |
+//! | another `Content-Encoding` (`br`, `zstd`, several) | nothing | `415` `unsupported_request_encoding` |
 //! | assistant `tool_calls` (or legacy `function_call`) / `role: "tool"` (or `"function"`) in the history | call text / observation text (consecutive tool messages in one `user` message, which is also the user message next to them, observations first before a user's text and after it when the user message comes first, a blank line between: no two user turns in a row); a tool message is paired with the first unanswered call of its `tool_call_id` (two calls with one id answer in order) | |
 //!
 //! Response side, per call:

@@ -44,11 +44,18 @@ pub(crate) struct Prepared {
     pub(crate) tools: Option<ToolRequest>,
 }
 
+/// `body` without a leading UTF-8 byte order mark, which some clients
+/// write and JSON readers refuse.
+pub(crate) fn without_bom(body: &[u8]) -> &[u8] {
+    body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body)
+}
+
 fn invalid(param: &'static str, message: String) -> ProxyError {
     ProxyError::new(ProxyErrorKind::InvalidTools { param }, message)
 }
 
-/// Translates a chat request body for a model that speaks `protocol`.
+/// Translates a chat request body for a model that speaks `protocol`. A
+/// leading byte order mark is read past (and is not in a new body).
 ///
 /// # Errors
 ///
@@ -56,7 +63,7 @@ fn invalid(param: &'static str, message: String) -> ProxyError {
 /// rendered, or both `tools` and the legacy `functions` (see [`super`]).
 pub(crate) fn prepare(body: &[u8], protocol: Protocol) -> Result<Prepared, ProxyError> {
     let unchanged = Prepared { body: None, tools: None };
-    let mut doc = match serde_json::from_slice::<Value>(body) {
+    let mut doc = match serde_json::from_slice::<Value>(without_bom(body)) {
         Ok(Value::Object(doc)) => doc,
         // JSON nested past what the reader takes may hold tools: passed on
         // untranslated, the model would get neither them nor a manual.
@@ -453,6 +460,19 @@ mod tests {
         let body = br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}"#;
         let p = prepare(body, Protocol::Hermes).unwrap_or_else(|e| panic!("{e}"));
         assert!(p.body.is_none() && p.tools.is_none());
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_read_past() {
+        let body = json!({"model": "m", "tools": weather(), "messages": [{"role": "user", "content": "hi"}]});
+        let mut bytes = b"\xEF\xBB\xBF".to_vec();
+        bytes.extend(serde_json::to_vec(&body).unwrap_or_default());
+        let p = prepare(&bytes, Protocol::Hermes).unwrap_or_else(|e| panic!("{e}"));
+        let sent = p.body.unwrap_or_default();
+        assert!(sent.starts_with(b"{"), "the new body has no BOM");
+        let sent: Value = serde_json::from_slice(&sent).unwrap_or_default();
+        assert!(sent.get("tools").is_none() && sent["messages"][0]["role"] == "system", "{sent}");
+        assert!(p.tools.is_some());
     }
 
     #[test]
