@@ -175,8 +175,10 @@ impl CallConverter {
                 message.insert("tool_calls".into(), Value::Array(list));
             }
             CallShape::FunctionCall => {
-                if let Some(mut first) = whole.into_iter().next() {
-                    message.insert("function_call".into(), first["function"].take());
+                if let Some(function) =
+                    whole.into_iter().next().and_then(|mut c| c.get_mut("function").map(Value::take))
+                {
+                    message.insert("function_call".into(), function);
                 }
             }
         }
