@@ -965,7 +965,7 @@ impl Machine {
                     self.state = State::VoidOpen(el, hold);
                 }
             }
-            State::CloseHeld(mut el, held) => {
+            State::CloseHeld(el, held) => {
                 let n = leading_space(bytes);
                 self.held_space.extend_from_slice(&bytes[..n]);
                 if self.held_space.len() > MERGE_SPACE_LIMIT {
@@ -992,30 +992,30 @@ impl Machine {
                     self.state = State::CloseHeld(el, held);
                     return;
                 }
-                if Some(el.tag) == self.registry.default_tag() {
-                    // `</content>` then bare text: the same element goes on.
-                    self.repair(
-                        RepairKind::MergedAdjacent,
-                        Some(el.tag),
-                        held.span.start,
-                        Some(el.id),
-                        Some(held.span),
-                        None,
-                    );
-                    if let Some(r) = &mut self.rewrite {
-                        r.drop_held();
-                    }
-                    let mut text = self.take_held_space();
-                    text.extend_from_slice(&bytes[n..]);
-                    self.element_text(&mut el, &text);
-                    self.keep_held_space(text);
-                    self.state = State::Open(el);
-                } else {
-                    self.resolve_held(el, held);
-                    self.on_text(Span::new(span.start + n, span.end), &bytes[n..]);
-                }
+                self.settle_held(el, held);
+                self.on_text(Span::new(span.start + n, span.end), &bytes[n..]);
             }
         }
+    }
+
+    /// Settles a held close before the first byte after it that is not
+    /// whitespace (the byte is the caller's to pass on): after
+    /// `</content>` bare text goes on in the same element (merged, the
+    /// whitespace its text); any other close stands (the whitespace a gap).
+    fn settle_held(&mut self, mut el: OpenElement, held: HeldClose) {
+        if Some(el.tag) != self.registry.default_tag() {
+            return self.resolve_held(el, held);
+        }
+        self.repair(RepairKind::MergedAdjacent, Some(el.tag), held.span.start, Some(el.id), Some(held.span), None);
+        if let Some(r) = &mut self.rewrite {
+            r.drop_held();
+        }
+        let space = self.take_held_space();
+        if !space.is_empty() {
+            self.element_text(&mut el, &space);
+        }
+        self.keep_held_space(space);
+        self.state = State::Open(el);
     }
 
     fn on_comment(&mut self, span: Span, raw: &[u8], body: &[u8]) {
@@ -1484,16 +1484,32 @@ impl Machine {
     /// follow.
     fn watch_text(&mut self, start: usize, text: &[u8], line_start: bool) {
         // A held close or a void element waits on text, which settles it
-        // part way: a held close at the first byte that is not whitespace,
-        // a void element's wait once it has read its limit. The text after
+        // part way: a held close before the first byte that is not
+        // whitespace, a void element's wait once it has read its limit. The text after
         // that byte is read in the state it leaves, as it would be had a
         // chunk ended there: split-invariant, whatever piece the byte is in.
+        if let State::CloseHeld(..) = self.state
+            && let k = leading_space(text)
+            && k < text.len()
+        {
+            // Settled before its first byte, so that the byte is watched in
+            // the state it leaves (a fence right after `</thought>\n`).
+            if k > 0 {
+                self.on_text(Span::new(start, start + k), &text[..k]);
+            }
+            if let State::CloseHeld(el, held) = std::mem::replace(&mut self.state, State::Between) {
+                self.settle_held(el, held);
+            }
+            let line_start = if k > 0 { text[k - 1] == b'\n' } else { line_start };
+            return self.watch_text(start + k, &text[k..], line_start);
+        }
         let (eligible, settles_at) = match &self.state {
             // Bare text opens an element here: when it does not stream, the
             // text after the byte that opens it is not watched (below).
             State::Start | State::Between => (true, None),
             State::Open(el) => (el.body == BodyKind::Stream, None),
-            State::CloseHeld(..) => (false, Some(leading_space(text) + 1)),
+            // Only whitespace here (above): it waits on.
+            State::CloseHeld(..) => (false, None),
             State::VoidOpen(_, hold) => (false, Some((VOID_BODY_LIMIT + 1).saturating_sub(hold.held.len()).max(1))),
         };
         if let Some(n) = settles_at.filter(|&n| n < text.len()) {

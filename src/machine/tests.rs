@@ -741,6 +741,29 @@ fn a_fence_after_a_settled_wait_is_watched() {
     );
 }
 
+/// A fence right after a held close (`</thought>`, `</content>`: closes
+/// that may merge with what follows) is watched like one after text.
+#[test]
+fn a_fence_right_after_a_held_close_is_dropped() {
+    let call = "```xml\n<ACTION><ls/></ACTION>\n```\n";
+    let input = format!("<thought>a</thought>\n{call}");
+    check(&f(), &input, &[("thought", "a"), ("action", "<ls/>")], &[FenceDropped, FenceDropped]);
+    let input = format!("<content>a</content>\n{call}");
+    check(
+        &f(),
+        &input,
+        &[("content", "a\n"), ("action", "<ls/>")],
+        &[MergedAdjacent, AutoClosed, FenceDropped, FenceDropped],
+    );
+    let input = format!("<content>a</content>{call}");
+    check(
+        &f(),
+        &input,
+        &[("content", "a"), ("action", "<ls/>")],
+        &[MergedAdjacent, AutoClosed, FenceDropped, FenceDropped],
+    );
+}
+
 #[test]
 fn a_closing_fence_is_dropped_only_after_a_dropped_opening_one() {
     let input = "Go.\n<|[REQUEST_TOOL]|>\ncommand:»»»ls«««\n<|[END_TOOL]|>\n```\ncode";
