@@ -155,6 +155,40 @@ async fn a_plain_request_gets_the_final_answer_of_the_tool_conversation() {
     proxy.shutdown().await.unwrap();
 }
 
+/// The inspector shows each turn's elements in boxes of their own: a
+/// turn's element ids start again at 0, and a `turn_start` mark comes
+/// before each turn's events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inspector_marks_each_turn() {
+    let (up, _) = upstream(&HERMES, None).await;
+    let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/plugins/basic");
+    let mut config = ProxyConfig::new(&up);
+    let tc = ToolCalling::new(Protocol::Hermes);
+    config.options = StreamOptions::with_registry(Registry::profile(tc.default_profile()).unwrap());
+    config.tool_calling = Some(tc);
+    config.agent = Some(ProxyAgent::new(Arc::new(Runner::new(ToolCatalog::load_plugins(&plugins).unwrap()))));
+    config.ui = Some(spindle::proxy::UiConfig { listen: "127.0.0.1:0".into(), ..Default::default() });
+    let proxy = ProxyServer::bind(config, "127.0.0.1:0").await.unwrap().spawn();
+    let response =
+        client().post(format!("{}/v1/chat/completions", url(&proxy))).json(&request(false)).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let ui = format!("http://{}/ui/api", proxy.ui_addr().unwrap());
+    let list: Value = client().get(format!("{ui}/streams")).send().await.unwrap().json().await.unwrap();
+    let id = list[0]["id"].as_u64().unwrap();
+    let one: Value = client().get(format!("{ui}/streams/{id}")).send().await.unwrap().json().await.unwrap();
+    let events = one["events"].as_array().cloned().unwrap_or_default();
+    let marks: Vec<(usize, u64)> = events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e["type"] == "turn_start")
+        .map(|(i, e)| (i, e["turn"].as_u64().unwrap_or(0)))
+        .collect();
+    assert_eq!(marks.iter().map(|m| m.1).collect::<Vec<_>>(), [1, 2], "{events:?}");
+    let answer = events.iter().position(|e| e["type"] == "element" && e["text"] == "The sum is 42.");
+    assert!(answer.is_some_and(|a| a > marks[1].0), "turn 2's answer after its mark: {events:?}");
+    proxy.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streaming_client_that_leaves_while_a_tool_runs_ends_the_run() {
     let call = "<tool_call>\n{\"name\": \"Sleepy\", \"arguments\": {\"seconds\": 60}}\n</tool_call>";

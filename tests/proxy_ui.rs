@@ -225,9 +225,17 @@ async fn a_token_guards_the_page() {
     config.ui = Some(UiConfig { listen: "127.0.0.1:0".into(), token: Some("s3cret".into()), ..UiConfig::default() });
     let proxy = ProxyServer::bind(config, "127.0.0.1:0").await.unwrap().spawn();
     let ui = format!("http://{}", proxy.ui_addr().unwrap());
-    for path in ["/ui", "/ui/app.js", "/ui/api/streams", "/ui/api/events"] {
+    for path in ["/ui", "/ui/api/streams", "/ui/api/events"] {
         let r = client().get(format!("{ui}{path}")).send().await.unwrap();
         assert_eq!(r.status(), 401, "{path}");
+    }
+    // The page loads its script and style without the token (they hold no
+    // data): with them refused, a page opened with its token stayed empty.
+    let page = client().get(format!("{ui}/ui?token=s3cret")).send().await.unwrap().text().await.unwrap();
+    for path in ["/ui/app.js", "/ui/app.css"] {
+        assert!(page.contains(&format!("\"{path}\"")), "the page loads {path} as is: {page}");
+        let r = client().get(format!("{ui}{path}")).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{path}");
     }
     let r = client().get(format!("{ui}/ui/api/streams?token=s3cret")).send().await.unwrap();
     assert_eq!(r.status(), 200);

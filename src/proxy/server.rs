@@ -18,6 +18,7 @@ use super::pump::{Mode, PumpCtx, UpstreamBody, pump};
 use super::relay::SseRelay;
 use super::sink::{SinkStartError, Sinks};
 use super::trace::{Telemetry, Trace};
+use crate::scan::clipped;
 use crate::sources::{LineTap, StreamOptions};
 use axum::Router;
 use axum::body::Body;
@@ -165,6 +166,10 @@ fn error_response(err: &ProxyError) -> Response {
     }
     response
 }
+
+/// Most bytes of a request's model name kept for records, metrics and
+/// the inspector (the upstream gets the body as sent).
+const MAX_MODEL_NAME: usize = 256;
 
 /// What the proxy reads of a request body: the model (for sink records).
 #[derive(serde::Deserialize)]
@@ -458,8 +463,8 @@ async fn read_body(app: &App, ex: &mut Exchange, body: Body) -> Result<RequestBo
     ex.model = serde_json::from_slice::<Peek>(&bytes)
         .ok()
         .and_then(|p| p.model)
-        .and_then(|m| m.as_str().map(str::to_string))
-        .or_else(|| model_in_path(&ex.path).map(str::to_string));
+        .and_then(|m| m.as_str().map(|m| clipped(m, MAX_MODEL_NAME)))
+        .or_else(|| model_in_path(&ex.path).map(|m| clipped(m, MAX_MODEL_NAME)));
     Ok(RequestBody::Upstream { body: reqwest::Body::from(bytes), tools })
 }
 
@@ -713,7 +718,7 @@ async fn run_agent(
     use crate::tools::agent::{Agent, AgentEvent};
     let AgentRun { id, agent: owned, protocol, url } = run;
     app.metrics.request("agent");
-    let model = request.get("model").and_then(serde_json::Value::as_str).unwrap_or_default().to_string();
+    let model = clipped(request.get("model").and_then(serde_json::Value::as_str).unwrap_or_default(), MAX_MODEL_NAME);
     let streamed = request.get("stream").and_then(serde_json::Value::as_bool).unwrap_or(false);
     let include_usage =
         request.pointer("/stream_options/include_usage").and_then(serde_json::Value::as_bool) == Some(true);
@@ -848,6 +853,13 @@ impl AgentWatch {
                 }
                 if let Some(i) = &self.inspector {
                     i.events(self.id, std::slice::from_ref(event));
+                }
+            }
+            // A new turn's element ids start again at 0: the page starts
+            // new boxes at this mark.
+            AgentEvent::TurnStart { .. } => {
+                if let Some(i) = &self.inspector {
+                    i.note(self.id, event.to_json());
                 }
             }
             AgentEvent::ToolResult { result, .. } => {

@@ -144,6 +144,11 @@ function showEvent(ev) {
     case "stream_error":
       add(el("div", "diag", "stream error: " + JSON.stringify(ev.error)));
       break;
+    case "turn_start":
+      // An agent turn: its element ids start again at 0.
+      boxes = new Map();
+      add(el("div", "meta", "turn " + ev.turn + " (" + ev.messages + " messages sent)"));
+      break;
     case "tool_result":
       add(el("div", ev.ok ? "meta" : "diag", "tool " + ev.tool_id + " (" + ev.duration_ms + " ms): " + ev.observation));
       break;

@@ -20,7 +20,8 @@
 //!
 //! The page has its own listener, `127.0.0.1:8789` by default. Binding it
 //! to a non-loopback address needs a token (`SPINDLE_UI_TOKEN`), which every
-//! request must then carry (`?token=…` or `Authorization: Bearer …`).
+//! request but the page's script and style must then carry (`?token=…` or
+//! `Authorization: Bearer …`).
 //!
 //! # Endpoints
 //!
@@ -161,8 +162,8 @@ impl Inspector {
     pub(crate) fn start(&self, id: u64, model: Option<&str>, path: &str, status: u16, begun: Instant) {
         let summary = Summary {
             id,
-            model: model.map(str::to_string),
-            path: path.to_string(),
+            model: model.map(|m| crate::scan::clipped(m, MAX_NAME)),
+            path: crate::scan::clipped(path, MAX_NAME),
             started: now_ms(),
             first_byte_ms: None,
             max_gap_ms: 0,
@@ -296,6 +297,10 @@ impl Inspector {
     }
 }
 
+/// Most bytes of a request's model name or path a summary keeps: the ring
+/// keeps them outside each stream's byte budget.
+const MAX_NAME: usize = 1024;
+
 const PAGE: &str = include_str!("index.html");
 const SCRIPT: &str = include_str!("app.js");
 const STYLE: &str = include_str!("app.css");
@@ -344,18 +349,10 @@ pub(crate) fn router(insp: Arc<Inspector>) -> Router {
                 guarded(&i, &h, &q, || asset("text/html; charset=utf-8", PAGE)).await
             }),
         )
-        .route(
-            "/ui/app.js",
-            get(|State(i): State<Arc<Inspector>>, h: HeaderMap, Query(q): Q| async move {
-                guarded(&i, &h, &q, || asset("text/javascript; charset=utf-8", SCRIPT)).await
-            }),
-        )
-        .route(
-            "/ui/app.css",
-            get(|State(i): State<Arc<Inspector>>, h: HeaderMap, Query(q): Q| async move {
-                guarded(&i, &h, &q, || asset("text/css; charset=utf-8", STYLE)).await
-            }),
-        )
+        // The script and the style hold no data, and the page loads them
+        // without its token: not guarded.
+        .route("/ui/app.js", get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }))
+        .route("/ui/app.css", get(|| async { asset("text/css; charset=utf-8", STYLE) }))
         .route(
             "/ui/api/streams",
             get(|State(i): State<Arc<Inspector>>, h: HeaderMap, Query(q): Q| async move {
