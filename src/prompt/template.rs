@@ -7,8 +7,9 @@
 //! render. The sandbox:
 //!
 //! * `state` and `state_desc` are read-only: the values are immutable, and a
-//!   template that assigns to them (`{% set state = … %}`,
-//!   `{% set state.hp = 0 %}`) is refused before it runs;
+//!   template that binds them (`{% set state = … %}`,
+//!   `{% set state.hp = 0 %}`, a tuple target, `{% for state in … %}`,
+//!   `{% with state = … %}`, a macro parameter) is refused before it runs;
 //! * no file system or network: there is no template loader (so `include`,
 //!   `import` and `extends` find nothing) and no function that reads or
 //!   fetches anything;
@@ -31,7 +32,7 @@
 //! |---|---|
 //! | `random(list)` | one item, from a seeded generator ([`Renderer::with_seed`]) |
 //! | `pick(list)` | one item chosen by a hash of the list and the seed: the same list gives the same item |
-//! | `roll('2d6+1')` | dice: `NdM`, `dM`, `+`/`-` constants; a number alone is one die of that many sides (`roll('20')` is `1d20`), and a formula it cannot read rolls nothing (empty), as in SillyTavern |
+//! | `roll('2d6+1')` | dice: `NdM`, `dM`, `+`/`-` constants; a number alone is one die of that many sides (`roll('20')` is `1d20`), and a formula it cannot read, or of more than 1,000 dice in all, rolls nothing (empty), as in SillyTavern |
 //! | `time_diff(a, b)` | the time between two times (RFC 3339, ISO 8601 without an offset read as UTC, or `November 24, 2026` as `{{date}}` shows it), in words (`2 hours`); `Invalid date` when one cannot be read, as in SillyTavern |
 //! | `outlet(name)` | the text of world-info outlet `name` (from the `outlets` variable) |
 //! | `addvar(current, value)` | SillyTavern's `addvar`: a list gets `value` appended; numbers (and text that reads as one) add; anything else is joined as text; unset counts as `0` (what migrated `{{addvar}}`, `{{incvar}}`, `{{decvar}}` call) |
@@ -341,20 +342,35 @@ fn classify(e: &Error) -> RenderError {
     }
 }
 
-/// `{% set state … %}` / `{% set state_desc … %}` anywhere in the source.
+/// A statement anywhere in the source that binds `state` or `state_desc`:
+/// `{% set state … %}` (also in a tuple, `{% set (state, x) = … %}`),
+/// `{% for state in … %}`, `{% with state = … %}`, a macro or call block
+/// parameter. Each would show other values under the name the caller's
+/// state has. (A scan of the source: minijinja's syntax tree is not part
+/// of its stable API.)
 fn writes_state(template: &str) -> Option<String> {
     let mut rest = template;
     while let Some(i) = rest.find("{%") {
         rest = &rest[i + 2..];
         let tag = rest.trim_start_matches(['-', '+']).trim_start();
-        if let Some(after) = tag.strip_prefix("set").filter(|a| a.starts_with(char::is_whitespace)) {
-            let target = after.trim_start();
-            for name in ["state_desc", "state"] {
-                if let Some(tail) = target.strip_prefix(name)
-                    && tail.starts_with(|c: char| {
-                        c.is_whitespace() || c == '.' || c == '=' || c == '[' || c == '%' || c == '-'
-                    })
-                {
+        let tag = &tag[..tag.find("%}").unwrap_or(tag.len())];
+        let keyword_end = tag.find(|c: char| !c.is_ascii_alphabetic()).unwrap_or(tag.len());
+        let (keyword, body) = tag.split_at(keyword_end);
+        // The part of the statement that names what it binds.
+        let targets: Vec<&str> = match keyword {
+            "set" => vec![body.split('=').next().unwrap_or(body)],
+            "for" => vec![body.split(" in ").next().unwrap_or(body)],
+            "with" => body.split(',').map(|a| a.split('=').next().unwrap_or(a)).collect(),
+            "macro" | "call" => {
+                let params = body.split_once('(').map_or("", |(_, params)| params);
+                params.split(',').map(|p| p.split('=').next().unwrap_or(p)).collect()
+            }
+            _ => continue,
+        };
+        for target in targets {
+            let names = target.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'));
+            for name in names.map(|n| n.split('.').next().unwrap_or(n)) {
+                if name == "state" || name == "state_desc" {
                     return Some(format!("templates cannot write `{name}` (it is read-only)"));
                 }
             }
@@ -440,6 +456,9 @@ fn items_of(args: &[Value]) -> Result<Vec<Value>, Error> {
     }
 }
 
+/// Most dice one formula rolls (all its terms together).
+const MAX_DICE: u64 = 1000;
+
 /// One term of a dice formula: `NdM` or a constant, with its sign.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Die {
@@ -449,7 +468,7 @@ enum Die {
 
 /// The terms of a dice formula (`2d6+1`, `d20 - 2`, `-3+d4`; whitespace
 /// and case ignored), or `None` when it is not one: empty, a term that is
-/// neither `NdM` nor a number, no dice or more than 1,000 of them, a die
+/// neither `NdM` nor a number, no dice or more than [`MAX_DICE`] of them in all, a die
 /// of no side or more than a million, or a total that could overflow.
 fn dice_terms(formula: &str) -> Option<Vec<Die>> {
     let f: String = formula.chars().filter(|c| !c.is_whitespace()).collect::<String>().to_ascii_lowercase();
@@ -478,7 +497,7 @@ fn dice_terms(formula: &str) -> Option<Vec<Die>> {
             Some((n, m)) => {
                 let count: u32 = if n.is_empty() { 1 } else { n.parse().ok()? };
                 let sides: u64 = m.parse().ok()?;
-                if count == 0 || count > 1000 || sides == 0 || sides > 1_000_000 {
+                if count == 0 || u64::from(count) > MAX_DICE || sides == 0 || sides > 1_000_000 {
                     return None;
                 }
                 Die::Dice { sign, count, sides }
@@ -486,6 +505,12 @@ fn dice_terms(formula: &str) -> Option<Vec<Die>> {
             None => Die::Constant(sign.checked_mul(body.parse::<i64>().ok()?)?),
         });
         sign = next;
+    }
+    // At most 1,000 dice in all: rolling them is work fuel does not count
+    // (9,000 terms of `1000d1000000` took seconds a call).
+    let dice: u64 = terms.iter().map(|t| if let Die::Dice { count, .. } = t { u64::from(*count) } else { 0 }).sum();
+    if dice > MAX_DICE {
+        return None;
     }
     // The largest total it can roll fits: rolling never overflows.
     terms
@@ -733,9 +758,16 @@ mod tests {
             "+",
             "2d6++1",
             "1d6+9223372036854775807",
+            "600d6+401d6",
         ] {
             assert_eq!(render(&format!("{{{{ roll({bad:?}) }}}}")).unwrap(), "", "{bad}");
         }
+        // A thousand dice in all are rolled: split over terms too.
+        let n: i64 = render("{{ roll('500d1+500d1') }}").unwrap().parse().unwrap_or(0);
+        assert_eq!(n, 1000);
+        // Many terms of many dice: refused at once, not rolled for seconds.
+        let many = vec!["1000d1000000"; 9000].join("+");
+        assert_eq!(render(&format!("{{{{ roll({many:?}) }}}}")).unwrap(), "");
         assert_eq!(render("{{ time_diff('yesterday', '2026-11-24T10:00:00Z') }}").unwrap(), "Invalid date");
     }
 
@@ -791,7 +823,18 @@ mod tests {
         let small = fixed().with_limits(RenderLimits { max_output: 1000, ..RenderLimits::default() });
         let big = small.render("{% for i in range(10000) %}xxxxxxxxxx{% endfor %}", &json!({}), &json!({}));
         assert!(matches!(big, Err(RenderError::Limit(m)) if m.contains("max_output")));
-        for t in ["{% set state = {} %}", "{% set state.hp = 0 %}", "{%- set state_desc = 1 -%}"] {
+        for t in [
+            "{% set state = {} %}",
+            "{% set state.hp = 0 %}",
+            "{%- set state_desc = 1 -%}",
+            "{% set (state, x) = ({'hp': 999}, 1) %}HP {{ state.hp }}",
+            "{% set x, state = 1, {} %}",
+            "{% with state = {'hp': 999} %}HP {{ state.hp }}{% endwith %}",
+            "{% with a = 1, state = {} %}{% endwith %}",
+            "{% for state in [{'hp': 999}] %}HP {{ state.hp }}{% endfor %}",
+            "{% for k, state in {}|items %}{% endfor %}",
+            "{% macro m(state) %}{{ state }}{% endmacro %}",
+        ] {
             assert!(matches!(render(t), Err(RenderError::Sandbox(m)) if m.contains("read-only")), "{t}");
         }
         for t in ["{% include '/etc/passwd' %}", "{% import 'x.html' as x %}", "{% extends 'base' %}"] {
@@ -803,5 +846,15 @@ mod tests {
         assert!(matches!(render("{% if %}"), Err(RenderError::Template(_))));
         // State is untouched whatever the template does.
         assert_eq!(render("{% set hp = 0 %}{{ hp }} {{ state.hp }}").unwrap(), "0 18");
+        // Reading it in a statement is fine.
+        for t in [
+            "{% set hp = state.hp %}{{ hp }}",
+            "{% with hp = state.hp %}{{ hp }}{% endwith %}",
+            "{% for k in [state.hp] %}{{ k }}{% endfor %}",
+            "{% macro m(hp=state.hp) %}{{ hp }}{% endmacro %}{{ m() }}",
+            "{% set x %}{{ state.hp }}{% endset %}{{ x }}",
+        ] {
+            assert_eq!(render(t).unwrap(), "18", "{t}");
+        }
     }
 }

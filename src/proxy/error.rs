@@ -262,9 +262,23 @@ impl std::fmt::Display for ProxyError {
 
 impl std::error::Error for ProxyError {}
 
+/// `message` (the text of `err`) with the query of the URL it names
+/// masked: a client's query may carry its key (Gemini's `?key=`), which
+/// then went into logs.
+fn without_query(message: String, err: &reqwest::Error) -> String {
+    match err.url() {
+        Some(url) if url.query().is_some() => {
+            let mut shown = url.clone();
+            shown.set_query(Some("***"));
+            message.replace(url.as_str(), shown.as_str())
+        }
+        _ => message,
+    }
+}
+
 /// Reads a `reqwest` error from sending a request into a proxy error.
 pub(crate) fn from_send_error(err: &reqwest::Error) -> ProxyError {
-    let message = chain(err);
+    let message = without_query(chain(err), err);
     if err.is_connect() && err.is_timeout() {
         ProxyError::new(ProxyErrorKind::ConnectTimeout, message)
     } else if err.is_connect() {
@@ -287,7 +301,7 @@ pub(crate) fn from_send_error(err: &reqwest::Error) -> ProxyError {
 
 /// Reads a `reqwest` error from reading a body into a proxy error.
 pub(crate) fn from_body_error(err: &reqwest::Error) -> ProxyError {
-    let message = chain(err);
+    let message = without_query(chain(err), err);
     if err.is_timeout() {
         ProxyError::new(ProxyErrorKind::Stalled, message)
     } else {
@@ -298,6 +312,14 @@ pub(crate) fn from_body_error(err: &reqwest::Error) -> ProxyError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_key_in_the_query_stays_out_of_the_message() {
+        let url = "http://127.0.0.1:1/v1beta/models/m:streamGenerateContent?alt=sse&key=SECRET";
+        let Err(err) = reqwest::Client::new().get(url).send().await else { panic!("port 1 answered") };
+        let message = from_send_error(&err).message().to_string();
+        assert!(!message.contains("SECRET") && message.contains("127.0.0.1:1/v1beta/models/m"), "{message}");
+    }
 
     #[test]
     fn every_kind_has_status_side_and_code() {

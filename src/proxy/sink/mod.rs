@@ -155,11 +155,16 @@ impl FromStr for SinkSpec {
 }
 
 impl SinkSpec {
-    /// The label of the sink in metrics and logs.
+    /// The label of the sink in metrics and logs: a webhook by its origin
+    /// only (its path and query may hold its secret, and `/metrics` is
+    /// not guarded).
     pub fn label(&self) -> String {
         match self {
             SinkSpec::Jsonl(path) => format!("jsonl:{}", path.display()),
-            SinkSpec::Webhook(url) => format!("webhook:{}", nats::mask_url(url)),
+            SinkSpec::Webhook(url) => match reqwest::Url::parse(url) {
+                Ok(u) if u.has_host() => format!("webhook:{}", u.origin().ascii_serialization()),
+                _ => format!("webhook:{}", nats::mask_url(url)),
+            },
             SinkSpec::Nats(nats) => nats.label(),
             SinkSpec::Channel(_) => "channel".to_string(),
         }
@@ -170,7 +175,12 @@ impl SinkSpec {
     pub fn to_masked_string(&self) -> Option<String> {
         match self {
             SinkSpec::Jsonl(path) => Some(format!("jsonl:{}", path.display())),
-            SinkSpec::Webhook(url) => Some(format!("webhook:{}", nats::mask_url(url))),
+            SinkSpec::Webhook(url) => {
+                // Its query may hold a token (`?token=…`).
+                let url = nats::mask_url(url);
+                let shown = url.split_once('?').map_or(url.clone(), |(base, _)| format!("{base}?***"));
+                Some(format!("webhook:{shown}"))
+            }
             SinkSpec::Nats(nats) => Some(nats.masked().to_string()),
             SinkSpec::Channel(_) => None,
         }
@@ -422,5 +432,20 @@ async fn webhook_worker(
         } else {
             metrics.sink_failed(&label, n);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SinkSpec;
+
+    #[test]
+    fn a_webhook_secret_stays_out_of_labels_and_printed_config() {
+        let spec: SinkSpec = "webhook:http://user:pw@127.0.0.1:9000/hooks/SECRETPATH?token=QSECRET#f".parse().unwrap();
+        let label = spec.label();
+        assert_eq!(label, "webhook:http://127.0.0.1:9000");
+        let printed = spec.to_masked_string().unwrap_or_default();
+        assert!(!printed.contains("pw") && !printed.contains("QSECRET"), "{printed}");
+        assert!(printed.starts_with("webhook:http://user:***@127.0.0.1:9000/hooks/SECRETPATH?***"), "{printed}");
     }
 }
