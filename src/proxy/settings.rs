@@ -816,10 +816,12 @@ impl ProxySettings {
 
     /// The effective configuration as TOML, readable by `--config`.
     /// Secrets are left out (a comment says which are set), and passwords
-    /// in sink URLs are masked.
+    /// in URLs (the upstream's, the sinks') are masked.
     pub fn to_toml(&self) -> String {
         let mut out = String::from("# spindle proxy: the effective configuration\n");
-        match toml::to_string_pretty(self) {
+        let mut shown = self.clone();
+        shown.upstream.url = shown.upstream.url.as_deref().map(crate::proxy::sink::nats::mask_url);
+        match toml::to_string_pretty(&shown) {
             Ok(text) => out.push_str(&text),
             Err(e) => out.push_str(&format!("# cannot print the configuration: {e}\n")),
         }
@@ -950,12 +952,12 @@ mod tests {
 
     #[test]
     fn printed_config_reads_back_and_hides_secrets() {
-        let text = "listen = \"0.0.0.0:9\"\n[upstream]\nurl = \"http://u\"\napi_key = \"sk-file\"\nidle_timeout = 5\n\
+        let text = "listen = \"0.0.0.0:9\"\n[upstream]\nurl = \"http://u:upw@u\"\napi_key = \"sk-file\"\nidle_timeout = 5\n\
                     [sink]\ntargets = [\"nats://user:pw@h:4222/s?instance=a\", \"jsonl:x.jsonl\"]\n";
         let mut s = ProxySettings::from_toml(text, "t").unwrap();
         s.apply_env(|v| (v == "SPINDLE_NATS_TOKEN").then(|| "s3cr3t-t0k".to_string()));
         let printed = s.to_toml();
-        for secret in ["sk-file", "s3cr3t-t0k", ":pw@"] {
+        for secret in ["sk-file", "s3cr3t-t0k", ":pw@", "upw"] {
             assert!(!printed.contains(secret), "{secret} in\n{printed}");
         }
         assert!(printed.contains("# upstream.api_key: set, not printed"), "{printed}");
