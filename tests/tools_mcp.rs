@@ -78,22 +78,22 @@ async fn mcp_tools_join_the_catalog_and_run_from_text_calls() {
     // A TAM call: its text values are converted to the schema's numbers.
     let tam =
         calls("tam", "<|[REQUEST_TOOL]|>\ncommand:»»»everything.get-sum«««\na:»»»2«««\nb:»»»3«««\n<|[END_TOOL]|>");
-    let r = runner.run_call(&tam[0], "call_1", &CancellationToken::new()).await;
+    let r = runner.scope().run_call(&tam[0], "call_1", &CancellationToken::new()).await;
     assert_eq!(r[0].outcome, Outcome::Success, "{}", r[0].observation);
     assert!(r[0].observation.contains("5"), "{}", r[0].observation);
     // An ACTION call.
     let action = calls("action", "<ACTION><everything.echo><message>hi there</message></everything.echo></ACTION>");
-    let r = runner.run_call(&action[0], "call_2", &CancellationToken::new()).await;
+    let r = runner.scope().run_call(&action[0], "call_2", &CancellationToken::new()).await;
     assert_eq!(r[0].outcome, Outcome::Success, "{}", r[0].observation);
     assert!(r[0].observation.contains("hi there"), "{}", r[0].observation);
     // A Filament call with a wrong parameter never reaches the server.
     let fil = calls("filament", r#"<tool_call name="everything.echo">{"mesage": "x"}</tool_call>"#);
-    let r = runner.run_call(&fil[0], "call_3", &CancellationToken::new()).await;
+    let r = runner.scope().run_call(&fil[0], "call_3", &CancellationToken::new()).await;
     assert_eq!(r[0].outcome, Outcome::InvalidParams);
     assert!(r[0].observation.contains("did you mean 'message'"), "{}", r[0].observation);
     // The server sees only PATH and the env its plugin gives it.
     let env = calls("filament", r#"<tool_call name="everything.get-env">{}</tool_call>"#);
-    let r = runner.run_call(&env[0], "call_4", &CancellationToken::new()).await;
+    let r = runner.scope().run_call(&env[0], "call_4", &CancellationToken::new()).await;
     let text = r[0].observation.clone();
     assert!(text.contains("SPINDLE_GIVEN"), "{text}");
     assert!(!text.contains("CARGO_MANIFEST_DIR") && !text.contains("\"HOME\""), "{text}");
@@ -119,7 +119,7 @@ async fn mcp_server_that_never_answers_times_out() {
         r#"<tool_call name="everything.trigger-long-running-operation">{"duration": 30, "steps": 2}</tool_call>"#,
     );
     let started = Instant::now();
-    let r = runner.run_call(&c[0], "call_1", &CancellationToken::new()).await;
+    let r = runner.scope().run_call(&c[0], "call_1", &CancellationToken::new()).await;
     assert!(started.elapsed() < Duration::from_secs(5));
     assert_eq!(r[0].outcome, Outcome::Timeout);
     assert_eq!(
@@ -143,14 +143,14 @@ async fn mcp_server_crashing_mid_call_fails_the_call() {
         let _ = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status();
     });
     let started = Instant::now();
-    let r = runner.run_call(&c[0], "call_1", &CancellationToken::new()).await;
+    let r = runner.scope().run_call(&c[0], "call_1", &CancellationToken::new()).await;
     assert!(started.elapsed() < Duration::from_secs(8), "{:?}", started.elapsed());
     assert_eq!(r[0].outcome, Outcome::Failed, "{}", r[0].observation);
     assert!(r[0].observation.contains("MCP"), "{}", r[0].observation);
     // A later call fails at once, it does not hang.
     let echo = calls("filament", r#"<tool_call name="everything.echo">{"message": "x"}</tool_call>"#);
     let started = Instant::now();
-    let r = runner.run_call(&echo[0], "call_2", &CancellationToken::new()).await;
+    let r = runner.scope().run_call(&echo[0], "call_2", &CancellationToken::new()).await;
     assert_eq!(r[0].outcome, Outcome::Failed, "{}", r[0].observation);
     assert!(started.elapsed() < Duration::from_secs(2));
 }

@@ -42,7 +42,7 @@ fn call(steps: Vec<Step>) -> ToolCall {
 }
 
 async fn run(runner: &Runner, c: &ToolCall) -> Vec<ToolResult> {
-    runner.run_call(c, "call_1", &CancellationToken::new()).await
+    runner.scope().run_call(c, "call_1", &CancellationToken::new()).await
 }
 
 /// A marker unique to one test run, put in the command lines of the
@@ -292,8 +292,8 @@ async fn cut_off_tam_block_and_second_action_block_are_not_run() {
     let events = parse(registry.clone(), text.as_bytes());
     let mut col = spindle::tools::collect::CallCollector::new(registry.into());
     let calls: Vec<_> = events.iter().filter_map(|e| col.observe(e)).collect();
-    let r = runner();
-    let first = run(&r, &calls[0].1).await;
+    let r = runner().scope();
+    let first = r.run_call(&calls[0].1, "call_1", &CancellationToken::new()).await;
     let second = r.run_call(&calls[1].1, &calls[1].0, &CancellationToken::new()).await;
     assert_eq!(first[0].outcome, Outcome::Success);
     assert_eq!(second[0].outcome, Outcome::NotRun);
@@ -308,7 +308,14 @@ async fn async_tool_answers_with_a_task_id_then_completes() {
     let sink = events.clone();
     r.set_sink(Arc::new(move |e| sink.lock().map(|mut l| l.push(e)).unwrap_or(())));
     let started = Instant::now();
-    let res = run(&r, &call(vec![step("Image.Render", json!({"prompt": "owl", "seconds": 0.3}))])).await;
+    let r = r.scope();
+    let res = r
+        .run_call(
+            &call(vec![step("Image.Render", json!({"prompt": "owl", "seconds": 0.3}))]),
+            "call_1",
+            &CancellationToken::new(),
+        )
+        .await;
     assert!(started.elapsed() < Duration::from_millis(250), "answered at once");
     assert_eq!(res[0].outcome, Outcome::Pending);
     assert!(res[0].ok);
@@ -333,7 +340,7 @@ async fn async_tool_answers_with_a_task_id_then_completes() {
 #[tokio::test]
 async fn cancel_token_and_drop_kill_the_running_tool() {
     let catalog = ToolCatalog::load_plugins(&plugins()).unwrap_or_else(|e| panic!("{e}"));
-    let r = Runner::with_options(catalog, RunnerOptions::default());
+    let r = Runner::with_options(catalog, RunnerOptions::default()).scope();
     // Hang has a 400 ms limit; cancel before it.
     let m = marker("cancel");
     let token = CancellationToken::new();

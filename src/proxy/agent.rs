@@ -56,6 +56,20 @@ use std::sync::Arc;
 /// with an `error` object (`{"error":{"code":"agent_upstream_failed",…}}`)
 /// and `[DONE]`. A client that goes away cancels the loop: the upstream
 /// request is dropped and running tools are killed.
+///
+/// # Async tools
+///
+/// The [`Runner`] is shared by every request (its MCP servers start once),
+/// but each request's loop runs its calls in a
+/// [`RunScope`](crate::tools::RunScope) of its own: the tasks of async
+/// tools it starts are numbered for it alone (`task_1`, ...), their results
+/// come back to that request only, and the tasks still running when its
+/// loop ends (an answer, a limit, an error, the client gone) are killed
+/// with their process groups, so no tool runs past its request (nor past
+/// `--max-streams` or `--agent-max-time`). Each stopped task is a
+/// `tool_result` step with `"outcome": "cancelled"` and its `task_id`, and
+/// `agent_end`'s `detail` says `N async task(s) still running were
+/// stopped`.
 #[derive(Debug, Clone)]
 pub struct ProxyAgent {
     /// The tools the proxy owns (plugin folders, MCP servers) and how they

@@ -32,17 +32,27 @@
 //! the same failing call may repeat. Each stop says why
 //! ([`StopReason`]).
 //!
+//! # Async tools
+//!
+//! Each run has its own [`RunScope`]: the tasks of async tools it starts
+//! are numbered in it and only it gets their results ([`AsyncTasks`]),
+//! also when many runs share one [`Runner`]. When the run ends, for
+//! whatever reason, the tasks still running are killed (their process
+//! groups, as at a timeout): each is reported as an
+//! [`AgentEvent::ToolResult`] with [`Outcome::Cancelled`] and its task id,
+//! and the [`AgentEvent::End`] detail says how many were stopped.
+//!
 //! # Cancel safety
 //!
 //! Cancelling the token passed to [`Agent::run`] drops the upstream
-//! request (its connection closes) and kills running tools; the stream
-//! then ends with [`StopReason::Cancelled`]. Dropping the returned stream
-//! does the same.
+//! request (its connection closes) and kills running tools and tasks; the
+//! stream then ends with [`StopReason::Cancelled`]. Dropping the returned
+//! stream does the same.
 
 use super::collect::CallCollector;
 use super::manual::{Protocol, manual, place_manual};
 use super::observe::{Outcome, ToolResult, feedback_messages};
-use super::runner::Runner;
+use super::runner::{RunScope, Runner};
 use crate::Registry;
 use crate::calls::ToolCall;
 use crate::sources::{SourceEvent, StreamOptions, StreamTap, TapFrame};
@@ -84,7 +94,9 @@ impl Default for AgentLimits {
     }
 }
 
-/// What the loop does with async tools' tasks (spec 000 §3.2).
+/// What the loop does with async tools' tasks (spec 000 §3.2). Either
+/// way, a run only ever gets the results of the tasks it started, and the
+/// tasks still running when it ends are stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AsyncTasks {
     /// Send the "started, task id" observation and go on; a task's result
@@ -93,7 +105,8 @@ pub enum AsyncTasks {
     #[default]
     Continue,
     /// Wait at the end of the turn for every task started in it and send
-    /// their results with the turn's observations.
+    /// their results with the turn's observations (the run's time budget
+    /// and its cancel still end the wait).
     Wait,
 }
 
@@ -190,7 +203,9 @@ pub enum AgentEvent {
         text: String,
         /// Turns used.
         turns: usize,
-        /// A sentence for the reason (the upstream error, the repeated call).
+        /// A sentence for the reason (the upstream error, the repeated
+        /// call), and how many async tasks were stopped at the end
+        /// (`N async task(s) still running were stopped`).
         detail: Option<String>,
         /// The whole conversation, ready to continue.
         messages: Vec<Value>,
@@ -358,8 +373,12 @@ impl Agent {
         let me = self.clone();
         let guard = cancel.clone().drop_guard();
         tokio::spawn(async move {
-            let end = me.drive(request, &cancel, &tx).await;
-            let _ = tx.send(end).await;
+            // The run's own tasks; dropping it (the runtime going away)
+            // kills them too.
+            let scope = Arc::new(me.runner.scope());
+            let end = me.drive(request, &scope, &cancel, &tx).await;
+            let end = end.stop_tasks(&scope, &tx).await;
+            let _ = tx.send(end.into_event()).await;
         });
         // Dropping the stream drops the guard, which cancels the run.
         tokio_stream::wrappers::ReceiverStream::new(rx).map(move |e| {
@@ -368,7 +387,13 @@ impl Agent {
         })
     }
 
-    async fn drive(&self, request: Value, cancel: &CancellationToken, tx: &mpsc::Sender<AgentEvent>) -> AgentEvent {
+    async fn drive(
+        &self,
+        request: Value,
+        scope: &Arc<RunScope>,
+        cancel: &CancellationToken,
+        tx: &mpsc::Sender<AgentEvent>,
+    ) -> RunEnd {
         let started = Instant::now();
         let mut body = match request {
             Value::Object(m) => m,
@@ -393,7 +418,7 @@ impl Agent {
         let mut tool_calls = 0usize;
         let mut failures: Vec<(String, usize)> = Vec::new();
         let mut last_text = String::new();
-        let end = |reason, text: String, turns, detail: Option<String>, messages: Vec<Value>| AgentEvent::End {
+        let end = |reason, text: String, turns, detail: Option<String>, messages: Vec<Value>| RunEnd {
             reason,
             text,
             turns,
@@ -425,7 +450,7 @@ impl Agent {
                     t.cancel();
                 })
             });
-            let outcome = self.turn(turn, Value::Object(req), budget_left, &turn_cancel, tx).await;
+            let outcome = self.turn(turn, Value::Object(req), budget_left, scope, &turn_cancel, tx).await;
             if let Some(t) = timer {
                 t.abort();
             }
@@ -445,10 +470,24 @@ impl Agent {
             last_text = done.text.clone();
             messages.push(json!({"role": "assistant", "content": done.text}));
             let mut done = done;
-            // Async tasks: their results, now (wait) or as they finish.
+            // This run's async tasks: their results, now (wait) or as they
+            // finish.
             let finished = match self.tasks {
-                AsyncTasks::Wait => self.runner.wait_tasks().await,
-                AsyncTasks::Continue => self.runner.take_finished_tasks(),
+                AsyncTasks::Wait => {
+                    let remaining = self.limits.max_time.map(|t| t.saturating_sub(started.elapsed()));
+                    let budget = async {
+                        match remaining {
+                            Some(r) => tokio::time::sleep(r).await,
+                            None => std::future::pending().await,
+                        }
+                    };
+                    tokio::select! {
+                        r = scope.wait_tasks() => r,
+                        () = cancel.cancelled() => return end(StopReason::Cancelled, last_text, turn, None, messages),
+                        () = budget => return end(StopReason::TimeBudget, last_text, turn, None, messages),
+                    }
+                }
+                AsyncTasks::Continue => scope.take_finished_tasks(),
             };
             for mut r in finished {
                 if let Some(task) = &r.task_id {
@@ -458,9 +497,8 @@ impl Agent {
                 done.results.push(r);
             }
             if done.results.is_empty() {
-                let running = self.runner.pending_tasks();
-                let detail = (running > 0).then(|| format!("{running} async task(s) still running"));
-                return end(StopReason::Answer, last_text, turn, detail, messages);
+                // Tasks still running are stopped by the caller, which says so.
+                return end(StopReason::Answer, last_text, turn, None, messages);
             }
             tool_calls += done.results.iter().filter(|r| r.attempts > 0 || r.outcome == Outcome::Pending).count();
             messages.extend(feedback_messages(self.protocol, &done.results));
@@ -491,6 +529,7 @@ impl Agent {
         turn: usize,
         request: Value,
         budget: usize,
+        scope: &Arc<RunScope>,
         cancel: &CancellationToken,
         tx: &mpsc::Sender<AgentEvent>,
     ) -> Result<TurnDone, (StopReason, Option<String>)> {
@@ -523,7 +562,7 @@ impl Agent {
         // Calls run one after another in a worker, each as soon as its block
         // is complete and the one before is done.
         let (call_tx, mut call_rx) = mpsc::unbounded_channel::<(String, ToolCall, Instant)>();
-        let runner = self.runner.clone();
+        let scope = scope.clone();
         let worker_cancel = cancel.clone();
         let events = tx.clone();
         let worker = tokio::spawn(async move {
@@ -554,7 +593,7 @@ impl Agent {
                         })
                         .collect()
                 } else {
-                    runner.run_call(&call, &id, &worker_cancel).await
+                    scope.run_call(&call, &id, &worker_cancel).await
                 };
                 used += rs.iter().filter(|r| r.attempts > 0).count();
                 let end = Instant::now();
@@ -702,6 +741,42 @@ impl Agent {
             })
             .await;
         Ok(TurnDone { text, results: results.into_iter().map(|(r, _, _)| r).collect(), signatures, budget_hit })
+    }
+}
+
+/// How a run ended, before its tasks are stopped.
+struct RunEnd {
+    reason: StopReason,
+    text: String,
+    turns: usize,
+    detail: Option<String>,
+    messages: Vec<Value>,
+}
+
+impl RunEnd {
+    /// Stops the run's async tasks that are still running (their process
+    /// groups are killed before this returns), reports each as a
+    /// [`AgentEvent::ToolResult`] of the last turn, and says how many in
+    /// the detail.
+    async fn stop_tasks(mut self, scope: &RunScope, tx: &mpsc::Sender<AgentEvent>) -> RunEnd {
+        let stopped = scope.stop().await;
+        if stopped.is_empty() {
+            return self;
+        }
+        let note = format!("{} async task(s) still running were stopped", stopped.len());
+        for result in stopped {
+            let _ = tx.send(AgentEvent::ToolResult { turn: self.turns, result, start_latency_us: 0 }).await;
+        }
+        self.detail = Some(match self.detail.take() {
+            Some(d) => format!("{d}; {note}"),
+            None => note,
+        });
+        self
+    }
+
+    fn into_event(self) -> AgentEvent {
+        let RunEnd { reason, text, turns, detail, messages } = self;
+        AgentEvent::End { reason, text, turns, detail, messages }
     }
 }
 

@@ -15,7 +15,7 @@
 //! | the tool manual for a prompt | [`manual()`], [`fill_placeholders`], [`place_manual`] |
 //! | a request's OpenAI `tools` as a manual | [`manual_for_openai_tools`] |
 //! | a chat history's `tool_calls` / `role: "tool"` messages as text | [`call_text`], [`observation_text`] |
-//! | run the calls of a response | [`Runner::run_call`] |
+//! | run the calls of a response | [`Runner::scope`], then [`RunScope::run_call`] (one scope per run: it owns the async tasks its calls start) |
 //! | run a whole tool conversation against a model | [`agent::Agent`] |
 //!
 //! [`ToolCall`]: crate::calls::ToolCall
@@ -30,4 +30,4 @@ pub use manual::{
     ManualPlace, Protocol, call_text, fill_placeholders, manual, manual_for_openai_tools, openai_tools, place_manual,
 };
 pub use observe::{Outcome, ToolAudit, ToolResult, feedback_messages, observation_text};
-pub use runner::{EventSink, McpPool, Runner, RunnerOptions, ToolConfig, ToolEvent};
+pub use runner::{EventSink, McpPool, RunScope, Runner, RunnerOptions, ToolConfig, ToolEvent};

@@ -246,6 +246,14 @@ pub fn cancelled(tool_id: &str) -> String {
     format!("Observation: Error - Tool {tool_id} was cancelled before it finished")
 }
 
+/// The observation of an async tool's task that was stopped (its process
+/// group killed) because the run that started it ended first.
+pub fn task_stopped(tool_id: &str, task_id: &str) -> String {
+    format!(
+        "Observation: Error - Task {task_id} of tool {tool_id} was stopped before it finished: the run that started it ended"
+    )
+}
+
 /// The observation of an async tool that started.
 pub fn pending(tool_id: &str, task_id: &str) -> String {
     format!(

@@ -5,7 +5,7 @@ use anyhow::{Context, Result, bail};
 use spindle::event::{DiagnosticCode, Event};
 use spindle::sources::{ChatStream, FinishReason, Framing, LineTap, SourceEvent, StreamOptions, StreamTap, transcript};
 use spindle::tools::collect::CallCollector;
-use spindle::tools::{McpPool, Runner, RunnerOptions, ToolConfig, ToolEvent};
+use spindle::tools::{McpPool, RunScope, Runner, RunnerOptions, ToolConfig, ToolEvent};
 use spindle::{Parser, ParserOptions, Registry, state};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -90,7 +90,8 @@ pub(crate) struct ParseArgs {
 /// ones to stderr) or, with `--execute`, run.
 struct Calls {
     collector: CallCollector,
-    runner: Runner,
+    /// The parse is one run: its async tasks are waited for at the end.
+    run: RunScope,
     rt: tokio::runtime::Runtime,
     execute: bool,
     /// Audit and task records sent by the runner, printed after each call.
@@ -121,7 +122,8 @@ impl Calls {
                 list.push(e.to_event_json());
             }
         }));
-        Ok(Calls { collector: CallCollector::new(registry), runner, rt, execute: args.execute, records, _pool: pool })
+        let run = runner.scope();
+        Ok(Calls { collector: CallCollector::new(registry), run, rt, execute: args.execute, records, _pool: pool })
     }
 
     fn flush_records(&self, renderer: &mut Renderer) -> Result<()> {
@@ -140,12 +142,12 @@ impl Calls {
         for event in events {
             let Some((id, call)) = self.collector.observe(event) else { continue };
             if !self.execute {
-                for obs in self.runner.catalog().observations(&call) {
+                for obs in self.run.catalog().observations(&call) {
                     eprintln!("{obs}");
                 }
                 continue;
             }
-            let results = self.rt.block_on(self.runner.run_call(&call, &id, &CancellationToken::new()));
+            let results = self.rt.block_on(self.run.run_call(&call, &id, &CancellationToken::new()));
             self.flush_records(renderer)?;
             for r in &results {
                 renderer.tool_line(&r.to_event_json("tool_result"))?;
@@ -156,7 +158,7 @@ impl Calls {
 
     /// Waits for async tasks and prints their records.
     fn finish(&mut self, renderer: &mut Renderer) -> Result<()> {
-        self.rt.block_on(self.runner.wait_tasks());
+        self.rt.block_on(self.run.wait_tasks());
         self.flush_records(renderer)
     }
 }

@@ -17,8 +17,18 @@
 //!
 //! A tool whose definition says `"async": true` (in `implementation` or at
 //! the top level) answers at once with a task id ([`Outcome::Pending`]);
-//! its result arrives later as a [`ToolEvent::TaskDone`] and from
-//! [`Runner::wait_tasks`].
+//! its result arrives later as a [`ToolEvent::TaskDone`] and from the
+//! [`RunScope`] whose call started it.
+//!
+//! # Runs
+//!
+//! A [`Runner`] holds what every run shares: the catalog, services, MCP
+//! servers, limits. Calls run through a [`RunScope`], one per run (an
+//! agent loop, a request, a transcript), made with [`Runner::scope`]. The
+//! async tasks a scope's calls start belong to it: their ids are numbered
+//! in it, only it hands out their results, and when it ends
+//! ([`RunScope::stop`], or dropping it) the tasks still running are
+//! killed. Two runs on one runner never see each other's tasks.
 //!
 //! # Steps
 //!
@@ -36,20 +46,22 @@
 //! Every limit is in [`RunnerOptions`]. A script that passes its timeout,
 //! or writes more than `max_output` bytes, is killed with its whole
 //! process group; a tool never outlives its call, also when the caller is
-//! cancelled (the token, or dropping the future) or the [`Runner`] is
-//! dropped.
+//! cancelled (the token, or dropping the future), and an async tool's task
+//! never outlives its [`RunScope`].
 //!
 //! # Cancel safety
 //!
-//! [`Runner::run_call`] may be dropped at any await: the running tool's
+//! [`RunScope::run_call`] may be dropped at any await: the running tool's
 //! process group is killed and no result is produced. Cancelling its
 //! token instead gives [`Outcome::Cancelled`] results.
 
 mod group;
 pub mod mcp;
+mod scope;
 mod script;
 
 pub use mcp::{McpError, McpPool};
+pub use scope::RunScope;
 
 use super::observe::{self, Outcome, ToolAudit, ToolResult};
 use crate::calls::attp::PYTHON_TOOL;
@@ -58,8 +70,7 @@ use futures::future::BoxFuture;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio_util::sync::CancellationToken;
 
@@ -131,7 +142,8 @@ pub type ServiceFn = Arc<dyn Fn(Map<String, Value>) -> ServiceFuture + Send + Sy
 pub enum ToolEvent {
     /// The audit record of one step (run or not).
     Audit(ToolAudit),
-    /// An async tool's task finished.
+    /// An async tool's task finished, or was stopped because its run
+    /// ended ([`Outcome::Cancelled`], see [`RunScope::stop`]).
     TaskDone(ToolResult),
 }
 
@@ -270,10 +282,12 @@ struct Inner {
     config: ToolConfig,
     options: RunnerOptions,
     sink: Option<EventSink>,
-    tasks: AtomicU64,
 }
 
-/// Runs checked tool calls against a catalog.
+/// Runs checked tool calls against a catalog: what every run shares (the
+/// catalog, services, MCP servers, limits, the event sink). Each run makes
+/// its own [`RunScope`] ([`Runner::scope`]) and runs its calls there; a
+/// runner may be shared (`Arc<Runner>`) by any number of runs at once.
 ///
 /// ```
 /// use spindle::calls::{CallFormat, Step, ToolCall, ToolCatalog, ToolDef};
@@ -295,14 +309,14 @@ struct Inner {
 /// step.params.insert("b".into(), json!(3));
 /// let mut call = ToolCall::new(CallFormat::Tam);
 /// call.steps.push(step);
-/// let results = runner.run_call(&call, "call_1", &CancellationToken::new()).await;
+/// let run = runner.scope();
+/// let results = run.run_call(&call, "call_1", &CancellationToken::new()).await;
 /// assert_eq!(results[0].outcome, Outcome::Success);
 /// assert_eq!(results[0].observation, "Observation: Tool Add executed successfully. Result: 5");
 /// # }
 /// ```
 pub struct Runner {
     inner: Arc<Inner>,
-    pending: Mutex<Vec<tokio::task::JoinHandle<ToolResult>>>,
 }
 
 impl std::fmt::Debug for Runner {
@@ -312,17 +326,6 @@ impl std::fmt::Debug for Runner {
             .field("services", &self.inner.services.keys().collect::<Vec<_>>())
             .field("options", &self.inner.options)
             .finish_non_exhaustive()
-    }
-}
-
-impl Drop for Runner {
-    fn drop(&mut self) {
-        // Aborting a task drops its future, which kills its process group.
-        if let Ok(list) = self.pending.lock() {
-            for h in list.iter() {
-                h.abort();
-            }
-        }
     }
 }
 
@@ -349,14 +352,12 @@ impl Runner {
                 config: ToolConfig::default(),
                 options,
                 sink: None,
-                tasks: AtomicU64::new(0),
             }),
-            pending: Mutex::new(Vec::new()),
         }
     }
 
     fn inner_mut(&mut self) -> &mut Inner {
-        // Only called while building, before any task shares `inner`.
+        // Only called while building, before any scope shares `inner`.
         if Arc::get_mut(&mut self.inner).is_none() {
             let copy = Inner {
                 catalog: self.inner.catalog.clone(),
@@ -366,7 +367,6 @@ impl Runner {
                 config: self.inner.config.clone(),
                 options: self.inner.options.clone(),
                 sink: self.inner.sink.clone(),
-                tasks: AtomicU64::new(self.inner.tasks.load(Ordering::Relaxed)),
             };
             self.inner = Arc::new(copy);
         }
@@ -409,6 +409,21 @@ impl Runner {
     /// The options.
     pub fn options(&self) -> &RunnerOptions {
         &self.inner.options
+    }
+
+    /// Starts a run: a [`RunScope`] that runs calls with this runner's
+    /// tools and owns the async tasks they start. Make one per run (per
+    /// agent loop, per request); set the runner up (services, sink, MCP
+    /// servers) before.
+    pub fn scope(&self) -> RunScope {
+        RunScope::new(self.inner.clone())
+    }
+}
+
+impl RunScope {
+    /// The catalog.
+    pub fn catalog(&self) -> &ToolCatalog {
+        &self.inner.catalog
     }
 
     /// Runs every step of `call` (see the module docs) and returns one
@@ -564,13 +579,6 @@ impl Runner {
             Box::pin(async move { inner.execute(&def, kind, &p).await })
         };
         if is_async(&def) {
-            let n = inner.tasks.fetch_add(1, Ordering::Relaxed) + 1;
-            let task_id = format!("task_{n}");
-            let mut pending =
-                ToolResult::not_run(call_id, id, step.index, Outcome::Pending, observe::pending(id, &task_id));
-            pending.ok = true;
-            pending.task_id = Some(task_id.clone());
-            pending.result = serde_json::json!({"task_id": task_id});
             let me = TaskCtx {
                 inner: inner.clone(),
                 call_id: call_id.to_string(),
@@ -579,18 +587,33 @@ impl Runner {
                 kind,
                 retry: step.retry,
             };
-            let handle = tokio::spawn(async move {
-                let mut r = me.attempts(params, &CancellationToken::new(), exec).await;
-                r.task_id = Some(task_id);
-                if let Some(sink) = &me.inner.sink {
-                    sink(ToolEvent::TaskDone(r.clone()));
-                }
-                r
+            let started = self.start_task(call_id, id, step.index, move |task_id| {
+                Box::pin(async move {
+                    let mut r = me.attempts(params, &CancellationToken::new(), exec).await;
+                    r.task_id = Some(task_id);
+                    if let Some(sink) = &me.inner.sink {
+                        sink(ToolEvent::TaskDone(r.clone()));
+                    }
+                    r
+                })
             });
-            if let Ok(mut list) = self.pending.lock() {
-                list.push(handle);
-            }
-            return pending;
+            return match started {
+                Ok(task_id) => {
+                    let mut pending =
+                        ToolResult::not_run(call_id, id, step.index, Outcome::Pending, observe::pending(id, &task_id));
+                    pending.ok = true;
+                    pending.result = serde_json::json!({"task_id": task_id});
+                    pending.task_id = Some(task_id);
+                    pending
+                }
+                Err(scope::NotStarted::Closed) => ToolResult::not_run(
+                    call_id,
+                    id,
+                    step.index,
+                    Outcome::NotRun,
+                    observe::not_run(id, "run_ended", "the run that made this call has ended"),
+                ),
+            };
         }
         self.attempts(call_id, step.index, id, kind, params, step.retry, cancel, exec).await
     }
@@ -610,50 +633,9 @@ impl Runner {
         let ctx = TaskCtx { inner: self.inner.clone(), call_id: call_id.into(), step, id: id.into(), kind, retry };
         ctx.attempts(params, cancel, exec).await
     }
-
-    /// Waits for every async task started so far and returns their results
-    /// in start order (each was also sent to the sink as it finished).
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future leaves the tasks running (the runner still
-    /// owns them; dropping the runner kills them).
-    pub async fn wait_tasks(&self) -> Vec<ToolResult> {
-        let handles: Vec<_> = match self.pending.lock() {
-            Ok(mut list) => list.drain(..).collect(),
-            Err(_) => Vec::new(),
-        };
-        let mut out = Vec::new();
-        for h in handles {
-            if let Ok(r) = h.await {
-                out.push(r);
-            }
-        }
-        out
-    }
-
-    /// The results of the async tasks that have finished since the last
-    /// call (or [`Runner::wait_tasks`]), in start order; running tasks stay.
-    pub fn take_finished_tasks(&self) -> Vec<ToolResult> {
-        use futures::FutureExt;
-        let done: Vec<_> = match self.pending.lock() {
-            Ok(mut list) => {
-                let (done, running): (Vec<_>, Vec<_>) = list.drain(..).partition(|h| h.is_finished());
-                *list = running;
-                done
-            }
-            Err(_) => Vec::new(),
-        };
-        done.into_iter().filter_map(|h| h.now_or_never().and_then(Result::ok)).collect()
-    }
-
-    /// How many async tasks have not been waited for.
-    pub fn pending_tasks(&self) -> usize {
-        self.pending.lock().map(|l| l.iter().filter(|h| !h.is_finished()).count()).unwrap_or(0)
-    }
 }
 
-/// What a retrying run needs, owned (async tasks outlive the call).
+/// What a retrying run needs, owned (async tasks outlive the call, not their scope).
 struct TaskCtx {
     inner: Arc<Inner>,
     call_id: String,
