@@ -27,16 +27,26 @@ use std::sync::{Arc, Mutex};
 #[derive(Clone)]
 struct Script {
     turns: Arc<Vec<String>>,
+    /// Turns for a conversation whose first user message is this text
+    /// (many clients, each with its own script); `turns` for the others.
+    by_prompt: Arc<Vec<(String, Vec<String>)>>,
     requests: Arc<Mutex<Vec<Value>>>,
     /// Answer with this status and no stream.
     fail: Option<u16>,
 }
 
 /// Turn N (the number of assistant messages in the request) is the N-th
-/// text, streamed in 5-character pieces.
+/// text (of the conversation's script), streamed in 5-character pieces.
 async fn chat(State(s): State<Script>, body: String) -> Response {
     let req: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
     let turn = req["messages"].as_array().map_or(0, |m| m.iter().filter(|m| m["role"] == "assistant").count());
+    let user = req["messages"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["role"] == "user"))
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default();
+    let turns = s.by_prompt.iter().find(|(p, _)| p == user).map_or(&s.turns[..], |(_, t)| &t[..]);
+    let text = turns.get(turn).or(turns.last()).cloned().unwrap_or_default();
     s.requests.lock().map(|mut r| r.push(req)).unwrap_or(());
     if let Some(status) = s.fail {
         return Response::builder()
@@ -44,7 +54,6 @@ async fn chat(State(s): State<Script>, body: String) -> Response {
             .body(Body::from(r#"{"error":{"message":"down for maintenance"}}"#))
             .unwrap_or_default();
     }
-    let text = s.turns.get(turn).or(s.turns.last()).cloned().unwrap_or_default();
     let chars: Vec<char> = text.chars().collect();
     let mut sse = String::new();
     for piece in chars.chunks(5) {
@@ -61,9 +70,23 @@ async fn chat(State(s): State<Script>, body: String) -> Response {
 }
 
 async fn upstream(turns: &[&str], fail: Option<u16>) -> (String, Arc<Mutex<Vec<Value>>>) {
+    upstream_by_prompt(turns, &[], fail).await
+}
+
+/// An upstream with a script of its own for each first user message.
+async fn upstream_by_prompt(
+    turns: &[&str],
+    by_prompt: &[(&str, &[&str])],
+    fail: Option<u16>,
+) -> (String, Arc<Mutex<Vec<Value>>>) {
     let requests = Arc::new(Mutex::new(Vec::new()));
-    let script =
-        Script { turns: Arc::new(turns.iter().map(|s| s.to_string()).collect()), requests: requests.clone(), fail };
+    let owned = |t: &[&str]| t.iter().map(|s| s.to_string()).collect::<Vec<String>>();
+    let script = Script {
+        turns: Arc::new(owned(turns)),
+        by_prompt: Arc::new(by_prompt.iter().map(|(p, t)| (p.to_string(), owned(t))).collect()),
+        requests: requests.clone(),
+        fail,
+    };
     let app = Router::new().route("/v1/chat/completions", post(chat)).with_state(script);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -319,4 +342,115 @@ async fn the_readme_example_against_the_scripted_mock() {
     assert!(requests[1]["messages"].to_string().contains("Result: 42"));
     proxy.shutdown().await.unwrap();
     mock.shutdown().await.unwrap();
+}
+
+fn hermes_call(tool: &str, arguments: Value) -> String {
+    format!("<tool_call>\n{}\n</tool_call>", json!({"name": tool, "arguments": arguments}))
+}
+
+/// A whole (not streamed) agent request with this user message and key.
+async fn ask(endpoint: &str, key: &str, prompt: &str) -> Value {
+    let body = json!({"model": "m", "messages": [{"role": "user", "content": prompt}]});
+    let response = client().post(endpoint).bearer_auth(key).json(&body).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    response.json().await.unwrap()
+}
+
+/// The `tool_result` steps of a whole agent response.
+fn results_of(whole: &Value) -> Vec<Value> {
+    let steps = whole["spindle"]["steps"].as_array().cloned().unwrap_or_default();
+    steps.into_iter().filter(|s| s["type"] == "tool_result").collect()
+}
+
+/// The security review's case through the real proxy: Alice's async task
+/// finishes while Bob's request is between turns. It comes back to Alice
+/// and never to Bob (his answer, his steps, what his upstream requests
+/// carried).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_clients_async_task_never_reaches_another_client() {
+    let alice = [
+        hermes_call("Image.Render", json!({"prompt": "ALICE-PRIVATE-PROMPT", "seconds": 0.1})),
+        hermes_call("Sleepy", json!({"seconds": 2.0})),
+        "Alice is done.".to_string(),
+    ];
+    let bob = [hermes_call("Sleepy", json!({"seconds": 1.0})), "Bob is done.".to_string()];
+    let alice: Vec<&str> = alice.iter().map(String::as_str).collect();
+    let bob: Vec<&str> = bob.iter().map(String::as_str).collect();
+    let (up, recorded) =
+        upstream_by_prompt(&["nobody's"], &[("alice asks", &alice[..]), ("bob asks", &bob[..])], None).await;
+    let proxy = agent_proxy(&up, Protocol::Hermes).await;
+    let endpoint = format!("{}/v1/chat/completions", url(&proxy));
+    let (a, b) = tokio::join!(ask(&endpoint, "sk-ALICE", "alice asks"), ask(&endpoint, "sk-BOB", "bob asks"));
+
+    assert!(!b.to_string().contains("ALICE-PRIVATE-PROMPT"), "Bob got Alice's task: {b}");
+    assert_eq!(b["choices"][0]["message"]["content"], "Bob is done.");
+    assert!(results_of(&b).iter().all(|r| r.get("task_id").is_none()), "{b}");
+    assert_eq!(b["spindle"]["detail"], Value::Null);
+    let requests = recorded.lock().unwrap().clone();
+    let of = |who: &str| -> Vec<Value> {
+        requests.iter().filter(|r| r["messages"].to_string().contains(who)).cloned().collect()
+    };
+    assert_eq!(of("bob asks").len(), 2);
+    for r in of("bob asks") {
+        assert!(!r.to_string().contains("ALICE-PRIVATE-PROMPT"), "Bob's upstream request: {r}");
+    }
+    // Alice's own task came back to her, in her next turn.
+    assert_eq!(a["choices"][0]["message"]["content"], "Alice is done.");
+    let task = results_of(&a).into_iter().find(|r| r["task_id"] == "task_1" && r["outcome"] == "success");
+    assert_eq!(task.map(|t| t["result"].clone()), Some(json!({"rendered": "ALICE-PRIVATE-PROMPT"})), "{a}");
+    assert_eq!(of("alice asks").len(), 3);
+    assert!(of("alice asks")[2]["messages"].to_string().contains("Task task_1 finished."));
+    proxy.shutdown().await.unwrap();
+}
+
+/// The command lines of the processes that carry `marker`.
+fn processes_with(marker: &str) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(marker))
+        .collect()
+}
+
+/// An async task still running when its request's loop ends is killed
+/// with it (not left to run to its own time limit outside the request),
+/// and the response says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_async_task_does_not_outlive_its_request() {
+    use std::time::{Duration, Instant};
+    let marker = format!("spindle-proxy-agent-task-{}", std::process::id());
+    let turns = [
+        hermes_call("Image.Render", json!({"prompt": "p", "seconds": 60, "marker": marker})),
+        // A second turn's call: time for the task's process to show.
+        hermes_call("Sleepy", json!({"seconds": 1.0})),
+        "Done.".to_string(),
+    ];
+    let turns: Vec<&str> = turns.iter().map(String::as_str).collect();
+    let (up, _) = upstream(&turns, None).await;
+    let proxy = agent_proxy(&up, Protocol::Hermes).await;
+    let endpoint = format!("{}/v1/chat/completions", url(&proxy));
+    let seen = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (flag, m) = (seen.clone(), marker.clone());
+    tokio::spawn(async move {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline && processes_with(&m).is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        flag.store(!processes_with(&m).is_empty(), std::sync::atomic::Ordering::SeqCst);
+    });
+    let whole = ask(&endpoint, "sk-x", "draw").await;
+    assert!(seen.load(std::sync::atomic::Ordering::SeqCst), "the task's process never ran");
+    assert_eq!(whole["choices"][0]["message"]["content"], "Done.");
+    assert_eq!(whole["spindle"]["detail"], "1 async task(s) still running were stopped");
+    let last = results_of(&whole).pop().unwrap_or_default();
+    assert_eq!((last["task_id"].as_str(), last["outcome"].as_str()), (Some("task_1"), Some("cancelled")), "{whole}");
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !processes_with(&marker).is_empty() {
+        assert!(Instant::now() < deadline, "left running: {:?}", processes_with(&marker));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    proxy.shutdown().await.unwrap();
 }

@@ -348,18 +348,29 @@ async fn cancelling_stops_the_upstream_and_the_tools() {
         assert!(Instant::now() < deadline, "the upstream response was not dropped");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    assert_no_process(&marker).await;
+}
+
+/// The command lines of the processes that carry `marker` (zombies have
+/// none).
+fn processes_with(marker: &str) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(marker))
+        .collect()
+}
+
+/// Waits up to 3 s for every process with `marker` to be gone.
+async fn assert_no_process(marker: &str) {
     let deadline = Instant::now() + Duration::from_secs(3);
     loop {
-        let left: Vec<String> = std::fs::read_dir("/proc")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-            .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
-            .filter(|c| c.contains(&marker))
-            .collect();
+        let left = processes_with(marker);
         if left.is_empty() {
-            break;
+            return;
         }
         assert!(Instant::now() < deadline, "leaked: {left:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -433,6 +444,148 @@ async fn async_tool_results_come_back_in_a_later_turn_or_at_once() {
     assert!(!second.contains("finished"), "{second}");
     let third = requests[2]["messages"][5]["content"].as_str().unwrap_or_default().to_string();
     assert!(third.contains("Task task_1 finished. Observation: Tool Image.Render executed successfully."), "{third}");
+}
+
+fn tam_call(tool: &str, params: &[(&str, &str)]) -> String {
+    let params: String = params.iter().map(|(k, v)| format!("{k}:»»»{v}«««\n")).collect();
+    format!("On it.\n<|[REQUEST_TOOL]|>\ncommand:»»»{tool}«««\n{params}<|[END_TOOL]|>")
+}
+
+/// Every `tool_result` event of a run.
+fn tool_results(events: &[(Instant, AgentEvent)]) -> Vec<spindle::tools::ToolResult> {
+    events
+        .iter()
+        .filter_map(|(_, e)| match e {
+            AgentEvent::ToolResult { result, .. } => Some(result.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn end_detail(events: &[(Instant, AgentEvent)]) -> Option<String> {
+    match events.last().map(|(_, e)| e) {
+        Some(AgentEvent::End { detail, .. }) => detail.clone(),
+        other => panic!("no end: {other:?}"),
+    }
+}
+
+/// The security review's case: two runs at once on one shared runner (as
+/// the proxy serves two clients). Alice's async task finishes while Bob's
+/// run is between turns; it must reach Alice's conversation and never
+/// Bob's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_runs_on_one_runner_get_only_their_own_tasks() {
+    let runner = runner();
+    let render = tam_call("Image.Render", &[("prompt", "ALICE-PRIVATE-PROMPT"), ("seconds", "0.1")]);
+    let alice_wait = tam_call("Sleepy", &[("seconds", "2.0")]);
+    let (alice_url, alice_up) = upstream(&[&render, &alice_wait, FINAL], 0, 50).await;
+    let bob_wait = tam_call("Sleepy", &[("seconds", "1.0")]);
+    let (bob_url, bob_up) = upstream(&[&bob_wait, FINAL], 0, 50).await;
+    let alice = Agent::new(&alice_url, runner.clone(), Protocol::Tam).unwrap_or_else(|e| panic!("{e}"));
+    let bob = Agent::new(&bob_url, runner.clone(), Protocol::Tam).unwrap_or_else(|e| panic!("{e}"));
+    let (a, b) = tokio::join!(
+        collect(&alice, "draw", CancellationToken::new()),
+        collect(&bob, "chat", CancellationToken::new())
+    );
+    assert_eq!(end(&a).0, StopReason::Answer);
+    assert_eq!(end(&b).0, StopReason::Answer);
+    // Bob: no task result among his events, nothing of Alice's upstream.
+    assert!(tool_results(&b).iter().all(|r| r.task_id.is_none()), "{:?}", tool_results(&b));
+    let bob_requests = bob_up.requests.lock().map(|r| r.clone()).unwrap_or_default();
+    assert_eq!(bob_requests.len(), 2);
+    for r in &bob_requests {
+        assert!(!r.to_string().contains("ALICE-PRIVATE-PROMPT"), "Bob's request carries Alice's task: {r}");
+    }
+    assert_eq!(end_detail(&b), None);
+    // Alice: her task's result comes back to her with her next turn.
+    let alice_requests = alice_up.requests.lock().map(|r| r.clone()).unwrap_or_default();
+    assert_eq!(alice_requests.len(), 3);
+    let third = alice_requests[2]["messages"][5]["content"].as_str().unwrap_or_default().to_string();
+    assert!(
+        third.contains("Task task_1 finished. Observation: Tool Image.Render executed successfully. Result: {\"rendered\":\"ALICE-PRIVATE-PROMPT\"}"),
+        "{third}"
+    );
+}
+
+/// Set once a process with `marker` has been seen (so that a check that
+/// none is left is not vacuous).
+fn watch_for(marker: &str) -> Arc<AtomicBool> {
+    let seen = Arc::new(AtomicBool::new(false));
+    let (flag, marker) = (seen.clone(), marker.to_string());
+    tokio::spawn(async move {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if !processes_with(&marker).is_empty() {
+                flag.store(true, Ordering::SeqCst);
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_ends_stops_its_running_tasks_and_says_so() {
+    // An answer with no call ends the run while the task still runs (a
+    // 60 s render; a second turn's 1 s call gives its process time to show).
+    let marker = format!("spindle-agent-task-answer-{}", std::process::id());
+    let render = tam_call("Image.Render", &[("prompt", "p"), ("seconds", "60"), ("marker", &marker)]);
+    let meanwhile = tam_call("Sleepy", &[("seconds", "1.0")]);
+    let (url, _up) = upstream(&[&render, &meanwhile, FINAL], 0, 50).await;
+    let agent = Agent::new(&url, runner(), Protocol::Tam).unwrap_or_else(|e| panic!("{e}"));
+    let seen = watch_for(&marker);
+    let started = Instant::now();
+    let events = collect(&agent, "draw", CancellationToken::new()).await;
+    assert!(started.elapsed() < Duration::from_secs(8), "the run waited for its task");
+    assert!(seen.load(Ordering::SeqCst), "the task's process never ran");
+    assert_eq!(end(&events).0, StopReason::Answer);
+    assert_eq!(end_detail(&events).as_deref(), Some("1 async task(s) still running were stopped"));
+    let results = tool_results(&events);
+    let last = results.last().unwrap_or_else(|| panic!("no results"));
+    assert_eq!((last.outcome, last.task_id.as_deref()), (Outcome::Cancelled, Some("task_1")));
+    assert!(last.observation.contains("was stopped before it finished"), "{}", last.observation);
+    assert_no_process(&marker).await;
+
+    // The time budget ends the run while a call of a later turn runs.
+    let marker = format!("spindle-agent-task-budget-{}", std::process::id());
+    let render = tam_call("Image.Render", &[("prompt", "p"), ("seconds", "60"), ("marker", &marker)]);
+    let slow = tam_call("Sleepy", &[("seconds", "5")]);
+    let (url, _up) = upstream(&[&render, &slow], 0, 50).await;
+    let agent = Agent::new(&url, runner(), Protocol::Tam)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .with_limits(AgentLimits { max_time: Some(Duration::from_millis(1500)), ..AgentLimits::default() });
+    let seen = watch_for(&marker);
+    let events = collect(&agent, "draw", CancellationToken::new()).await;
+    assert!(seen.load(Ordering::SeqCst), "the task's process never ran");
+    assert_eq!(end(&events).0, StopReason::TimeBudget);
+    assert_eq!(end_detail(&events).as_deref(), Some("1 async task(s) still running were stopped"));
+    assert_no_process(&marker).await;
+
+    // Waiting for tasks: a cancel ends the wait, and the task.
+    let marker = format!("spindle-agent-task-wait-{}", std::process::id());
+    let render = tam_call("Image.Render", &[("prompt", "p"), ("seconds", "60"), ("marker", &marker)]);
+    let (url, _up) = upstream(&[&render, FINAL], 0, 50).await;
+    let agent = Agent::new(&url, runner(), Protocol::Tam)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .with_async_tasks(spindle::tools::agent::AsyncTasks::Wait);
+    let cancel = CancellationToken::new();
+    let c2 = cancel.clone();
+    let m2 = marker.clone();
+    tokio::spawn(async move {
+        // Once the task runs.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while processes_with(&m2).is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        c2.cancel();
+    });
+    let started = Instant::now();
+    let events = collect(&agent, "draw", cancel).await;
+    assert!(started.elapsed() < Duration::from_secs(6), "the wait outlived the cancel");
+    assert_eq!(end(&events).0, StopReason::Cancelled);
+    assert_eq!(end_detail(&events).as_deref(), Some("1 async task(s) still running were stopped"));
+    assert_no_process(&marker).await;
 }
 
 #[tokio::test]

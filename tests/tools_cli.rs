@@ -247,3 +247,24 @@ fn manual_of_an_openai_tools_file() {
     assert!(out.contains("*   `<city>` (string, required): City"), "{out}");
     let _ = std::fs::remove_file(file);
 }
+
+/// `parse --execute` is one run: it waits at the end for the async tasks
+/// its calls started and prints each one's `tool_task` record (its tasks
+/// end with it, never after).
+#[test]
+fn parse_execute_waits_for_its_async_tasks() {
+    let file = tempfile::Builder::new().suffix(".txt").tempfile().unwrap_or_else(|e| panic!("{e}"));
+    let text = "Rendering.\n<|[REQUEST_TOOL]|>\ncommand:»»»Image.Render«««\nprompt:»»»owl«««\nseconds:»»»0.3«««\n<|[END_TOOL]|>\nDone.\n";
+    std::fs::write(file.path(), text).unwrap_or_else(|e| panic!("{e}"));
+    let dir = plugins();
+    let path = file.path().display().to_string();
+    let (out, err, ok) =
+        spindle(&["parse", &path, "--profile", "tam", "--tools", dir.to_str().unwrap_or_default(), "--execute"]);
+    assert!(ok, "{err}");
+    let lines: Vec<Value> = out.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let started = lines.iter().find(|v| v["type"] == "tool_result").unwrap_or_else(|| panic!("{out}"));
+    assert_eq!((started["outcome"].as_str(), started["task_id"].as_str()), (Some("pending"), Some("task_1")));
+    let done = lines.iter().find(|v| v["type"] == "tool_task").unwrap_or_else(|| panic!("{out}"));
+    assert_eq!((done["outcome"].as_str(), done["task_id"].as_str()), (Some("success"), Some("task_1")), "{done}");
+    assert_eq!(done["result"], serde_json::json!({"rendered": "owl"}));
+}

@@ -337,6 +337,119 @@ async fn async_tool_answers_with_a_task_id_then_completes() {
     );
 }
 
+/// The result of an `Image.Render` task, by its prompt.
+fn rendered(results: &[ToolResult]) -> Vec<String> {
+    results.iter().map(|r| r.result["rendered"].as_str().unwrap_or("?").to_string()).collect()
+}
+
+fn render(prompt: &str, seconds: f64) -> ToolCall {
+    call(vec![step("Image.Render", json!({"prompt": prompt, "seconds": seconds}))])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_runs_on_one_runner_never_see_each_others_tasks() {
+    // The proxy's case: one runner shared by every request, one scope per
+    // request.
+    let runner = Arc::new(runner());
+    let (alice, bob) = (runner.scope(), runner.scope());
+    let none = CancellationToken::new();
+    let a = alice.run_call(&render("ALICE-PRIVATE-PROMPT", 0.1), "t1_call_1", &none).await;
+    let b = bob.run_call(&render("bob", 0.8), "t1_call_1", &none).await;
+    // Ids are numbered per run: neither learns how many tasks the other has.
+    assert_eq!((a[0].task_id.as_deref(), b[0].task_id.as_deref()), (Some("task_1"), Some("task_1")));
+    // Alice's task finishes while Bob's still runs.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while alice.pending_tasks() > 0 {
+        assert!(Instant::now() < deadline, "Alice's task never finished");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(bob.pending_tasks(), 1);
+    assert!(bob.take_finished_tasks().is_empty(), "Bob took a task he did not start");
+    let done = alice.take_finished_tasks();
+    assert_eq!(rendered(&done), ["ALICE-PRIVATE-PROMPT"]);
+    assert!(alice.take_finished_tasks().is_empty(), "taken once");
+    // Waiting waits for one's own tasks only.
+    assert_eq!(rendered(&bob.wait_tasks().await), ["bob"]);
+    let a2 = alice.run_call(&render("alice-2", 0.1), "t2_call_1", &none).await;
+    assert_eq!(a2[0].task_id.as_deref(), Some("task_2"));
+    assert!(bob.wait_tasks().await.is_empty());
+    assert_eq!(rendered(&alice.wait_tasks().await), ["alice-2"]);
+}
+
+/// Waits up to 5 s for a process with `marker` to show up.
+async fn wait_for_process(marker: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while processes_with(marker).is_empty() {
+        assert!(Instant::now() < deadline, "the task's process never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_ends_kills_the_tasks_it_still_runs() {
+    let mut r = runner();
+    let events: Arc<Mutex<Vec<ToolEvent>>> = Arc::default();
+    let sink = events.clone();
+    r.set_sink(Arc::new(move |e| sink.lock().map(|mut l| l.push(e)).unwrap_or(())));
+    let none = CancellationToken::new();
+    let slow = |m: &str| call(vec![step("Image.Render", json!({"prompt": "p", "seconds": 60, "marker": m}))]);
+
+    // Stopped: the process group is gone when `stop` returns, long before
+    // the tool's 10 s limit, and the task is reported stopped.
+    let m = marker("scope-stop");
+    let run = r.scope();
+    let other = r.scope();
+    let res = run.run_call(&slow(&m), "call_1", &none).await;
+    assert_eq!(res[0].outcome, Outcome::Pending);
+    wait_for_process(&m).await;
+    let started = Instant::now();
+    let stopped = run.stop().await;
+    assert!(started.elapsed() < Duration::from_secs(2), "stop took {:?}", started.elapsed());
+    assert_no_process(&m).await;
+    assert_eq!(stopped.len(), 1);
+    assert_eq!((stopped[0].outcome, stopped[0].task_id.as_deref()), (Outcome::Cancelled, Some("task_1")));
+    assert_eq!(
+        stopped[0].observation,
+        "Observation: Error - Task task_1 of tool Image.Render was stopped before it finished: the run that started it ended"
+    );
+    let seen = events.lock().map(|l| l.clone()).unwrap_or_default();
+    assert!(
+        seen.iter().any(|e| matches!(e, ToolEvent::TaskDone(t) if t.outcome == Outcome::Cancelled)),
+        "the sink hears of the stop: {seen:?}"
+    );
+    // A stopped run starts no more tasks; a second stop has nothing to do.
+    let late = run.run_call(&slow(&m), "call_2", &none).await;
+    assert_eq!(late[0].outcome, Outcome::NotRun);
+    assert_eq!(
+        late[0].observation,
+        "Observation: Error - Tool Image.Render was not run: the run that made this call has ended"
+    );
+    assert!(run.stop().await.is_empty());
+    assert_eq!(run.pending_tasks(), 0);
+    // Another run of the same runner is not touched.
+    let res = other.run_call(&render("other", 0.1), "call_1", &none).await;
+    assert_eq!(res[0].outcome, Outcome::Pending);
+    assert_eq!(rendered(&other.wait_tasks().await), ["other"]);
+
+    // Dropped without a stop: the same kill.
+    let m = marker("scope-drop");
+    let run = r.scope();
+    let _ = run.run_call(&slow(&m), "call_1", &none).await;
+    wait_for_process(&m).await;
+    drop(run);
+    assert_no_process(&m).await;
+
+    // A wait that is given up leaves the task to its run, which kills it.
+    let m = marker("scope-wait");
+    let run = r.scope();
+    let _ = run.run_call(&slow(&m), "call_1", &none).await;
+    wait_for_process(&m).await;
+    assert!(tokio::time::timeout(Duration::from_millis(100), run.wait_tasks()).await.is_err());
+    assert_eq!(run.pending_tasks(), 1);
+    assert_eq!(run.stop().await.len(), 1);
+    assert_no_process(&m).await;
+}
+
 #[tokio::test]
 async fn cancel_token_and_drop_kill_the_running_tool() {
     let catalog = ToolCatalog::load_plugins(&plugins()).unwrap_or_else(|e| panic!("{e}"));
