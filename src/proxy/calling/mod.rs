@@ -8,7 +8,7 @@
 //! observation text) and the response side (`response`: call elements
 //! the parser reads become `tool_calls` deltas, the content loses their
 //! text, `finish_reason` becomes `tool_calls`), for the legacy
-//! `functions`/`function_call` API too ([`CallShape`]). The renderings themselves
+//! `functions`/`function_call` API too (`CallShape`). The renderings themselves
 //! (manual, call text, observation text) are [`crate::tools`]'; the
 //! reading of calls is [`crate::calls`]' and the parser's. It must not
 //! touch sockets (that is the server's and the pump's).
