@@ -8,7 +8,15 @@ use std::process::Command;
 fn spindle(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_spindle"));
     cmd.args(args);
-    for var in ["SPINDLE_UPSTREAM", "SPINDLE_LISTEN", "SPINDLE_CONFIG", "SPINDLE_PROFILE", "SPINDLE_LOG"] {
+    for var in [
+        "SPINDLE_UPSTREAM",
+        "SPINDLE_LISTEN",
+        "SPINDLE_CONFIG",
+        "SPINDLE_PROFILE",
+        "SPINDLE_LOG",
+        "SPINDLE_ALLOWED_HOST",
+        "SPINDLE_ALLOW_ORIGIN",
+    ] {
         cmd.env_remove(var);
     }
     for (k, v) in env {
@@ -59,6 +67,8 @@ fn every_default_the_proxy_help_states_is_the_real_one() {
         ("--max-streams", "max_streams"),
         ("--sink-queue", "queue"),
         ("--listen", "listen"),
+        ("--max-connections", "max_connections"),
+        ("--max-request-buffer", "max_request_buffer"),
     ] {
         let section = help.split(&format!("      {flag} ")).nth(1).unwrap_or_default();
         let stated = section.split("[default: ").nth(1).and_then(|s| s.split(']').next()).unwrap_or("missing");
@@ -85,6 +95,20 @@ fn proxy_flags_have_environment_twins_and_flags_win() {
     let (_, config, _) =
         spindle(&["proxy", "--print-config"], &[("SPINDLE_UPSTREAM", "http://x"), ("SPINDLE_PROFILE", "tam")]);
     assert!(config.contains("profile = \"tam\""), "{config}");
+    // The access lists: space-separated in the environment, flags win.
+    let env = [
+        ("SPINDLE_UPSTREAM", "http://x"),
+        ("SPINDLE_ALLOWED_HOST", "proxy.lan gpu-box"),
+        ("SPINDLE_ALLOW_ORIGIN", "https://app.example"),
+    ];
+    let (ok, config, err) = spindle(&["proxy", "--print-config"], &env);
+    assert!(ok, "{err}");
+    assert!(config.contains("allowed_hosts = [\n    \"proxy.lan\",\n    \"gpu-box\",\n]"), "{config}");
+    assert!(config.contains("allow_origins = [\"https://app.example\"]"), "{config}");
+    let (_, config, _) = spindle(&["proxy", "--print-config", "--allowed-host", "other.lan"], &env);
+    assert!(config.contains("allowed_hosts = [\"other.lan\"]"), "{config}");
+    let (ok, _, err) = spindle(&["proxy", "--print-config", "--allow-origin", "app.example"], &env);
+    assert!(!ok && err.contains("--allow-origin: \"app.example\" is not a browser origin"), "{err}");
 }
 
 #[test]

@@ -212,6 +212,41 @@ async fn the_inspector_marks_each_turn() {
     proxy.shutdown().await.unwrap();
 }
 
+/// A web page's cross-site "simple" request (`text/plain`, no preflight)
+/// and a DNS-rebinding page's same-origin one must not make the proxy ask
+/// the model, let alone run a tool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cross_site_or_rebinding_request_runs_no_tool() {
+    let (up, recorded) = upstream(&HERMES, None).await;
+    let proxy = agent_proxy(&up, Protocol::Hermes).await;
+    let endpoint = format!("{}/v1/chat/completions", url(&proxy));
+    let port = proxy.local_addr().port();
+    let rebound = format!("rebind.attacker.example:{port}");
+    for (host, origin, code) in [
+        (format!("127.0.0.1:{port}"), "http://attacker.example".to_string(), "origin_not_allowed"),
+        (rebound.clone(), format!("http://{rebound}"), "host_not_allowed"),
+    ] {
+        let response = client()
+            .post(&endpoint)
+            .header("host", host)
+            .header("origin", origin)
+            .header("content-type", "text/plain")
+            .body(request(false).to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 403);
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["code"], code, "{body}");
+    }
+    assert!(recorded.lock().unwrap().is_empty(), "the model was asked");
+    // The same request without a browser's Origin is served.
+    let response = client().post(&endpoint).body(request(false).to_string()).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(recorded.lock().unwrap().len(), 2);
+    proxy.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streaming_client_that_leaves_while_a_tool_runs_ends_the_run() {
     let call = "<tool_call>\n{\"name\": \"Sleepy\", \"arguments\": {\"seconds\": 60}}\n</tool_call>";

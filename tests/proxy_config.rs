@@ -47,7 +47,8 @@ fn a_bad_file_gives_one_line_naming_the_key_and_the_line() {
             "unknown.toml",
             "listen = \"127.0.0.1:0\"\n\n[limits]\nmax_streams = 8\nmax_stream = 9\n",
             "line 5: limits.max_stream: unknown field `max_stream`, expected one of `max_streams`, `max_line`, \
-             `max_request_body`, `max_response_body`, `grace`, `channel_capacity`",
+             `max_request_body`, `max_response_body`, `grace`, `channel_capacity`, `request_timeout`, \
+             `max_connections`, `max_request_buffer`",
         ),
         (
             "type.toml",
@@ -69,7 +70,7 @@ fn a_bad_file_gives_one_line_naming_the_key_and_the_line() {
         (
             "section.toml",
             "[sinks]\nqueue = 5\n",
-            "line 1: sinks: unknown field `sinks`, expected one of `listen`, `log`, `upstream`, `parse`, `limits`, `sink`, `otel`, `ui`, `tools`",
+            "line 1: sinks: unknown field `sinks`, expected one of `listen`, `log`, `upstream`, `parse`, `limits`, `sink`, `otel`, `ui`, `tools`, `access`",
         ),
         ("syntax.toml", "[upstream\nurl = 1\n", "line 1: unclosed table, expected `]`"),
         (

@@ -228,7 +228,7 @@ async fn a_slow_client_does_not_make_the_proxy_buffer() {
     let mut socket = tokio::net::TcpStream::connect(proxy.local_addr()).await.unwrap();
     let body = r#"{"model":"m","stream":true,"messages":[]}"#;
     let head = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
     );
     socket.write_all(head.as_bytes()).await.unwrap();

@@ -13,7 +13,7 @@ use super::trace::Telemetry;
 use axum::http::Uri;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 /// State shared by all requests of one proxy.
@@ -26,6 +26,8 @@ pub(crate) struct App {
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) sinks: Sinks,
     pub(crate) limit: Arc<Semaphore>,
+    /// Room for the request bodies buffered at once.
+    pub(crate) request_buffer: RequestBuffer,
     pub(crate) next_id: AtomicU64,
     /// Shutdown asked: refuse new requests, let running ones finish.
     pub(crate) stopping: CancellationToken,
@@ -55,6 +57,40 @@ impl App {
             url.push_str(q);
         }
         url
+    }
+}
+
+/// The bytes of request bodies the proxy buffers at once, across requests
+/// ([`ProxyConfig::max_request_buffer`]): a body takes room as its bytes
+/// arrive and gives it back when it is dropped.
+#[derive(Debug)]
+pub(crate) struct RequestBuffer {
+    room: Arc<Semaphore>,
+    size: usize,
+}
+
+impl RequestBuffer {
+    /// A buffer of `size` bytes.
+    pub(crate) fn new(size: usize) -> RequestBuffer {
+        let size = size.min(Semaphore::MAX_PERMITS);
+        RequestBuffer { room: Arc::new(Semaphore::new(size)), size }
+    }
+
+    /// Room for `n` more bytes, held until the share drops; `None` when
+    /// the buffer has not that much room left.
+    pub(crate) fn take(&self, n: usize) -> Option<OwnedSemaphorePermit> {
+        let n = u32::try_from(n).ok()?;
+        self.room.clone().try_acquire_many_owned(n).ok()
+    }
+
+    /// The bytes held now.
+    pub(crate) fn held(&self) -> usize {
+        self.size.saturating_sub(self.room.available_permits())
+    }
+
+    /// The buffer's size in bytes.
+    pub(crate) fn size(&self) -> usize {
+        self.size
     }
 }
 

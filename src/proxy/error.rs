@@ -6,6 +6,8 @@
 //! This module owns the error vocabulary only; deciding when an error
 //! happened is the relay's and the server's.
 
+use axum::http::{HeaderName, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -88,6 +90,22 @@ pub enum ProxyErrorKind {
     /// The agent loop (`--agent`) could not get an answer from the
     /// upstream before anything was sent to the client.
     Agent,
+    /// The request's `Host` is not a name the listener answers to (a
+    /// loopback listener answers to loopback names and `--allowed-host`
+    /// ones only: DNS rebinding).
+    HostNotAllowed,
+    /// The request comes from a browser page of an origin the proxy does
+    /// not serve (`--allow-origin`).
+    OriginNotAllowed,
+    /// The client went silent while sending a request body the proxy
+    /// buffers, for longer than the request timeout.
+    RequestTimeout,
+    /// The request bodies the proxy buffers at once already fill its
+    /// request buffer.
+    BufferFull {
+        /// The buffer's size in bytes.
+        limit: usize,
+    },
 }
 
 /// A proxy error: kind, side, retryability and a message.
@@ -143,10 +161,14 @@ impl ProxyError {
             | ProxyErrorKind::RequestTooLarge { .. }
             | ProxyErrorKind::RequestBody
             | ProxyErrorKind::UnsupportedEncoding
-            | ProxyErrorKind::InvalidTools { .. } => Side::Downstream,
-            ProxyErrorKind::Overloaded { .. } | ProxyErrorKind::ShuttingDown | ProxyErrorKind::LineTooLong { .. } => {
-                Side::Internal
-            }
+            | ProxyErrorKind::InvalidTools { .. }
+            | ProxyErrorKind::HostNotAllowed
+            | ProxyErrorKind::OriginNotAllowed
+            | ProxyErrorKind::RequestTimeout => Side::Downstream,
+            ProxyErrorKind::Overloaded { .. }
+            | ProxyErrorKind::BufferFull { .. }
+            | ProxyErrorKind::ShuttingDown
+            | ProxyErrorKind::LineTooLong { .. } => Side::Internal,
         }
     }
 
@@ -160,6 +182,8 @@ impl ProxyError {
             | ProxyErrorKind::Reset
             | ProxyErrorKind::Truncated
             | ProxyErrorKind::Overloaded { .. }
+            | ProxyErrorKind::BufferFull { .. }
+            | ProxyErrorKind::RequestTimeout
             | ProxyErrorKind::ShuttingDown => true,
             ProxyErrorKind::InvalidResponse
             | ProxyErrorKind::Agent
@@ -168,6 +192,8 @@ impl ProxyError {
             | ProxyErrorKind::RequestBody
             | ProxyErrorKind::UnsupportedEncoding
             | ProxyErrorKind::InvalidTools { .. }
+            | ProxyErrorKind::HostNotAllowed
+            | ProxyErrorKind::OriginNotAllowed
             | ProxyErrorKind::LineTooLong { .. } => false,
         }
     }
@@ -175,7 +201,8 @@ impl ProxyError {
     /// The HTTP status the client gets when nothing was sent yet: 502 for
     /// a broken upstream, 504 for a timeout, 503 when overloaded or
     /// shutting down, 404/413/415/400 for requests the proxy does not
-    /// forward.
+    /// forward, 403 for a host or browser origin it does not serve, 408
+    /// for a client too slow to send its body.
     pub fn status(&self) -> u16 {
         match self.kind {
             ProxyErrorKind::Connect
@@ -189,7 +216,9 @@ impl ProxyError {
             ProxyErrorKind::RequestTooLarge { .. } => 413,
             ProxyErrorKind::UnsupportedEncoding => 415,
             ProxyErrorKind::RequestBody | ProxyErrorKind::InvalidTools { .. } => 400,
-            ProxyErrorKind::Overloaded { .. } | ProxyErrorKind::ShuttingDown => 503,
+            ProxyErrorKind::HostNotAllowed | ProxyErrorKind::OriginNotAllowed => 403,
+            ProxyErrorKind::RequestTimeout => 408,
+            ProxyErrorKind::Overloaded { .. } | ProxyErrorKind::BufferFull { .. } | ProxyErrorKind::ShuttingDown => 503,
         }
     }
 
@@ -213,6 +242,10 @@ impl ProxyError {
             ProxyErrorKind::LineTooLong { .. } => "proxy_line_too_long",
             ProxyErrorKind::InvalidTools { .. } => "invalid_tools",
             ProxyErrorKind::Agent => "agent_upstream_failed",
+            ProxyErrorKind::HostNotAllowed => "host_not_allowed",
+            ProxyErrorKind::OriginNotAllowed => "origin_not_allowed",
+            ProxyErrorKind::RequestTimeout => "request_timeout",
+            ProxyErrorKind::BufferFull { .. } => "proxy_request_buffer_full",
         }
     }
 
@@ -248,6 +281,21 @@ impl ProxyError {
     pub fn to_sse_event(&self) -> String {
         format!("data: {}\n\n", self.to_json())
     }
+}
+
+/// The response for an error before anything was sent: its status, the
+/// JSON body of [`ProxyError::to_json`], `X-Spindle-Error-Side`, and
+/// `Retry-After: 1` on a 503.
+pub(crate) fn error_response(err: &ProxyError) -> Response {
+    let status = StatusCode::from_u16(err.status()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut response = (status, axum::Json(err.to_json())).into_response();
+    if let Ok(side) = HeaderValue::from_str(err.side().as_str()) {
+        response.headers_mut().insert(HeaderName::from_static("x-spindle-error-side"), side);
+    }
+    if err.status() == 503 {
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    response
 }
 
 /// An error and its causes, `: `-separated: one rendering for the client
@@ -338,6 +386,10 @@ mod tests {
             (ProxyErrorKind::Overloaded { limit: 1 }, 503, Side::Internal, true),
             (ProxyErrorKind::ShuttingDown, 503, Side::Internal, true),
             (ProxyErrorKind::LineTooLong { limit: 1 }, 502, Side::Internal, false),
+            (ProxyErrorKind::HostNotAllowed, 403, Side::Downstream, false),
+            (ProxyErrorKind::OriginNotAllowed, 403, Side::Downstream, false),
+            (ProxyErrorKind::RequestTimeout, 408, Side::Downstream, true),
+            (ProxyErrorKind::BufferFull { limit: 1 }, 503, Side::Internal, true),
         ];
         let mut codes = std::collections::HashSet::new();
         for (kind, status, side, retry) in table {

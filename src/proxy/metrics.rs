@@ -49,9 +49,12 @@ impl Family {
 pub struct Metrics {
     requests: Family,
     requests_active: AtomicI64,
+    connections_active: AtomicI64,
     streams_active: AtomicI64,
     streams_total: AtomicU64,
     rejected: AtomicU64,
+    refused: Family,
+    request_buffer_bytes: AtomicU64,
     client_disconnects: AtomicU64,
     bytes_upstream: AtomicU64,
     bytes_client: AtomicU64,
@@ -75,6 +78,7 @@ pub struct Metrics {
 enum Gauge {
     Requests,
     Streams,
+    Connections,
 }
 
 /// Decrements a gauge when dropped.
@@ -86,6 +90,7 @@ impl Drop for GaugeGuard {
         let gauge = match self.1 {
             Gauge::Requests => &self.0.requests_active,
             Gauge::Streams => &self.0.streams_active,
+            Gauge::Connections => &self.0.connections_active,
         };
         gauge.fetch_sub(1, Ordering::Relaxed);
     }
@@ -110,8 +115,29 @@ impl Metrics {
         GaugeGuard(self.clone(), Gauge::Streams)
     }
 
+    /// A client connection open (on either listener) until the guard
+    /// drops.
+    pub(crate) fn connection_open(self: &Arc<Self>) -> GaugeGuard {
+        self.connections_active.fetch_add(1, Ordering::Relaxed);
+        GaugeGuard(self.clone(), Gauge::Connections)
+    }
+
+    /// Counts a request refused with 503 (stream limit, request buffer
+    /// full, shutdown).
     pub(crate) fn rejected(&self) {
         self.rejected.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a request refused for how it came, by reason (`host`,
+    /// `origin`, `request_timeout`).
+    pub(crate) fn refused(&self, reason: &str) {
+        self.refused.add(reason, 1);
+    }
+
+    /// Sets the bytes of request bodies buffered now (sampled when
+    /// `/metrics` is read).
+    pub(crate) fn request_buffer(&self, bytes: usize) {
+        self.request_buffer_bytes.store(bytes as u64, Ordering::Relaxed);
     }
 
     pub(crate) fn client_disconnect(&self) {
@@ -224,9 +250,22 @@ impl Metrics {
         self.client_disconnects.load(Ordering::Relaxed)
     }
 
-    /// Requests refused with 503 (over the stream limit, or shutting down).
+    /// Requests refused with 503 (over the stream limit, the request
+    /// buffer full, or shutting down).
     pub fn rejected_total(&self) -> u64 {
         self.rejected.load(Ordering::Relaxed)
+    }
+
+    /// Requests refused for how they came, of one reason (`host`,
+    /// `origin`, `request_timeout`).
+    pub fn refused_for(&self, reason: &str) -> u64 {
+        self.refused.get(reason)
+    }
+
+    /// Client connections open, on the proxy's and the inspector's
+    /// listeners.
+    pub fn connections_active(&self) -> i64 {
+        self.connections_active.load(Ordering::Relaxed)
     }
 
     /// Upstream errors of one kind.
@@ -257,14 +296,36 @@ impl Metrics {
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         family(&mut out, "requests_total", "counter", "Requests forwarded, by kind.", "kind", &self.requests);
         scalar(&mut out, "requests_active", "gauge", "Requests in flight.", self.requests_active());
+        scalar(
+            &mut out,
+            "connections_active",
+            "gauge",
+            "Client connections open (the proxy's and the inspector's listeners).",
+            self.connections_active(),
+        );
         scalar(&mut out, "streams_active", "gauge", "SSE streams in flight.", self.streams_active());
         scalar(&mut out, "streams_total", "counter", "SSE streams started.", self.streams_total());
         scalar(
             &mut out,
             "rejected_total",
             "counter",
-            "Requests refused with 503 (stream limit, shutdown).",
+            "Requests refused with 503 (stream limit, request buffer full, shutdown).",
             load(&self.rejected),
+        );
+        family(
+            &mut out,
+            "refused_total",
+            "counter",
+            "Requests refused for how they came, by reason (a Host or browser Origin not allowed: 403; a request body too slow: 408).",
+            "reason",
+            &self.refused,
+        );
+        scalar(
+            &mut out,
+            "request_buffer_bytes",
+            "gauge",
+            "Bytes of request bodies buffered now, across requests.",
+            load(&self.request_buffer_bytes),
         );
         scalar(
             &mut out,

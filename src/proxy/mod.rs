@@ -15,7 +15,8 @@
 //! * Method, path, query, body and every header except the hop-by-hop
 //!   ones (`Connection` and those it names, `Keep-Alive`, `TE`,
 //!   `Transfer-Encoding`, `Upgrade`, `Proxy-*`) and `Host`; status and
-//!   response headers the same way. The upstream URL is the upstream's
+//!   response headers the same way, but the upstream's `Access-Control-*`
+//!   headers, which never reach the client. The upstream URL is the upstream's
 //!   origin and path, then the request path: `--upstream
 //!   http://127.0.0.1:8080` sends `/v1/chat/completions` to
 //!   `http://127.0.0.1:8080/v1/chat/completions`. An upstream path that
@@ -46,6 +47,17 @@
 //!   tool-call fragments and the stream-level events go to the sinks
 //!   ([`SinkSpec`]: a JSONL file, a webhook, a NATS broker ([`nats`]), a
 //!   channel).
+//! * Who may call: both listeners answer only to the `Host` names they
+//!   allow (loopback names on a loopback listener, plus
+//!   [`ProxyConfig::allowed_hosts`]), and the proxy serves browser pages of
+//!   the [`ProxyConfig::allow_origins`] only (CORS preflights answered by
+//!   the proxy); requests without `Origin` are not a browser page's and
+//!   pass. The reasons, and the details, are in the `policy` module's
+//!   documentation.
+//! * Clients: HTTP/1.1; a request head must arrive within
+//!   [`ProxyConfig::request_timeout`], at most
+//!   [`ProxyConfig::max_connections`] connections are open per listener
+//!   (more wait to be accepted).
 //! * Configuration: [`ProxyConfig`] in code; the `spindle proxy` file,
 //!   flags and environment are [`ProxySettings`].
 //! * An upstream API key ([`ProxyConfig::upstream_api_key`], from
@@ -76,6 +88,10 @@
 //! | the client goes away | the upstream request is dropped at once (its connection closed) |
 //! | more than [`ProxyConfig::max_streams`] requests in flight | `503` with `Retry-After: 1` |
 //! | a request body larger than [`ProxyConfig::max_request_body`] | `413` |
+//! | a `Host` the listener does not answer to, an `Origin` the proxy does not serve (or its preflight) | `403` (`host_not_allowed`, `origin_not_allowed`) |
+//! | a client silent for [`ProxyConfig::request_timeout`] mid-body | `408` (`request_timeout`) |
+//! | buffered request bodies past [`ProxyConfig::max_request_buffer`] | `503` with `Retry-After: 1` (`proxy_request_buffer_full`) |
+//! | a client silent for [`ProxyConfig::request_timeout`] before or inside a request head | the connection is closed |
 //! | a path outside `/v1/` | `404` (`/healthz` and `/metrics` are the proxy's own) |
 //! | an SSE line past [`crate::sources::SseLimits`] | forwarded unparsed, a `diagnostic` counted (rewrite: the event cannot be forwarded; a `proxy_line_too_long` error event takes its place) |
 //!
@@ -104,9 +120,11 @@ mod body;
 pub mod calling;
 mod error;
 mod inspect;
+mod listen;
 mod metrics;
 #[cfg(feature = "otel")]
 mod otel;
+mod policy;
 mod pump;
 mod relay;
 #[cfg(feature = "testing")]
@@ -126,8 +144,9 @@ pub use metrics::Metrics;
 pub use otel::{OtelConfig, OtelError};
 pub use server::{ProxyHandle, ProxyServer, ProxyStartError};
 pub use settings::{
-    LimitSettings, OtelSettings, ParseSettings, ProxyOverrides, ProxySettings, Seconds, Secret, SettingsError,
-    SinkSettings, SinkTarget, ToolSettings, UiSettings, UpstreamSettings,
+    AccessSettings, AllowedHost, AllowedOrigin, LimitSettings, OtelSettings, ParseSettings, ProxyOverrides,
+    ProxySettings, Seconds, Secret, SettingsError, SinkSettings, SinkTarget, ToolSettings, UiSettings,
+    UpstreamSettings,
 };
 pub use sink::nats;
 pub use sink::nats::{NatsSink, NatsSpecError};
@@ -195,6 +214,30 @@ pub struct ProxyConfig {
     pub channel_capacity: usize,
     /// Records queued per sink before records are dropped (default 10,000).
     pub sink_queue: usize,
+    /// `Host` names the listeners answer to besides the loopback ones
+    /// (`--allowed-host`; host names or IP addresses, no port). A listener
+    /// bound to a loopback address answers only to loopback names and
+    /// these; one bound to another address answers to any name while this
+    /// is empty (the default), else to these and the loopback ones. Others
+    /// get `403` (against DNS rebinding).
+    pub allowed_hosts: Vec<String>,
+    /// Browser origins whose pages may call the proxy (`--allow-origin`:
+    /// `https://app.example.com`, `*` for any). A request with another
+    /// `Origin` gets `403`; one without `Origin` (not a browser page's) is
+    /// not affected. Default none.
+    pub allow_origins: Vec<String>,
+    /// The longest wait for a client: for each request head (and on an
+    /// idle keep-alive connection, for the next one: the connection is
+    /// closed), and for each read of a request body the proxy buffers (then
+    /// `408`). Default 30 s.
+    pub request_timeout: Duration,
+    /// Most client connections open at once, per listener; past it, new
+    /// connections wait to be accepted (default 1024).
+    pub max_connections: usize,
+    /// Most bytes of request bodies buffered at once, across requests
+    /// (default 256 MiB; at least [`ProxyConfig::max_request_body`]); a
+    /// body that does not fit gets `503` with `Retry-After`.
+    pub max_request_buffer: usize,
 }
 
 impl ProxyConfig {
@@ -220,6 +263,11 @@ impl ProxyConfig {
             max_response_body: 16 * 1024 * 1024,
             channel_capacity: 16,
             sink_queue: 10_000,
+            allowed_hosts: Vec::new(),
+            allow_origins: Vec::new(),
+            request_timeout: Duration::from_secs(30),
+            max_connections: 1024,
+            max_request_buffer: 256 * 1024 * 1024,
         }
     }
 }

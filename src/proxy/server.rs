@@ -8,12 +8,14 @@
 //! phase is [`super::pump`]'s.
 
 use super::ProxyConfig;
-use super::app::App;
+use super::app::{App, RequestBuffer};
 use super::body::{ClientItem, pump_body};
 use super::calling::request::{ToolRequest, prepare, without_bom};
 use super::calling::response::CallConverter;
-use super::error::{ProxyError, ProxyErrorKind, from_body_error, from_send_error};
+use super::error::{ProxyError, ProxyErrorKind, error_response, from_body_error, from_send_error};
+use super::listen::{self, Serving};
 use super::metrics::Metrics;
+use super::policy::{self, Hosts, Origins, Screen};
 use super::pump::{Mode, PumpCtx, UpstreamBody, pump};
 use super::relay::SseRelay;
 use super::sink::{SinkStartError, Sinks};
@@ -24,9 +26,9 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use axum::middleware::from_fn_with_state;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::serve::ListenerExt;
 use bytes::Bytes;
 use futures::StreamExt;
 use std::future::Future;
@@ -117,6 +119,12 @@ pub enum ProxyStartError {
     /// The tool-calling configuration does not fit the registry.
     #[error("tool calling: {0}")]
     ToolCalling(String),
+    /// An allowed host or origin that is not one.
+    #[error("{0}")]
+    Access(String),
+    /// Limits that contradict each other.
+    #[error("{0}")]
+    Limits(String),
 }
 
 /// Headers that belong to one connection, never forwarded (RFC 9110
@@ -153,18 +161,6 @@ fn end_to_end(headers: &HeaderMap) -> HeaderMap {
         out.append(name.clone(), value.clone());
     }
     out
-}
-
-fn error_response(err: &ProxyError) -> Response {
-    let status = StatusCode::from_u16(err.status()).unwrap_or(StatusCode::BAD_GATEWAY);
-    let mut response = (status, axum::Json(err.to_json())).into_response();
-    if let Ok(side) = HeaderValue::from_str(err.side().as_str()) {
-        response.headers_mut().insert(HeaderName::from_static("x-spindle-error-side"), side);
-    }
-    if err.status() == 503 {
-        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    }
-    response
 }
 
 /// Most bytes of a request's model name kept for records, metrics and
@@ -210,6 +206,7 @@ async fn healthz(State(app): State<Arc<App>>) -> Response {
 }
 
 async fn metrics(State(app): State<Arc<App>>) -> Response {
+    app.metrics.request_buffer(app.request_buffer.held());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], app.metrics.render()).into_response()
 }
 
@@ -285,7 +282,8 @@ fn upstream_headers(app: &App, client: &HeaderMap, buffered: bool, endpoint: End
 }
 
 /// Everything that is not `/healthz` or `/metrics`: one proxied request,
-/// in named phases: admit ([`admit`]); read the
+/// in named phases, after the listener's screen ([`super::policy`]: the
+/// `Host`, the browser `Origin`, preflights): admit ([`admit`]); read the
 /// request body ([`read_body`]: buffered for model endpoints, tool calling
 /// prepared, or handed to the agent loop); send the upstream request and
 /// wait for its head ([`send_upstream`]); wait for the first body byte
@@ -433,7 +431,8 @@ async fn read_body(app: &App, ex: &mut Exchange, body: Body) -> Result<RequestBo
         }));
         return Ok(RequestBody::Upstream { body, tools: None });
     }
-    let bytes = read_request(body, app.config.max_request_body).await?;
+    // The share of the request buffer is held until the body is handed on.
+    let Buffered { bytes, share: _share } = read_request(app, body).await?;
     app.metrics.bytes_request(bytes.len());
     let chat = ex.endpoint == Endpoint::Chat;
     // Tool calling reads the body: never passed on unread for being
@@ -574,12 +573,11 @@ impl Head {
             tracing::warn!(id = ex.id, path = %ex.path,
                 "upstream answered {status} with content type {content_type:?}; passed through");
         }
-        Head {
-            status,
-            headers: end_to_end(response.headers()),
-            body,
-            parse: model && !encoded && body != BodyKind::Other,
-        }
+        // The upstream's CORS answer never reaches the client: the
+        // listener's browser policy decides.
+        let mut headers = end_to_end(response.headers());
+        super::policy::drop_cors(&mut headers);
+        Head { status, headers, body, parse: model && !encoded && body != BodyKind::Other }
     }
 }
 
@@ -909,23 +907,69 @@ fn respond(status: StatusCode, headers: HeaderMap, body: Body) -> Response {
     response
 }
 
-/// Reads a request body, refusing it past `limit` bytes.
-async fn read_request(body: Body, limit: usize) -> Result<Bytes, ProxyError> {
+/// A request body read whole, and the room it takes in the request
+/// buffer (given back when dropped).
+struct Buffered {
+    bytes: Bytes,
+    share: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+/// Reads a request body the proxy buffers: at most `max_request_body`
+/// bytes (`413`), each read waiting at most the request timeout (`408`: a
+/// client that stalls mid-body holds no memory for long), every byte
+/// taking room in the request buffer shared by all requests (none left:
+/// `503` with `Retry-After`).
+async fn read_request(app: &App, body: Body) -> Result<Buffered, ProxyError> {
+    let limit = app.config.max_request_body;
+    let wait = app.config.request_timeout;
     let mut stream = body.into_data_stream();
     let mut buf = Vec::new();
-    while let Some(piece) = stream.next().await {
-        let piece = piece.map_err(|e| {
-            ProxyError::new(ProxyErrorKind::RequestBody, format!("reading the request body failed: {e}"))
-        })?;
+    let mut share: Option<tokio::sync::OwnedSemaphorePermit> = None;
+    loop {
+        let piece = match tokio::time::timeout(wait, stream.next()).await {
+            Ok(Some(Ok(piece))) => piece,
+            Ok(None) => break,
+            Ok(Some(Err(e))) => {
+                return Err(ProxyError::new(
+                    ProxyErrorKind::RequestBody,
+                    format!("reading the request body failed: {e}"),
+                ));
+            }
+            Err(_) => {
+                app.metrics.refused("request_timeout");
+                return Err(ProxyError::new(
+                    ProxyErrorKind::RequestTimeout,
+                    format!(
+                        "the client sent no more of the request body for {:.1} s (--request-timeout)",
+                        wait.as_secs_f64()
+                    ),
+                ));
+            }
+        };
         if buf.len() + piece.len() > limit {
             return Err(ProxyError::new(
                 ProxyErrorKind::RequestTooLarge { limit },
                 format!("the request body is larger than {limit} bytes"),
             ));
         }
+        let Some(more) = app.request_buffer.take(piece.len()) else {
+            app.metrics.rejected();
+            let size = app.request_buffer.size();
+            return Err(ProxyError::new(
+                ProxyErrorKind::BufferFull { limit: size },
+                format!(
+                    "the request bodies being received fill the proxy's request buffer ({size} bytes, \
+                     --max-request-buffer); retry shortly"
+                ),
+            ));
+        };
+        match share.as_mut() {
+            Some(held) => held.merge(more),
+            None => share = Some(more),
+        }
         buf.extend_from_slice(&piece);
     }
-    Ok(Bytes::from(buf))
+    Ok(Buffered { bytes: Bytes::from(buf), share })
 }
 
 /// A request body that tool calling must read, decoded: a body in
@@ -1012,9 +1056,42 @@ async fn read_whole(app: &App, upstream: &mut UpstreamBody, first: Option<Bytes>
 /// A proxy bound to its listen address, not yet serving.
 #[derive(Debug)]
 pub struct ProxyServer {
-    listener: TcpListener,
-    ui_listener: Option<TcpListener>,
+    proxy: Bound,
+    /// The inspector page's listener, when it is on.
+    ui: Option<Bound>,
     app: Arc<App>,
+}
+
+/// A bound listener and what it checks before routing: the `Host` for
+/// its address, and for the proxy's the browser policy.
+#[derive(Debug)]
+struct Bound {
+    listener: TcpListener,
+    screen: Arc<Screen>,
+}
+
+impl Bound {
+    /// Binds `addr`; the listener answers to the loopback names and
+    /// `allowed_hosts` (or, not on loopback without names, to any), and
+    /// has the browser policy of `origins` when given.
+    async fn bind(
+        addr: &str,
+        allowed_hosts: &[String],
+        origins: Option<Origins>,
+        metrics: &Arc<Metrics>,
+    ) -> Result<Bound, ProxyStartError> {
+        let bind_error = |cause| ProxyStartError::Bind { addr: addr.to_string(), cause };
+        let listener = TcpListener::bind(addr).await.map_err(bind_error)?;
+        let ip = listener.local_addr().map_err(bind_error)?.ip();
+        let screen = Arc::new(Screen::new(Hosts::for_listener(ip, allowed_hosts), origins, metrics.clone()));
+        Ok(Bound { listener, screen })
+    }
+
+    /// Serves `router` behind the screen until `stop` (see [`listen::serve`]).
+    async fn serve(self, router: Router, serving: Serving, stop: CancellationToken, metrics: Arc<Metrics>) {
+        let router = router.layer(from_fn_with_state(self.screen, policy::screen));
+        listen::serve(self.listener, router, serving, stop, metrics).await;
+    }
 }
 
 /// A proxy serving in the background (see [`ProxyServer::spawn`]).
@@ -1078,6 +1155,25 @@ impl ProxyServer {
         if let Some(tc) = &config.tool_calling {
             tc.check(&config.options.registry).map_err(ProxyStartError::ToolCalling)?;
         }
+        let allowed_hosts = config
+            .allowed_hosts
+            .iter()
+            .map(|h| policy::host_name(h))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|why| ProxyStartError::Access(format!("allowed host: {why}")))?;
+        let allow_origins = config
+            .allow_origins
+            .iter()
+            .map(|o| policy::origin(o))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|why| ProxyStartError::Access(format!("allowed origin: {why}")))?;
+        if config.max_request_buffer < config.max_request_body {
+            return Err(ProxyStartError::Limits(format!(
+                "the request buffer ({} bytes, --max-request-buffer) is smaller than the largest request body ({} \
+                 bytes, --max-request-body): such a body could never be read",
+                config.max_request_buffer, config.max_request_body
+            )));
+        }
         let bad = |why: &str| ProxyStartError::Upstream {
             url: super::sink::nats::mask_url(&config.upstream),
             why: why.to_string(),
@@ -1101,15 +1197,13 @@ impl ProxyServer {
         };
         #[cfg(not(feature = "otel"))]
         let telemetry: Option<Telemetry> = None;
-        let listener =
-            TcpListener::bind(addr).await.map_err(|cause| ProxyStartError::Bind { addr: addr.to_string(), cause })?;
-        let (inspector, ui_listener) = match &config.ui {
+        let proxy = Bound::bind(addr, &allowed_hosts, Some(Origins::new(&allow_origins)), &metrics).await?;
+        // The inspector's page calls it same-origin: no browser policy.
+        let (inspector, ui) = match &config.ui {
             Some(ui) => {
                 ui.check().map_err(ProxyStartError::Ui)?;
-                let l = TcpListener::bind(&ui.listen)
-                    .await
-                    .map_err(|cause| ProxyStartError::Bind { addr: ui.listen.clone(), cause })?;
-                (Some(Arc::new(super::inspect::Inspector::new(ui.clone()))), Some(l))
+                let bound = Bound::bind(&ui.listen, &allowed_hosts, None, &metrics).await?;
+                (Some(Arc::new(super::inspect::Inspector::new(ui.clone()))), Some(bound))
             }
             None => (None, None),
         };
@@ -1117,6 +1211,7 @@ impl ProxyServer {
             inspector,
             telemetry,
             limit: Arc::new(Semaphore::new(config.max_streams.max(1))),
+            request_buffer: RequestBuffer::new(config.max_request_buffer),
             config,
             origin,
             base_path,
@@ -1127,12 +1222,12 @@ impl ProxyServer {
             stopping: CancellationToken::new(),
             hard_stop: CancellationToken::new(),
         });
-        Ok(ProxyServer { listener, ui_listener, app })
+        Ok(ProxyServer { proxy, ui, app })
     }
 
     /// The address the proxy listens on.
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
+        self.proxy.listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
     }
 
     /// The proxy's counters.
@@ -1142,10 +1237,13 @@ impl ProxyServer {
 
     /// The address of the inspector page, when it is on (`/ui`).
     pub fn ui_addr(&self) -> Option<SocketAddr> {
-        self.ui_listener.as_ref().and_then(|l| l.local_addr().ok())
+        self.ui.as_ref().and_then(|b| b.listener.local_addr().ok())
     }
 
-    /// Serves until `shutdown` completes, then shuts down gracefully: stops
+    /// Serves until `shutdown` completes (HTTP/1.1, at most
+    /// [`ProxyConfig::max_connections`] connections per listener, each
+    /// request head within [`ProxyConfig::request_timeout`], each request's
+    /// `Host` and `Origin` checked first), then shuts down gracefully: stops
     /// accepting, refuses new requests on open connections with 503, lets
     /// running responses finish for up to the grace period, then cuts the
     /// streams still running (each gets an in-band `proxy_shutting_down`
@@ -1161,28 +1259,23 @@ impl ProxyServer {
     /// part; running pumps end when their clients or upstreams do.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
         let app = self.app;
+        let serving =
+            Serving { max_connections: app.config.max_connections, header_timeout: app.config.request_timeout };
+        let stopping = app.stopping.clone();
         // The inspector page: its own listener, stopped with the proxy.
-        if let (Some(l), Some(insp)) = (self.ui_listener, app.inspector.clone()) {
-            let stop = app.stopping.clone().cancelled_owned();
-            tokio::spawn(async move {
-                if let Err(e) = axum::serve(l, super::inspect::router(insp)).with_graceful_shutdown(stop).await {
-                    tracing::warn!("inspector page: {e}");
-                }
-            });
+        if let (Some(ui), Some(insp)) = (self.ui, app.inspector.clone()) {
+            tokio::spawn(ui.serve(super::inspect::router(insp), serving, stopping.clone(), app.metrics.clone()));
         }
         let router = Router::new()
             .route("/healthz", get(healthz))
             .route("/metrics", get(metrics))
             .fallback(forward)
             .with_state(app.clone());
-        let listener = self.listener.tap_io(|tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!("cannot set TCP_NODELAY: {e}");
-            }
+        let serve = self.proxy.serve(router, serving, stopping.clone(), app.metrics.clone());
+        let mut server = tokio::spawn(async move {
+            serve.await;
+            Ok::<(), std::io::Error>(())
         });
-        let stopping = app.stopping.clone();
-        let serve = axum::serve(listener, router).with_graceful_shutdown(stopping.clone().cancelled_owned());
-        let mut server = tokio::spawn(serve.into_future());
         let result = tokio::select! {
             r = &mut server => Some(r),
             () = shutdown => None,

@@ -33,6 +33,11 @@
 //! | `limits.max_response_body` | `--max-response-body` | `16777216` (bytes) |
 //! | `limits.grace` | `--grace` | `30.0` (seconds) |
 //! | `limits.channel_capacity` | none | `16` (items queued between relay and client) |
+//! | `limits.request_timeout` | `--request-timeout` | `30.0` (seconds for a request head, and between reads of a buffered request body: `408`) |
+//! | `limits.max_connections` | `--max-connections` | `1024` (client connections per listener; more wait to be accepted) |
+//! | `limits.max_request_buffer` | `--max-request-buffer` | `268435456` (bytes of request bodies buffered at once; more: `503`) |
+//! | `access.allowed_hosts` | `--allowed-host` (repeatable; given flags replace the list), env `SPINDLE_ALLOWED_HOST` | `[]`: loopback names on a loopback listener, any name on another |
+//! | `access.allow_origins` | `--allow-origin` (repeatable; given flags replace the list), env `SPINDLE_ALLOW_ORIGIN` | `[]`: no browser page may call the proxy (`"*"`: any) |
 //! | `sink.targets` | `--sink` (repeatable; given flags replace the list) | `[]` |
 //! | `sink.queue` | `--sink-queue` | `10000` |
 //! | `sink.nats_token` | env `SPINDLE_NATS_TOKEN` (secret) | none |
@@ -210,6 +215,78 @@ pub struct ProxySettings {
     /// `[tools]`: OpenAI tool calling for models that write their calls
     /// as text, and the agent loop.
     pub tools: ToolSettings,
+    /// `[access]`: the `Host` names the listeners answer to, and the
+    /// browser origins that may call the proxy.
+    pub access: AccessSettings,
+}
+
+/// `[access]`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+#[non_exhaustive]
+pub struct AccessSettings {
+    /// `Host` names the listeners answer to besides the loopback ones
+    /// (see [`ProxyConfig::allowed_hosts`]).
+    pub allowed_hosts: Vec<AllowedHost>,
+    /// Browser origins whose pages may call the proxy (see
+    /// [`ProxyConfig::allow_origins`]).
+    pub allow_origins: Vec<AllowedOrigin>,
+}
+
+/// An `access.allowed_hosts` entry (`--allowed-host`): a host name or IP
+/// address, no scheme or port; kept in lower case.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct AllowedHost(String);
+
+impl AllowedHost {
+    /// `text`, when it is a host name or IP address.
+    ///
+    /// # Errors
+    ///
+    /// A sentence saying why it is not one.
+    pub fn new(text: &str) -> Result<AllowedHost, String> {
+        super::policy::host_name(text).map(AllowedHost)
+    }
+
+    /// The name, as the `Host` header is compared with it.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for AllowedHost {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<AllowedHost, D::Error> {
+        AllowedHost::new(&String::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
+
+/// An `access.allow_origins` entry (`--allow-origin`):
+/// `scheme://host[:port]`, `null`, or `*` for any.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct AllowedOrigin(String);
+
+impl AllowedOrigin {
+    /// `text`, when it is a browser origin (or `*`).
+    ///
+    /// # Errors
+    ///
+    /// A sentence saying why it is not one.
+    pub fn new(text: &str) -> Result<AllowedOrigin, String> {
+        super::policy::origin(text).map(AllowedOrigin)
+    }
+
+    /// The origin, as the `Origin` header is compared with it.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for AllowedOrigin {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<AllowedOrigin, D::Error> {
+        AllowedOrigin::new(&String::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
 }
 
 /// `[tools]`.
@@ -413,6 +490,14 @@ pub struct LimitSettings {
     /// Items queued between the relay and the client's connection
     /// (default 16).
     pub channel_capacity: NonZeroUsize,
+    /// Seconds a client may take to send a request head, or between two
+    /// reads of a request body the proxy buffers (default 30).
+    pub request_timeout: Seconds,
+    /// Most client connections open at once, per listener (default 1024).
+    pub max_connections: NonZeroUsize,
+    /// Most bytes of request bodies buffered at once, across requests
+    /// (default 256 MiB).
+    pub max_request_buffer: usize,
 }
 
 /// `[sink]`.
@@ -446,6 +531,7 @@ impl Default for ProxySettings {
             otel: OtelSettings::default(),
             ui: UiSettings::default(),
             tools: ToolSettings::default(),
+            access: AccessSettings::default(),
         }
     }
 }
@@ -479,6 +565,9 @@ impl Default for LimitSettings {
             max_response_body: config.max_response_body,
             grace: Seconds(config.grace.as_secs_f64()),
             channel_capacity: nonzero(config.channel_capacity),
+            request_timeout: Seconds(config.request_timeout.as_secs_f64()),
+            max_connections: nonzero(config.max_connections),
+            max_request_buffer: config.max_request_buffer,
         }
     }
 }
@@ -626,6 +715,16 @@ pub struct ProxyOverrides {
     pub agent_max_time: Option<f64>,
     /// `--tool-timeout-ms`.
     pub tool_timeout_ms: Option<u64>,
+    /// `--allowed-host`, repeated (replaces the file's list when not empty).
+    pub allowed_hosts: Vec<String>,
+    /// `--allow-origin`, repeated (replaces the file's list when not empty).
+    pub allow_origins: Vec<String>,
+    /// `--request-timeout` (seconds).
+    pub request_timeout: Option<f64>,
+    /// `--max-connections`.
+    pub max_connections: Option<usize>,
+    /// `--max-request-buffer`.
+    pub max_request_buffer: Option<usize>,
 }
 
 impl ProxySettings {
@@ -810,6 +909,29 @@ impl ProxySettings {
             self.tools.timeout_ms = NonZeroU64::new(v)
                 .ok_or_else(|| SettingsError::key("--tool-timeout-ms", "expected a number above 0"))?;
         }
+        if !o.allowed_hosts.is_empty() {
+            self.access.allowed_hosts = o
+                .allowed_hosts
+                .iter()
+                .map(|h| AllowedHost::new(h).map_err(|m| SettingsError::key("--allowed-host", m)))
+                .collect::<Result<_, _>>()?;
+        }
+        if !o.allow_origins.is_empty() {
+            self.access.allow_origins = o
+                .allow_origins
+                .iter()
+                .map(|h| AllowedOrigin::new(h).map_err(|m| SettingsError::key("--allow-origin", m)))
+                .collect::<Result<_, _>>()?;
+        }
+        if let Some(v) = o.request_timeout {
+            self.limits.request_timeout = seconds("--request-timeout", v)?;
+        }
+        if let Some(v) = o.max_connections {
+            self.limits.max_connections = count("--max-connections", v)?;
+        }
+        if let Some(v) = o.max_request_buffer {
+            self.limits.max_request_buffer = v;
+        }
         self.settle(profile_given);
         Ok(())
     }
@@ -889,6 +1011,11 @@ impl ProxySettings {
         config.max_response_body = self.limits.max_response_body;
         config.channel_capacity = self.limits.channel_capacity.get();
         config.sink_queue = self.sink.queue.get();
+        config.request_timeout = self.limits.request_timeout.duration();
+        config.max_connections = self.limits.max_connections.get();
+        config.max_request_buffer = self.limits.max_request_buffer;
+        config.allowed_hosts = self.access.allowed_hosts.iter().map(|h| h.0.clone()).collect();
+        config.allow_origins = self.access.allow_origins.iter().map(|o| o.0.clone()).collect();
         config.tool_calling = self.tools.tool_calling();
         if self.ui.enabled {
             config.ui = Some(super::UiConfig {
@@ -1012,6 +1139,36 @@ mod tests {
         );
         assert!(err("[tools]\nprotocol = \"attp\"\n").contains("tools.protocol: unknown tool protocol \"attp\""));
         assert!(err("[tools]\ninvalid_calls = \"keep\"\n").contains("tools.invalid_calls: unknown variant `keep`"));
+    }
+
+    #[test]
+    fn access_and_client_limits_have_keys() {
+        let text = "[upstream]\nurl = \"http://u\"\n[limits]\nrequest_timeout = 5\nmax_connections = 64\n\
+                    max_request_buffer = 67108864\n[access]\nallowed_hosts = [\"Proxy.LAN.\", \"[::1]\"]\n\
+                    allow_origins = [\"https://App.example/\"]\n";
+        let mut s = ProxySettings::from_toml(text, "t").unwrap();
+        let config = s.to_proxy_config().unwrap();
+        assert_eq!(config.allowed_hosts, ["proxy.lan", "::1"]);
+        assert_eq!(config.allow_origins, ["https://app.example"]);
+        assert_eq!(
+            (config.request_timeout, config.max_connections, config.max_request_buffer),
+            (Duration::from_secs(5), 64, 64 << 20)
+        );
+        let back = ProxySettings::from_toml(&s.to_toml(), "printed").unwrap();
+        assert_eq!(back.to_toml(), s.to_toml());
+        // Flags replace the file's lists and are checked, naming the flag.
+        let o = ProxyOverrides { allow_origins: vec!["*".into()], ..ProxyOverrides::default() };
+        s.apply(o).unwrap();
+        assert_eq!(s.to_proxy_config().unwrap().allow_origins, ["*"]);
+        let bad = ProxyOverrides { allowed_hosts: vec!["proxy.lan:8787".into()], ..ProxyOverrides::default() };
+        assert!(s.apply(bad).unwrap_err().to_string().starts_with("config: --allowed-host: \"proxy.lan:8787\" is not"));
+        let bad = ProxyOverrides { max_connections: Some(0), ..ProxyOverrides::default() };
+        assert!(s.apply(bad).is_err());
+        assert!(
+            err("[access]\nallow_origins = [\"app.example\"]\n")
+                .starts_with("config p.toml, line 2: access.allow_origins[0]: \"app.example\" is not a browser origin")
+        );
+        assert!(err("[access]\nallowed_hosts = [\"https://x\"]\n").contains("access.allowed_hosts[0]"));
     }
 
     #[test]

@@ -51,6 +51,7 @@ const PROXY_EXAMPLES: &str = "Examples:
   spindle proxy --upstream https://api.openai.com
   SPINDLE_UPSTREAM=http://127.0.0.1:8080 spindle proxy --listen 0.0.0.0:8787 --sink jsonl:events.jsonl
   spindle proxy --upstream http://127.0.0.1:8080 --tool-protocol hermes
+  spindle proxy --upstream http://127.0.0.1:8080 --allow-origin http://localhost:3000   # a web app's pages may call it
   spindle proxy --config spindle.toml --print-config
 
 Precedence: a flag, then its SPINDLE_* variable, then the --config file, then the default.";

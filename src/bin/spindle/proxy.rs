@@ -141,6 +141,36 @@ pub(crate) struct ProxyArgs {
     /// that is not loopback needs SPINDLE_UI_TOKEN (then open /ui?token=TOKEN).
     #[arg(long, value_name = "ADDR", requires = "ui")]
     ui_listen: Option<String>,
+    /// A Host name (or IP address; no port) both listeners answer to. A
+    /// listener on a loopback address answers only to localhost, *.localhost
+    /// and loopback addresses (any port) and these names; one on another
+    /// address answers to any Host unless this is given (then to these and
+    /// the loopback names). Other Hosts get 403 (against DNS rebinding).
+    /// Repeatable.
+    #[arg(long = "allowed-host", value_name = "NAME", env = "SPINDLE_ALLOWED_HOST", value_delimiter = ' ')]
+    allowed_hosts: Vec<String>,
+    /// A browser origin whose pages may call the proxy
+    /// (`https://app.example.com`, `http://localhost:3000`; `*`: any): its
+    /// preflights are answered and its responses carry
+    /// Access-Control-Allow-Origin. A request with another Origin gets 403;
+    /// requests without one (curl, SDKs, server-side apps) are not affected.
+    /// Repeatable [default: none].
+    #[arg(long = "allow-origin", value_name = "ORIGIN", env = "SPINDLE_ALLOW_ORIGIN", value_delimiter = ' ')]
+    allow_origins: Vec<String>,
+    /// Seconds a client may take to send a request head (an idle keep-alive
+    /// connection is closed after as long), or between two reads of a
+    /// request body the proxy buffers (then 408) [default: 30].
+    #[arg(long, value_name = "SECS")]
+    request_timeout: Option<f64>,
+    /// Most client connections open at once, per listener; past it, new
+    /// connections wait to be accepted [default: 1024].
+    #[arg(long, value_name = "N")]
+    max_connections: Option<usize>,
+    /// Most bytes of request bodies buffered at once, across requests; a
+    /// body that does not fit gets 503 with Retry-After. At least
+    /// --max-request-body [default: 268435456].
+    #[arg(long, value_name = "BYTES")]
+    max_request_buffer: Option<usize>,
 }
 
 /// `--invalid-calls` values.
@@ -186,6 +216,11 @@ impl ProxyArgs {
         o.agent_max_tool_calls = self.agent_max_tool_calls;
         o.agent_max_time = self.agent_max_time;
         o.tool_timeout_ms = self.tool_timeout_ms;
+        o.allowed_hosts.clone_from(&self.allowed_hosts);
+        o.allow_origins.clone_from(&self.allow_origins);
+        o.request_timeout = self.request_timeout;
+        o.max_connections = self.max_connections;
+        o.max_request_buffer = self.max_request_buffer;
         o
     }
 }
