@@ -271,3 +271,31 @@ impl ProxyConfig {
         }
     }
 }
+
+/// `s` cut to at most `max` bytes (at a character boundary) with `…` after
+/// the cut, for a name a client sends that is kept or shown (a model name
+/// in records and the inspector).
+pub(crate) fn clipped(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clipped;
+
+    #[test]
+    fn a_clipped_name_ends_at_a_character_boundary() {
+        assert_eq!(clipped("gpt-4o", 256), "gpt-4o");
+        assert_eq!(clipped("abcdef", 3), "abc…");
+        // `é` is two bytes: a cut inside it moves before it.
+        assert_eq!(clipped("aé", 2), "a…");
+        assert_eq!(clipped(&"m".repeat(1 << 20), 256).len(), 256 + "…".len());
+    }
+}

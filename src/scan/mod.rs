@@ -475,20 +475,6 @@ pub(crate) fn owned_text(bytes: &[u8]) -> String {
     copied_text(bytes).unwrap_or_else(|lossy| lossy)
 }
 
-/// `s` cut to at most `max` bytes (at a character boundary) with `…` after
-/// the cut, for a name a client sends that is kept or shown (a model name
-/// in records and the inspector).
-pub(crate) fn clipped(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
-}
-
 /// Length of an unfinished (but so far valid) UTF-8 sequence at the end.
 /// Inlined: on every flush of streamed text, and most text ends in ASCII,
 /// decided at the first byte looked at.

@@ -472,12 +472,3 @@ fn reversed_spans_are_refused_or_empty() {
     let text = "0123456789";
     assert_eq!(&text[std::ops::Range::from(Span::new(2, 5))], "234");
 }
-
-#[test]
-fn a_clipped_name_ends_at_a_character_boundary() {
-    assert_eq!(clipped("gpt-4o", 256), "gpt-4o");
-    assert_eq!(clipped("abcdef", 3), "abc…");
-    // `é` is two bytes: a cut inside it moves before it.
-    assert_eq!(clipped("aé", 2), "a…");
-    assert_eq!(clipped(&"m".repeat(1 << 20), 256).len(), 256 + "…".len());
-}

@@ -162,8 +162,8 @@ impl Inspector {
     pub(crate) fn start(&self, id: u64, model: Option<&str>, path: &str, status: u16, begun: Instant) {
         let summary = Summary {
             id,
-            model: model.map(|m| crate::scan::clipped(m, MAX_NAME)),
-            path: crate::scan::clipped(path, MAX_NAME),
+            model: model.map(|m| crate::proxy::clipped(m, MAX_NAME)),
+            path: crate::proxy::clipped(path, MAX_NAME),
             started: now_ms(),
             first_byte_ms: None,
             max_gap_ms: 0,
