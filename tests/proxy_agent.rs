@@ -8,11 +8,13 @@
 
 mod proxy_support;
 
+mod process_support;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
 use axum::response::Response;
 use axum::routing::post;
+use process_support::processes_with;
 use proxy_support::{chat_bytes, chat_json, chunks, client, content, url};
 use serde_json::{Value, json};
 use spindle::Registry;
@@ -436,18 +438,6 @@ async fn one_clients_async_task_never_reaches_another_client() {
     assert_eq!(of("alice asks").len(), 3);
     assert!(of("alice asks")[2]["messages"].to_string().contains("Task task_1 finished."));
     proxy.shutdown().await.unwrap();
-}
-
-/// The command lines of the processes that carry `marker`.
-fn processes_with(marker: &str) -> Vec<String> {
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
-        .filter(|c| c.contains(marker))
-        .collect()
 }
 
 /// An async task still running when its request's loop ends is killed

@@ -3,6 +3,7 @@
 //! records every request), with the real script tools of
 //! `examples/plugins/basic`.
 
+mod process_support;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
@@ -10,6 +11,7 @@ use axum::response::Response;
 use axum::routing::post;
 use bytes::Bytes;
 use futures::StreamExt;
+use process_support::{assert_no_process, processes_with};
 use serde_json::{Value, json};
 use spindle::calls::ToolCatalog;
 use spindle::tools::agent::{Agent, AgentEvent, AgentLimits, StopReason};
@@ -349,32 +351,6 @@ async fn cancelling_stops_the_upstream_and_the_tools() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_no_process(&marker).await;
-}
-
-/// The command lines of the processes that carry `marker` (zombies have
-/// none).
-fn processes_with(marker: &str) -> Vec<String> {
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
-        .filter(|c| c.contains(marker))
-        .collect()
-}
-
-/// Waits up to 3 s for every process with `marker` to be gone.
-async fn assert_no_process(marker: &str) {
-    let deadline = Instant::now() + Duration::from_secs(3);
-    loop {
-        let left = processes_with(marker);
-        if left.is_empty() {
-            return;
-        }
-        assert!(Instant::now() < deadline, "leaked: {left:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 #[tokio::test]

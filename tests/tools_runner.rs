@@ -5,6 +5,8 @@
 //! injection, huge values), step semantics, async tasks, services and
 //! cancellation. "No leaked process" is checked in the process table.
 
+mod process_support;
+use process_support::{assert_no_process, processes_with};
 use serde_json::{Value, json};
 use spindle::calls::{CallFormat, OnError, Step, ToolCall, ToolCatalog};
 use spindle::tools::{Outcome, Runner, RunnerOptions, ToolConfig, ToolEvent, ToolResult};
@@ -49,38 +51,6 @@ async fn run(runner: &Runner, c: &ToolCall) -> Vec<ToolResult> {
 /// processes a tool starts.
 fn marker(name: &str) -> String {
     format!("spindle-test-{name}-{}-{}", std::process::id(), Instant::now().elapsed().as_nanos())
-}
-
-/// Processes whose command line holds `marker` (zombies have none).
-fn processes_with(marker: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else { return out };
-    for entry in dir.flatten() {
-        let name = entry.file_name();
-        if !name.to_string_lossy().chars().all(|c| c.is_ascii_digit()) {
-            continue;
-        }
-        if let Ok(bytes) = std::fs::read(entry.path().join("cmdline")) {
-            let cmd = String::from_utf8_lossy(&bytes).replace('\0', " ");
-            if cmd.contains(marker) {
-                out.push(format!("{}: {cmd}", name.to_string_lossy()));
-            }
-        }
-    }
-    out
-}
-
-/// Waits up to 3 s for every process with `marker` to be gone.
-async fn assert_no_process(marker: &str) {
-    let deadline = Instant::now() + Duration::from_secs(3);
-    loop {
-        let left = processes_with(marker);
-        if left.is_empty() {
-            return;
-        }
-        assert!(Instant::now() < deadline, "leaked processes: {left:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 #[tokio::test]
