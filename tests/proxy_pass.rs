@@ -523,6 +523,56 @@ async fn ollama_streams_pass_through_and_are_parsed() {
     assert!(records.iter().filter(|r| r["type"] == "element").all(|r| r["path"] == "/api/chat"));
 }
 
+/// llama.cpp's own API through the proxy (its unversioned paths, which a
+/// SillyTavern-style front end calls): `/completion`'s SSE reaches the
+/// client as sent and is read on the side; `/tokenize` just passes;
+/// `/slots` (slot management) is not proxied.
+#[tokio::test]
+async fn llama_cpp_native_paths_pass_through_and_are_parsed() {
+    let chunks = [
+        json!({"content": "Two <b>cu", "stop": false, "index": 0}),
+        json!({"content": "ps</b> of tea.", "stop": false, "index": 0}),
+        json!({"content": "", "stop": true, "stop_type": "eos", "tokens_predicted": 7}),
+    ];
+    let sse: String = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
+    let upstream = serve(Router::new().fallback(move |uri: Uri| {
+        let sse = sse.clone();
+        async move {
+            match uri.path() {
+                "/completion" => ([("content-type", "text/event-stream")], sse).into_response(),
+                "/tokenize" => axum::Json(json!({"tokens": [1, 2, 3]})).into_response(),
+                _ => StatusCode::NOT_FOUND.into_response(),
+            }
+        }
+    }))
+    .await;
+    let (proxy, rx) = proxy_with_channel(&upstream).await;
+    let http = client();
+    let body = json!({"prompt": "tea?", "stream": true, "n_predict": 64});
+    let direct = http.post(format!("{upstream}/completion")).json(&body).send().await.unwrap().bytes().await.unwrap();
+    let proxied = http.post(format!("{}/completion", url(&proxy))).json(&body).send().await.unwrap();
+    assert!(proxied.status().is_success(), "{}", proxied.status());
+    assert_eq!(proxied.bytes().await.unwrap(), direct, "pass-through is byte-identical");
+    let tokens: Value = http
+        .post(format!("{}/tokenize", url(&proxy)))
+        .json(&json!({"content": "tea"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(tokens["tokens"], json!([1, 2, 3]));
+    let slots = http.get(format!("{}/slots", url(&proxy))).send().await.unwrap();
+    assert_eq!(slots.status(), 404, "slot management is not proxied");
+    let records = records_after(proxy, rx).await;
+    let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+    assert_eq!(tags_and_texts(&records), [pair("content", "Two <b>cups</b> of tea.")], "{records:?}");
+    let finishes: Vec<&Value> = records.iter().filter(|r| r["type"] == "finish").map(|r| &r["reason"]).collect();
+    assert_eq!(finishes, [&json!("stop")], "{records:?}");
+    assert!(!records.iter().any(|r| r["type"] == "truncated"), "{records:?}");
+}
+
 #[tokio::test]
 async fn metrics_and_healthz() {
     let mock = mock(0).await;

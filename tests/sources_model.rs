@@ -794,6 +794,41 @@ fn gemini_stream() {
     assert!(elements(&events).is_empty());
 }
 
+/// llama.cpp's own `/completion` stream (SSE of `{"content", "stop"}`
+/// chunks): the text, the end by `stop` with its `stop_type`, the counts;
+/// a whole answer (`"stream": false`) is one such object.
+#[test]
+fn llama_cpp_completion_streams() {
+    let chunks = [
+        json!({"content": "<think>hm</think>Two <b>cu", "stop": false, "id_slot": 0, "index": 0}),
+        json!({"content": "ps</b>.", "stop": false, "id_slot": 0, "index": 0}),
+        json!({"content": "", "stop": true, "model": "qwen3.gguf", "stop_type": "limit", "tokens_predicted": 9,
+               "tokens_evaluated": 12, "timings": {"predicted_ms": 80.0}}),
+    ];
+    let data: Vec<String> = chunks.iter().map(Value::to_string).collect();
+    let options = StreamOptions { framing: Framing::Chunks, ..StreamOptions::default() };
+    let events = run_with(options.clone(), &strs(&data));
+    assert_eq!(
+        elements(&events),
+        [
+            (0, Channel::Content, "thought".into(), "hm".into()),
+            (0, Channel::Content, "content".into(), "Two <b>cups</b>.".into())
+        ]
+    );
+    assert_eq!(finishes(&events), [(0, "length".into())]);
+    assert!(truncations(&events).is_empty(), "stop is the clean end");
+    assert!(!diagnostics(&events).contains(&"unrecognized_chunk".to_string()));
+    assert!(events.iter().any(|e| matches!(e, SourceEvent::Usage { usage }
+        if usage["tokens_predicted"] == 9 && usage["tokens_evaluated"] == 12)));
+    // Cut before `stop`: truncated.
+    assert!(!truncations(&run_with(options.clone(), &strs(&data[..2]))).is_empty());
+    // A whole answer, stopped by its end of sequence.
+    let whole = json!({"content": "Tea.", "stop": true, "stop_type": "eos"}).to_string();
+    let events = run_with(options, &strs(&[whole]));
+    assert_eq!(elements(&events), [(0, Channel::Content, "content".into(), "Tea.".into())]);
+    assert_eq!(finishes(&events), [(0, "stop".into())]);
+}
+
 /// Ollama's own `/api/chat` stream (one JSON object per line): thinking,
 /// content, whole tool calls, and `done` with its reason and counts.
 #[test]

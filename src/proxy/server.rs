@@ -48,8 +48,8 @@ enum Endpoint {
     /// `/completions` (legacy): parsed, `[DONE]`-framed.
     Completions,
     /// `/responses`, `/messages`, Gemini's `:generateContent` and
-    /// `:streamGenerateContent`, Ollama's `/api/chat` and `/api/generate`:
-    /// parsed when 2xx.
+    /// `:streamGenerateContent`, Ollama's `/api/chat` and `/api/generate`,
+    /// llama.cpp's `/completion` and `/infill`: parsed when 2xx.
     OtherModel,
     /// Anything else: forwarded only.
     Other,
@@ -68,6 +68,8 @@ impl Endpoint {
             || path.ends_with(":streamGenerateContent")
             || path == "/api/chat"
             || path == "/api/generate"
+            || path == "/completion"
+            || path == "/infill"
         {
             Endpoint::OtherModel
         } else {
@@ -210,10 +212,30 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], app.metrics.render()).into_response()
 }
 
+/// The unversioned paths of llama.cpp's server (its own API, and its
+/// OpenAI-compatible one without `/v1`) that are proxied; its slot
+/// management (`/slots`) is not.
+const LLAMA_CPP_PATHS: [&str; 13] = [
+    "completion",
+    "completions",
+    "chat",
+    "infill",
+    "tokenize",
+    "detokenize",
+    "apply-template",
+    "embedding",
+    "embeddings",
+    "rerank",
+    "props",
+    "health",
+    "models",
+];
+
 /// Phase 1, admit: only an API's paths are proxied (`/v1/*`, and
 /// `/v1beta/*`, `/v2/*`: a first segment that names a version; Ollama's
-/// `/api/*`), nothing new while shutting down, at most `max_streams` in
-/// flight. The permit lives as long as the response.
+/// `/api/*`; llama.cpp's unversioned ones, [`LLAMA_CPP_PATHS`]), nothing
+/// new while shutting down, at most `max_streams` in flight. The permit
+/// lives as long as the response.
 fn admit(app: &App, path: &str) -> Result<tokio::sync::OwnedSemaphorePermit, ProxyError> {
     if has_dot_segment(path) {
         // `/v1/../../admin` would leave the API's base once the upstream
@@ -224,12 +246,12 @@ fn admit(app: &App, path: &str) -> Result<tokio::sync::OwnedSemaphorePermit, Pro
         ));
     }
     let first = path.trim_start_matches('/').split('/').next().unwrap_or_default();
-    if !super::app::names_version(first) && first != "api" {
+    if !super::app::names_version(first) && first != "api" && !LLAMA_CPP_PATHS.contains(&first) {
         return Err(ProxyError::new(
             ProxyErrorKind::NotFound,
             format!(
-                "spindle proxies an API's paths (/v1/*, /v1beta/*, Ollama's /api/*) to the upstream; {path} is \
-                 not proxied (local: /healthz, /metrics)"
+                "spindle proxies an API's paths (/v1/*, /v1beta/*, Ollama's /api/*, llama.cpp's /completion, \
+                 /tokenize, ...) to the upstream; {path} is not proxied (local: /healthz, /metrics)"
             ),
         ));
     }

@@ -33,7 +33,7 @@
 use super::events::{Channel, SourceEvent};
 use super::lines::LineTap;
 use super::model::{ChatStream, Framing, StreamOptions};
-use super::model::{excerpt, is_converse, is_gemini, is_ollama};
+use super::model::{excerpt, is_converse, is_gemini, is_llama_cpp, is_ollama};
 use super::tap::StreamTap;
 use crate::event::DiagnosticCode;
 use crate::event::Event;
@@ -303,6 +303,7 @@ fn is_response(map: &serde_json::Map<String, Value>) -> bool {
         || is_converse(map)
         || is_gemini(map)
         || is_ollama(map)
+        || is_llama_cpp(map)
         || (map.contains_key("error") && map.len() <= 3)
 }
 
@@ -384,6 +385,9 @@ fn payload_content(v: &Value, map: &mut BTreeMap<u32, String>) {
     if let Some(chunk) = v.as_object().filter(|o| is_ollama(o)) {
         let message = chunk.get("message").and_then(|m| m.get("content"));
         push_text(map, 0, message.or_else(|| chunk.get("response")).and_then(Value::as_str).unwrap_or(""));
+    }
+    if let Some(chunk) = v.as_object().filter(|o| is_llama_cpp(o)) {
+        push_text(map, 0, chunk.get("content").and_then(Value::as_str).unwrap_or(""));
     }
     if let Some(output) = v.as_object().filter(|o| is_converse(o)).and_then(|o| o.get("output")) {
         for block in

@@ -16,6 +16,9 @@
 //! * Ollama's own API (`/api/chat` and `/api/generate`, one JSON object per
 //!   line): `message.content` or `response`, `thinking`, `message.tool_calls`,
 //!   and `done` with `done_reason` and the token counts;
+//! * llama.cpp's own API (`/completion`, `/infill`): `content` text and a
+//!   boolean `stop`, the last chunk with `stop_type` (`eos`, `word`,
+//!   `limit`) and the token counts;
 //! * a whole Amazon Bedrock Converse response (`output.message.content`
 //!   with `text`, `reasoningContent` and `toolUse` blocks, `stopReason`,
 //!   `usage`). Its stream (`ConverseStream`) is AWS's binary event stream,
@@ -27,7 +30,7 @@
 //! one choice, index 0, but Gemini's, whose candidates are the choices.
 //! They end without `[DONE]`: their own end event (`message_stop`,
 //! `response.completed`, `finish`, a Gemini `finishReason`, Ollama's
-//! `done`) counts as a clean end.
+//! `done`, llama.cpp's `stop`) counts as a clean end.
 
 use super::ChatStream;
 use crate::event::DiagnosticCode;
@@ -76,6 +79,10 @@ pub(super) fn push(stream: &mut ChatStream, chunk: &ChatChunk, out: &mut Vec<Sou
     }
     if is_ollama(&chunk.extra) {
         ollama(stream, &whole(), out);
+        return true;
+    }
+    if is_llama_cpp(&chunk.extra) {
+        llama_cpp(stream, &whole(), out);
         return true;
     }
     if chunk.object() == Some("response") && chunk.type_field().is_none() {
@@ -376,6 +383,39 @@ fn ollama(stream: &mut ChatStream, v: &Value, out: &mut Vec<SourceEvent>) {
         stream.dialect_mut().ended = true;
         let usage: serde_json::Map<String, Value> =
             OLLAMA_USAGE.iter().filter_map(|k| v.get(*k).map(|n| ((*k).to_string(), n.clone()))).collect();
+        if !usage.is_empty() {
+            stream.push_usage(&Value::Object(usage), out);
+        }
+    }
+}
+
+/// Whether an object is a chunk of llama.cpp's own completion API
+/// (`/completion`, `/infill`): `content` text with a boolean `stop`.
+pub(crate) fn is_llama_cpp(object: &serde_json::Map<String, Value>) -> bool {
+    object.get("stop").is_some_and(Value::is_boolean) && object.get("content").is_some_and(Value::is_string)
+}
+
+/// The token counts of llama.cpp's last chunk, as its usage.
+const LLAMA_CPP_USAGE: [&str; 3] = ["tokens_evaluated", "tokens_predicted", "tokens_cached"];
+
+/// One chunk of llama.cpp's `/completion` stream (or its whole answer,
+/// `"stream": false`): the text is `content`; the chunk with `stop: true`
+/// ends it, stopped by the token limit when its `stop_type` is `limit`
+/// (older servers: `stopped_limit`).
+fn llama_cpp(stream: &mut ChatStream, v: &Value, out: &mut Vec<SourceEvent>) {
+    let stop = v.get("stop").and_then(Value::as_bool) == Some(true);
+    stream.with_choice(0, out, |c| {
+        c.content(str_of(v, "content").unwrap_or(""));
+        if stop {
+            let limit = str_of(v, "stop_type") == Some("limit")
+                || v.get("stopped_limit").and_then(Value::as_bool) == Some(true);
+            c.finish(Some(if limit { FinishReason::Length } else { FinishReason::Stop }));
+        }
+    });
+    if stop {
+        stream.dialect_mut().ended = true;
+        let usage: serde_json::Map<String, Value> =
+            LLAMA_CPP_USAGE.iter().filter_map(|k| v.get(*k).map(|n| ((*k).to_string(), n.clone()))).collect();
         if !usage.is_empty() {
             stream.push_usage(&Value::Object(usage), out);
         }

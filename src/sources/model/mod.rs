@@ -14,7 +14,7 @@
 
 mod dialects;
 
-pub(crate) use dialects::{is_converse, is_gemini, is_ollama};
+pub(crate) use dialects::{is_converse, is_gemini, is_llama_cpp, is_ollama};
 
 use super::chunk::{ChatChunk, Choice, Content, Delta, FunctionDelta, ToolCallDelta};
 use super::events::{Channel, ChoiceEvent, ErrorOrigin, FinishReason, SourceEvent, Truncation};
@@ -1335,7 +1335,8 @@ impl ChatStream {
                 || chunk.object() == Some("response")
                 || dialects::is_converse(&chunk.extra)
                 || dialects::is_gemini(&chunk.extra)
-                || dialects::is_ollama(&chunk.extra));
+                || dialects::is_ollama(&chunk.extra)
+                || dialects::is_llama_cpp(&chunk.extra));
         let chat = !chunk.choices.is_absent()
             || chunk.usage.as_option().is_some_and(|u| !u.is_null())
             || chunk.error.as_option().is_some_and(|e| !e.is_null())
