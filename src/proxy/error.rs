@@ -316,9 +316,7 @@ impl std::error::Error for ProxyError {}
 fn without_query(message: String, err: &reqwest::Error) -> String {
     match err.url() {
         Some(url) if url.query().is_some() => {
-            let mut shown = url.clone();
-            shown.set_query(Some("***"));
-            message.replace(url.as_str(), shown.as_str())
+            message.replace(url.as_str(), &crate::proxy::sink::nats::mask_query(url.as_str()))
         }
         _ => message,
     }

@@ -175,12 +175,7 @@ impl SinkSpec {
     pub fn to_masked_string(&self) -> Option<String> {
         match self {
             SinkSpec::Jsonl(path) => Some(format!("jsonl:{}", path.display())),
-            SinkSpec::Webhook(url) => {
-                // Its query may hold a token (`?token=…`).
-                let url = nats::mask_url(url);
-                let shown = url.split_once('?').map_or(url.clone(), |(base, _)| format!("{base}?***"));
-                Some(format!("webhook:{shown}"))
-            }
+            SinkSpec::Webhook(url) => Some(format!("webhook:{}", nats::mask_query(&nats::mask_url(url)))),
             SinkSpec::Nats(nats) => Some(nats.masked().to_string()),
             SinkSpec::Channel(_) => None,
         }

@@ -327,6 +327,15 @@ pub(crate) fn mask_url(s: &str) -> String {
     format!("{}{masked}{}", &s[..scheme_end + 3], &after[at..])
 }
 
+/// `s` with its URL's query (which may hold a key or a token: `?key=…`,
+/// `?token=…`) replaced by `***`.
+pub(crate) fn mask_query(s: &str) -> String {
+    match s.split_once('?') {
+        Some((base, _)) => format!("{base}?***"),
+        None => s.to_string(),
+    }
+}
+
 impl NatsSink {
     /// The subject a record of `stream`, of `kind` (the record's `type`)
     /// and for `model` is published to.
