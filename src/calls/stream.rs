@@ -647,8 +647,104 @@ impl ArgumentStream {
             self.sent.push_str(&piece.arguments);
             return (piece, StreamOutcome::Agrees);
         }
-        let agrees = serde_json::from_str::<Value>(&self.sent).is_ok_and(|v| &v == arguments);
+        let agrees = same_json(&self.sent, arguments);
         (piece, if agrees { StreamOutcome::Agrees } else { StreamOutcome::Differs })
+    }
+}
+
+/// Whether `text` is strict JSON that reads as `expected`: what
+/// `serde_json::from_str::<Value>(text) == Ok(expected)` says, without
+/// building the value (for a large argument object that value costs as
+/// much memory as the payload itself, about ten times the text).
+fn same_json(text: &str, expected: &Value) -> bool {
+    let mut de = serde_json::Deserializer::from_str(text);
+    serde::de::DeserializeSeed::deserialize(Same(expected), &mut de).is_ok_and(|same| same) && de.end().is_ok()
+}
+
+/// Reads one JSON value and says whether it is the value it holds, as
+/// `serde_json::Value`'s own reading would build it: numbers by the same
+/// conversion, objects regardless of key order with the last of a
+/// repeated key counting. It reads the whole value either way (an error
+/// would leave the reader mid-value).
+struct Same<'a>(&'a Value);
+
+impl<'de> serde::de::DeserializeSeed<'de> for Same<'_> {
+    type Value = bool;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Same<'_> {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<bool, E> {
+        Ok(*self.0 == Value::Bool(v))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<bool, E> {
+        Ok(*self.0 == v)
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<bool, E> {
+        Ok(*self.0 == v)
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<bool, E> {
+        Ok(*self.0 == serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<bool, E> {
+        Ok(self.0.as_str() == Some(v))
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<bool, E> {
+        Ok(self.0.is_null())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<bool, A::Error> {
+        let Value::Array(items) = self.0 else {
+            while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+            return Ok(false);
+        };
+        let mut expected = items.iter();
+        let mut same = true;
+        loop {
+            let read = match expected.next() {
+                // Fewer items than expected when the array ends here.
+                Some(item) => seq.next_element_seed(Same(item))?.ok_or(false),
+                None => seq.next_element::<serde::de::IgnoredAny>()?.map(|_| false).ok_or(true),
+            };
+            match read {
+                Ok(agrees) => same &= agrees,
+                Err(complete) => return Ok(same && complete),
+            }
+        }
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+        let members = self.0.as_object();
+        // Each expected key read, with whether its last value agreed.
+        let mut seen: std::collections::HashMap<&str, bool> = std::collections::HashMap::new();
+        let mut same = members.is_some();
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            match members.and_then(|m| m.get_key_value(key.as_ref())) {
+                Some((name, value)) => {
+                    let agrees = map.next_value_seed(Same(value))?;
+                    seen.insert(name.as_str(), agrees);
+                }
+                None => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                    same = false;
+                }
+            }
+        }
+        Ok(same && members.is_some_and(|m| seen.len() == m.len()) && seen.values().all(|&agrees| agrees))
     }
 }
 
@@ -782,6 +878,36 @@ fn push_run(args: &mut String, text: &str, start: usize, end: usize) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// `same_json` says what comparing a parsed `Value` says, on the
+    /// cases where reading and comparing as one goes could differ.
+    #[test]
+    fn same_json_agrees_with_parsing_the_value() {
+        let texts = [
+            r#"{"a": 1, "b": [1, 2.0, "x\u00e9", null, true]}"#,
+            r#"{"b": [1, 2.0, "xé", null, true], "a": 1}"#,
+            r#"{"a": 1.0, "b": [1, 2.0, "xé", null, true]}"#,
+            r#"{"a": 1, "b": [1, 2.0, "xé", null]}"#,
+            r#"{"a": 1, "b": [1, 2.0, "xé", null, true, 6]}"#,
+            r#"{"a": 1, "b": [1, 2.0, "xé", null, true], "c": {}}"#,
+            r#"{"a": 2, "a": 1, "b": [1, 2.0, "xé", null, true]}"#,
+            r#"{"a": 1, "a": 2, "b": [1, 2.0, "xé", null, true]}"#,
+            r#"{"a": 1}"#,
+            r#"{"a": 1, "b": [1, 2.0, "xé", null, true]} x"#,
+            r#"{"a": 1, "b": [1, 2.0, "xé", null, true]"#,
+            r#"[1, 2]"#,
+            r#"{}"#,
+            r#"-0"#,
+            r#"18446744073709551616"#,
+            r#""s""#,
+        ];
+        for text in texts {
+            for expected in texts.iter().filter_map(|t| serde_json::from_str::<Value>(t).ok()) {
+                let parsed = serde_json::from_str::<Value>(text).is_ok_and(|v| v == expected);
+                assert_eq!(same_json(text, &expected), parsed, "{text} against {expected}");
+            }
+        }
+    }
 
     /// Feeds `body` in pieces of `chunk` chars; returns the name and the
     /// joined arguments, and the outcome.

@@ -640,8 +640,8 @@ impl Stage {
             && !failed
         {
             let name = payload.value.get("name").and_then(Value::as_str);
-            let args = payload.value.get("arguments").cloned().unwrap_or(Value::Null);
-            let (piece, outcome) = call.finish(name, &args);
+            let args = payload.value.get("arguments").unwrap_or(&Value::Null);
+            let (piece, outcome) = call.finish(name, args);
             if !piece.is_empty() {
                 out.push(call_delta(el.id, &el.tag, piece));
             }
