@@ -36,7 +36,7 @@
 //! data: {"a":1}\n\n|data: {"error":…   that event ends, the error follows
 //! ```
 
-use super::calling::response::{CallConverter, ChoiceCalls};
+use super::calling::response::{CallConverter, ChoiceCalls, Note};
 use super::error::{ProxyError, ProxyErrorKind};
 use crate::sources::{
     CallMark, ChatChunk, Choice, Content, Delta, ErrorOrigin, Nullable, SourceEvent, SseEvent, SseFault, SseItem,
@@ -587,7 +587,7 @@ fn tail_chunk(
 struct Placing {
     choice: u32,
     calls: Vec<ToolCallDelta>,
-    notes: Vec<(u32, String)>,
+    notes: Vec<(u32, Note)>,
     at: Vec<(u32, usize)>,
 }
 

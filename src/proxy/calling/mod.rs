@@ -41,6 +41,7 @@
 //! | a TAM/ACTION step that must not run (block cut off by the end of output or at the element size limit, a second ACTION block) | not sent; its not-run observation in the content | the same |
 //! | a Hermes call cut off by `max_tokens`, or never closed with its JSON unfinished (the model stopped inside it) | what was streamed stays; `finish_reason` stays `length` | left out with the cut-off observation |
 //! | a call inside an open Markdown code block (an example) | text in the content, not a call | the same |
+//! | a `<tool_call>` whose body is prose (no name attribute; the body, not empty, does not begin with `{`, `[` or a code fence): `Wrap each call in <tool_call> and </tool_call> tags` | text in the content as written (open tag, body, the close tag that ended it), not a call nor an observation | the same |
 //!
 //! An observation takes the place of its call in the content, on a line
 //! of its own: the same however the upstream split the text into deltas,

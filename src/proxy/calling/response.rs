@@ -25,10 +25,20 @@ pub(crate) struct ChoiceCalls {
     pub(crate) choice: u32,
     /// `tool_calls` fragments, in order.
     pub(crate) calls: Vec<ToolCallDelta>,
-    /// Observations of calls that were left out, each with the element id
-    /// of its call: they go into the content where the call was
-    /// ([`CallConverter::place_notes`]).
-    pub(crate) notes: Vec<(u32, String)>,
+    /// What goes into the content where calls were left out, each with
+    /// the element id of its call ([`CallConverter::place_notes`]).
+    pub(crate) notes: Vec<(u32, Note)>,
+}
+
+/// What takes a call element's place in the content.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Note {
+    /// The observation of a call that was left out, on a line of its own.
+    Observation(String),
+    /// The element as the model wrote it, in line: a `<tool_call>` whose
+    /// body is prose (`Use <tool_call> and </tool_call> tags`), which is
+    /// no call (see [`written_as_prose`]).
+    Text(String),
 }
 
 /// Where one call element stands.
@@ -50,6 +60,8 @@ struct ChoiceState {
     slots: Vec<(u32, Slot)>,
     /// Element ids closed by the end of output (`closed_at_eof`).
     closed_at_eof: Vec<u32>,
+    /// Element ids closed by a close tag of another name, with that name.
+    closed_by: Vec<(u32, String)>,
     /// The output was cut (`finish_reason: length`, or a truncated stream).
     cut: bool,
     /// Whether the content so far ends a line (for observations).
@@ -203,7 +215,7 @@ impl CallConverter {
         &mut self,
         choice: u32,
         text: &mut String,
-        notes: &[(u32, String)],
+        notes: &[(u32, Note)],
         marks: &[(u32, usize)],
     ) {
         if notes.is_empty() {
@@ -212,27 +224,33 @@ impl CallConverter {
         let state = self.state(choice);
         let (wrote, ends_line) = (state.wrote_content, state.content_ends_line);
         // Where each goes, in the text as it is now; stable for equal places.
-        let mut places: Vec<(usize, &str)> = notes
+        let mut places: Vec<(usize, &Note)> = notes
             .iter()
             .map(|(id, note)| {
                 let at = marks.iter().find(|(m, _)| m == id).map_or(text.len(), |&(_, at)| at.min(text.len()));
-                (if text.is_char_boundary(at) { at } else { text.len() }, note.as_str())
+                (if text.is_char_boundary(at) { at } else { text.len() }, note)
             })
             .collect();
         places.sort_by_key(|&(at, _)| at);
         let mut shift = 0;
         for (at, note) in places {
             let at = at + shift;
-            let new_line = match text[..at].chars().last() {
-                Some(last) => last != '\n',
-                None => wrote && !ends_line,
+            let piece = match note {
+                Note::Text(written) => written.clone(),
+                Note::Observation(note) => {
+                    let new_line = match text[..at].chars().last() {
+                        Some(last) => last != '\n',
+                        None => wrote && !ends_line,
+                    };
+                    let mut piece = String::with_capacity(note.len() + 2);
+                    if new_line {
+                        piece.push('\n');
+                    }
+                    piece.push_str(note);
+                    piece.push('\n');
+                    piece
+                }
             };
-            let mut piece = String::with_capacity(note.len() + 2);
-            if new_line {
-                piece.push('\n');
-            }
-            piece.push_str(note);
-            piece.push('\n');
             text.insert_str(at, &piece);
             shift += piece.len();
         }
@@ -292,6 +310,11 @@ impl CallConverter {
                         self.state(choice).closed_at_eof.push(id);
                     }
                 }
+                Event::Repair(r) if r.kind == RepairKind::MismatchedClose => {
+                    if let (Some(id), Some(from)) = (r.element, &r.from) {
+                        self.state(choice).closed_by.push((id, from.clone()));
+                    }
+                }
                 Event::CallDelta(d) => {
                     let send_early = self.invalid == InvalidCalls::Pass && self.delivery == Delivery::Stream;
                     let max = self.shape.max_calls();
@@ -335,6 +358,18 @@ impl CallConverter {
                     let cut = state.closed_at_eof.contains(&el.id)
                         && (state.cut || serde_json::from_str::<serde::de::IgnoredAny>(el.text.trim()).is_err());
                     state.slots.retain(|(id, _)| *id != el.id);
+                    let closed_by = state.closed_by.iter().position(|(id, _)| *id == el.id);
+                    let closed_by = closed_by.map(|at| state.closed_by.swap_remove(at).1);
+                    if matches!(slot, None | Some(Slot::Held)) && call.steps.is_empty() && written_as_prose(el) {
+                        // No call: the text stays as written.
+                        let end = if state.closed_at_eof.contains(&el.id) {
+                            None
+                        } else {
+                            Some(closed_by.as_deref().unwrap_or(&el.raw_tag))
+                        };
+                        entry(&mut out, choice).notes.push((el.id, Note::Text(as_written(el, end))));
+                        continue;
+                    }
                     match slot {
                         Some(Slot::Example) => {}
                         // Sent already; a body that turned out unreadable
@@ -411,8 +446,34 @@ impl CallConverter {
         }
         let e = entry(out, choice);
         e.calls.extend(deltas);
-        e.notes.extend(notes.into_iter().map(|note| (element, note)));
+        e.notes.extend(notes.into_iter().map(|note| (element, Note::Observation(note))));
     }
+}
+
+/// Whether a `<tool_call>` element is prose that names the tag rather
+/// than a call: no name attribute, and a body that does not begin as a
+/// call does (`{`, `[`, a code fence) and is not empty. vLLM's and
+/// llama.cpp's Hermes readers leave such text as it is; reading it as a
+/// malformed call would replace the model's sentence with an observation.
+fn written_as_prose(el: &crate::event::Element) -> bool {
+    let named = ["name", "tool", "function"].iter().any(|k| el.attrs.contains_key(*k));
+    let first = el.text.trim_start().chars().next();
+    &*el.tag == "tool_call" && !named && first.is_some_and(|c| !matches!(c, '{' | '[' | '`'))
+}
+
+/// The element as written: its open tag (attributes re-quoted), its text,
+/// and `</end>` when a close tag ended it.
+fn as_written(el: &crate::event::Element, end: Option<&str>) -> String {
+    let mut out = format!("<{}", el.raw_tag);
+    for (name, value) in &el.attrs {
+        out.push_str(&format!(" {name}=\"{}\"", value.replace('&', "&amp;").replace('"', "&quot;")));
+    }
+    out.push('>');
+    out.push_str(&el.text);
+    if let Some(end) = end {
+        out.push_str(&format!("</{end}>"));
+    }
+    out
 }
 
 fn entry(out: &mut Vec<ChoiceCalls>, choice: u32) -> &mut ChoiceCalls {
@@ -623,6 +684,33 @@ mod tests {
             let (content, calls, _) = run("chat", &refs, InvalidCalls::Drop, "stop");
             assert_eq!((content.as_str(), calls.len()), (want, 0), "split {n}");
         }
+    }
+
+    /// Prose that names the tags is no call: the client gets it as the
+    /// model wrote it, however it was split, with invalid calls passed or
+    /// dropped.
+    #[test]
+    fn prose_naming_the_call_tag_stays_text() {
+        let texts = [
+            "Wrap each call in <tool_call> and </tool_call> tags, with JSON between them.",
+            "The marker <tool_call> starts a call; the model writes JSON after it.",
+            "A call is <tool_call> then the JSON, and </content> ends the answer.",
+        ];
+        for text in texts {
+            for n in [1, 3, 8, text.len()] {
+                let pieces = split(text, n);
+                let refs: Vec<&str> = pieces.iter().map(String::as_str).collect();
+                for invalid in [InvalidCalls::Pass, InvalidCalls::Drop] {
+                    let (content, calls, made) = run("chat", &refs, invalid, "stop");
+                    assert_eq!((content.as_str(), calls.len(), made), (text, 0, 0), "split {n} {invalid:?}");
+                }
+            }
+        }
+        // A body that begins as a call does is still read as one: an
+        // unreadable one gets its observation.
+        let text = "Sure.<tool_call>{\"name\": }</tool_call>";
+        let (content, calls, _) = run("chat", &[text], InvalidCalls::Drop, "stop");
+        assert!(calls.is_empty() && content.starts_with("Sure.\nObservation:"), "{content}");
     }
 
     #[test]
