@@ -8,7 +8,10 @@
 //! header-read timeout, so clients that opened connections and sent
 //! nothing (or half a head) kept a descriptor each for as long as they
 //! liked, until the proxy could accept no more; hence this loop, with
-//! hyper-util's connection builder.
+//! hyper's HTTP/1 connection builder. (Not hyper-util's `auto` builder:
+//! its connections with upgrades first read the bytes that tell HTTP/2
+//! from HTTP/1 with no timeout, even when built HTTP/1-only, so a client
+//! that sent nothing was never cut off.)
 //!
 //! # Phases of a connection
 //!
@@ -21,10 +24,17 @@
 //! 3. **Serve**: HTTP/1.1 with keep-alive. Every request head must arrive
 //!    within the header timeout, counted from when the connection is ready
 //!    for it: a new connection that sends nothing, a slowloris head, and a
-//!    keep-alive connection idle for that long are all closed.
+//!    keep-alive connection idle for that long are all closed. Upgrades are
+//!    allowed (a WebSocket handshake, the `websocket` module): hyper hands the
+//!    socket to the request's handler after its `101` and the connection's
+//!    task ends, but the connection keeps its slot: every request carries
+//!    the connection's [`ConnectionSlot`], and the WebSocket session holds
+//!    it until it ends.
 //! 4. **Stop**: at shutdown the loop accepts no more; each connection
 //!    finishes the request it is serving and closes (hyper's graceful
-//!    shutdown), and [`serve`] returns once all have closed.
+//!    shutdown), and [`serve`] returns once all have closed. The
+//!    WebSocket sessions of upgraded connections are not waited for here:
+//!    the server ends them (after the grace period, with `1001`).
 //!
 //! HTTP/2 is not offered: browsers and OpenAI clients speak HTTP/1.1 to an
 //! `http://` URL, and hyper's HTTP/2 server has no header-read timeout.
@@ -36,8 +46,9 @@
 
 use super::metrics::{GaugeGuard, Metrics};
 use axum::Router;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto::Builder;
+use hyper::server::conn::http1::Builder;
+use hyper::service::Service;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,8 +66,36 @@ pub(crate) struct Serving {
     pub(crate) header_timeout: Duration,
 }
 
-/// What a connection holds while it is open: its slot and the gauge.
-type Held = (OwnedSemaphorePermit, GaugeGuard);
+/// What a client connection holds while it is open: its slot under the
+/// cap and the open-connections gauge. Shared by the connection's task and
+/// its requests (a request extension, `Arc<ConnectionSlot>`), so that a
+/// connection handed over by an upgrade counts until its session ends.
+#[derive(Debug)]
+pub(crate) struct ConnectionSlot {
+    _slot: OwnedSemaphorePermit,
+    _gauge: GaugeGuard,
+}
+
+/// The router's service with the connection's slot put into every request.
+#[derive(Debug, Clone)]
+struct WithSlot {
+    router: TowerToHyperService<Router>,
+    slot: Arc<ConnectionSlot>,
+}
+
+impl<B> Service<hyper::Request<B>> for WithSlot
+where
+    TowerToHyperService<Router>: Service<hyper::Request<B>>,
+{
+    type Response = <TowerToHyperService<Router> as Service<hyper::Request<B>>>::Response;
+    type Error = <TowerToHyperService<Router> as Service<hyper::Request<B>>>::Error;
+    type Future = <TowerToHyperService<Router> as Service<hyper::Request<B>>>::Future;
+
+    fn call(&self, mut request: hyper::Request<B>) -> Self::Future {
+        request.extensions_mut().insert(self.slot.clone());
+        self.router.call(request)
+    }
+}
 
 /// Serves `router` on `listener` until `stop` is cancelled, then until the
 /// open connections have closed. See the module's phases.
@@ -69,8 +108,8 @@ pub(crate) async fn serve(
 ) {
     let slots = Arc::new(Semaphore::new(serving.max_connections.clamp(1, Semaphore::MAX_PERMITS)));
     let connections = TaskTracker::new();
-    let mut builder = Builder::new(TokioExecutor::new()).http1_only();
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(serving.header_timeout);
+    let mut builder = Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(serving.header_timeout);
     loop {
         // Phase 1, a slot.
         let slot = tokio::select! {
@@ -93,8 +132,8 @@ pub(crate) async fn serve(
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!("cannot set TCP_NODELAY: {e}");
         }
-        let held = (slot, metrics.connection_open());
-        connections.spawn(connection(builder.clone(), tcp, router.clone(), stop.clone(), held));
+        let slot = Arc::new(ConnectionSlot { _slot: slot, _gauge: metrics.connection_open() });
+        connections.spawn(connection(builder.clone(), tcp, router.clone(), stop.clone(), slot));
     }
     // Phase 4, stop: no more accepts; wait for the open connections.
     drop(listener);
@@ -102,16 +141,17 @@ pub(crate) async fn serve(
     connections.wait().await;
 }
 
-/// Phase 3, one connection: served until it ends, or until `stop`, then
-/// to the end of its running request.
+/// Phase 3, one connection: served until it ends (or is upgraded), or
+/// until `stop`, then to the end of its running request.
 async fn connection(
-    builder: Builder<TokioExecutor>,
+    builder: Builder,
     tcp: TcpStream,
     router: Router,
     stop: CancellationToken,
-    held: Held,
+    slot: Arc<ConnectionSlot>,
 ) {
-    let conn = builder.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(router));
+    let service = WithSlot { router: TowerToHyperService::new(router), slot: slot.clone() };
+    let conn = builder.serve_connection(TokioIo::new(tcp), service).with_upgrades();
     tokio::pin!(conn);
     let ended = tokio::select! {
         ended = conn.as_mut() => ended,
@@ -124,7 +164,7 @@ async fn connection(
         // A head too slow, a client gone: that client's business.
         tracing::debug!("connection closed: {e}");
     }
-    drop(held);
+    drop(slot);
 }
 
 /// After a failed accept: a connection that failed before it was accepted
