@@ -69,6 +69,7 @@ fn every_default_the_proxy_help_states_is_the_real_one() {
         ("--listen", "listen"),
         ("--max-connections", "max_connections"),
         ("--max-request-buffer", "max_request_buffer"),
+        ("--max-ws-message", "max_ws_message"),
     ] {
         let section = help.split(&format!("      {flag} ")).nth(1).unwrap_or_default();
         let stated = section.split("[default: ").nth(1).and_then(|s| s.split(']').next()).unwrap_or("missing");

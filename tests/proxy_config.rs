@@ -48,7 +48,7 @@ fn a_bad_file_gives_one_line_naming_the_key_and_the_line() {
             "listen = \"127.0.0.1:0\"\n\n[limits]\nmax_streams = 8\nmax_stream = 9\n",
             "line 5: limits.max_stream: unknown field `max_stream`, expected one of `max_streams`, `max_line`, \
              `max_request_body`, `max_response_body`, `grace`, `channel_capacity`, `request_timeout`, \
-             `max_connections`, `max_request_buffer`",
+             `max_connections`, `max_request_buffer`, `max_ws_message`",
         ),
         (
             "type.toml",

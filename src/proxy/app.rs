@@ -1,20 +1,23 @@
 //! The state every request of one proxy shares: its configuration, the
-//! upstream client, metrics, sinks, limits, shutdown tokens, traces and the
-//! inspector.
+//! upstream clients, metrics, sinks, limits, shutdown tokens, the running
+//! WebSocket sessions, traces and the inspector.
 //!
-//! This module owns that state and the upstream URL of a request. It sits
-//! below the server (which builds it and routes requests) and the pump
-//! (which streams responses with it), so that neither imports the other.
+//! This module owns that state, the upstream URL of a request, and which
+//! of its headers go upstream (the end-to-end ones, and the configured
+//! key). It sits below the server (which builds it and routes requests),
+//! the pump (which streams responses with it) and the WebSocket relay, so
+//! that none imports another.
 
 use super::ProxyConfig;
 use super::metrics::Metrics;
 use super::sink::Sinks;
 use super::trace::Telemetry;
-use axum::http::Uri;
+use axum::http::{HeaderMap, HeaderValue, Uri, header};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// State shared by all requests of one proxy.
 #[derive(Debug)]
@@ -23,6 +26,9 @@ pub(crate) struct App {
     pub(crate) origin: String,
     pub(crate) base_path: String,
     pub(crate) http: reqwest::Client,
+    /// The client of WebSocket handshakes: HTTP/1.1 only (an upgrade has
+    /// no HTTP/2 form that reqwest speaks), same timeouts and TLS.
+    pub(crate) ws_http: reqwest::Client,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) sinks: Sinks,
     pub(crate) limit: Arc<Semaphore>,
@@ -31,8 +37,12 @@ pub(crate) struct App {
     pub(crate) next_id: AtomicU64,
     /// Shutdown asked: refuse new requests, let running ones finish.
     pub(crate) stopping: CancellationToken,
-    /// The grace period is over: cut running streams (with an error event).
+    /// The grace period is over: cut running streams (with an error event)
+    /// and WebSocket sessions (close `1001`).
     pub(crate) hard_stop: CancellationToken,
+    /// The WebSocket sessions running (their connections left the
+    /// listener's hands at the upgrade): waited for at shutdown.
+    pub(crate) sessions: TaskTracker,
     /// Request traces, when on.
     pub(crate) telemetry: Option<Telemetry>,
     /// The inspector page's state, when on.
@@ -58,6 +68,54 @@ impl App {
         }
         url
     }
+
+    /// Adds the configured upstream key as `Authorization: Bearer KEY`
+    /// (marked sensitive) when `headers` have no `Authorization`.
+    pub(crate) fn add_upstream_key(&self, headers: &mut HeaderMap) {
+        if let Some(key) = &self.config.upstream_api_key
+            && !headers.contains_key(header::AUTHORIZATION)
+            && let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {}", key.expose()))
+        {
+            value.set_sensitive(true);
+            headers.insert(header::AUTHORIZATION, value);
+        }
+    }
+}
+
+/// Headers that belong to one connection, never forwarded (RFC 9110
+/// §7.6.1), plus `host` (the upstream's is set from its URL).
+const HOP_BY_HOP: [&str; 10] = [
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+];
+
+/// Copies `headers` without the hop-by-hop ones (and those the
+/// `Connection` header names).
+pub(crate) fn end_to_end(headers: &HeaderMap) -> HeaderMap {
+    let named: Vec<String> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|s| s.trim().to_ascii_lowercase())
+        .collect();
+    let mut out = HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        let n = name.as_str();
+        if HOP_BY_HOP.contains(&n) || named.iter().any(|c| c == n) {
+            continue;
+        }
+        out.append(name.clone(), value.clone());
+    }
+    out
 }
 
 /// The bytes of request bodies the proxy buffers at once, across requests

@@ -106,6 +106,10 @@ pub enum ProxyErrorKind {
         /// The buffer's size in bytes.
         limit: usize,
     },
+    /// A request that asks for a WebSocket upgrade but is not a valid
+    /// handshake (no `Sec-WebSocket-Key`, a version other than 13, a
+    /// connection that cannot be upgraded).
+    WebSocketHandshake,
 }
 
 /// A proxy error: kind, side, retryability and a message.
@@ -164,7 +168,8 @@ impl ProxyError {
             | ProxyErrorKind::InvalidTools { .. }
             | ProxyErrorKind::HostNotAllowed
             | ProxyErrorKind::OriginNotAllowed
-            | ProxyErrorKind::RequestTimeout => Side::Downstream,
+            | ProxyErrorKind::RequestTimeout
+            | ProxyErrorKind::WebSocketHandshake => Side::Downstream,
             ProxyErrorKind::Overloaded { .. }
             | ProxyErrorKind::BufferFull { .. }
             | ProxyErrorKind::ShuttingDown
@@ -194,6 +199,7 @@ impl ProxyError {
             | ProxyErrorKind::InvalidTools { .. }
             | ProxyErrorKind::HostNotAllowed
             | ProxyErrorKind::OriginNotAllowed
+            | ProxyErrorKind::WebSocketHandshake
             | ProxyErrorKind::LineTooLong { .. } => false,
         }
     }
@@ -201,8 +207,9 @@ impl ProxyError {
     /// The HTTP status the client gets when nothing was sent yet: 502 for
     /// a broken upstream, 504 for a timeout, 503 when overloaded or
     /// shutting down, 404/413/415/400 for requests the proxy does not
-    /// forward, 403 for a host or browser origin it does not serve, 408
-    /// for a client too slow to send its body.
+    /// forward (400 also for a broken WebSocket handshake), 403 for a host
+    /// or browser origin it does not serve, 408 for a client too slow to
+    /// send its body.
     pub fn status(&self) -> u16 {
         match self.kind {
             ProxyErrorKind::Connect
@@ -215,7 +222,9 @@ impl ProxyError {
             ProxyErrorKind::NotFound => 404,
             ProxyErrorKind::RequestTooLarge { .. } => 413,
             ProxyErrorKind::UnsupportedEncoding => 415,
-            ProxyErrorKind::RequestBody | ProxyErrorKind::InvalidTools { .. } => 400,
+            ProxyErrorKind::RequestBody | ProxyErrorKind::InvalidTools { .. } | ProxyErrorKind::WebSocketHandshake => {
+                400
+            }
             ProxyErrorKind::HostNotAllowed | ProxyErrorKind::OriginNotAllowed => 403,
             ProxyErrorKind::RequestTimeout => 408,
             ProxyErrorKind::Overloaded { .. } | ProxyErrorKind::BufferFull { .. } | ProxyErrorKind::ShuttingDown => 503,
@@ -246,6 +255,7 @@ impl ProxyError {
             ProxyErrorKind::OriginNotAllowed => "origin_not_allowed",
             ProxyErrorKind::RequestTimeout => "request_timeout",
             ProxyErrorKind::BufferFull { .. } => "proxy_request_buffer_full",
+            ProxyErrorKind::WebSocketHandshake => "websocket_handshake_invalid",
         }
     }
 
@@ -388,6 +398,7 @@ mod tests {
             (ProxyErrorKind::OriginNotAllowed, 403, Side::Downstream, false),
             (ProxyErrorKind::RequestTimeout, 408, Side::Downstream, true),
             (ProxyErrorKind::BufferFull { limit: 1 }, 503, Side::Internal, true),
+            (ProxyErrorKind::WebSocketHandshake, 400, Side::Downstream, false),
         ];
         let mut codes = std::collections::HashSet::new();
         for (kind, status, side, retry) in table {

@@ -71,6 +71,36 @@ pub struct Metrics {
     sink_connected: Family,
     sink_connects: Family,
     sink_reconnects: Family,
+    websockets_active: AtomicI64,
+    websockets_total: AtomicU64,
+    /// Messages and payload bytes relayed, client to upstream and back.
+    websocket_messages: [AtomicU64; 2],
+    websocket_bytes: [AtomicU64; 2],
+    websocket_ends: Family,
+}
+
+/// Which way a WebSocket message goes (the `direction` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Direction {
+    ClientToUpstream,
+    UpstreamToClient,
+}
+
+impl Direction {
+    /// The label value.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Direction::ClientToUpstream => "client_to_upstream",
+            Direction::UpstreamToClient => "upstream_to_client",
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Direction::ClientToUpstream => 0,
+            Direction::UpstreamToClient => 1,
+        }
+    }
 }
 
 /// Which gauge a [`GaugeGuard`] holds up.
@@ -79,6 +109,7 @@ enum Gauge {
     Requests,
     Streams,
     Connections,
+    WebSockets,
 }
 
 /// Decrements a gauge when dropped.
@@ -91,6 +122,7 @@ impl Drop for GaugeGuard {
             Gauge::Requests => &self.0.requests_active,
             Gauge::Streams => &self.0.streams_active,
             Gauge::Connections => &self.0.connections_active,
+            Gauge::WebSockets => &self.0.websockets_active,
         };
         gauge.fetch_sub(1, Ordering::Relaxed);
     }
@@ -120,6 +152,27 @@ impl Metrics {
     pub(crate) fn connection_open(self: &Arc<Self>) -> GaugeGuard {
         self.connections_active.fetch_add(1, Ordering::Relaxed);
         GaugeGuard(self.clone(), Gauge::Connections)
+    }
+
+    /// A WebSocket session open (both handshakes done) until the guard
+    /// drops.
+    pub(crate) fn websocket_open(self: &Arc<Self>) -> GaugeGuard {
+        self.websockets_total.fetch_add(1, Ordering::Relaxed);
+        self.websockets_active.fetch_add(1, Ordering::Relaxed);
+        GaugeGuard(self.clone(), Gauge::WebSockets)
+    }
+
+    /// Counts a WebSocket message relayed one way, and its payload bytes.
+    pub(crate) fn websocket_message(&self, direction: Direction, bytes: usize) {
+        self.websocket_messages[direction.index()].fetch_add(1, Ordering::Relaxed);
+        self.websocket_bytes[direction.index()].fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// Counts a WebSocket session that ended, by how (`closed`,
+    /// `too_big`, `client_lost`, `upstream_lost`, `client_protocol`,
+    /// `upstream_protocol`, `shutdown`).
+    pub(crate) fn websocket_end(&self, reason: &str) {
+        self.websocket_ends.add(reason, 1);
     }
 
     /// Counts a request refused with 503 (stream limit, request buffer
@@ -240,6 +293,16 @@ impl Metrics {
         self.streams_total.load(Ordering::Relaxed)
     }
 
+    /// WebSocket sessions open.
+    pub fn websockets_active(&self) -> i64 {
+        self.websockets_active.load(Ordering::Relaxed)
+    }
+
+    /// WebSocket sessions opened.
+    pub fn websockets_total(&self) -> u64 {
+        self.websockets_total.load(Ordering::Relaxed)
+    }
+
     /// Requests in flight (streams included).
     pub fn requests_active(&self) -> i64 {
         self.requests_active.load(Ordering::Relaxed)
@@ -305,6 +368,40 @@ impl Metrics {
         );
         scalar(&mut out, "streams_active", "gauge", "SSE streams in flight.", self.streams_active());
         scalar(&mut out, "streams_total", "counter", "SSE streams started.", self.streams_total());
+        scalar(
+            &mut out,
+            "websockets_active",
+            "gauge",
+            "WebSocket sessions open (both handshakes done).",
+            self.websockets_active(),
+        );
+        scalar(&mut out, "websockets_total", "counter", "WebSocket sessions opened.", self.websockets_total());
+        let ways = [Direction::ClientToUpstream, Direction::UpstreamToClient];
+        let by_way = |counters: &[AtomicU64; 2]| ways.map(|d| (d.as_str(), load(&counters[d.index()])));
+        labelled(
+            &mut out,
+            "websocket_messages_total",
+            "counter",
+            "WebSocket messages relayed (text, binary, ping, pong, close), by direction.",
+            "direction",
+            &by_way(&self.websocket_messages),
+        );
+        labelled(
+            &mut out,
+            "websocket_bytes_total",
+            "counter",
+            "Payload bytes of the WebSocket messages relayed, by direction.",
+            "direction",
+            &by_way(&self.websocket_bytes),
+        );
+        family(
+            &mut out,
+            "websocket_ends_total",
+            "counter",
+            "WebSocket sessions ended, by how (a close frame relayed, a message too big, a side lost or in breach of the protocol, shutdown).",
+            "reason",
+            &self.websocket_ends,
+        );
         scalar(
             &mut out,
             "rejected_total",

@@ -26,6 +26,17 @@
 //!   and `https://generativelanguage.googleapis.com/v1beta/openai` get
 //!   `/chat/completions` after them. Any other path is a prefix
 //!   (`http://gateway/llm` gets `/llm/v1/chat/completions`).
+//! * WebSockets (OpenAI's Realtime API, `GET /v1/realtime?model=...`, and
+//!   any other handshake on a forwarded path): the proxy opens the upstream
+//!   WebSocket at the same URL first (`ws`/`wss` for `http`/`https`), with
+//!   the end-to-end headers above, the client's `Sec-WebSocket-Protocol`
+//!   list as offered and the upstream key when the client sent no
+//!   `Authorization`, and answers the client's handshake only once the
+//!   upstream accepted, with the subprotocol it chose; an upstream refusal
+//!   reaches the client as it came. Messages (text, binary, ping, pong,
+//!   close with code and reason) are relayed both ways unchanged, one at a
+//!   time; fragmentation and extensions are not kept. Details in the
+//!   `websocket` module's documentation.
 //! * Model endpoints (`/chat/completions`, `/completions`, `/responses`,
 //!   `/messages`, Gemini's `:generateContent` and `:streamGenerateContent`,
 //!   Ollama's `/api/chat` and `/api/generate`) are asked for
@@ -93,6 +104,11 @@
 //! | buffered request bodies past [`ProxyConfig::max_request_buffer`] | `503` with `Retry-After: 1` (`proxy_request_buffer_full`) |
 //! | a client silent for [`ProxyConfig::request_timeout`] before or inside a request head | the connection is closed |
 //! | a path outside `/v1/` | `404` (`/healthz` and `/metrics` are the proxy's own) |
+//! | a WebSocket handshake without a key, or not version 13 | `400` (`websocket_handshake_invalid`) |
+//! | the upstream refuses a WebSocket handshake | its status, headers and body; the client gets no `101` |
+//! | a WebSocket message (or frame) over [`ProxyConfig::max_ws_message`] | close `1009` to both sides |
+//! | one side of a WebSocket vanishes without a close frame | the other gets close `1001` (client gone) or `1014` (upstream gone) |
+//! | shutdown while WebSocket sessions are open | after the grace period, close `1001` to both sides |
 //! | an SSE line past [`crate::sources::SseLimits`] | forwarded unparsed, a `diagnostic` counted (rewrite: the event cannot be forwarded; a `proxy_line_too_long` error event takes its place) |
 //!
 //! Every error names its side (`upstream`, `downstream`, `internal`) and
@@ -133,6 +149,7 @@ mod server;
 mod settings;
 mod sink;
 mod trace;
+mod websocket;
 
 pub use agent::ProxyAgent;
 pub use calling::{InvalidCalls, TOOL_PROTOCOLS, ToolCalling};
@@ -238,6 +255,10 @@ pub struct ProxyConfig {
     /// (default 256 MiB; at least [`ProxyConfig::max_request_body`]); a
     /// body that does not fit gets `503` with `Retry-After`.
     pub max_request_buffer: usize,
+    /// Largest WebSocket message (and frame) relayed, either way, in bytes
+    /// (default 16 MiB): a larger one ends the session with close code
+    /// `1009` (message too big) to both sides.
+    pub max_ws_message: usize,
 }
 
 impl ProxyConfig {
@@ -268,6 +289,7 @@ impl ProxyConfig {
             request_timeout: Duration::from_secs(30),
             max_connections: 1024,
             max_request_buffer: 256 * 1024 * 1024,
+            max_ws_message: 16 * 1024 * 1024,
         }
     }
 }

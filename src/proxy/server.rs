@@ -8,7 +8,7 @@
 //! phase is [`super::pump`]'s.
 
 use super::ProxyConfig;
-use super::app::{App, RequestBuffer};
+use super::app::{App, RequestBuffer, end_to_end};
 use super::body::{ClientItem, pump_body};
 use super::calling::request::{ToolRequest, prepare, without_bom};
 use super::calling::response::CallConverter;
@@ -39,6 +39,7 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// What kind of endpoint a path is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,42 +128,6 @@ pub enum ProxyStartError {
     /// Limits that contradict each other.
     #[error("{0}")]
     Limits(String),
-}
-
-/// Headers that belong to one connection, never forwarded (RFC 9110
-/// §7.6.1), plus `host` (the upstream's is set from its URL).
-const HOP_BY_HOP: [&str; 10] = [
-    "connection",
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "host",
-];
-
-/// Copies `headers` without the hop-by-hop ones (and those the
-/// `Connection` header names).
-fn end_to_end(headers: &HeaderMap) -> HeaderMap {
-    let named: Vec<String> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(|s| s.trim().to_ascii_lowercase())
-        .collect();
-    let mut out = HeaderMap::with_capacity(headers.len());
-    for (name, value) in headers {
-        let n = name.as_str();
-        if HOP_BY_HOP.contains(&n) || named.iter().any(|c| c == n) {
-            continue;
-        }
-        out.append(name.clone(), value.clone());
-    }
-    out
 }
 
 /// Most bytes of a request's model name kept for records, metrics and
@@ -288,13 +253,7 @@ fn upstream_headers(app: &App, client: &HeaderMap, buffered: bool, endpoint: End
     if buffered {
         headers.remove(header::CONTENT_LENGTH);
     }
-    if let Some(key) = &app.config.upstream_api_key
-        && !headers.contains_key(header::AUTHORIZATION)
-        && let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {}", key.expose()))
-    {
-        value.set_sensitive(true);
-        headers.insert(header::AUTHORIZATION, value);
-    }
+    app.add_upstream_key(&mut headers);
     if endpoint.is_model() {
         // The proxy reads these bodies; ask for them uncompressed (and it
         // never compresses what it sends on).
@@ -312,7 +271,8 @@ fn upstream_headers(app: &App, client: &HeaderMap, buffered: bool, endpoint: End
 /// ([`first_byte`]); choose the mode ([`choose_mode`]: pass-through or
 /// rewrite of SSE, whole JSON, opaque); relay ([`relay`] into the pump of
 /// [`super::pump`], or [`rewrite_whole`]), which finishes the metrics,
-/// sinks, trace and inspector entry.
+/// sinks, trace and inspector entry. A WebSocket handshake is handed to
+/// [`super::websocket`] once admitted.
 async fn forward(State(app): State<Arc<App>>, request: Request) -> Response {
     let id = app.next_id.fetch_add(1, Ordering::Relaxed);
     let (parts, body) = request.into_parts();
@@ -321,6 +281,10 @@ async fn forward(State(app): State<Arc<App>>, request: Request) -> Response {
         Ok(permit) => permit,
         Err(err) => return error_response(&err),
     };
+    if super::websocket::asks_upgrade(&parts.method, &parts.headers) {
+        let held = (permit, app.metrics.request_active());
+        return super::websocket::forward(&app, id, parts, held).await;
+    }
     let mut ex = Exchange {
         id,
         endpoint: Endpoint::of(&path),
@@ -1203,13 +1167,15 @@ impl ProxyServer {
         let url = crate::sources::check_api_url(&config.upstream).map_err(|why| bad(&why))?;
         let origin = url.origin().ascii_serialization();
         let base_path = url.path().trim_end_matches('/').to_string();
-        let http = reqwest::Client::builder()
-            .connect_timeout(config.connect_timeout)
-            .redirect(reqwest::redirect::Policy::none())
-            .tcp_nodelay(true)
-            .pool_idle_timeout(Duration::from_secs(60))
-            .build()
-            .map_err(|e| ProxyStartError::Client(super::error::chain(&e)))?;
+        let client = || {
+            reqwest::Client::builder()
+                .connect_timeout(config.connect_timeout)
+                .redirect(reqwest::redirect::Policy::none())
+                .tcp_nodelay(true)
+                .pool_idle_timeout(Duration::from_secs(60))
+        };
+        let http = client().build().map_err(|e| ProxyStartError::Client(super::error::chain(&e)))?;
+        let ws_http = client().http1_only().build().map_err(|e| ProxyStartError::Client(super::error::chain(&e)))?;
         let metrics = Arc::new(Metrics::default());
         let sinks = Sinks::start(&config.sinks, config.sink_queue, http.clone(), metrics.clone()).await?;
         #[cfg(feature = "otel")]
@@ -1238,11 +1204,13 @@ impl ProxyServer {
             origin,
             base_path,
             http,
+            ws_http,
             metrics,
             sinks,
             next_id: AtomicU64::new(1),
             stopping: CancellationToken::new(),
             hard_stop: CancellationToken::new(),
+            sessions: TaskTracker::new(),
         });
         Ok(ProxyServer { proxy, ui, app })
     }
@@ -1267,9 +1235,10 @@ impl ProxyServer {
     /// request head within [`ProxyConfig::request_timeout`], each request's
     /// `Host` and `Origin` checked first), then shuts down gracefully: stops
     /// accepting, refuses new requests on open connections with 503, lets
-    /// running responses finish for up to the grace period, then cuts the
-    /// streams still running (each gets an in-band `proxy_shutting_down`
-    /// error and `[DONE]`), and finally flushes the sinks.
+    /// running responses and WebSocket sessions finish for up to the grace
+    /// period, then cuts the streams still running (each gets an in-band
+    /// `proxy_shutting_down` error and `[DONE]`) and closes the sessions
+    /// (`1001` to both sides), and finally flushes the sinks.
     ///
     /// # Errors
     ///
@@ -1294,8 +1263,12 @@ impl ProxyServer {
             .fallback(forward)
             .with_state(app.clone());
         let serve = self.proxy.serve(router, serving, stopping.clone(), app.metrics.clone());
+        let sessions = app.sessions.clone();
         let mut server = tokio::spawn(async move {
             serve.await;
+            // The WebSocket sessions outlive their connections' tasks.
+            sessions.close();
+            sessions.wait().await;
             Ok::<(), std::io::Error>(())
         });
         let result = tokio::select! {

@@ -36,6 +36,7 @@
 //! | `limits.request_timeout` | `--request-timeout` | `30.0` (seconds for a request head, and between reads of a buffered request body: `408`) |
 //! | `limits.max_connections` | `--max-connections` | `1024` (client connections per listener; more wait to be accepted) |
 //! | `limits.max_request_buffer` | `--max-request-buffer` | `268435456` (bytes of request bodies buffered at once; more: `503`) |
+//! | `limits.max_ws_message` | `--max-ws-message` | `16777216` (bytes of a WebSocket message or frame, either way; more: close `1009`) |
 //! | `access.allowed_hosts` | `--allowed-host` (repeatable; given flags replace the list), env `SPINDLE_ALLOWED_HOST` | `[]`: loopback names on a loopback listener, any name on another |
 //! | `access.allow_origins` | `--allow-origin` (repeatable; given flags replace the list), env `SPINDLE_ALLOW_ORIGIN` | `[]`: no browser page may call the proxy (`"*"`: any) |
 //! | `sink.targets` | `--sink` (repeatable; given flags replace the list) | `[]` |
@@ -498,6 +499,9 @@ pub struct LimitSettings {
     /// Most bytes of request bodies buffered at once, across requests
     /// (default 256 MiB).
     pub max_request_buffer: usize,
+    /// Largest WebSocket message (and frame) relayed, in bytes (default
+    /// 16 MiB; more closes the session with `1009`).
+    pub max_ws_message: NonZeroUsize,
 }
 
 /// `[sink]`.
@@ -568,6 +572,7 @@ impl Default for LimitSettings {
             request_timeout: Seconds(config.request_timeout.as_secs_f64()),
             max_connections: nonzero(config.max_connections),
             max_request_buffer: config.max_request_buffer,
+            max_ws_message: nonzero(config.max_ws_message),
         }
     }
 }
@@ -725,6 +730,8 @@ pub struct ProxyOverrides {
     pub max_connections: Option<usize>,
     /// `--max-request-buffer`.
     pub max_request_buffer: Option<usize>,
+    /// `--max-ws-message`.
+    pub max_ws_message: Option<usize>,
 }
 
 impl ProxySettings {
@@ -932,6 +939,9 @@ impl ProxySettings {
         if let Some(v) = o.max_request_buffer {
             self.limits.max_request_buffer = v;
         }
+        if let Some(v) = o.max_ws_message {
+            self.limits.max_ws_message = count("--max-ws-message", v)?;
+        }
         self.settle(profile_given);
         Ok(())
     }
@@ -1014,6 +1024,7 @@ impl ProxySettings {
         config.request_timeout = self.limits.request_timeout.duration();
         config.max_connections = self.limits.max_connections.get();
         config.max_request_buffer = self.limits.max_request_buffer;
+        config.max_ws_message = self.limits.max_ws_message.get();
         config.allowed_hosts = self.access.allowed_hosts.iter().map(|h| h.0.clone()).collect();
         config.allow_origins = self.access.allow_origins.iter().map(|o| o.0.clone()).collect();
         config.tool_calling = self.tools.tool_calling();
@@ -1144,7 +1155,7 @@ mod tests {
     #[test]
     fn access_and_client_limits_have_keys() {
         let text = "[upstream]\nurl = \"http://u\"\n[limits]\nrequest_timeout = 5\nmax_connections = 64\n\
-                    max_request_buffer = 67108864\n[access]\nallowed_hosts = [\"Proxy.LAN.\", \"[::1]\"]\n\
+                    max_request_buffer = 67108864\nmax_ws_message = 65536\n[access]\nallowed_hosts = [\"Proxy.LAN.\", \"[::1]\"]\n\
                     allow_origins = [\"https://App.example/\"]\n";
         let mut s = ProxySettings::from_toml(text, "t").unwrap();
         let config = s.to_proxy_config().unwrap();
@@ -1154,6 +1165,7 @@ mod tests {
             (config.request_timeout, config.max_connections, config.max_request_buffer),
             (Duration::from_secs(5), 64, 64 << 20)
         );
+        assert_eq!(config.max_ws_message, 65536);
         let back = ProxySettings::from_toml(&s.to_toml(), "printed").unwrap();
         assert_eq!(back.to_toml(), s.to_toml());
         // Flags replace the file's lists and are checked, naming the flag.

@@ -171,6 +171,10 @@ pub(crate) struct ProxyArgs {
     /// --max-request-body [default: 268435456].
     #[arg(long, value_name = "BYTES")]
     max_request_buffer: Option<usize>,
+    /// Largest WebSocket message (or frame) relayed either way, in bytes; a
+    /// larger one closes the session with code 1009 [default: 16777216].
+    #[arg(long, value_name = "BYTES")]
+    max_ws_message: Option<usize>,
 }
 
 /// `--invalid-calls` values.
@@ -221,6 +225,7 @@ impl ProxyArgs {
         o.request_timeout = self.request_timeout;
         o.max_connections = self.max_connections;
         o.max_request_buffer = self.max_request_buffer;
+        o.max_ws_message = self.max_ws_message;
         o
     }
 }
