@@ -1003,6 +1003,32 @@ fn responses_api_stream() {
 }
 
 #[test]
+fn realtime_response_events_read_as_the_responses_api() {
+    // GA names: text, an audio transcript, `response.done` as the end.
+    let lines = [
+        json!({"type": "response.output_text.delta", "response_id": "r", "item_id": "i", "content_index": 0, "delta": "Hi "}),
+        json!({"type": "response.output_audio_transcript.delta", "response_id": "r", "item_id": "j", "delta": "there."}),
+        json!({"type": "response.done", "response": {"id": "r", "status": "completed", "usage": {"total_tokens": 4}}}),
+    ];
+    let data: Vec<String> = lines.iter().map(Value::to_string).collect();
+    let events = run(&strs(&data));
+    assert_eq!(elements(&events), [(0, Channel::Content, "content".into(), "Hi there.".into())]);
+    assert_eq!(finishes(&events), [(0, "stop".into())]);
+    assert!(truncations(&events).is_empty());
+    // Beta names; an incomplete answer's reason is in `status_details`.
+    let lines = [
+        json!({"type": "response.text.delta", "delta": "Par"}),
+        json!({"type": "response.audio_transcript.delta", "delta": "tial"}),
+        json!({"type": "response.done", "response": {"status": "incomplete",
+               "status_details": {"type": "incomplete", "reason": "max_output_tokens"}}}),
+    ];
+    let data: Vec<String> = lines.iter().map(Value::to_string).collect();
+    let events = run(&strs(&data));
+    assert_eq!(elements(&events), [(0, Channel::Content, "content".into(), "Partial".into())]);
+    assert_eq!(finishes(&events), [(0, "length".into())]);
+}
+
+#[test]
 fn unknown_chunk_shapes_are_reported() {
     let events = run(&[r#"{"hello":"world"}"#, "[DONE]"]);
     assert!(diagnostics(&events).contains(&"unrecognized_chunk".to_string()));

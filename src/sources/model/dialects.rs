@@ -7,7 +7,12 @@
 //!   `message_delta`, `message_stop`);
 //! * the OpenAI Responses API (`response.output_text.delta`,
 //!   `response.reasoning_text.delta`, `response.function_call_arguments.delta`,
-//!   `response.completed`, ...);
+//!   `response.completed`, ...), and the server events of one response of
+//!   the Realtime API, which share its names and add their own: text in
+//!   `response.text.delta` (beta) and audio transcripts in
+//!   `response.output_audio_transcript.delta` (beta:
+//!   `response.audio_transcript.delta`), read as the answer's content, and
+//!   `response.done` as the end;
 //! * the Vercel AI SDK UI stream (`text-delta`, `reasoning-delta`, `finish`);
 //! * the Gemini API (`generateContent`, and `streamGenerateContent` as SSE
 //!   with `alt=sse` or as a JSON array): `candidates` with `content.parts`
@@ -191,7 +196,11 @@ fn anthropic(stream: &mut ChatStream, kind: &str, v: &Value, out: &mut Vec<Sourc
 fn responses(stream: &mut ChatStream, kind: &str, v: &Value, out: &mut Vec<SourceEvent>) {
     let text = str_of(v, "delta").unwrap_or("");
     match kind {
-        "response.output_text.delta" => stream.with_choice(0, out, |c| c.content(text)),
+        // The Realtime API's text and audio transcripts (GA and beta names).
+        "response.output_text.delta"
+        | "response.text.delta"
+        | "response.output_audio_transcript.delta"
+        | "response.audio_transcript.delta" => stream.with_choice(0, out, |c| c.content(text)),
         "response.refusal.delta" => stream.with_choice(0, out, |c| c.refusal(text)),
         "response.reasoning_text.delta" => stream.with_choice(0, out, |c| c.reasoning(text, "reasoning_text")),
         "response.reasoning_summary_text.delta" => {
@@ -217,14 +226,18 @@ fn responses(stream: &mut ChatStream, kind: &str, v: &Value, out: &mut Vec<Sourc
             }
         }
         "response.function_call_arguments.done" => stream.with_choice(0, out, |c| c.end_tool_call()),
-        "response.completed" | "response.incomplete" | "response.failed" => {
+        "response.completed" | "response.incomplete" | "response.failed" | "response.done" => {
             let response = v.get("response");
+            // Realtime's `response.done` puts the error and the reason of
+            // an incomplete answer in `status_details`.
+            let details = response.and_then(|r| r.get("incomplete_details").or_else(|| r.get("status_details")));
             merge_usage(stream, response.and_then(|r| r.get("usage")), out);
-            if let Some(error) = response.and_then(|r| r.get("error")).filter(|e| !e.is_null()) {
+            let error = response.and_then(|r| r.get("error")).or_else(|| details.and_then(|d| d.get("error")));
+            if let Some(error) = error.filter(|e| !e.is_null()) {
                 stream.push_error(Some(0), ErrorOrigin::InBand, error.clone(), out);
             }
-            let reason = response
-                .and_then(|r| r.get("incomplete_details"))
+            let reason = details
+                .filter(|d| str_of(d, "type") != Some("completed"))
                 .and_then(|d| str_of(d, "reason"))
                 .or_else(|| response.and_then(|r| str_of(r, "status")))
                 .unwrap_or(&kind["response.".len()..])
