@@ -10,8 +10,9 @@ mod proxy_support;
 
 use futures::{SinkExt, StreamExt};
 use proxy_support::*;
-use serde_json::Value;
-use spindle::proxy::{ProxyConfig, ProxyHandle, Secret};
+use serde_json::{Value, json};
+use spindle::proxy::{ProxyConfig, ProxyHandle, Secret, SinkRecord, SinkSpec};
+use spindle::sources::StreamOptions;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -123,12 +124,52 @@ async fn serve_one(tcp: tokio::net::TcpStream, shared: Shared) {
             }
             Message::Text(_) if text.starts_with("big:") => Message::binary(vec![7u8; text[4..].parse().unwrap_or(0)]),
             Message::Text(_) if text.starts_with("ping:") => Message::Ping(text.as_bytes()[5..].to_vec().into()),
+            Message::Text(_) if text == "realtime" => {
+                for event in realtime_events() {
+                    if ws.send(Message::text(event.to_string())).await.is_err() {
+                        break;
+                    }
+                }
+                continue;
+            }
             echo => echo,
         };
         if ws.send(reply).await.is_err() {
             break;
         }
     }
+}
+
+/// A Realtime session's server events: a text response, an audio response
+/// (its transcript, GA names), and a response in beta names that the
+/// session's end cuts off.
+fn realtime_events() -> Vec<Value> {
+    let mut events = vec![
+        json!({"type": "session.created", "event_id": "e0", "session": {"id": "sess_1", "model": "gpt-realtime"}}),
+        json!({"type": "response.created", "response": {"id": "resp_1", "status": "in_progress"}}),
+        json!({"type": "response.output_item.added", "response_id": "resp_1", "output_index": 0,
+               "item": {"id": "item_1", "type": "message", "role": "assistant", "content": []}}),
+    ];
+    for delta in ["Two <b>cu", "ps</b> of ", "tea."] {
+        events.push(json!({"type": "response.output_text.delta", "response_id": "resp_1", "item_id": "item_1",
+                           "output_index": 0, "content_index": 0, "delta": delta}));
+    }
+    events.extend([
+        json!({"type": "response.output_text.done", "response_id": "resp_1", "item_id": "item_1",
+               "output_index": 0, "content_index": 0, "text": "Two <b>cups</b> of tea."}),
+        json!({"type": "response.done", "response": {"id": "resp_1", "status": "completed", "usage": {"total_tokens": 9}}}),
+        json!({"type": "response.created", "response": {"id": "resp_2", "status": "in_progress"}}),
+        json!({"type": "response.output_audio.delta", "response_id": "resp_2", "item_id": "item_2",
+               "output_index": 0, "content_index": 0, "delta": "UklGRiQAAABXQVZF".repeat(2000)}),
+    ]);
+    for delta in ["Hello <b>the", "re</b>."] {
+        events.push(json!({"type": "response.output_audio_transcript.delta", "response_id": "resp_2",
+                           "item_id": "item_2", "output_index": 0, "content_index": 0, "delta": delta}));
+    }
+    events.push(json!({"type": "response.done", "response": {"id": "resp_2", "status": "completed"}}));
+    events.push(json!({"type": "response.text.delta", "response_id": "resp_3", "item_id": "item_3",
+                       "output_index": 0, "content_index": 0, "delta": "Cut <b>off"}));
+    events
 }
 
 type Client = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
@@ -466,4 +507,43 @@ async fn a_session_keeps_its_connection_slot_under_the_cap() {
     within("the end of the connection", async { while let Some(Ok(_)) = ws.next().await {} }).await;
     assert!(matches!(within("the waiting request", other).await, Ok(Ok(200))));
     within("shutdown", proxy.shutdown()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn realtime_text_is_parsed_on_the_side_into_the_sinks() {
+    let (up, _) = upstream().await;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Arc<SinkRecord>>(10_000);
+    let proxy = proxy(&up, |c| {
+        c.options = StreamOptions::default();
+        c.sinks = vec![SinkSpec::Channel(tx)];
+    })
+    .await;
+    let (mut ws, _) = connect(&proxy, "/v1/realtime?model=gpt-realtime", &[]).await.unwrap();
+    within("a send", ws.send(Message::text("realtime"))).await.unwrap();
+    // The client gets every event as the upstream sent it.
+    for event in realtime_events() {
+        assert_eq!(next(&mut ws).await, Message::text(event.to_string()));
+    }
+    within("the close", ws.close(None)).await.unwrap();
+    within("the end of the connection", async { while let Some(Ok(_)) = ws.next().await {} }).await;
+    within("shutdown", proxy.shutdown()).await.unwrap();
+    let mut records = Vec::new();
+    while let Some(r) = rx.recv().await {
+        records.push(serde_json::to_value(&*r).unwrap());
+    }
+    let elements: Vec<(&str, &str)> = records
+        .iter()
+        .filter(|r| r["type"] == "element")
+        .map(|r| (r["tag"].as_str().unwrap_or_default(), r["text"].as_str().unwrap_or_default()))
+        .collect();
+    assert_eq!(
+        elements[..2],
+        [("content", "Two <b>cups</b> of tea."), ("content", "Hello <b>there</b>.")],
+        "{records:?}"
+    );
+    assert_eq!(records.iter().filter(|r| r["type"] == "finish" && r["reason"] == "stop").count(), 2, "{records:?}");
+    assert_eq!(records.iter().filter(|r| r["type"] == "truncated").count(), 1, "the cut response: {records:?}");
+    assert!(records.iter().all(|r| r["model"] == "gpt-realtime" && r["path"] == "/v1/realtime"), "{records:?}");
+    let streams: std::collections::BTreeSet<u64> = records.iter().filter_map(|r| r["stream"].as_u64()).collect();
+    assert_eq!(streams.len(), 3, "a stream per response: {records:?}");
 }

@@ -35,8 +35,10 @@
 //!   upstream accepted, with the subprotocol it chose; an upstream refusal
 //!   reaches the client as it came. Messages (text, binary, ping, pong,
 //!   close with code and reason) are relayed both ways unchanged, one at a
-//!   time; fragmentation and extensions are not kept. Details in the
-//!   `websocket` module's documentation.
+//!   time; fragmentation and extensions are not kept. The upstream's
+//!   Realtime text and audio-transcript deltas are parsed on the side, a
+//!   stream per response. Details in the `websocket` module's
+//!   documentation.
 //! * Model endpoints (`/chat/completions`, `/completions`, `/responses`,
 //!   `/messages`, Gemini's `:generateContent` and `:streamGenerateContent`,
 //!   Ollama's `/api/chat` and `/api/generate`) are asked for

@@ -402,8 +402,30 @@ async fn send(app: &App, tx: &Outbox, item: ClientItem) -> Result<(), SendFail> 
 /// for sinks whose overflow policy is `block`).
 async fn dispatch(ctx: &mut PumpCtx, events: &mut Vec<SourceEvent>, truncated: &mut bool) {
     let app = ctx.app.clone();
+    let stream = Stream { id: ctx.id, path: &ctx.path, model: ctx.model.as_deref() };
+    dispatch_events(&app, &stream, ctx.trace.as_mut(), events, truncated).await;
+}
+
+/// Which stream parsed events belong to, for their sink records.
+pub(crate) struct Stream<'a> {
+    /// The stream's id (a request's, or one response of a WebSocket session).
+    pub(crate) id: u64,
+    pub(crate) path: &'a str,
+    pub(crate) model: Option<&'a str>,
+}
+
+/// [`dispatch`] for any stream parsed on the side (a response body, a
+/// WebSocket session's responses): the inspector, the trace when there is
+/// one, the metrics, the sinks. Drains `events`.
+pub(crate) async fn dispatch_events(
+    app: &App,
+    stream: &Stream<'_>,
+    mut trace: Option<&mut Trace>,
+    events: &mut Vec<SourceEvent>,
+    truncated: &mut bool,
+) {
     if let Some(i) = &app.inspector {
-        i.events(ctx.id, events);
+        i.events(stream.id, events);
     }
     let to_sinks = !app.sinks.is_empty() && !events.is_empty();
     // The records' time stamp (read only when there are records to make).
@@ -413,7 +435,7 @@ async fn dispatch(ctx: &mut PumpCtx, events: &mut Vec<SourceEvent>, truncated: &
         0
     };
     for event in events.drain(..) {
-        if let Some(trace) = ctx.trace.as_mut() {
+        if let Some(trace) = trace.as_deref_mut() {
             trace.observe(&event);
         }
         match &event {
@@ -431,7 +453,13 @@ async fn dispatch(ctx: &mut PumpCtx, events: &mut Vec<SourceEvent>, truncated: &
             _ => {}
         }
         if to_sinks && is_sink_event(&event) {
-            let record = SinkRecord { stream: ctx.id, path: ctx.path.clone(), model: ctx.model.clone(), ts_ms, event };
+            let record = SinkRecord {
+                stream: stream.id,
+                path: stream.path.to_string(),
+                model: stream.model.map(str::to_string),
+                ts_ms,
+                event,
+            };
             let record = Arc::new(record);
             let blocked = app.sinks.send(&record);
             if !blocked.is_empty() {

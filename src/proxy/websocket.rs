@@ -6,8 +6,9 @@
 //! (after the listener's screen of `Host` and `Origin`, the path check and
 //! the in-flight limit) to the end of its session: both handshakes, the
 //! relay of messages, and closing both sides. It must not touch plain HTTP
-//! requests (the server's and the pump's) and does not read, change or
-//! parse the messages it relays.
+//! requests (the server's and the pump's), and it never changes, delays
+//! or holds back a message it relays: they go on as they came. Reading
+//! them is [`crate::sources`]'s (below).
 //!
 //! # Phases of a session
 //!
@@ -44,6 +45,23 @@
 //!    vanished, `1014` to the client when the upstream did). Each side's
 //!    close handshake and TCP close then get [`CLOSE_WAIT`] at most.
 //!
+//! # Parsing on the side
+//!
+//! The upstream's text messages that are Realtime API server events of a
+//! response (`response.output_text.delta`, `response.text.delta`, the
+//! audio transcripts' `response.output_audio_transcript.delta` and
+//! `response.audio_transcript.delta`, function-call arguments, and
+//! `response.done` to end it) are read by a [`crate::sources::ChatStream`]
+//! per response, as the HTTP streams are: elements, repairs and
+//! diagnostics go to the metrics, the sinks and the inspector, under a
+//! stream id of each response's own, the path, and the `model` of the
+//! handshake's query. The text and transcript items of one response are
+//! one answer (choice 0). Other events (audio, input, session) are not
+//! parsed; a response cut off by the session's end is reported truncated.
+//! As over HTTP, a message is read after it was relayed and before the
+//! next one is read: parsing never delays the message itself, and only a
+//! sink with the `block` policy can slow the upstream's direction down.
+//!
 //! A session counts as a request in flight (against `max_streams`, and in
 //! `requests_active`) and keeps its client connection's slot under
 //! `max_connections` until it ends; `/metrics` counts sessions open and
@@ -71,7 +89,9 @@
 use super::app::{App, end_to_end};
 use super::error::{ProxyError, ProxyErrorKind, chain, error_response, from_body_error, from_send_error};
 use super::listen::ConnectionSlot;
-use super::metrics::{Direction, GaugeGuard, Metrics};
+use super::metrics::{Direction, GaugeGuard};
+use super::pump::{Stream as SinkStream, dispatch_events};
+use crate::sources::{ChatStream, SourceEvent};
 use axum::body::Body;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
@@ -79,6 +99,7 @@ use axum::response::Response;
 use futures::{Sink, SinkExt, Stream, StreamExt};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
+use serde::Deserialize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -246,7 +267,8 @@ pub(crate) async fn forward(app: &Arc<App>, id: u64, mut parts: Parts, held: Hel
     if let Some(protocol) = upstream.protocol {
         headers.insert(header::SEC_WEBSOCKET_PROTOCOL, protocol);
     }
-    let session = Session { app: app.clone(), id, path, _held: held, _slot: slot };
+    let model = model_in_query(&parts.uri);
+    let session = Session { app: app.clone(), id, path, model, _held: held, _slot: slot };
     app.sessions.spawn(session.run(client.on_upgrade, upstream.ws));
     response
 }
@@ -379,11 +401,21 @@ async fn refusal(app: &App, mut response: reqwest::Response) -> Result<Response,
     Ok(answer)
 }
 
+/// The `model` of a handshake's query (`?model=gpt-realtime`), as the
+/// records name it.
+fn model_in_query(uri: &axum::http::Uri) -> Option<String> {
+    let query = uri.query()?;
+    let model = query.split('&').find_map(|pair| pair.strip_prefix("model="))?;
+    (!model.is_empty()).then(|| super::clipped(model, 256))
+}
+
 /// A session between its `101` and its end: what it holds while it runs.
 struct Session {
     app: Arc<App>,
     id: u64,
     path: String,
+    /// The model the handshake names, for the records.
+    model: Option<String>,
     /// The in-flight permit and the requests gauge.
     _held: Held,
     /// The client connection's slot under the listener's cap.
@@ -418,7 +450,9 @@ impl Session {
         let started = Instant::now();
         tracing::info!(id, path = %path, "websocket session open");
         let counts = [AtomicU64::new(0), AtomicU64::new(0)];
-        let end = relay(client, upstream, app, &counts).await;
+        let mut tap = Tap::new(path, self.model.clone());
+        let end = relay(client, upstream, app, &counts, &mut tap).await;
+        tap.finish(app).await;
         app.metrics.websocket_end(end.label());
         tracing::info!(
             id,
@@ -552,14 +586,13 @@ fn going_away(reason: &str) -> CloseFrame {
 
 /// Phases 4 and 5: relays both ways until one direction ends, then closes
 /// both sides (at most [`CLOSE_WAIT`]). `counts` gets the messages from
-/// the client and from the upstream.
-async fn relay(client: ClientWs, upstream: UpstreamWs, app: &App, counts: &[AtomicU64; 2]) -> End {
+/// the client and from the upstream; `tap` reads the upstream's.
+async fn relay(client: ClientWs, upstream: UpstreamWs, app: &App, counts: &[AtomicU64; 2], tap: &mut Tap) -> End {
     let (mut client_tx, mut client_rx) = client.split();
     let (mut upstream_tx, mut upstream_rx) = upstream.split();
-    let limit = app.config.max_ws_message;
     let end = {
-        let up = Pump { from: Peer::Client, limit, stop: &app.hard_stop, metrics: &app.metrics, count: &counts[0] };
-        let down = Pump { from: Peer::Upstream, limit, stop: &app.hard_stop, metrics: &app.metrics, count: &counts[1] };
+        let up = Pump { from: Peer::Client, app, count: &counts[0], tap: None };
+        let down = Pump { from: Peer::Upstream, app, count: &counts[1], tap: Some(tap) };
         let up = up.run(&mut client_rx, &mut upstream_tx);
         let down = down.run(&mut upstream_rx, &mut client_tx);
         tokio::pin!(up, down);
@@ -583,10 +616,10 @@ async fn relay(client: ClientWs, upstream: UpstreamWs, app: &App, counts: &[Atom
 /// One direction of a session.
 struct Pump<'a> {
     from: Peer,
-    limit: usize,
-    stop: &'a CancellationToken,
-    metrics: &'a Metrics,
+    app: &'a App,
     count: &'a AtomicU64,
+    /// Reads the text messages after they went on (the upstream's).
+    tap: Option<&'a mut Tap>,
 }
 
 impl Pump<'_> {
@@ -598,12 +631,13 @@ impl Pump<'_> {
     /// Dropping it between messages loses nothing; during a write, the
     /// message stays queued in `sink`'s socket (written before anything
     /// sent later).
-    async fn run<R, W>(self, source: &mut R, sink: &mut W) -> End
+    async fn run<R, W>(mut self, source: &mut R, sink: &mut W) -> End
     where
         R: Stream<Item = Result<Message, WsError>> + Unpin,
         W: Sink<Message, Error = WsError> + Unpin,
     {
         let from = self.from;
+        let stop: &CancellationToken = &self.app.hard_stop;
         let to = match from {
             Peer::Client => Peer::Upstream,
             Peer::Upstream => Peer::Client,
@@ -611,7 +645,7 @@ impl Pump<'_> {
         loop {
             let next = tokio::select! {
                 biased;
-                () = self.stop.cancelled() => return End::Shutdown,
+                () = stop.cancelled() => return End::Shutdown,
                 next = source.next() => next,
             };
             let message = match next {
@@ -623,11 +657,16 @@ impl Pump<'_> {
                 }
             };
             let closing = matches!(message, Message::Close(_));
-            self.metrics.websocket_message(from.direction(), message.len());
+            self.app.metrics.websocket_message(from.direction(), message.len());
             self.count.fetch_add(1, Ordering::Relaxed);
+            // A text message's bytes are shared, not copied.
+            let text = match (&self.tap, &message) {
+                (Some(_), Message::Text(text)) => Some(text.clone()),
+                _ => None,
+            };
             let sent = tokio::select! {
                 biased;
-                () = self.stop.cancelled() => return End::Shutdown,
+                () = stop.cancelled() => return End::Shutdown,
                 sent = sink.send(message) => sent,
             };
             match sent {
@@ -637,15 +676,112 @@ impl Pump<'_> {
                 Ok(()) => {}
                 Err(e) => return End::Failed(RelayError::Lost { peer: to, cause: e.to_string() }),
             }
+            if let (Some(tap), Some(text)) = (self.tap.as_deref_mut(), text) {
+                tap.observe(self.app, text.as_str()).await;
+            }
         }
     }
 
     /// What a read error of this direction's source means.
     fn read_error(&self, e: WsError) -> RelayError {
         match e {
-            WsError::Capacity(_) => RelayError::TooBig { from: self.from, limit: self.limit },
+            WsError::Capacity(_) => RelayError::TooBig { from: self.from, limit: self.app.config.max_ws_message },
             WsError::Protocol(_) | WsError::Utf8(_) => RelayError::Protocol { peer: self.from, cause: e.to_string() },
             e => RelayError::Lost { peer: self.from, cause: e.to_string() },
+        }
+    }
+}
+
+/// The server events of a Realtime response that are read on the side;
+/// others (audio, input, session events) are not parsed at all.
+const READ: [&str; 9] = [
+    "response.output_text.delta",
+    "response.text.delta",
+    "response.output_audio_transcript.delta",
+    "response.audio_transcript.delta",
+    "response.refusal.delta",
+    "response.output_item.added",
+    "response.function_call_arguments.delta",
+    "response.function_call_arguments.done",
+    "response.done",
+];
+
+/// Parsing on the side of a session (see the module's documentation): a
+/// stream per Realtime response, from its first event read to its
+/// `response.done`.
+struct Tap {
+    path: String,
+    model: Option<String>,
+    /// The response being read, and its stream id.
+    current: Option<(u64, ChatStream)>,
+    /// Bytes of the upstream's text messages so far (diagnostics' offsets).
+    offset: usize,
+    events: Vec<SourceEvent>,
+}
+
+/// The `type` of a server event, read without the rest.
+#[derive(Deserialize)]
+struct Kind<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<&'a str>,
+}
+
+impl Tap {
+    fn new(path: &str, model: Option<String>) -> Tap {
+        Tap { path: path.to_string(), model, current: None, offset: 0, events: Vec::new() }
+    }
+
+    /// Reads one text message of the upstream (already relayed), and
+    /// hands what it parsed on.
+    async fn observe(&mut self, app: &App, text: &str) {
+        let at = self.offset;
+        self.offset += text.len();
+        let kind = match serde_json::from_str::<Kind<'_>>(text) {
+            Ok(Kind { kind: Some(kind) }) if READ.contains(&kind) => kind,
+            _ => return,
+        };
+        let (id, stream) = self.current.get_or_insert_with(|| {
+            let id = app.next_id.fetch_add(1, Ordering::Relaxed);
+            if let Some(i) = &app.inspector {
+                i.start(id, self.model.as_deref(), &self.path, 101, Instant::now());
+            }
+            let mut options = app.config.options.clone();
+            options.parser.rewrite = false;
+            (id, ChatStream::new(options))
+        });
+        let id = *id;
+        stream.push_data_events("message", text, at, &mut self.events);
+        let done = kind == "response.done";
+        if done && let Some((_, stream)) = self.current.take() {
+            stream.finish_into(&mut self.events);
+        }
+        self.dispatch(app, id).await;
+        if done && let Some(i) = &app.inspector {
+            i.end(id, "ok");
+        }
+    }
+
+    /// Ends the response still being read when the session ended: it was
+    /// cut off.
+    async fn finish(mut self, app: &App) {
+        let Some((id, stream)) = self.current.take() else { return };
+        stream.finish_into(&mut self.events);
+        self.dispatch(app, id).await;
+        if let Some(i) = &app.inspector {
+            i.end(id, "session_ended");
+        }
+    }
+
+    /// Metrics, sinks and the inspector for the events of response `id`.
+    async fn dispatch(&mut self, app: &App, id: u64) {
+        if self.events.is_empty() {
+            return;
+        }
+        let stream = SinkStream { id, path: &self.path, model: self.model.as_deref() };
+        let mut truncated = false;
+        dispatch_events(app, &stream, None, &mut self.events, &mut truncated).await;
+        if truncated {
+            app.metrics.truncated();
         }
     }
 }
