@@ -16,9 +16,10 @@
 //! # Phases of a connection
 //!
 //! 1. **Slot**: at most `max_connections` connections are open per
-//!    listener. Past the cap the loop stops accepting: new connections wait
-//!    in the kernel's accept queue (nothing is read from them, nothing
-//!    refused) until one closes.
+//!    listener, fewer when the process's open-file limit (`ulimit -n`) has
+//!    no room for that many ([`within_open_files`]). Past the cap the loop
+//!    stops accepting: new connections wait in the kernel's accept queue
+//!    (nothing is read from them, nothing refused) until one closes.
 //! 2. **Accept**, with `TCP_NODELAY`. An accept error (out of descriptors)
 //!    pauses the loop for a second instead of spinning.
 //! 3. **Serve**: HTTP/1.1 with keep-alive. Every request head must arrive
@@ -94,6 +95,41 @@ where
     fn call(&self, mut request: hyper::Request<B>) -> Self::Future {
         request.extensions_mut().insert(self.slot.clone());
         self.router.call(request)
+    }
+}
+
+/// Descriptors kept for what is not a client connection or its upstream
+/// connection: the listeners, sink files and sockets, the pipes of tool
+/// processes and MCP servers, the log.
+const RESERVED_DESCRIPTORS: u64 = 64;
+
+/// The client connections an open-file limit of `nofile` descriptors has
+/// room for, when that is fewer than `wanted`: each connection may hold a
+/// second descriptor to the upstream, and [`RESERVED_DESCRIPTORS`] are
+/// kept for the rest.
+fn descriptor_cap(nofile: u64, wanted: usize) -> Option<usize> {
+    let room = nofile.saturating_sub(RESERVED_DESCRIPTORS) / 2;
+    let room = usize::try_from(room).unwrap_or(usize::MAX).max(1);
+    (room < wanted).then_some(room)
+}
+
+/// `wanted` connections per listener, or fewer when the process's soft
+/// open-file limit has no room for them (said in the log): a proxy whose
+/// descriptors ran out could accept clients it could not connect upstream
+/// for, and would stall accepting; under the lower cap the extra clients
+/// wait in the accept queue instead.
+pub(crate) fn within_open_files(wanted: usize) -> usize {
+    use nix::sys::resource::{Resource, getrlimit};
+    let Ok((soft, _)) = getrlimit(Resource::RLIMIT_NOFILE) else { return wanted };
+    match descriptor_cap(soft, wanted) {
+        Some(cap) => {
+            tracing::warn!(
+                "the open-file limit (ulimit -n {soft}) has room for about {cap} client connections per listener, \
+                 fewer than --max-connections {wanted}: at most {cap} are served at once (raise the limit for more)"
+            );
+            cap
+        }
+        None => wanted,
     }
 }
 
@@ -177,4 +213,22 @@ async fn pause_after(e: &std::io::Error) {
     }
     tracing::warn!("cannot accept a connection: {e}; pausing a second");
     tokio::time::sleep(Duration::from_secs(1)).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cap_leaves_two_descriptors_a_connection_and_a_reserve() {
+        // A common default, 1024: room for 480 of the 1024 wanted.
+        assert_eq!(descriptor_cap(1024, 1024), Some(480));
+        assert_eq!(descriptor_cap(256, 1024), Some(96));
+        // Room enough: the wanted number stands.
+        assert_eq!(descriptor_cap(1 << 20, 1024), None);
+        assert_eq!(descriptor_cap(u64::MAX, 1 << 40), None);
+        assert_eq!(descriptor_cap(1024, 100), None);
+        // Never none at all.
+        assert_eq!(descriptor_cap(10, 1024), Some(1));
+    }
 }

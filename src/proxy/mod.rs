@@ -251,7 +251,9 @@ pub struct ProxyConfig {
     /// `408`). Default 30 s.
     pub request_timeout: Duration,
     /// Most client connections open at once, per listener; past it, new
-    /// connections wait to be accepted (default 1024).
+    /// connections wait to be accepted (default 1024). Fewer when the
+    /// process's open-file limit has no room for them: two descriptors a
+    /// connection, 64 kept for the rest (the log says so).
     pub max_connections: usize,
     /// Most bytes of request bodies buffered at once, across requests
     /// (default 256 MiB; at least [`ProxyConfig::max_request_body`]); a

@@ -1250,8 +1250,10 @@ impl ProxyServer {
     /// part; running pumps end when their clients or upstreams do.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
         let app = self.app;
-        let serving =
-            Serving { max_connections: app.config.max_connections, header_timeout: app.config.request_timeout };
+        let serving = Serving {
+            max_connections: super::listen::within_open_files(app.config.max_connections),
+            header_timeout: app.config.request_timeout,
+        };
         let stopping = app.stopping.clone();
         // The inspector page: its own listener, stopped with the proxy.
         if let (Some(ui), Some(insp)) = (self.ui, app.inspector.clone()) {

@@ -163,7 +163,9 @@ pub(crate) struct ProxyArgs {
     #[arg(long, value_name = "SECS")]
     request_timeout: Option<f64>,
     /// Most client connections open at once, per listener; past it, new
-    /// connections wait to be accepted [default: 1024].
+    /// connections wait to be accepted; fewer when the open-file limit
+    /// (ulimit -n, raised to its hard limit at start) has no room for them
+    /// [default: 1024].
     #[arg(long, value_name = "N")]
     max_connections: Option<usize>,
     /// Most bytes of request bodies buffered at once, across requests; a
@@ -268,6 +270,21 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")
 }
 
+/// Raises the soft open-file limit to the hard one, as servers do (Go's
+/// runtime does it for every program): a soft limit of 1024 left room for
+/// fewer client connections than `--max-connections`. Nothing happens when
+/// it cannot be raised; the proxy then serves fewer connections at once
+/// and says so.
+fn raise_open_files() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
+        && soft < hard
+        && let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard)
+    {
+        tracing::debug!("cannot raise the open-file limit from {soft} to {hard}: {e}");
+    }
+}
+
 pub(crate) fn run(args: ProxyArgs) -> Result<ExitCode> {
     let mut settings = match &args.config {
         Some(path) => ProxySettings::load(path)?,
@@ -282,6 +299,7 @@ pub(crate) fn run(args: ProxyArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     init_logs(&settings.log);
+    raise_open_files();
     let mut config = settings.to_proxy_config()?;
     let upstream = config.upstream.clone();
     let parsing = match &settings.parse.registry {
