@@ -340,13 +340,14 @@ async fn the_handshake_forwards_end_to_end_headers_and_adds_the_configured_key()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_client_gets_the_subprotocol_the_upstream_chose() {
     let (up, shared) = upstream().await;
-    let proxy = proxy(&up, |_| {}).await;
+    let proxy = proxy(&up, |c| c.upstream_api_key = Some(Secret::new("sk-proxy"))).await;
     let offered = "openai-insecure-api-key.sk-browser, realtime, openai-beta.realtime-v1";
     let (mut ws, response) =
         connect(&proxy, "/v1/realtime?model=gpt-realtime", &[("sec-websocket-protocol", offered)]).await.unwrap();
     assert_eq!(header(response.headers(), "sec-websocket-protocol"), Some("realtime"));
     let seen = saw(&shared, |s| s.handshakes[0].1.clone());
     assert_eq!(header(&seen, "sec-websocket-protocol"), Some(offered), "the list as offered, key included");
+    assert_eq!(header(&seen, "authorization"), None, "a key in a subprotocol is the client's: none added");
     within("a send", ws.send(Message::text("{\"type\":\"session.update\"}"))).await.unwrap();
     assert_eq!(next(&mut ws).await, Message::text("{\"type\":\"session.update\"}"));
     within("the close", ws.close(None)).await.unwrap();

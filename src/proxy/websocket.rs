@@ -21,7 +21,8 @@
 //!    `wss://` are `http://` and `https://` for the handshake, which
 //!    reqwest sends over HTTP/1.1 with its own TLS), with the headers an
 //!    HTTP request forwards (end-to-end ones, the configured key as
-//!    `Authorization: Bearer` when the client sent none), the client's
+//!    `Authorization: Bearer` when the client sent none, neither as that
+//!    header nor as an `openai-insecure-api-key.KEY` subprotocol), the client's
 //!    `Sec-WebSocket-Protocol` list as offered, and a key and version of
 //!    the proxy's own: the client's `Sec-WebSocket-Key`, `-Version` and
 //!    `-Extensions` belong to its own connection. An upstream that answers
@@ -290,11 +291,20 @@ struct Accepted {
     headers: HeaderMap,
 }
 
+/// The subprotocol prefix by which a browser client sends its API key.
+const KEY_SUBPROTOCOL: &str = "openai-insecure-api-key.";
+
 /// Phase 2: the upstream's handshake.
 async fn open_upstream(app: &App, url: &str, client: &HeaderMap, offered: &[String]) -> Result<Opened, ProxyError> {
     let key = generate_key();
     let mut headers = end_to_end(client);
-    app.add_upstream_key(&mut headers);
+    // A browser cannot set `Authorization` on a WebSocket: it names its key
+    // in a subprotocol (OpenAI's `openai-insecure-api-key.KEY`). That is
+    // the client's own key, as an `Authorization` header would be: the
+    // configured one is not added beside it.
+    if !offered.iter().any(|p| p.starts_with(KEY_SUBPROTOCOL)) {
+        app.add_upstream_key(&mut headers);
+    }
     for name in &HANDSHAKE_HEADERS {
         headers.remove(name);
     }
