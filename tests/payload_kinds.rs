@@ -99,6 +99,40 @@ fn tool_call() {
     }
 }
 
+/// Qwen3-Coder's `<function=NAME><parameter=KEY>VALUE</parameter></function>`
+/// form: values as strings (a schema types them when the call is
+/// checked), one line break trimmed at each end, missing closes ended by
+/// what follows; JSON arguments inside `<function=…>` too.
+#[test]
+fn tool_call_in_qwen3_coders_form() {
+    let table: &[(&str, Value)] = &[
+        (
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
+            json!({"name": "get_weather", "arguments": {"city": "Paris", "days": "3"}}),
+        ),
+        (
+            "<tool_call><function=write_file><parameter=text>\nline one\n\n  line two\n</parameter></function></tool_call>",
+            json!({"name": "write_file", "arguments": {"text": "line one\n\n  line two"}}),
+        ),
+        (
+            "<tool_call><function=f><parameter=a>1<parameter=b>2</function></tool_call>",
+            json!({"name": "f", "arguments": {"a": "1", "b": "2"}}),
+        ),
+        ("<tool_call><function=f><parameter=a>x", json!({"name": "f", "arguments": {"a": "x"}})),
+        ("<tool_call><function=noop></function></tool_call>", json!({"name": "noop", "arguments": {}})),
+        (
+            "<tool_call><function=get_weather>{\"city\":\"Lisbon\"}</function></tool_call>",
+            json!({"name": "get_weather", "arguments": {"city": "Lisbon"}}),
+        ),
+    ];
+    for (input, want) in table {
+        assert_eq!(&payload(input, "tool_call"), want, "{input}");
+    }
+    // No name: no call, said so by the call reader.
+    let nameless = payload("<tool_call><function=><parameter=a>1</parameter></function></tool_call>", "tool_call");
+    assert_eq!(nameless["name"], Value::Null);
+}
+
 #[test]
 fn ui_component() {
     let table: &[(&str, Value)] = &[

@@ -22,10 +22,14 @@ fn take(map: &mut Map<String, Value>, names: &[&str]) -> Option<Value> {
     names.iter().find_map(|n| map.shift_remove(*n))
 }
 
-/// `<tool_call name="x">{json}</tool_call>` or the Hermes form
-/// `<tool_call>{"name": "x", "arguments": {..}}</tool_call>`:
-/// `{name, arguments}`.
+/// `<tool_call name="x">{json}</tool_call>`, the Hermes form
+/// `<tool_call>{"name": "x", "arguments": {..}}</tool_call>`, or Qwen3-Coder's
+/// `<tool_call><function=x><parameter=k>v</parameter></function></tool_call>`
+/// ([`function_call`]): `{name, arguments}`.
 pub(crate) fn tool_call(el: &Element) -> Payload {
+    if let Some(payload) = function_call(el) {
+        return payload;
+    }
     named_json(
         el,
         NamedJson {
@@ -39,6 +43,67 @@ pub(crate) fn tool_call(el: &Element) -> Payload {
             without_name: DiagnosticCode::ToolCallWithoutName,
         },
     )
+}
+
+/// Qwen3-Coder's call form, the body of a `<tool_call>` without a name
+/// attribute that begins with `<function=`:
+///
+/// ```text
+/// <function=get_weather>
+/// <parameter=city>
+/// Paris
+/// </parameter>
+/// </function>
+/// ```
+///
+/// Each parameter's value is its text as a string, without the one line
+/// break after the open tag and before the close (a tool's schema gives
+/// it its type when the call is checked, as Qwen's own template and
+/// vLLM's reader do); `<function=x>{json}</function>` has JSON arguments.
+/// A missing `</parameter>` ends at the next parameter or the function's
+/// end, a missing `</function>` at the body's. `None` for any other body.
+fn function_call(el: &Element) -> Option<Payload> {
+    const OPEN: &str = "<function=";
+    if attr(el, &["name", "tool", "function"]).is_some() {
+        return None;
+    }
+    let body = el.text.trim_start().strip_prefix(OPEN)?;
+    let (name, rest) = body.split_once('>')?;
+    let name = name.trim();
+    let inner = rest.split_once("</function>").map_or(rest, |(inner, _)| inner);
+    let mut out = Payload::none();
+    let args = if inner.trim_start().starts_with('{') {
+        match read_json(inner.trim(), 0, &mut out.diagnostics) {
+            Ok(value) => value,
+            Err(e) => {
+                let why =
+                    format!("the arguments of <function={}> are not JSON, even read leniently: {e}", cut(name, 60));
+                return Some(Payload::failed(out.diagnostics, &why, json!({})));
+            }
+        }
+    } else {
+        let mut map = Map::new();
+        let mut rest = inner;
+        while let Some(start) = rest.find("<parameter=") {
+            let after = &rest[start + "<parameter=".len()..];
+            let Some((key, value)) = after.split_once('>') else { break };
+            let end = [value.find("</parameter>"), value.find("<parameter=")].into_iter().flatten().min();
+            let (text, next) = match end {
+                Some(end) => (&value[..end], &value[end..]),
+                None => (value, ""),
+            };
+            let text = text.strip_prefix('\n').unwrap_or(text);
+            let text = text.strip_suffix('\n').unwrap_or(text);
+            map.insert(key.trim().to_string(), Value::String(text.to_string()));
+            rest = next.strip_prefix("</parameter>").unwrap_or(next);
+        }
+        Value::Object(map)
+    };
+    let mut map = Map::new();
+    map.insert("name".into(), if name.is_empty() { Value::Null } else { Value::String(name.to_string()) });
+    map.insert("arguments".into(), args);
+    out.value = Value::Object(map);
+    Some(out)
 }
 
 /// `<ui_component view="ns.widget">{props}</ui_component>`: `{view, props}`.

@@ -323,6 +323,8 @@ mod tests {
         "I will look.\n```xml\n<ACTION><get_weather><city>Oslo</city><days>2</days></get_weather></ACTION>\n```\n",
         "<ACTION><search><query>a &amp; b</query></search><nope/></ACTION><ACTION><search/></ACTION>",
         "<think>plan</think>Just an answer, with <b>markup</b> and a < b.",
+        "Sure.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>",
+        "Wrap each call in <tool_call> and </tool_call> tags; <tool_call> alone opens one.",
         REQUEST,
         "",
     ];

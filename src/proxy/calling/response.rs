@@ -296,6 +296,17 @@ impl CallConverter {
                 _ => {}
             }
         }
+        // Calls in Qwen3-Coder's `<function=…>` form: their arguments are
+        // strings until the schema types them, so they go out whole and
+        // checked (their one `call_delta` comes with their element), not
+        // as the stream's fragments.
+        let markup_calls: Vec<(u32, u32)> = events
+            .iter()
+            .filter_map(SourceEvent::as_choice_event)
+            .filter_map(|ce| ce.event.as_element().map(|el| (ce.choice, el)))
+            .filter(|(_, el)| el.text.trim_start().starts_with("<function="))
+            .map(|(choice, el)| (choice, el.id))
+            .collect();
         for event in events {
             let Some(ce) = event.as_choice_event() else { continue };
             let choice = ce.choice;
@@ -321,7 +332,7 @@ impl CallConverter {
                     let state = self.state(choice);
                     // A call past what the shape allows is held: it
                     // completes as an observation.
-                    let send_early = send_early && state.next_index < max;
+                    let send_early = send_early && state.next_index < max && !markup_calls.contains(&(choice, d.id));
                     let slot = state.slots.iter().find(|(id, _)| *id == d.id).map(|(_, s)| *s);
                     let delta = match (slot, &d.name) {
                         (None, Some(name)) if send_early => {
@@ -683,6 +694,26 @@ mod tests {
             let refs: Vec<&str> = pieces.iter().map(String::as_str).collect();
             let (content, calls, _) = run("chat", &refs, InvalidCalls::Drop, "stop");
             assert_eq!((content.as_str(), calls.len()), (want, 0), "split {n}");
+        }
+    }
+
+    /// Qwen3-Coder writes its calls as `<function=…><parameter=…>` inside
+    /// `<tool_call>`: they become `tool_calls`, the parameters typed by the
+    /// tool's schema, at any split.
+    #[test]
+    fn qwen3_coder_calls_become_tool_calls() {
+        let text = "Checking.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>";
+        for n in [1, 4, 11, text.len()] {
+            let pieces = split(text, n);
+            let refs: Vec<&str> = pieces.iter().map(String::as_str).collect();
+            for invalid in [InvalidCalls::Pass, InvalidCalls::Drop] {
+                let (content, calls, made) = run("chat", &refs, invalid, "stop");
+                assert_eq!((content.as_str(), made), ("Checking.\n", 1), "split {n} {invalid:?}");
+                assert_eq!(calls[0]["function"]["name"], "get_weather");
+                let args: Value = serde_json::from_str(calls[0]["function"]["arguments"].as_str().unwrap_or(""))
+                    .unwrap_or(Value::Null);
+                assert_eq!(args, json!({"city": "Oslo", "days": 2}), "split {n} {invalid:?}");
+            }
         }
     }
 
