@@ -468,3 +468,39 @@ pub(crate) async fn dispatch_events(
         }
     }
 }
+
+/// Reads a whole body the proxy must hold (to rewrite it, or to pass on an
+/// upstream's refusal of a WebSocket): at most `max_response_body` bytes,
+/// each read bounded by the idle timeout, `first` already read.
+pub(crate) async fn read_whole(
+    app: &App,
+    upstream: &mut UpstreamBody,
+    first: Option<Bytes>,
+) -> Result<Bytes, ProxyError> {
+    let idle = app.config.idle_timeout;
+    let limit = app.config.max_response_body;
+    let mut buf = Vec::new();
+    if let Some(b) = first {
+        app.metrics.bytes_upstream(b.len());
+        buf.extend_from_slice(&b);
+    }
+    loop {
+        match tokio::time::timeout(idle, upstream.next()).await {
+            Err(_) => return Err(ProxyError::idle(ProxyErrorKind::Timeout, idle, "data")),
+            Ok(None) => return Ok(Bytes::from(buf)),
+            Ok(Some(Err(e))) => return Err(from_body_error(&e)),
+            Ok(Some(Ok(b))) => {
+                app.metrics.bytes_upstream(b.len());
+                if buf.len() + b.len() > limit {
+                    return Err(ProxyError::new(
+                        ProxyErrorKind::InvalidResponse,
+                        format!(
+                            "the upstream response is larger than {limit} bytes (--max-response-body), the most the proxy reads whole"
+                        ),
+                    ));
+                }
+                buf.extend_from_slice(&b);
+            }
+        }
+    }
+}

@@ -17,7 +17,7 @@ use super::error::{ProxyError, ProxyErrorKind, error_response, from_body_error, 
 use super::listen::{self, Serving};
 use super::metrics::Metrics;
 use super::policy::{self, Hosts, Origins, Screen};
-use super::pump::{Mode, PumpCtx, UpstreamBody, pump};
+use super::pump::{Mode, PumpCtx, UpstreamBody, pump, read_whole};
 use super::relay::SseRelay;
 use super::sink::{SinkStartError, Sinks};
 use super::trace::{Telemetry, Trace};
@@ -1008,35 +1008,6 @@ fn decoded_request(headers: &mut HeaderMap, body: Bytes, limit: usize) -> Result
     }
     headers.remove(header::CONTENT_ENCODING);
     Ok(Bytes::from(decoded))
-}
-
-/// Reads a whole body (bounded by the response limit, each read bounded by
-/// the idle timeout).
-async fn read_whole(app: &App, upstream: &mut UpstreamBody, first: Option<Bytes>) -> Result<Bytes, ProxyError> {
-    let idle = app.config.idle_timeout;
-    let limit = app.config.max_response_body;
-    let mut buf = Vec::new();
-    if let Some(b) = first {
-        app.metrics.bytes_upstream(b.len());
-        buf.extend_from_slice(&b);
-    }
-    loop {
-        match tokio::time::timeout(idle, upstream.next()).await {
-            Err(_) => return Err(ProxyError::idle(ProxyErrorKind::Timeout, idle, "data")),
-            Ok(None) => return Ok(Bytes::from(buf)),
-            Ok(Some(Err(e))) => return Err(from_body_error(&e)),
-            Ok(Some(Ok(b))) => {
-                app.metrics.bytes_upstream(b.len());
-                if buf.len() + b.len() > limit {
-                    return Err(ProxyError::new(
-                        ProxyErrorKind::InvalidResponse,
-                        format!("the upstream response is larger than {limit} bytes, the most the proxy rewrites"),
-                    ));
-                }
-                buf.extend_from_slice(&b);
-            }
-        }
-    }
 }
 
 /// A proxy bound to its listen address, not yet serving.

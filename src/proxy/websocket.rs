@@ -88,10 +88,10 @@
 //! every session with `1001` (going away).
 
 use super::app::{App, end_to_end};
-use super::error::{ProxyError, ProxyErrorKind, chain, error_response, from_body_error, from_send_error};
+use super::error::{ProxyError, ProxyErrorKind, chain, error_response, from_send_error};
 use super::listen::ConnectionSlot;
 use super::metrics::{Direction, GaugeGuard};
-use super::pump::{Stream as SinkStream, dispatch_events};
+use super::pump::{Stream as SinkStream, dispatch_events, read_whole};
 use crate::sources::{ChatStream, SourceEvent};
 use axum::body::Body;
 use axum::http::request::Parts;
@@ -378,31 +378,13 @@ fn verify(headers: &HeaderMap, key: &str, offered: &[String]) -> Result<Option<H
 /// The upstream's refusal of a handshake, for the client: its status, its
 /// end-to-end headers (not its CORS ones) and its body, read whole (at
 /// most `max_response_body` bytes, each read within the idle timeout).
-async fn refusal(app: &App, mut response: reqwest::Response) -> Result<Response, ProxyError> {
+async fn refusal(app: &App, response: reqwest::Response) -> Result<Response, ProxyError> {
     let status = response.status();
     if status.is_server_error() {
         app.metrics.upstream_error("status_5xx");
     }
-    let idle = app.config.idle_timeout;
-    let limit = app.config.max_response_body;
-    let mut body = Vec::new();
-    loop {
-        let chunk = match tokio::time::timeout(idle, response.chunk()).await {
-            Err(_) => return Err(ProxyError::idle(ProxyErrorKind::Timeout, idle, "data")),
-            Ok(Err(e)) => return Err(from_body_error(&e)),
-            Ok(Ok(None)) => break,
-            Ok(Ok(Some(chunk))) => chunk,
-        };
-        app.metrics.bytes_upstream(chunk.len());
-        if body.len() + chunk.len() > limit {
-            return Err(ProxyError::new(
-                ProxyErrorKind::InvalidResponse,
-                format!("the upstream's refusal of the WebSocket is larger than {limit} bytes"),
-            ));
-        }
-        body.extend_from_slice(&chunk);
-    }
     let mut headers = end_to_end(response.headers());
+    let body = read_whole(app, &mut response.bytes_stream().boxed(), None).await?;
     super::policy::drop_cors(&mut headers);
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
     let mut answer = Response::new(Body::from(body));
