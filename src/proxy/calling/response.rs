@@ -321,7 +321,9 @@ impl CallConverter {
                         self.state(choice).closed_at_eof.push(id);
                     }
                 }
-                Event::Repair(r) if r.kind == RepairKind::MismatchedClose => {
+                Event::Repair(r)
+                    if r.kind == RepairKind::MismatchedClose && r.tag.as_ref().is_some_and(|t| self.is_call(t)) =>
+                {
                     if let (Some(id), Some(from)) = (r.element, &r.from) {
                         self.state(choice).closed_by.push((id, from.clone()));
                     }
@@ -463,9 +465,9 @@ impl CallConverter {
 
 /// Whether a `<tool_call>` element is prose that names the tag rather
 /// than a call: no name attribute, and a body that does not begin as a
-/// call does (`{`, `[`, a code fence) and is not empty. vLLM's and
-/// llama.cpp's Hermes readers leave such text as it is; reading it as a
-/// malformed call would replace the model's sentence with an observation.
+/// call does (`{`, `[`, a code fence) and is not empty. vLLM's Hermes
+/// reader leaves such text as it is; reading it as a malformed call would
+/// replace the model's sentence with an observation.
 fn written_as_prose(el: &crate::event::Element) -> bool {
     let named = ["name", "tool", "function"].iter().any(|k| el.attrs.contains_key(*k));
     let first = el.text.trim_start().chars().next();
