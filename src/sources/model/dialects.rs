@@ -393,12 +393,19 @@ fn ollama(stream: &mut ChatStream, v: &Value, out: &mut Vec<SourceEvent>) {
         }
     });
     if done {
-        stream.dialect_mut().ended = true;
-        let usage: serde_json::Map<String, Value> =
-            OLLAMA_USAGE.iter().filter_map(|k| v.get(*k).map(|n| ((*k).to_string(), n.clone()))).collect();
-        if !usage.is_empty() {
-            stream.push_usage(&Value::Object(usage), out);
-        }
+        ended_with_usage(stream, v, &OLLAMA_USAGE, out);
+    }
+}
+
+/// Ends a native (non-OpenAI) stream at its last chunk `v`: the stream is
+/// over, and the token counts named by `keys` that it carries are its
+/// usage.
+fn ended_with_usage(stream: &mut ChatStream, v: &Value, keys: &[&str], out: &mut Vec<SourceEvent>) {
+    stream.dialect_mut().ended = true;
+    let usage: serde_json::Map<String, Value> =
+        keys.iter().filter_map(|k| v.get(*k).map(|n| ((*k).to_string(), n.clone()))).collect();
+    if !usage.is_empty() {
+        stream.push_usage(&Value::Object(usage), out);
     }
 }
 
@@ -426,12 +433,7 @@ fn llama_cpp(stream: &mut ChatStream, v: &Value, out: &mut Vec<SourceEvent>) {
         }
     });
     if stop {
-        stream.dialect_mut().ended = true;
-        let usage: serde_json::Map<String, Value> =
-            LLAMA_CPP_USAGE.iter().filter_map(|k| v.get(*k).map(|n| ((*k).to_string(), n.clone()))).collect();
-        if !usage.is_empty() {
-            stream.push_usage(&Value::Object(usage), out);
-        }
+        ended_with_usage(stream, v, &LLAMA_CPP_USAGE, out);
     }
 }
 
