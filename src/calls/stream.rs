@@ -34,10 +34,13 @@
 use crate::scan::{JsonString, incomplete_utf8_tail};
 use serde_json::Value;
 
-/// Body keys that name the tool (as the payload reader has them).
-const NAME_KEYS: &[&str] = &["name", "tool", "function"];
-/// Body keys that hold the arguments (as the payload reader has them).
-const ARG_KEYS: &[&str] = &["arguments", "args", "parameters", "params", "input"];
+/// The keys that name the tool: a call element's attributes and its
+/// body's keys (one list for the stream, the payload reader and the
+/// proxy).
+pub(crate) const NAME_KEYS: &[&str] = &["name", "tool", "function"];
+/// Body keys that hold the arguments (one list for the stream and the
+/// payload reader).
+pub(crate) const ARG_KEYS: &[&str] = &["arguments", "args", "parameters", "params", "input"];
 /// Most bytes of arguments held while the name is not yet known.
 const HOLD_LIMIT: usize = 1024 * 1024;
 

@@ -7,6 +7,7 @@
 
 use super::tree::{self, ElementNode, Node};
 use super::{Payload, diag, object, read_json};
+use crate::calls::stream::{ARG_KEYS, NAME_KEYS};
 use crate::event::DiagnosticCode;
 use crate::event::{Element, Level};
 use crate::registry::BodyKind;
@@ -35,9 +36,9 @@ pub(crate) fn tool_call(el: &Element) -> Payload {
         NamedJson {
             tag: "tool_call",
             name_key: "name",
-            name_attrs: &["name", "tool", "function"],
-            body_names: &["name", "tool", "function"],
-            body_args: &["arguments", "args", "parameters", "params", "input"],
+            name_attrs: NAME_KEYS,
+            body_names: NAME_KEYS,
+            body_args: ARG_KEYS,
             args_key: "arguments",
             not_object: DiagnosticCode::ArgumentsNotObject,
             without_name: DiagnosticCode::ToolCallWithoutName,
@@ -64,7 +65,7 @@ pub(crate) fn tool_call(el: &Element) -> Payload {
 /// end, a missing `</function>` at the body's. `None` for any other body.
 fn function_call(el: &Element) -> Option<Payload> {
     const OPEN: &str = "<function=";
-    if attr(el, &["name", "tool", "function"]).is_some() {
+    if attr(el, NAME_KEYS).is_some() {
         return None;
     }
     let body = el.text.trim_start().strip_prefix(OPEN)?;

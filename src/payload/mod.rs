@@ -580,7 +580,7 @@ impl Stage {
         let body = if attp {
             BodyState::Attp(Box::default())
         } else if json && is_call_tag(&o.tag) {
-            let name = ["name", "tool", "function"].iter().find_map(|k| o.attrs.get(*k)).cloned();
+            let name = crate::calls::stream::NAME_KEYS.iter().find_map(|k| o.attrs.get(*k)).cloned();
             BodyState::Call(Box::new(crate::calls::stream::ArgumentStream::new(name)), self.kept())
         } else if json {
             BodyState::Quiet(self.kept())

@@ -469,7 +469,7 @@ impl CallConverter {
 /// reader leaves such text as it is; reading it as a malformed call would
 /// replace the model's sentence with an observation.
 fn written_as_prose(el: &crate::event::Element) -> bool {
-    let named = ["name", "tool", "function"].iter().any(|k| el.attrs.contains_key(*k));
+    let named = crate::calls::stream::NAME_KEYS.iter().any(|k| el.attrs.contains_key(*k));
     let first = el.text.trim_start().chars().next();
     &*el.tag == "tool_call" && !named && first.is_some_and(|c| !matches!(c, '{' | '[' | '`'))
 }
