@@ -235,15 +235,7 @@ async fn rewrite_sends_corrected_text_and_keeps_ids_model_created_usage() {
         assert_eq!(corrected, oracle_rewrite(&raw), "{name}");
         // Non-streamed: message.content rewritten, the rest untouched.
         let body = request(name, false);
-        let direct: Value = http
-            .post(format!("{}/v1/chat/completions", mock.url()))
-            .json(&body)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let direct = chat_json(&mock.url(), &body).await;
         let proxied = http.post(format!("{}/v1/chat/completions", url(&proxy))).json(&body).send().await.unwrap();
         let length: usize = proxied.headers()["content-length"].to_str().unwrap().parse().unwrap();
         let proxied = proxied.bytes().await.unwrap();

@@ -171,6 +171,11 @@ async fn a_rebinding_host_is_refused_on_both_listeners() {
     assert!(err.contains("is not a host name"), "{err}");
 }
 
+/// A page's POST of a chat request to `endpoint`, from `origin`.
+fn from_page(endpoint: &str, origin: &'static str, stream: bool) -> reqwest::RequestBuilder {
+    client().post(endpoint).header("origin", origin).body(chat_body(stream))
+}
+
 /// A browser's CORS preflight for a POST from `origin`.
 fn preflight(endpoint: &str, origin: &'static str) -> reqwest::RequestBuilder {
     client()
@@ -188,14 +193,8 @@ async fn cross_site_requests_are_refused_and_allowed_origins_get_cors() {
 
     // A "simple" cross-site request (text/plain, no preflight): refused,
     // and the upstream never sees it.
-    let r = client()
-        .post(&chat)
-        .header("origin", "http://attacker.example")
-        .header("content-type", "text/plain")
-        .body(chat_body(false))
-        .send()
-        .await
-        .unwrap();
+    let r =
+        from_page(&chat, "http://attacker.example", false).header("content-type", "text/plain").send().await.unwrap();
     assert_eq!(r.status(), 403);
     assert!(cors_headers(r.headers()).is_empty());
     let err = error_of(r).await;
@@ -206,7 +205,7 @@ async fn cross_site_requests_are_refused_and_allowed_origins_get_cors() {
     assert_eq!(r.status(), 403);
     assert!(cors_headers(r.headers()).is_empty());
     // `null` (a sandboxed frame, a file) is an origin like another.
-    let r = client().post(&chat).header("origin", "null").body(chat_body(false)).send().await.unwrap();
+    let r = from_page(&chat, "null", false).send().await.unwrap();
     assert_eq!(r.status(), 403);
     assert!(seen(&upstream_saw).is_empty(), "{:?}", seen(&upstream_saw));
     assert_eq!(proxy.metrics().refused_for("origin"), 3);
@@ -245,11 +244,8 @@ async fn cross_site_requests_are_refused_and_allowed_origins_get_cors() {
     assert!(h.get("access-control-allow-credentials").is_none());
     assert_eq!(seen(&upstream_saw).len(), before, "the preflight was not forwarded");
     for stream in [false, true] {
-        let r = client()
-            .post(&chat)
-            .header("origin", "https://app.example")
+        let r = from_page(&chat, "https://app.example", stream)
             .header("content-type", "application/json")
-            .body(chat_body(stream))
             .send()
             .await
             .unwrap();
@@ -270,13 +266,8 @@ async fn cross_site_requests_are_refused_and_allowed_origins_get_cors() {
 
     // `*`: any origin.
     let proxy = proxy_on(&up, "127.0.0.1:0", |c| c.allow_origins = vec!["*".into()]).await;
-    let r = client()
-        .post(format!("{}/v1/chat/completions", url(&proxy)))
-        .header("origin", "http://localhost:5173")
-        .body(chat_body(false))
-        .send()
-        .await
-        .unwrap();
+    let chat = format!("{}/v1/chat/completions", url(&proxy));
+    let r = from_page(&chat, "http://localhost:5173", false).send().await.unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["access-control-allow-origin"], "http://localhost:5173");
     proxy.shutdown().await.unwrap();
