@@ -197,3 +197,86 @@ async fn an_agent_request_traces_its_tool_runs() {
     assert!(names.contains(&"gen_ai.tool.run") && names.contains(&"gen_ai.tool.call"), "{names:?}");
     mock.shutdown().await.unwrap();
 }
+
+/// A WebSocket session (Realtime) is one span from the handshake to its
+/// end: its `traceparent` goes upstream in the handshake, and the events
+/// of each of its responses (a repair, the token counts, added up) are on
+/// it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_session_becomes_a_span_and_its_traceparent_goes_upstream() {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response as WsResponse};
+    let (collector, spans) = receiver().await;
+    // An upstream that notes the handshake's traceparent and, asked, sends
+    // two responses of text with an unclosed `<content>` and their usage.
+    let seen: Seen = Arc::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up = format!("http://{}", listener.local_addr().unwrap());
+    let noted = seen.clone();
+    tokio::spawn(async move {
+        let Ok((tcp, _)) = listener.accept().await else { return };
+        // The callback's `Result` is tungstenite's, with its large error type.
+        #[allow(clippy::result_large_err)]
+        let callback = move |request: &Request, response: WsResponse| -> Result<WsResponse, ErrorResponse> {
+            let tp = request.headers().get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_string);
+            noted.lock().unwrap().push(tp);
+            Ok(response)
+        };
+        let Ok(mut ws) = tokio_tungstenite::accept_hdr_async(tcp, callback).await else { return };
+        while let Some(Ok(message)) = ws.next().await {
+            if message.to_text().unwrap_or_default() != "go" {
+                continue;
+            }
+            for (id, tokens) in [("resp_1", 3), ("resp_2", 4)] {
+                let delta = json!({"type": "response.output_text.delta", "response_id": id, "item_id": "i",
+                    "output_index": 0, "content_index": 0, "delta": "<content>Hi"});
+                let done = json!({"type": "response.done", "response": {"id": id, "status": "completed",
+                    "usage": {"input_tokens": 10, "output_tokens": tokens, "total_tokens": 10 + tokens}}});
+                for event in [delta, done] {
+                    let _ = ws.send(Message::text(event.to_string())).await;
+                }
+            }
+        }
+    });
+    let mut config = ProxyConfig::new(&up);
+    config.options = StreamOptions::with_registry(Registry::filament());
+    config.otel = Some(OtelConfig { endpoint: Some(collector), system: None });
+    let proxy = ProxyServer::bind(config, "127.0.0.1:0").await.unwrap().spawn();
+    let parent_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let target = format!("{}/v1/realtime?model=gpt-realtime", url(&proxy).replacen("http://", "ws://", 1));
+    let mut request = target.into_client_request().unwrap();
+    let traceparent = format!("00-{parent_trace}-00f067aa0ba902b7-01");
+    request.headers_mut().insert("traceparent", traceparent.parse().unwrap());
+    let step = Duration::from_secs(10);
+    let (mut ws, _) = tokio::time::timeout(step, tokio_tungstenite::connect_async(request)).await.unwrap().unwrap();
+    ws.send(Message::text("go")).await.unwrap();
+    for _ in 0..4 {
+        tokio::time::timeout(step, ws.next()).await.unwrap().unwrap().unwrap();
+    }
+    ws.close(None).await.unwrap();
+    tokio::time::timeout(step, async { while let Some(Ok(_)) = ws.next().await {} }).await.unwrap();
+    tokio::time::timeout(step, proxy.shutdown()).await.unwrap().unwrap();
+    let spans = spans.lock().unwrap().clone();
+    assert_eq!(spans.len(), 1, "{spans:?}");
+    let span = &spans[0];
+    assert_eq!(span.name, "realtime gpt-realtime");
+    assert_eq!(hex(&span.trace_id), parent_trace, "a child of the client's trace");
+    let text = |k: &str| match attr(span, k) {
+        Some(AnyValue::StringValue(s)) => s.clone(),
+        other => format!("{other:?}"),
+    };
+    let int = |k: &str| match attr(span, k) {
+        Some(AnyValue::IntValue(n)) => *n,
+        _ => -1,
+    };
+    assert_eq!(text("gen_ai.operation.name"), "realtime");
+    assert_eq!(text("gen_ai.request.model"), "gpt-realtime");
+    assert_eq!(text("spindle.outcome"), "closed");
+    assert_eq!(int("http.response.status_code"), 101);
+    assert_eq!((int("gen_ai.usage.input_tokens"), int("gen_ai.usage.output_tokens")), (20, 7), "added up");
+    assert_eq!(span.events.iter().filter(|e| e.name == "spindle.repair").count(), 2, "{:?}", span.events);
+    let tp = seen.lock().unwrap().first().cloned().flatten().unwrap_or_default();
+    assert_eq!(tp, format!("00-{parent_trace}-{}-01", hex(&span.span_id)));
+}

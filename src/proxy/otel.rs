@@ -30,6 +30,14 @@
 //! `spindle.outcome`, `spindle.repairs`. Events: `spindle.repair` (kind,
 //! tag, the text added or dropped), `gen_ai.tool.call` (tool name, call
 //! element), `spindle.diagnostic` (warnings and errors).
+//!
+//! A WebSocket session (OpenAI's Realtime API) is one span too, named
+//! `realtime MODEL`, with `gen_ai.operation.name` `realtime`, from the
+//! handshake to the session's end: status `101` and the way the session
+//! ended as its outcome (`closed`, `too_big`, `client_lost`, ...; an
+//! upstream's refusal is its status, outcome `refused`), the events
+//! of all its responses on it (their token counts added up), and
+//! its `traceparent` sent in the upstream's handshake.
 
 use crate::event::{Event, Level};
 use crate::sources::SourceEvent;
@@ -108,6 +116,27 @@ impl Telemetry {
         model: Option<&str>,
         inject: &mut axum::http::HeaderMap,
     ) -> RequestSpan {
+        self.span(Operation::Chat, client_headers, model, inject)
+    }
+
+    /// Starts the span of a WebSocket session, as [`Telemetry::request`]
+    /// does a request's.
+    pub(crate) fn session(
+        &self,
+        client_headers: &axum::http::HeaderMap,
+        model: Option<&str>,
+        inject: &mut axum::http::HeaderMap,
+    ) -> RequestSpan {
+        self.span(Operation::Realtime, client_headers, model, inject)
+    }
+
+    fn span(
+        &self,
+        operation: Operation,
+        client_headers: &axum::http::HeaderMap,
+        model: Option<&str>,
+        inject: &mut axum::http::HeaderMap,
+    ) -> RequestSpan {
         use opentelemetry::propagation::TextMapPropagator as _;
         let propagator = TraceContextPropagator::new();
         let incoming: HashMap<String, String> = client_headers
@@ -116,11 +145,13 @@ impl Telemetry {
             .collect();
         let parent = propagator.extract(&incoming);
         let name = match model {
-            Some(m) => format!("chat {m}"),
-            None => "chat".to_string(),
+            Some(m) => format!("{} {m}", operation.as_str()),
+            None => operation.as_str().to_string(),
         };
-        let mut attributes =
-            vec![KeyValue::new("gen_ai.operation.name", "chat"), KeyValue::new("gen_ai.system", self.system.clone())];
+        let mut attributes = vec![
+            KeyValue::new("gen_ai.operation.name", operation.as_str()),
+            KeyValue::new("gen_ai.system", self.system.clone()),
+        ];
         if let Some(m) = model {
             attributes.push(KeyValue::new("gen_ai.request.model", m.to_string()));
         }
@@ -141,6 +172,7 @@ impl Telemetry {
             }
         }
         RequestSpan {
+            operation,
             cx,
             started: Instant::now(),
             first_token: None,
@@ -158,9 +190,28 @@ impl Telemetry {
     }
 }
 
+/// What a span is of: its name's first word and `gen_ai.operation.name`.
+#[derive(Debug, Clone, Copy)]
+enum Operation {
+    /// A chat request (over HTTP).
+    Chat,
+    /// A WebSocket session of OpenAI's Realtime API.
+    Realtime,
+}
+
+impl Operation {
+    fn as_str(self) -> &'static str {
+        match self {
+            Operation::Chat => "chat",
+            Operation::Realtime => "realtime",
+        }
+    }
+}
+
 /// The span of one request, fed the request's events by the pump.
 #[derive(Debug)]
 pub(crate) struct RequestSpan {
+    operation: Operation,
     cx: Context,
     started: Instant,
     first_token: Option<Duration>,
@@ -211,8 +262,25 @@ impl RequestSpan {
             SourceEvent::Finish { reason, .. } => self.finish_reasons.push(reason.as_str().to_string()),
             SourceEvent::Usage { usage } => {
                 let n = |k: &str| usage.get(k).and_then(serde_json::Value::as_i64);
-                self.input_tokens = n("prompt_tokens").or(n("input_tokens")).or(self.input_tokens);
-                self.output_tokens = n("completion_tokens").or(n("output_tokens")).or(self.output_tokens);
+                let (input, output) =
+                    (n("prompt_tokens").or(n("input_tokens")), n("completion_tokens").or(n("output_tokens")));
+                match self.operation {
+                    // A request's usage may come in several chunks, each
+                    // with the counts so far: the last one holds.
+                    Operation::Chat => {
+                        self.input_tokens = input.or(self.input_tokens);
+                        self.output_tokens = output.or(self.output_tokens);
+                    }
+                    // A session's comes once per response: they add up.
+                    Operation::Realtime => {
+                        let add = |total: Option<i64>, n: Option<i64>| match (total, n) {
+                            (Some(t), Some(n)) => Some(t.saturating_add(n)),
+                            (t, n) => t.or(n),
+                        };
+                        self.input_tokens = add(self.input_tokens, input);
+                        self.output_tokens = add(self.output_tokens, output);
+                    }
+                }
             }
             SourceEvent::StreamError { error, .. } => {
                 let message = error.get("message").and_then(serde_json::Value::as_str).unwrap_or("stream error");
@@ -268,7 +336,7 @@ impl RequestSpan {
             ));
         }
         span.set_attributes(attrs);
-        if status >= 400 || !matches!(outcome, "ok" | "done_added" | "rewritten") {
+        if status >= 400 || !matches!(outcome, "ok" | "done_added" | "rewritten" | "closed") {
             span.set_status(Status::error(outcome.to_string()));
         }
         span.end();

@@ -28,6 +28,15 @@ mod off {
             Trace
         }
 
+        pub(crate) fn session(
+            &self,
+            _client: &axum::http::HeaderMap,
+            _model: Option<&str>,
+            _inject: &mut axum::http::HeaderMap,
+        ) -> Trace {
+            Trace
+        }
+
         pub(crate) fn shutdown(&self) {}
     }
 

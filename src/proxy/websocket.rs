@@ -54,7 +54,9 @@
 //! `response.audio_transcript.delta`, function-call arguments, and
 //! `response.done` to end it) are read by a [`crate::sources::ChatStream`]
 //! per response, as the HTTP streams are: elements, repairs and
-//! diagnostics go to the metrics, the sinks and the inspector, under a
+//! diagnostics go to the metrics, the sinks, the inspector and the
+//! session's trace span (with the `otel` feature; the span's
+//! `traceparent` goes upstream in the handshake), under a
 //! stream id of each response's own, the path, and the `model` of the
 //! handshake's query. The text and transcript items of one response are
 //! one answer (choice 0). Other events (audio, input, session) are not
@@ -92,6 +94,7 @@ use super::error::{ProxyError, ProxyErrorKind, chain, error_response, from_send_
 use super::listen::ConnectionSlot;
 use super::metrics::{Direction, GaugeGuard};
 use super::pump::{Stream as SinkStream, dispatch_events, read_whole};
+use super::trace::Trace;
 use crate::sources::{ChatStream, SourceEvent};
 use axum::body::Body;
 use axum::http::request::Parts;
@@ -242,10 +245,17 @@ pub(crate) async fn forward(app: &Arc<App>, id: u64, mut parts: Parts, held: Hel
     };
     app.metrics.request("websocket");
     let url = app.target(&parts.uri);
-    let upstream = match open_upstream(app, &url, &parts.headers, &client.offered).await {
+    let model = model_in_query(&parts.uri);
+    let mut carried = HeaderMap::new();
+    let trace = app.telemetry.as_ref().map(|t| t.session(&parts.headers, model.as_deref(), &mut carried));
+    let upstream = match open_upstream(app, &url, &parts.headers, carried, &client.offered).await {
         Ok(Opened::Accepted(accepted)) => accepted,
         Ok(Opened::Refused(response)) => {
-            tracing::info!(id, path = %path, status = response.status().as_u16(), "upstream refused the WebSocket");
+            let status = response.status().as_u16();
+            tracing::info!(id, path = %path, status, "upstream refused the WebSocket");
+            if let Some(t) = trace {
+                t.end(status, "refused", None);
+            }
             return response;
         }
         Err(err) => {
@@ -253,6 +263,9 @@ pub(crate) async fn forward(app: &Arc<App>, id: u64, mut parts: Parts, held: Hel
                 app.metrics.upstream_error(err.code());
             }
             tracing::warn!(id, path = %path, "{err}");
+            if let Some(t) = trace {
+                t.end(err.status(), err.code(), None);
+            }
             return error_response(&err);
         }
     };
@@ -268,8 +281,7 @@ pub(crate) async fn forward(app: &Arc<App>, id: u64, mut parts: Parts, held: Hel
     if let Some(protocol) = upstream.protocol {
         headers.insert(header::SEC_WEBSOCKET_PROTOCOL, protocol);
     }
-    let model = model_in_query(&parts.uri);
-    let session = Session { app: app.clone(), id, path, model, _held: held, _slot: slot };
+    let session = Session { app: app.clone(), id, path, model, trace, _held: held, _slot: slot };
     app.sessions.spawn(session.run(client.on_upgrade, upstream.ws));
     response
 }
@@ -295,9 +307,17 @@ struct Accepted {
 const KEY_SUBPROTOCOL: &str = "openai-insecure-api-key.";
 
 /// Phase 2: the upstream's handshake.
-async fn open_upstream(app: &App, url: &str, client: &HeaderMap, offered: &[String]) -> Result<Opened, ProxyError> {
+/// `carried` are the headers that carry the session's trace upstream.
+async fn open_upstream(
+    app: &App,
+    url: &str,
+    client: &HeaderMap,
+    carried: HeaderMap,
+    offered: &[String],
+) -> Result<Opened, ProxyError> {
     let key = generate_key();
     let mut headers = end_to_end(client);
+    headers.extend(carried);
     // A browser cannot set `Authorization` on a WebSocket: it names its key
     // in a subprotocol (OpenAI's `openai-insecure-api-key.KEY`). That is
     // the client's own key, as an `Authorization` header would be: the
@@ -408,6 +428,8 @@ struct Session {
     path: String,
     /// The model the handshake names, for the records.
     model: Option<String>,
+    /// The session's span (with the `otel` feature and an endpoint).
+    trace: Option<Trace>,
     /// The in-flight permit and the requests gauge.
     _held: Held,
     /// The client connection's slot under the listener's cap.
@@ -417,13 +439,20 @@ struct Session {
 impl Session {
     /// Phases 4 and 5: waits for hyper to hand over the client's
     /// connection, relays, ends, counts and logs.
-    async fn run(self, on_upgrade: OnUpgrade, mut upstream: UpstreamWs) {
+    async fn run(mut self, on_upgrade: OnUpgrade, mut upstream: UpstreamWs) {
+        let trace = self.trace.take();
         let (app, id, path) = (&self.app, self.id, &self.path);
+        let ended = |how: &'static str, trace: Option<Trace>| {
+            app.metrics.websocket_end(how);
+            if let Some(t) = trace {
+                t.end(StatusCode::SWITCHING_PROTOCOLS.as_u16(), how, None);
+            }
+        };
         let upgraded = tokio::select! {
             upgraded = on_upgrade => upgraded,
             () = app.hard_stop.cancelled() => {
                 let _ = tokio::time::timeout(CLOSE_WAIT, upstream.close(Some(going_away("proxy shutting down")))).await;
-                app.metrics.websocket_end("shutdown");
+                ended("shutdown", trace);
                 return;
             }
         };
@@ -432,7 +461,7 @@ impl Session {
             Err(e) => {
                 tracing::info!(id, path = %path, "the client's connection was not upgraded: {e}");
                 let _ = tokio::time::timeout(CLOSE_WAIT, upstream.close(Some(going_away("client went away")))).await;
-                app.metrics.websocket_end("client_lost");
+                ended("client_lost", trace);
                 return;
             }
         };
@@ -442,10 +471,10 @@ impl Session {
         let started = Instant::now();
         tracing::info!(id, path = %path, "websocket session open");
         let counts = [AtomicU64::new(0), AtomicU64::new(0)];
-        let mut tap = Tap::new(path, self.model.clone());
+        let mut tap = Tap::new(path, self.model.clone(), trace);
         let end = relay(client, upstream, app, &counts, &mut tap).await;
-        tap.finish(app).await;
-        app.metrics.websocket_end(end.label());
+        let trace = tap.finish(app).await;
+        ended(end.label(), trace);
         tracing::info!(
             id,
             path = %path,
@@ -709,6 +738,8 @@ struct Tap {
     /// Bytes of the upstream's text messages so far (diagnostics' offsets).
     offset: usize,
     events: Vec<SourceEvent>,
+    /// The session's span, which sees the events of all its responses.
+    trace: Option<Trace>,
 }
 
 /// The `type` of a server event, read without the rest.
@@ -719,8 +750,8 @@ struct Kind<'a> {
 }
 
 impl Tap {
-    fn new(path: &str, model: Option<String>) -> Tap {
-        Tap { path: path.to_string(), model, current: None, offset: 0, events: Vec::new() }
+    fn new(path: &str, model: Option<String>, trace: Option<Trace>) -> Tap {
+        Tap { path: path.to_string(), model, current: None, offset: 0, events: Vec::new(), trace }
     }
 
     /// Reads one text message of the upstream (already relayed), and
@@ -754,14 +785,16 @@ impl Tap {
     }
 
     /// Ends the response still being read when the session ended: it was
-    /// cut off.
-    async fn finish(mut self, app: &App) {
-        let Some((id, stream)) = self.current.take() else { return };
-        stream.finish_into(&mut self.events);
-        self.dispatch(app, id).await;
-        if let Some(i) = &app.inspector {
-            i.end(id, "session_ended");
+    /// cut off. Hands back the session's span, to end.
+    async fn finish(mut self, app: &App) -> Option<Trace> {
+        if let Some((id, stream)) = self.current.take() {
+            stream.finish_into(&mut self.events);
+            self.dispatch(app, id).await;
+            if let Some(i) = &app.inspector {
+                i.end(id, "session_ended");
+            }
         }
+        self.trace
     }
 
     /// Metrics, sinks and the inspector for the events of response `id`.
@@ -771,7 +804,7 @@ impl Tap {
         }
         let stream = SinkStream { id, path: &self.path, model: self.model.as_deref() };
         let mut truncated = false;
-        dispatch_events(app, &stream, None, &mut self.events, &mut truncated).await;
+        dispatch_events(app, &stream, self.trace.as_mut(), &mut self.events, &mut truncated).await;
         if truncated {
             app.metrics.truncated();
         }
