@@ -268,3 +268,46 @@ fn parse_execute_waits_for_its_async_tasks() {
     assert_eq!((done["outcome"].as_str(), done["task_id"].as_str()), (Some("success"), Some("task_1")), "{done}");
     assert_eq!(done["result"], serde_json::json!({"rendered": "owl"}));
 }
+
+/// A plugin folder given relative to the working folder runs a program
+/// named by its path in the plugin (`./run.sh`, `bin/run.sh`): the
+/// program is found once, not again below the plugin folder the process
+/// starts in.
+#[test]
+fn a_relative_tools_folder_runs_programs_named_by_path() {
+    use std::os::unix::fs::PermissionsExt;
+    let work = tempfile::tempdir().unwrap();
+    let plugin = work.path().join("plugins/own");
+    std::fs::create_dir_all(plugin.join("tools")).unwrap();
+    std::fs::create_dir_all(plugin.join("bin")).unwrap();
+    std::fs::write(plugin.join("plugin.yaml"), "name: own\ntools:\n  entry: ./tools\n").unwrap();
+    for (program, id) in [("./run.sh", "Dot"), ("bin/run.sh", "Bin")] {
+        let def = serde_json::json!({"id": id, "description": "Says hi.",
+            "implementation": {"type": "script", "command": program},
+            "parameters": {"type": "object", "properties": {}}});
+        std::fs::write(plugin.join(format!("tools/{id}.tool.json")), def.to_string()).unwrap();
+    }
+    for script in ["run.sh", "bin/run.sh"] {
+        let path = plugin.join(script);
+        std::fs::write(&path, "#!/bin/sh\necho hi from $0\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let calls = "<tool_call name=\"Dot\">{}</tool_call>\n<tool_call name=\"Bin\">{}</tool_call>\n";
+    std::fs::write(work.path().join("calls.txt"), calls).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_spindle"))
+        .args(["parse", "calls.txt", "--profile", "filament", "--tools", "plugins", "--execute"])
+        .current_dir(work.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let results: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["type"] == "tool_result")
+        .collect();
+    assert_eq!(results.len(), 2, "{stdout}");
+    for r in &results {
+        assert_eq!(r["outcome"], "success", "{r}");
+    }
+}

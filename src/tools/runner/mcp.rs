@@ -207,11 +207,7 @@ impl McpPool {
             return Err(McpError::Config { plugin: plugin.into(), message: "command is empty".into() });
         };
         let start_err = |message: String| McpError::Start { plugin: plugin.into(), command: argv.clone(), message };
-        let program = if program.contains('/') && !Path::new(program).is_absolute() {
-            dir.join(program)
-        } else {
-            PathBuf::from(program)
-        };
+        let program = super::plugin_program(dir, program);
         let mark = super::group::new_mark();
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(&argv[1..])

@@ -74,6 +74,20 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio_util::sync::CancellationToken;
 
+/// The program a plugin's command starts: one with a `/` in it is the
+/// plugin's own (relative to its folder `dir`, unless absolute), others
+/// are looked up on `PATH`. The path is made absolute: the process starts
+/// in `dir` (its working folder), where a relative `dir` would be
+/// resolved a second time.
+fn plugin_program(dir: &Path, program: &str) -> PathBuf {
+    let path = Path::new(program);
+    if path.is_absolute() || !program.contains('/') {
+        return path.to_path_buf();
+    }
+    let joined = dir.join(path);
+    std::path::absolute(&joined).unwrap_or(joined)
+}
+
 /// Limits and settings of a [`Runner`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunnerOptions {

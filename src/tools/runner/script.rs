@@ -60,10 +60,9 @@ impl ScriptSpec {
         Ok(ScriptSpec { argv, timeout })
     }
 
-    /// The program to start: relative to `dir` when it has a `/`.
+    /// The program to start: the plugin's own (in `dir`) when it has a `/`.
     fn program(&self, dir: &Path) -> PathBuf {
-        let p = Path::new(&self.argv[0]);
-        if p.is_absolute() || !self.argv[0].contains('/') { p.to_path_buf() } else { dir.join(p) }
+        super::plugin_program(dir, &self.argv[0])
     }
 }
 
