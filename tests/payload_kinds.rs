@@ -284,6 +284,16 @@ fn details() {
         json!({"summary": "摘要", "body": "用户询问了森林的危险性。"})
     );
     assert_eq!(payload("<details>only body</details>", "details"), json!({"summary": null, "body": "only body"}));
+    // The body is shown as HTML: it gets content's allowlist.
+    let p = payload(
+        "<details><summary>s</summary><b>ok</b><script>alert(1)</script><a href=\"javascript:x\">y</a><img src=x onerror=alert(2)></details>",
+        "details",
+    );
+    let body = p["body"].as_str().unwrap_or_default();
+    assert!(body.starts_with("<b>ok</b>"), "{body}");
+    for bad in ["<script", "javascript:", "onerror"] {
+        assert!(!body.contains(bad), "{bad} in {body}");
+    }
 }
 
 #[test]

@@ -557,7 +557,8 @@ fn tree_of(text: &str, out: &mut Payload) -> Vec<Node> {
     tree.nodes
 }
 
-/// `<details><summary>..</summary>body</details>`: `{summary, body}`.
+/// `<details><summary>..</summary>body</details>`: `{summary, body}`, the
+/// body filtered to content's HTML allowlist, the summary its text.
 pub(crate) fn details(el: &Element) -> Payload {
     let mut out = Payload::none();
     let (summary, body) = match super::extract_child(&el.text, "summary") {
@@ -576,7 +577,14 @@ pub(crate) fn details(el: &Element) -> Payload {
             (None, el.text.clone())
         }
     };
-    out.value = json!({"summary": summary, "body": body.trim()});
+    // A UI shows the body as HTML (spec 003 §3.3.2: standard HTML
+    // behaviour), so it gets content's allowlist (§3.1.3).
+    let clean = super::html::sanitize(body.trim());
+    if !clean.report.is_clean_but_comments() {
+        let message = format!("details body HTML filtered: {}", clean.report.summary());
+        out.diagnostics.push(diag(Level::Warning, DiagnosticCode::HtmlFiltered, &message));
+    }
+    out.value = json!({"summary": summary, "body": clean.html});
     out
 }
 

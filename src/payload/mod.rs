@@ -21,7 +21,7 @@
 //! | `ui_component` | `{view, props}` |
 //! | `media` | `{type, src, alt}` |
 //! | `choice` (`xx`) | `{prompt, options: [{id, label}..]}` |
-//! | `details` | `{summary, body}` |
+//! | `details` | `{summary, body}`: the summary's text, the body filtered as content's HTML is |
 //! | `status_bar` | ordered object of child tag to value (nested objects, `@attr`, `#text`, repeated tags as arrays) |
 //! | `thought` | `null` |
 //! | other registry tags | `{attrs, children}` (`{attrs, value}` for JSON bodies, `{attrs, text}` for raw ones) |
