@@ -142,12 +142,10 @@ fn every_row_of_the_migration_tables() {
         count += 1;
     }
     assert!(count >= 90, "{count} rows");
-    // Every converted row that needs no host renders in the sandbox.
+    // Every converted row renders in the sandbox (a global write is
+    // handed to the host).
     let r = spindle::prompt::Renderer::new();
     for (st, want) in ROWS {
-        if want.contains("set_global") {
-            continue;
-        }
         let ctx = json!({"history": [{"role": "user", "content": "hi", "id": 1}], "content": " x ", "context": [{"id": 0}], "display_context": [{"id": 0}]});
         assert!(
             r.render(want, &ctx, &json!({"x": 1, "name": 2})).is_ok(),
@@ -503,4 +501,38 @@ fn a_render_that_runs_away_ends_at_max_time() {
     let (code, _, err) = spindle(&["prompt", "render", template.to_str().unwrap_or_default(), "--max-time", "0"]);
     assert_eq!(code, Some(2), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `{{setglobalvar}}` and its kin migrate to `{% set_global %}`, which
+/// renders: it prints nothing, writes no state, hands the write to the
+/// host, and the rest of the render reads it back. Comments, raw blocks
+/// and strings that spell the statement are left alone.
+#[test]
+fn set_global_hands_its_write_to_the_host() {
+    let r = spindle::prompt::Renderer::new();
+    let m = spindle::prompt::migrate(
+        "{{setglobalvar::met::yes}}Hi {{user}}, {{getglobalvar::met}}.{{incglobalvar::visits}}{{getglobalvar::visits}}",
+    );
+    let vars = json!({"user": "Ann", "global_state": {"visits": 4}});
+    let out = r.render_full(&m.text, &vars, &json!({})).unwrap_or_else(|e| panic!("{}: {e}", m.text));
+    assert_eq!(out.text, "Hi Ann, yes.5");
+    let writes: Vec<(String, serde_json::Value)> =
+        out.global_writes.iter().map(|w| (w.name.clone(), w.value.clone())).collect();
+    assert_eq!(writes, [("met".to_string(), json!("yes")), ("visits".to_string(), json!(5))]);
+    // `render` gives the same text.
+    assert_eq!(r.render(&m.text, &vars, &json!({})).unwrap(), "Hi Ann, yes.5");
+    // Whitespace control, a string holding `%}`, a dotted name.
+    let out = r.render_full("a  {%- set_global quest.stage = 'x %} y' -%}  b", &json!({}), &json!({})).unwrap();
+    assert_eq!(out.text, "ab");
+    assert_eq!(out.global_writes[0].name, "quest.stage");
+    assert_eq!(out.global_writes[0].value, json!("x %} y"));
+    // Spelled in a comment, a raw block or a string: text, not a write.
+    let t = "{# {% set_global a = 1 %} #}{% raw %}{% set_global b = 2 %}{% endraw %}{{ '{% set_global c = 3 %}' }}";
+    let out = r.render_full(t, &json!({}), &json!({})).unwrap();
+    assert_eq!(out.text, "{% set_global b = 2 %}{% set_global c = 3 %}");
+    assert!(out.global_writes.is_empty());
+    // A set_global that is no assignment is a template error, not a panic.
+    assert!(r.render("{% set_global %}", &json!({}), &json!({})).is_err());
+    assert!(r.render("{% set_global 1x = 2 %}", &json!({}), &json!({})).is_err());
+    assert!(r.render("{% set_global a = ", &json!({}), &json!({})).is_err());
 }

@@ -644,7 +644,7 @@ impl Migrator {
                 host(
                     self,
                     to,
-                    "writes a global variable: templates cannot write state (the sandbox refuses set_global); the host must apply it",
+                    "writes a global variable: the template writes no state; the render hands the write to the host to apply (Renderer::render_full)",
                 )
             }
             ("newline", 1) => done(self, expr("'\\n'")),

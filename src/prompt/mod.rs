@@ -23,6 +23,6 @@ pub use card::{CardError, Imported, import, import_bytes};
 pub use migrate::{Migration, MigrationNote, NoteKind, migrate};
 pub use protocols::{PROTOCOLS, ProtocolRegistry, declared_protocols, registry_for};
 pub use skein::{Block, Skein};
-pub use template::{RenderError, RenderLimits, Renderer};
+pub use template::{GlobalWrite, RenderError, RenderLimits, Rendered, Renderer};
 pub use worldbook::{EntryFormat, Normalized, normalize_entry};
 pub use yaml::{YamlError, from_yaml, to_yaml};

@@ -18,6 +18,16 @@
 //!   long ends), recursion depth (macros calling themselves), output size.
 //!   A template past a limit ends with a [`RenderError`] that says which.
 //!
+//! # Global writes
+//!
+//! `{% set_global name = value %}` (what [`crate::prompt::migrate`] makes
+//! of SillyTavern's `{{setglobalvar}}` and its kin, spec 003 §2.3.4)
+//! writes nothing: it prints nothing and hands the write to the host, in
+//! [`Rendered::global_writes`] ([`Renderer::render_full`]), to apply to
+//! its own store. The rest of the render reads the written value as
+//! `global_state.name` (a top-level name; a dotted one is handed on but
+//! not read back).
+//!
 //! # Context
 //!
 //! The variables given (`user`, `char`, `group`, `history`, `config`, …, as
@@ -234,7 +244,8 @@ impl Renderer {
     }
 
     /// Renders `template` with the variables `vars` (an object) and the
-    /// read-only `state`.
+    /// read-only `state`. The writes of `{% set_global %}` are left out:
+    /// [`Renderer::render_full`] hands them on.
     ///
     /// # Errors
     ///
@@ -245,11 +256,48 @@ impl Renderer {
         vars: &serde_json::Value,
         state: &serde_json::Value,
     ) -> Result<String, RenderError> {
+        self.render_full(template, vars, state).map(|r| r.text)
+    }
+
+    /// [`Renderer::render`], with the writes of the template's
+    /// `{% set_global %}` statements for the host to apply.
+    ///
+    /// ```
+    /// use spindle::prompt::Renderer;
+    /// use serde_json::json;
+    ///
+    /// let r = Renderer::new();
+    /// let out = r.render_full(
+    ///     "{% set_global met = addvar(global_state.met, 1) %}Met {{ global_state.met }} times.",
+    ///     &json!({"global_state": {"met": 2}}),
+    ///     &json!({}),
+    /// ).unwrap();
+    /// assert_eq!(out.text, "Met 3 times.");
+    /// assert_eq!(out.global_writes[0].name, "met");
+    /// assert_eq!(out.global_writes[0].value, json!(3));
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Renderer::render`].
+    pub fn render_full(
+        &self,
+        template: &str,
+        vars: &serde_json::Value,
+        state: &serde_json::Value,
+    ) -> Result<Rendered, RenderError> {
         if let Some(why) = writes_state(template) {
             return Err(RenderError::Sandbox(why));
         }
-        let env = self.environment();
-        let tmpl = env.template_from_str(template).map_err(|e| classify(&e))?;
+        let template = with_global_writes(template);
+        let writes: Writes = Arc::default();
+        let mut env = self.environment();
+        let sink = writes.clone();
+        env.add_function(SET_GLOBAL_FN, move |name: String, value: Value| -> Value {
+            sink.lock().unwrap_or_else(PoisonError::into_inner).push((name, value));
+            Value::from("")
+        });
+        let tmpl = env.template_from_str(&template).map_err(|e| classify(&e))?;
         let mut ctx = match vars {
             serde_json::Value::Object(m) => m.clone(),
             _ => serde_json::Map::new(),
@@ -272,9 +320,21 @@ impl Renderer {
                 root.insert(key.into(), Value::from_object(Named { name: name.to_string(), fields }));
             }
         }
+        let base = root.remove("global_state").unwrap_or_else(|| Value::from(()));
+        root.insert("global_state".into(), Value::from_object(GlobalState { base, writes: writes.clone() }));
         let mut out = Limited { buf: Vec::new(), max: self.limits.max_output };
         match tmpl.render_captured_to(Value::from(root), &mut out) {
-            Ok(_) => Ok(String::from_utf8_lossy(&out.buf).into_owned()),
+            Ok(_) => {
+                let writes = std::mem::take(&mut *writes.lock().unwrap_or_else(PoisonError::into_inner));
+                let global_writes = writes
+                    .into_iter()
+                    .map(|(name, value)| GlobalWrite {
+                        name,
+                        value: serde_json::to_value(&value).unwrap_or(serde_json::Value::Null),
+                    })
+                    .collect();
+                Ok(Rendered { text: String::from_utf8_lossy(&out.buf).into_owned(), global_writes })
+            }
             Err(e) if e.kind() == ErrorKind::WriteFailure => Err(RenderError::Limit(format!(
                 "the output passed {} bytes (RenderLimits::max_output)",
                 self.limits.max_output
@@ -282,6 +342,184 @@ impl Renderer {
             Err(e) => Err(classify(&e)),
         }
     }
+}
+
+/// What [`Renderer::render_full`] gives: the text, and the global writes
+/// for the host.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Rendered {
+    /// The rendered text.
+    pub text: String,
+    /// The writes of `{% set_global %}`, in the order they ran.
+    pub global_writes: Vec<GlobalWrite>,
+}
+
+/// One `{% set_global name = value %}` that ran.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[non_exhaustive]
+pub struct GlobalWrite {
+    /// The variable (a dotted path as written: `quest.stage`).
+    pub name: String,
+    /// Its new value.
+    pub value: serde_json::Value,
+}
+
+/// The writes of one render, as they run.
+type Writes = Arc<Mutex<Vec<(String, Value)>>>;
+
+/// The function a `{% set_global %}` becomes (a name no template uses).
+const SET_GLOBAL_FN: &str = "__spindle_set_global";
+
+/// `global_state`: the host's values, under the writes made so far.
+#[derive(Debug)]
+struct GlobalState {
+    base: Value,
+    writes: Writes,
+}
+
+impl minijinja::value::Object for GlobalState {
+    fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
+        let name = key.as_str()?;
+        let written = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, value)) = written.iter().rev().find(|(n, _)| n == name) {
+            return Some(value.clone());
+        }
+        drop(written);
+        self.base.get_item(key).ok().filter(|v| !v.is_undefined())
+    }
+}
+
+/// `template` with each `{% set_global NAME = EXPR %}` made a call of
+/// [`SET_GLOBAL_FN`] that prints nothing: `{{ __spindle_set_global("NAME",
+/// (EXPR)) }}`, whitespace control kept. Comments, `{% raw %}` blocks and
+/// string literals inside tags are stepped over. (minijinja has no custom
+/// statements; its syntax tree is not part of its stable API.)
+fn with_global_writes(template: &str) -> std::borrow::Cow<'_, str> {
+    if !template.contains("set_global") {
+        return std::borrow::Cow::Borrowed(template);
+    }
+    let mut out = String::with_capacity(template.len() + 64);
+    let mut rest = template;
+    while let Some(i) = rest.find('{') {
+        out.push_str(&rest[..i]);
+        rest = &rest[i..];
+        let close = match rest.as_bytes().get(1) {
+            Some(b'#') => "#}",
+            Some(b'%') => "%}",
+            Some(b'{') => "}}",
+            _ => {
+                out.push('{');
+                rest = &rest[1..];
+                continue;
+            }
+        };
+        let end = if close == "#}" { rest.find(close).map(|e| e + 2) } else { tag_end(rest, close) };
+        let Some(end) = end else {
+            // Unclosed: minijinja reports it.
+            out.push_str(rest);
+            return std::borrow::Cow::Owned(out);
+        };
+        let (tag, after) = rest.split_at(end);
+        rest = after;
+        if close != "%}" {
+            out.push_str(tag);
+            continue;
+        }
+        let inner = &tag[2..tag.len() - 2];
+        let (open_ws, inner) = split_ws_control(inner, true);
+        let (close_ws, inner) = split_ws_control(inner, false);
+        let words = inner.trim();
+        if words == "raw" {
+            // Everything to `{% endraw %}` is text.
+            out.push_str(tag);
+            let stop = raw_end(rest);
+            out.push_str(&rest[..stop]);
+            rest = &rest[stop..];
+            continue;
+        }
+        let Some(assignment) = words.strip_prefix("set_global").filter(|a| a.starts_with(char::is_whitespace)) else {
+            out.push_str(tag);
+            continue;
+        };
+        match assignment.split_once('=') {
+            Some((name, expr)) if is_path(name.trim()) && !expr.starts_with('=') => {
+                out.push_str(&format!(
+                    "{{{{{open_ws} {SET_GLOBAL_FN}(\"{}\", ({})) {close_ws}}}}}",
+                    name.trim(),
+                    expr.trim()
+                ));
+            }
+            // Not an assignment: left for minijinja to refuse.
+            _ => out.push_str(tag),
+        }
+    }
+    out.push_str(rest);
+    std::borrow::Cow::Owned(out)
+}
+
+/// The end (past `close`) of the tag `source` begins with, stepping over
+/// string literals; `None` when it never closes.
+fn tag_end(source: &str, close: &str) -> Option<usize> {
+    let bytes = source.as_bytes();
+    let mut i = 2;
+    let mut quote: Option<u8> = None;
+    while i < bytes.len() {
+        let b = bytes[i];
+        match quote {
+            Some(_) if b == b'\\' => i += 1,
+            Some(q) if b == q => quote = None,
+            Some(_) => {}
+            None if b == b'"' || b == b'\'' => quote = Some(b),
+            None if source[i..].starts_with(close) => return Some(i + close.len()),
+            None => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+/// A tag's whitespace control mark (`-` or `+`) at its start (`front`) or
+/// end, and the rest.
+fn split_ws_control(inner: &str, front: bool) -> (&str, &str) {
+    let mark = |c: char| c == '-' || c == '+';
+    if front {
+        match inner.chars().next() {
+            Some(c) if mark(c) => (&inner[..1], &inner[1..]),
+            _ => ("", inner),
+        }
+    } else {
+        match inner.chars().last() {
+            Some(c) if mark(c) => (&inner[inner.len() - 1..], &inner[..inner.len() - 1]),
+            _ => ("", inner),
+        }
+    }
+}
+
+/// Where the `{% endraw %}` that ends a raw block begins (the end when
+/// none does).
+fn raw_end(source: &str) -> usize {
+    let mut from = 0;
+    while let Some(i) = source[from..].find("{%") {
+        let at = from + i;
+        let inner = &source[at + 2..];
+        let inner = inner.strip_prefix(['-', '+']).unwrap_or(inner);
+        if inner.trim_start().starts_with("endraw") {
+            return at;
+        }
+        from = at + 2;
+    }
+    source.len()
+}
+
+/// Whether `name` is a variable or a dotted path (`quest.stage`).
+fn is_path(name: &str) -> bool {
+    !name.is_empty()
+        && name.split('.').all(|part| {
+            let mut chars = part.chars();
+            chars.next().is_some_and(|c| c.is_alphabetic() || c == '_')
+                && chars.all(|c| c.is_alphanumeric() || c == '_')
+        })
 }
 
 /// A person given as an object: prints as its name, fields by attribute.

@@ -136,9 +136,9 @@ pub(crate) fn run(args: PromptArgs) -> Result<ExitCode> {
             // left behind (and ends with the process) at --max-time.
             let (tx, rx) = std::sync::mpsc::channel();
             std::thread::spawn(move || {
-                let _ = tx.send(r.render(&template, &vars, &state));
+                let _ = tx.send(r.render_full(&template, &vars, &state));
             });
-            let text = match rx.recv_timeout(std::time::Duration::from_secs_f64(a.max_time)) {
+            let rendered = match rx.recv_timeout(std::time::Duration::from_secs_f64(a.max_time)) {
                 Ok(rendered) => rendered.map_err(|e| anyhow::anyhow!("{}: {e}", a.template.display()))?,
                 Err(_) => bail!(
                     "{}: the template was still rendering after --max-time ({} s); a value that grows without \
@@ -147,7 +147,12 @@ pub(crate) fn run(args: PromptArgs) -> Result<ExitCode> {
                     a.max_time
                 ),
             };
-            out.write_all(text.as_bytes())?;
+            out.write_all(rendered.text.as_bytes())?;
+            // Writes of `{% set_global %}`: the template wrote nothing; the
+            // host applies them.
+            for w in &rendered.global_writes {
+                eprintln!("set_global {} = {} (for the host to apply)", w.name, w.value);
+            }
         }
         PromptCommand::Migrate(a) => {
             let bytes = read(&a.file)?;
