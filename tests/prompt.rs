@@ -536,3 +536,17 @@ fn set_global_hands_its_write_to_the_host() {
     assert!(r.render("{% set_global 1x = 2 %}", &json!({}), &json!({})).is_err());
     assert!(r.render("{% set_global a = ", &json!({}), &json!({})).is_err());
 }
+
+/// The spec's function whitelist (003 §2.3.3: `random`, `time`,
+/// `format`): all three are functions.
+#[test]
+fn time_and_format_are_functions() {
+    let now = chrono::DateTime::parse_from_rfc3339("2026-11-24T21:05:00+00:00").unwrap();
+    let r = spindle::prompt::Renderer::new().with_now(now);
+    let out = r.render(
+        "{{ time() }} | {{ time('YYYY-MM-DD') }} | {{ format('%s has %d HP', 'Ann', 7) }}",
+        &json!({}),
+        &json!({}),
+    );
+    assert_eq!(out.unwrap(), "9:05 PM | 2026-11-24 | Ann has 7 HP");
+}

@@ -45,6 +45,8 @@
 //! | `roll('2d6+1')` | dice: `NdM`, `dM`, `+`/`-` constants; a number alone is one die of that many sides (`roll('20')` is `1d20`), and a formula it cannot read, or of more than 1,000 dice in all, rolls nothing (empty), as in SillyTavern |
 //! | `time_diff(a, b)` | the time between two times (RFC 3339, ISO 8601 without an offset read as UTC, or `November 24, 2026` as `{{date}}` shows it), in words (`2 hours`); `Invalid date` when one cannot be read, as in SillyTavern |
 //! | `outlet(name)` | the text of world-info outlet `name` (from the `outlets` variable) |
+//! | `time(fmt)` | `now` in moment.js tokens (default `LT`: `9:05 PM`) |
+//! | `format(fmt, args…)` | printf-style formatting, as the `format` filter: `format('%s: %d HP', name, hp)` |
 //! | `addvar(current, value)` | SillyTavern's `addvar`: a list gets `value` appended; numbers (and text that reads as one) add; anything else is joined as text; unset counts as `0` (what migrated `{{addvar}}`, `{{incvar}}`, `{{decvar}}` call) |
 //! | `x \| time_format(fmt)` | a time in moment.js tokens (default `LT`: `9:05 PM`) |
 //! | `x \| date_format(fmt)` | the same, default `LL` (`November 24, 2026`) |
@@ -203,6 +205,8 @@ impl Renderer {
             state.lookup("outlets").and_then(|o| o.get_attr(&name).ok()).unwrap_or(Value::from(""))
         });
         env.add_function("addvar", |current: Value, value: Value| st_add(&current, &value));
+        // The `format` filter as a function too: `format('%s has %d HP', name, hp)`.
+        env.add_function("format", minijinja::filters::format);
         env.add_filter("time_format", |v: String, fmt: Option<String>| -> Result<String, Error> {
             Ok(moment(&parse_time(&v)?, fmt.as_deref().unwrap_or("LT")))
         });
@@ -297,6 +301,8 @@ impl Renderer {
             sink.lock().unwrap_or_else(PoisonError::into_inner).push((name, value));
             Value::from("")
         });
+        let now = self.now.unwrap_or_else(|| chrono::Local::now().fixed_offset());
+        env.add_function("time", move |fmt: Option<String>| moment(&now, fmt.as_deref().unwrap_or("LT")));
         let tmpl = env.template_from_str(&template).map_err(|e| classify(&e))?;
         let mut ctx = match vars {
             serde_json::Value::Object(m) => m.clone(),
@@ -306,7 +312,6 @@ impl Renderer {
         if !ctx.contains_key("state_desc") {
             ctx.insert("state_desc".into(), serde_json::Value::Object(serde_json::Map::new()));
         }
-        let now = self.now.unwrap_or_else(|| chrono::Local::now().fixed_offset());
         ctx.insert("now".into(), serde_json::Value::String(now.to_rfc3339()));
         // `user` and `char` given as objects print as their names and keep
         // their fields (`{{ char }}` and `{{ char.description }}` both work).
