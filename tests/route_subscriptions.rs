@@ -93,6 +93,37 @@ async fn content_deltas_join_into_the_element_text() {
     }
 }
 
+/// An answer written without tags opens the lead (thought) and streams as
+/// it; when it proves to be content (at its end), the content delta topic
+/// gets it all the same, filtered, whole and at any chunking; what comes
+/// after it too.
+#[tokio::test]
+async fn an_answer_without_tags_reaches_the_content_deltas() {
+    let input = "Hello <b>there</b>, <script>x()</script>how are you?";
+    let want = elements_of(&spindle::parse(Registry::filament(), input.as_bytes()));
+    assert_eq!(want.len(), 1);
+    assert_eq!(&*want[0].tag, "content");
+    let html = want[0].payload["html"].as_str().unwrap_or_default().to_string();
+    assert!(html.starts_with("Hello <b>there</b>, ") && !html.contains("<script"), "{html}");
+    for cuts in [vec![], (1..input.len()).collect::<Vec<_>>(), vec![3, 17, 40]] {
+        let (_, _, thought, content) = route_split(input.as_bytes(), &cuts).await;
+        assert_eq!(thought, input, "streamed as the lead first");
+        assert_eq!(content, html, "then given again as content, filtered (cuts {cuts:?})");
+    }
+    // The lead proved to be content before its end (a variable_update
+    // comes after content only): the content topic gets it, and the
+    // content after.
+    let input = "Hi <i>there</i>.\n<variable_update>[[\"SET\", \"mood\", \"calm\"]]</variable_update>\n<content>Later.</content>";
+    let want = elements_of(&spindle::parse(Registry::filament(), input.as_bytes()));
+    let content_text: String =
+        want.iter().filter(|e| &*e.tag == "content").map(|e| e.payload["html"].as_str().unwrap_or_default()).collect();
+    assert_eq!(content_text, "Hi <i>there</i>.\nLater.");
+    for cuts in [vec![], (1..input.len()).collect::<Vec<_>>()] {
+        let (_, _, _, content) = route_split(input.as_bytes(), &cuts).await;
+        assert_eq!(content, content_text, "cuts {cuts:?}");
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(32))]
     #[test]

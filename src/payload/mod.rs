@@ -39,10 +39,17 @@
 //! come. Joined, the deltas equal `payload.html`, whatever the chunking.
 //! Deltas that filter to nothing are not emitted. Comments arrive as their
 //! own `comment` events; `payload.comments` lists the bodies of the
-//! element's comments in order. An element the machine reclassifies into
-//! content when it ends (a `reclassified` repair: bare text that turned out
-//! not to be a thought) streamed its deltas under the lead tag, unfiltered;
-//! show its `payload.html` instead.
+//! element's comments in order.
+//!
+//! The lead that bare text at the start opened (a thought) streams its
+//! deltas under the lead tag. When the machine reclassifies it into
+//! content (a `reclassified` repair: the text turned out not to be a
+//! thought), the text streamed so far (as much as the element keeps) comes
+//! again right after the repair, as one filtered content delta, and the
+//! rest streams as content: the content deltas of that element, joined,
+//! equal its `payload.html` too. Another element reclassified into content
+//! streamed its deltas unfiltered under its first tag; show its
+//! `payload.html` instead.
 //!
 //! # When a body cannot be read
 //!
@@ -81,7 +88,7 @@ mod variable;
 use crate::event::DiagnosticCode;
 use crate::event::{Delta, Diagnostic, Element, Event, Level, Open, Repair, RepairKind};
 use crate::machine::TagLog;
-use crate::registry::{BodyKind, Registry, TagId, TagSpec};
+use crate::registry::{BodyKind, LeadOpen, Registry, TagId, TagSpec};
 use serde_json::{Value, json};
 use std::sync::Arc;
 
@@ -354,6 +361,20 @@ enum BodyState {
     /// Another JSON body (ui_component): its raw deltas are not shown; the
     /// element carries the text.
     Quiet(Kept),
+    /// The lead (thought) that bare text at the start opened, which may
+    /// prove to be content: its deltas pass through, and its text is kept
+    /// (as much as the element keeps) to be given again as content's
+    /// deltas if it is reclassified, so that a content subscriber never
+    /// misses an answer written without tags.
+    Lead(Box<LeadText>),
+}
+
+/// The text of an implicitly opened lead, so far.
+#[derive(Debug, Default)]
+struct LeadText {
+    text: String,
+    /// It passed the element size limit: the rest is not kept.
+    cut: bool,
 }
 
 /// Bytes of a JSON body seen so far, against the element size limit: what
@@ -447,6 +468,14 @@ impl Stage {
         is_content_tag(&self.registry, tag)
     }
 
+    /// Whether a synthetic open of `tag` is the lead that bare text at the
+    /// start opened and that may yet prove to be content (the chat
+    /// template did not write its open tag, and it is not the default tag).
+    fn may_be_reclassified(&self, tag: Option<TagId>) -> bool {
+        let reg = &self.registry;
+        tag == reg.lead() && reg.lead() != reg.default_tag() && reg.lead_open() != LeadOpen::Template
+    }
+
     /// Transforms machine events into caller events.
     ///
     /// `tags` holds the tags the machine decided for the elements of these
@@ -471,6 +500,19 @@ impl Stage {
                         continue;
                     }
                     Some(BodyState::Plain) | None => {
+                        out.push(event);
+                        continue;
+                    }
+                    Some(BodyState::Lead(lead)) => {
+                        if !lead.cut {
+                            let room = self.max_element_len.saturating_sub(lead.text.len());
+                            let mut keep = room.min(d.text.len());
+                            while !d.text.is_char_boundary(keep) {
+                                keep -= 1;
+                            }
+                            lead.text.push_str(&d.text[..keep]);
+                            lead.cut = keep < d.text.len();
+                        }
                         out.push(event);
                         continue;
                     }
@@ -534,11 +576,12 @@ impl Stage {
                     out.push(Event::Comment(c));
                 }
                 Event::Diagnostic(d) => {
-                    if d.code == DiagnosticCode::ElementTooLarge
-                        && let Some(BodyState::Content(c)) =
-                            d.element.and_then(|id| self.open.get_mut(&id)).map(|s| &mut s.body)
-                    {
-                        c.truncated = true;
+                    if d.code == DiagnosticCode::ElementTooLarge {
+                        match d.element.and_then(|id| self.open.get_mut(&id)).map(|s| &mut s.body) {
+                            Some(BodyState::Content(c)) => c.truncated = true,
+                            Some(BodyState::Lead(lead)) => lead.cut = true,
+                            _ => {}
+                        }
                     }
                     out.push(Event::Diagnostic(d));
                 }
@@ -561,8 +604,32 @@ impl Stage {
                     {
                         let tag =
                             tags.take(id).or_else(|| r.tag.as_ref().and_then(|t| self.registry.lookup(t.as_bytes())));
+                        let to_content = r.tag.as_ref().is_some_and(|t| self.is_content(t));
                         if let Some(state) = self.open.get_mut(&id) {
                             state.tag = tag;
+                            if to_content && let BodyState::Lead(lead) = &mut state.body {
+                                // The answer so far, again, as content's
+                                // deltas (filtered); what follows is content.
+                                let LeadText { text, cut } = std::mem::take(&mut **lead);
+                                let mut content = ContentState {
+                                    filter: html::HtmlFilter::new(),
+                                    html: String::new(),
+                                    truncated: cut,
+                                    finished: false,
+                                };
+                                let mut text = text;
+                                content.filter.push_in_place(&mut text);
+                                content.html.push_str(&text);
+                                state.body = BodyState::Content(Box::new(content));
+                                let name = r.tag.clone();
+                                out.push(Event::Repair(r));
+                                if let Some(tag) = name
+                                    && !text.is_empty()
+                                {
+                                    out.push(Event::Delta(Delta { id, tag, text }));
+                                }
+                                continue;
+                            }
                         }
                     }
                     out.push(Event::Repair(r));
@@ -584,6 +651,8 @@ impl Stage {
             BodyState::Call(Box::new(crate::calls::stream::ArgumentStream::new(name)), self.kept())
         } else if json {
             BodyState::Quiet(self.kept())
+        } else if o.synthetic && tag.is_some() && self.may_be_reclassified(tag) {
+            BodyState::Lead(Box::default())
         } else if self.is_content(&o.tag) {
             BodyState::Content(Box::new(ContentState {
                 filter: html::HtmlFilter::new(),
@@ -723,7 +792,7 @@ fn content_payload(el: &Element, body: BodyState, comments: Comments, out: &mut 
         }
         // Reclassified into content after streaming as another tag: filter
         // the whole text now.
-        BodyState::Plain | BodyState::Attp(_) | BodyState::Call(..) | BodyState::Quiet(_) => {
+        BodyState::Plain | BodyState::Lead(_) | BodyState::Attp(_) | BodyState::Call(..) | BodyState::Quiet(_) => {
             let s = html::sanitize(&el.text);
             filtered(&s.report);
             s.html
