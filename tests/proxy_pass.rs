@@ -706,3 +706,53 @@ fn public_types_are_send_and_sync() {
     both::<spindle::mock::Transcript>();
     both::<spindle::mock::MockError>();
 }
+
+/// A request whose system prompt declares `<use_protocol>` (spec 003
+/// §11.2) is parsed with the registry the declarations build, in place of
+/// the configured `chat` profile; the body goes upstream unchanged; with
+/// `UseProtocol::Ignore`, or without a declaration, the configured
+/// registry holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_declares_its_protocols_is_parsed_with_their_registry() {
+    use spindle::proxy::UseProtocol;
+    let mock = mock(0).await;
+    let tags_of = |use_protocol: UseProtocol, system: Option<&'static str>| {
+        let mock = mock.url();
+        async move {
+            let (tx, mut rx) = tokio::sync::mpsc::channel::<Arc<SinkRecord>>(10_000);
+            let proxy = proxy(&mock, |c| {
+                c.options = StreamOptions::with_registry(Registry::chat());
+                c.use_protocol = use_protocol;
+                c.sinks = vec![SinkSpec::Channel(tx)];
+            })
+            .await;
+            let mut req = request("clean-rp-zh-teahouse", true);
+            if let Some(system) = system {
+                req["messages"] =
+                    json!([{"role": "system", "content": system}, {"role": "user", "content": "Continue."}]);
+            }
+            let direct = chat_bytes(&mock, &req).await;
+            let proxied = chat_bytes(&url(&proxy), &req).await;
+            assert_eq!(content(&proxied), content(&direct), "the answer passes through unchanged");
+            proxy.shutdown().await.unwrap();
+            let mut tags = Vec::new();
+            while let Some(r) = rx.recv().await {
+                let r = serde_json::to_value(&*r).unwrap();
+                if r["type"] == "element" {
+                    tags.push(r["tag"].as_str().unwrap_or_default().to_string());
+                }
+            }
+            tags
+        }
+    };
+    let declares = Some(
+        "You are the innkeeper.\n<use_protocol>variable_update_v2</use_protocol>\n<use_protocol>status_bar</use_protocol>",
+    );
+    let tags = tags_of(UseProtocol::Auto, declares).await;
+    assert!(tags.contains(&"variable_update".to_string()) && tags.contains(&"status_bar".to_string()), "{tags:?}");
+    for (use_protocol, system) in [(UseProtocol::Auto, None), (UseProtocol::Ignore, declares)] {
+        let tags = tags_of(use_protocol, system).await;
+        assert!(!tags.iter().any(|t| t == "variable_update" || t == "status_bar"), "{use_protocol:?}: {tags:?}");
+    }
+    mock.shutdown().await.unwrap();
+}

@@ -13,15 +13,14 @@
 
 mod card;
 mod migrate;
-mod protocols;
 mod skein;
 mod template;
 mod worldbook;
 mod yaml;
 
+pub use crate::registry::{PROTOCOLS, ProtocolRegistry, declared_protocols, registry_for};
 pub use card::{CardError, Imported, import, import_bytes};
 pub use migrate::{Migration, MigrationNote, NoteKind, migrate};
-pub use protocols::{PROTOCOLS, ProtocolRegistry, declared_protocols, registry_for};
 pub use skein::{Block, Skein};
 pub use template::{GlobalWrite, RenderError, RenderLimits, Rendered, Renderer};
 pub use worldbook::{EntryFormat, Normalized, normalize_entry};

@@ -47,6 +47,8 @@ pub(crate) struct App {
     pub(crate) telemetry: Option<Telemetry>,
     /// The inspector page's state, when on.
     pub(crate) inspector: Option<Arc<super::inspect::Inspector>>,
+    /// The registries requests' `<use_protocol>` declarations built.
+    pub(crate) registries: super::protocols::Registries,
 }
 
 impl App {

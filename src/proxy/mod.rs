@@ -82,6 +82,10 @@
 //!   no finish reason; merged tags removed). Chunk `id`, `model`,
 //!   `created`, usage and every other field stay as they came; whole
 //!   responses get `message.content` replaced and a new `Content-Length`.
+//! * `<use_protocol>` ([`ProxyConfig::use_protocol`]): a request whose
+//!   system prompt declares protocols (spec 003 §11.2) is parsed with the
+//!   registry they build ([`crate::registry::registry_for`]) in place of
+//!   the configured one; its body goes upstream unchanged.
 //! * `--tool-protocol hermes|filament|tam|action`
 //!   ([`ProxyConfig::tool_calling`]): a chat request with `tools` has them
 //!   rendered as the protocol's manual in its system message, and its
@@ -143,6 +147,7 @@ mod metrics;
 #[cfg(feature = "otel")]
 mod otel;
 mod policy;
+mod protocols;
 mod pump;
 mod relay;
 #[cfg(feature = "testing")]
@@ -161,6 +166,7 @@ pub use metrics::Metrics;
 #[cfg(feature = "otel")]
 #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
 pub use otel::{OtelConfig, OtelError};
+pub use protocols::UseProtocol;
 pub use server::{ProxyHandle, ProxyServer, ProxyStartError};
 pub use settings::{
     AccessSettings, AllowedHost, AllowedOrigin, LimitSettings, OtelSettings, ParseSettings, ProxyOverrides,
@@ -186,6 +192,11 @@ pub struct ProxyConfig {
     pub options: StreamOptions,
     /// Send corrected content instead of the raw content.
     pub rewrite: bool,
+    /// Whether a request whose system prompt declares `<use_protocol>`
+    /// (spec 003 §11.2) is parsed with the registry the declarations build
+    /// ([`crate::registry::registry_for`]) in place of `options.registry`
+    /// (default [`UseProtocol::Auto`]).
+    pub use_protocol: UseProtocol,
     /// An API key sent upstream as `Authorization: Bearer KEY` on requests
     /// that carry no `Authorization` of their own (default none).
     pub upstream_api_key: Option<Secret>,
@@ -272,6 +283,7 @@ impl ProxyConfig {
             upstream: upstream.into(),
             options: StreamOptions::default(),
             rewrite: false,
+            use_protocol: UseProtocol::Auto,
             upstream_api_key: None,
             tool_calling: None,
             agent: None,

@@ -7,7 +7,6 @@
 //! into 502/503/504 JSON errors) and the server's lifecycle. The body
 //! phase is [`super::pump`]'s.
 
-use super::ProxyConfig;
 use super::app::{App, RequestBuffer, end_to_end};
 use super::body::{ClientItem, pump_body};
 use super::calling::request::{ToolRequest, prepare, without_bom};
@@ -21,6 +20,8 @@ use super::pump::{Mode, PumpCtx, UpstreamBody, pump, read_whole};
 use super::relay::SseRelay;
 use super::sink::{SinkStartError, Sinks};
 use super::trace::{Telemetry, Trace};
+use super::{ProxyConfig, UseProtocol};
+use crate::registry::Registry;
 use crate::sources::{LineTap, StreamOptions};
 use axum::Router;
 use axum::body::Body;
@@ -296,6 +297,7 @@ async fn forward(State(app): State<Arc<App>>, request: Request) -> Response {
         watch: RequestWatch { metrics: app.metrics.clone(), id, armed: true },
         held: (permit, app.metrics.request_active()),
         model: None,
+        registry: None,
         trace: None,
     };
     let (body, tools) = match read_body(&app, &mut ex, body).await {
@@ -314,7 +316,7 @@ async fn forward(State(app): State<Arc<App>>, request: Request) -> Response {
             return ex.refuse(&ProxyError::new(ProxyErrorKind::ShuttingDown, "the proxy is shutting down"));
         }
     };
-    match choose_mode(&app, ex.endpoint, &head, tools) {
+    match choose_mode(&app, ex.endpoint, &head, tools, ex.registry.clone()) {
         Choice::Pump { mode, kind } => relay(&app, ex, head, upstream, mode, kind),
         Choice::Whole { options, converter } => rewrite_whole(&app, ex, head, upstream, options, converter).await,
     }
@@ -338,6 +340,8 @@ struct Exchange {
     held: (tokio::sync::OwnedSemaphorePermit, super::metrics::GaugeGuard),
     /// The model the request names (for the records).
     model: Option<String>,
+    /// The registry its `<use_protocol>` declarations built.
+    registry: Option<Arc<Registry>>,
     /// The request's span (with the `otel` feature and an endpoint).
     trace: Option<Trace>,
 }
@@ -450,6 +454,9 @@ async fn read_body(app: &App, ex: &mut Exchange, body: Body) -> Result<RequestBo
         .and_then(|p| p.model)
         .and_then(|m| m.as_str().map(|m| clipped(m, MAX_MODEL_NAME)))
         .or_else(|| model_in_path(&ex.path).map(|m| clipped(m, MAX_MODEL_NAME)));
+    if app.config.use_protocol == UseProtocol::Auto {
+        ex.registry = app.registries.for_request(without_bom(&bytes));
+    }
     Ok(RequestBody::Upstream { body: reqwest::Body::from(bytes), tools })
 }
 
@@ -606,9 +613,20 @@ enum Choice {
 /// Phase 5, the mode. With tool calling and a request that carried tools,
 /// the response's calls become `tool_calls` (rewrite mode, call text left
 /// out of the content).
-fn choose_mode(app: &App, endpoint: Endpoint, head: &Head, tools: Option<ToolRequest>) -> Choice {
+/// `registry` is the one the request's `<use_protocol>` declarations
+/// built, when they did.
+fn choose_mode(
+    app: &App,
+    endpoint: Endpoint,
+    head: &Head,
+    tools: Option<ToolRequest>,
+    registry: Option<Arc<Registry>>,
+) -> Choice {
     let mut options = app.config.options.clone();
     options.parser.rewrite = false;
+    if let Some(registry) = registry {
+        options.registry = registry;
+    }
     let converter = match (app.config.tool_calling, tools) {
         (Some(tc), Some(req)) if endpoint == Endpoint::Chat && head.parse => {
             Some(CallConverter::attach(&mut options, req.catalog, tc.invalid_calls).with_shape(req.shape))
@@ -1168,6 +1186,7 @@ impl ProxyServer {
         };
         let app = Arc::new(App {
             inspector,
+            registries: super::protocols::Registries::default(),
             telemetry,
             limit: Arc::new(Semaphore::new(config.max_streams.max(1))),
             request_buffer: RequestBuffer::new(config.max_request_buffer),

@@ -27,6 +27,7 @@
 //! | `parse.profile` | `--profile` | `"chat"` |
 //! | `parse.registry` | `--registry` | none (a registry file instead of the profile) |
 //! | `parse.rewrite` | `--rewrite` | `false` |
+//! | `parse.use_protocol` | `--use-protocol` | `"auto"`: a request whose system prompt declares `<use_protocol>` is parsed with the registry they build; `"ignore"` |
 //! | `limits.max_streams` | `--max-streams` | `4096` |
 //! | `limits.max_line` | `--max-line` | `4194304` (bytes) |
 //! | `limits.max_request_body` | `--max-request-body` | `33554432` (bytes) |
@@ -95,9 +96,9 @@
 //! );
 //! ```
 
-use super::ProxyConfig;
 use super::calling::{InvalidCalls, TOOL_PROTOCOLS, ToolCalling};
 use super::sink::SinkSpec;
+use super::{ProxyConfig, UseProtocol};
 use crate::Registry;
 use crate::sources::StreamOptions;
 use crate::tools::Protocol;
@@ -471,6 +472,9 @@ pub struct ParseSettings {
     pub registry: Option<PathBuf>,
     /// Send the corrected content instead of the raw content (default false).
     pub rewrite: bool,
+    /// Whether a request's `<use_protocol>` declarations choose its
+    /// registry (default `auto`).
+    pub use_protocol: UseProtocol,
 }
 
 /// `[limits]`.
@@ -555,7 +559,7 @@ impl Default for UpstreamSettings {
 
 impl Default for ParseSettings {
     fn default() -> ParseSettings {
-        ParseSettings { profile: "chat".into(), registry: None, rewrite: false }
+        ParseSettings { profile: "chat".into(), registry: None, rewrite: false, use_protocol: UseProtocol::Auto }
     }
 }
 
@@ -676,6 +680,8 @@ pub struct ProxyOverrides {
     pub registry: Option<PathBuf>,
     /// `--rewrite` (a flag can only turn it on).
     pub rewrite: bool,
+    /// `--use-protocol`.
+    pub use_protocol: Option<UseProtocol>,
     /// `--sink`, repeated (replaces the file's list when not empty).
     pub sinks: Vec<SinkSpec>,
     /// `--idle-timeout`.
@@ -849,6 +855,9 @@ impl ProxySettings {
             self.parse.registry = Some(v);
         }
         self.parse.rewrite |= o.rewrite;
+        if let Some(v) = o.use_protocol {
+            self.parse.use_protocol = v;
+        }
         if !o.sinks.is_empty() {
             self.sink.targets = o.sinks.into_iter().map(SinkTarget).collect();
         }
@@ -1011,6 +1020,7 @@ impl ProxySettings {
         let mut config = ProxyConfig::new(url.clone());
         config.options = options;
         config.rewrite = self.parse.rewrite;
+        config.use_protocol = self.parse.use_protocol;
         config.upstream_api_key = self.upstream.api_key.clone();
         config.idle_timeout = self.upstream.idle_timeout.duration();
         config.first_byte_timeout = self.upstream.first_byte_timeout.duration();

@@ -28,6 +28,9 @@
 //! ```
 
 mod profiles;
+mod protocols;
+
+pub use protocols::{PROTOCOLS, ProtocolRegistry, declared_protocols, registry_for};
 
 use crate::event::TagName;
 use serde::{Deserialize, Serialize};

@@ -4,7 +4,9 @@
 //! defaults, the secrets from the environment).
 
 use anyhow::{Context, Result};
-use spindle::proxy::{InvalidCalls, ProxyAgent, ProxyOverrides, ProxyServer, ProxySettings, SinkSpec, TOOL_PROTOCOLS};
+use spindle::proxy::{
+    InvalidCalls, ProxyAgent, ProxyOverrides, ProxyServer, ProxySettings, SinkSpec, TOOL_PROTOCOLS, UseProtocol,
+};
 use spindle::tools::{Protocol, Runner, RunnerOptions};
 use std::io::Write;
 use std::path::PathBuf;
@@ -44,6 +46,11 @@ pub(crate) struct ProxyArgs {
     /// closes added, merged tags removed; ids, model, created and usage kept).
     #[arg(long)]
     rewrite: bool,
+    /// Whether a request whose system prompt declares `<use_protocol>`
+    /// (Filament, spec 003 §11.2) is parsed with the registry those
+    /// declarations build, in place of --profile/--registry [default: auto].
+    #[arg(long, value_enum, value_name = "WHEN")]
+    use_protocol: Option<UseProtocolArg>,
     /// Speak OpenAI tool calling to clients for a model that writes its
     /// calls as text: a request's `tools` become this protocol's manual in
     /// the system message, the answer's calls come back as `tool_calls`.
@@ -179,6 +186,15 @@ pub(crate) struct ProxyArgs {
     max_ws_message: Option<usize>,
 }
 
+/// `--use-protocol` values.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum UseProtocolArg {
+    /// A request's declarations choose its registry.
+    Auto,
+    /// Every request gets the configured registry.
+    Ignore,
+}
+
 /// `--invalid-calls` values.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 enum InvalidCallsArg {
@@ -197,6 +213,10 @@ impl ProxyArgs {
         o.profile.clone_from(&self.profile);
         o.registry.clone_from(&self.registry);
         o.rewrite = self.rewrite;
+        o.use_protocol = self.use_protocol.map(|u| match u {
+            UseProtocolArg::Auto => UseProtocol::Auto,
+            UseProtocolArg::Ignore => UseProtocol::Ignore,
+        });
         o.sinks.clone_from(&self.sinks);
         o.idle_timeout = self.idle_timeout;
         o.first_byte_timeout = self.first_byte_timeout;

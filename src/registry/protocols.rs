@@ -5,7 +5,9 @@
 //! This module owns the protocol name table and the registry it builds (a
 //! normal registry file: `extends = "filament"` with the tags of the
 //! protocols the prompt did not declare left out, printable as TOML and
-//! loadable with `spindle parse --registry`).
+//! loadable with `spindle parse --registry`). It lives with the registry,
+//! in the core, so that the proxy reads a request's declarations without
+//! the prompt side; [`crate::prompt`] re-exports it.
 //!
 //! # Protocol names
 //!
@@ -27,7 +29,7 @@
 //!
 //! An unknown name contributes nothing and is reported.
 
-use crate::registry::{Registry, RegistryError};
+use super::{Registry, RegistryError};
 
 /// The protocol names, the tags each contributes, and a description.
 pub const PROTOCOLS: &[(&str, &[&str], &str)] = &[
@@ -99,7 +101,7 @@ pub fn declared_protocols(prompt: &str) -> Vec<String> {
 /// The registry could not be built (a bug: the file is generated).
 ///
 /// ```
-/// use spindle::prompt::registry_for;
+/// use spindle::registry::registry_for;
 ///
 /// let r = registry_for("<use_protocol>variable_update_v2</use_protocol>\n<use_protocol>status_bar</use_protocol>").unwrap();
 /// let tags: Vec<&str> = r.registry.tags().iter().map(|t| t.name.as_str()).collect();
