@@ -296,6 +296,19 @@ fn details() {
     }
 }
 
+/// A status bar's fields are free (spec 003 §3.3.1): a `<thinking>` or
+/// an `<action>` field is a field, not a thought or an ACTION call block
+/// that ends the bar and leaks the rest into the content.
+#[test]
+fn status_bar_fields_named_like_elements() {
+    let input = "<content>hi</content><status_bar><mood>anxious</mood><thinking>她在想</thinking><action>walks to the door</action><location>X</location></status_bar>";
+    let (p, evs) = payload_in(&Registry::filament(), input, "status_bar");
+    assert_eq!(p, json!({"mood": "anxious", "thinking": "她在想", "action": "walks to the door", "location": "X"}));
+    let tags: Vec<&str> = evs.iter().filter_map(Event::as_element).map(|e| &*e.tag).collect();
+    assert_eq!(tags, ["content", "status_bar"]);
+    assert!(!evs.iter().any(|e| matches!(e, Event::Repair(_))), "{evs:?}");
+}
+
 #[test]
 fn status_bar() {
     let p = payload(

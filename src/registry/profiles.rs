@@ -42,6 +42,13 @@ pub(super) fn filament() -> RegistryFile {
     let tool_call = hermes_tool_call();
     let ui_component = TagFile { fallback_to_content: true, ..tag("ui_component", BodyKind::Json) };
     let choice = TagFile { aliases: vec!["xx".into()], ..tag("choice", BodyKind::Structured) };
+    // A status bar's fields are free (spec 003 §3.3.1): a character's
+    // `<thinking>` or current `<action>` is a field of it, not a thought
+    // or an ACTION call block that ends the bar.
+    let status_bar = TagFile {
+        children: vec!["thought".into(), "think".into(), "thinking".into(), "action".into()],
+        ..tag("status_bar", BodyKind::Structured)
+    };
     RegistryFile {
         name: Some("filament".into()),
         extends: None,
@@ -54,7 +61,7 @@ pub(super) fn filament() -> RegistryFile {
             content,
             variable_update,
             tool_call,
-            tag("status_bar", BodyKind::Structured),
+            status_bar,
             tag("details", BodyKind::Structured),
             choice,
             ui_component,
