@@ -550,3 +550,36 @@ fn time_and_format_are_functions() {
     );
     assert_eq!(out.unwrap(), "9:05 PM | 2026-11-24 | Ann has 7 HP");
 }
+
+/// `spindle prompt render --card`: a card's fields under the names the
+/// migrated macros read (spec 003 §2.3.4's `char.*`), so a migrated
+/// template prints them instead of nothing.
+#[test]
+fn render_with_a_card_fills_the_migrated_char_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let card = json!({"spec": "chara_card_v2", "spec_version": "2.0", "data": {
+        "name": "Seraphina", "description": "A forest guardian.", "personality": "kind",
+        "scenario": "A glade.", "first_mes": "Hello.", "mes_example": "<START>\n{{char}}: Hi.",
+        "system_prompt": "Stay in character.", "post_history_instructions": "Be brief.",
+        "character_version": "1.2", "extensions": {"depth_prompt": {"prompt": "Remember the glade.", "depth": 4}}}});
+    let card_path = dir.path().join("card.json");
+    std::fs::write(&card_path, card.to_string()).unwrap();
+    let st = "{{charPrompt}}|{{charJailbreak}}|{{charDepthPrompt}}|{{charVersion}}|{{mesExamplesRaw}}|{{description}}|{{char}}";
+    let template = spindle::prompt::migrate(st).text;
+    let template_path = dir.path().join("t.j2");
+    std::fs::write(&template_path, &template).unwrap();
+    let (code, out, err) =
+        spindle(&["prompt", "render", template_path.to_str().unwrap(), "--card", card_path.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        out,
+        "Stay in character.|Be brief.|Remember the glade.|1.2|<START>\n{{char}}: Hi.|A forest guardian.|Seraphina"
+    );
+    // World info is no card.
+    let wi = dir.path().join("wi.json");
+    std::fs::write(&wi, json!({"entries": {"0": {"key": ["a"], "content": "x"}}}).to_string()).unwrap();
+    let (code, _, err) =
+        spindle(&["prompt", "render", template_path.to_str().unwrap(), "--card", wi.to_str().unwrap()]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("not a character card"), "{err}");
+}

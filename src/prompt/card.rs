@@ -62,6 +62,63 @@ impl Imported {
         let card = self.card.as_mut()?;
         if wrapped_spec(card).is_some() { card.get_mut("data") } else { Some(card) }
     }
+
+    /// The card as the `char` variable of a render, under the names the
+    /// migrated macros read (spec 003 §2.3.4): `name`, `description`,
+    /// `personality`, `scenario`, `version`, `creator_notes`,
+    /// `main_prompt` (the card's `system_prompt`), `jailbreak`
+    /// (`post_history_instructions`), `depth_prompt`
+    /// (`extensions.depth_prompt.prompt`), `examples` and `examples_raw`
+    /// (`mes_example`), `first_message`, `alternate_greetings`, `tags`,
+    /// `creator`, `nickname`. A field the card does not have is absent (it
+    /// prints as nothing). `None` for world info.
+    ///
+    /// ```
+    /// use spindle::prompt::{Renderer, import_bytes, migrate};
+    /// use serde_json::json;
+    ///
+    /// let card = json!({"spec": "chara_card_v2", "data": {"name": "Seraphina",
+    ///     "description": "A guardian.", "system_prompt": "Stay in character.",
+    ///     "mes_example": "<START>\n{{char}}: Hello."}});
+    /// let imported = import_bytes(card.to_string().as_bytes()).unwrap();
+    /// let vars = json!({"char": imported.char_vars().unwrap(), "user": "Ann"});
+    /// let template = migrate("{{charPrompt}} {{char}}: {{description}}").text;
+    /// let text = Renderer::new().render(&template, &vars, &json!({})).unwrap();
+    /// assert_eq!(text, "Stay in character. Seraphina: A guardian.");
+    /// ```
+    pub fn char_vars(&self) -> Option<Value> {
+        let data = self.card_data()?;
+        let mut vars = Map::new();
+        for (from, to) in [
+            ("name", "name"),
+            ("description", "description"),
+            ("personality", "personality"),
+            ("scenario", "scenario"),
+            ("character_version", "version"),
+            ("creator_notes", "creator_notes"),
+            ("system_prompt", "main_prompt"),
+            ("post_history_instructions", "jailbreak"),
+            ("mes_example", "examples"),
+            ("mes_example", "examples_raw"),
+            ("first_mes", "first_message"),
+            ("creator", "creator"),
+            ("nickname", "nickname"),
+        ] {
+            if let Some(t) = text(data, from) {
+                vars.insert(to.into(), Value::String(t));
+            }
+        }
+        let depth = data.pointer("/extensions/depth_prompt/prompt").and_then(Value::as_str).map(str::trim);
+        if let Some(depth) = depth.filter(|d| !d.is_empty()) {
+            vars.insert("depth_prompt".into(), Value::String(depth.to_string()));
+        }
+        for key in ["alternate_greetings", "tags"] {
+            if let Some(a) = data.get(key).and_then(Value::as_array).filter(|a| !a.is_empty()) {
+                vars.insert(key.into(), Value::Array(a.clone()));
+            }
+        }
+        Some(Value::Object(vars))
+    }
 }
 
 /// The `spec` of a card whose fields are wrapped in `data`

@@ -36,6 +36,11 @@ struct RenderArgs {
     /// The variable state, read-only to the template (JSON).
     #[arg(long, value_name = "FILE")]
     state: Option<PathBuf>,
+    /// A character card (.png or .json, V1/V2/V3) as `char`, under the
+    /// names migrated macros read (`char.description`, `char.main_prompt`,
+    /// `char.examples`, ...); a `char` in --vars wins.
+    #[arg(long, value_name = "FILE")]
+    card: Option<PathBuf>,
     /// Seed of random/pick/roll (the same seed, the same render).
     #[arg(long, value_name = "N", default_value_t = 0)]
     seed: u64,
@@ -122,7 +127,20 @@ pub(crate) fn run(args: PromptArgs) -> Result<ExitCode> {
     match args.command {
         PromptCommand::Render(a) => {
             let template = read_text(&a.template)?;
-            let vars = a.vars.as_deref().map(read_data).transpose()?.unwrap_or(serde_json::json!({}));
+            let mut vars = a.vars.as_deref().map(read_data).transpose()?.unwrap_or(serde_json::json!({}));
+            if let Some(path) = &a.card {
+                let imported =
+                    prompt::import_bytes(&read(path)?).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+                let Some(char_vars) = imported.char_vars() else {
+                    bail!("{}: world info, not a character card", path.display());
+                };
+                match vars.as_object_mut() {
+                    Some(v) => {
+                        v.entry("char").or_insert(char_vars);
+                    }
+                    None => bail!("--vars must hold an object (user, char, ...)"),
+                }
+            }
             let state = a.state.as_deref().map(read_data).transpose()?.unwrap_or(serde_json::json!({}));
             let limits = RenderLimits { fuel: a.max_fuel, recursion: a.max_depth, max_output: a.max_output };
             let mut r = Renderer::new().with_seed(a.seed).with_limits(limits);
