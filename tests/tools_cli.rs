@@ -311,3 +311,38 @@ fn a_relative_tools_folder_runs_programs_named_by_path() {
         assert_eq!(r["outcome"], "success", "{r}");
     }
 }
+
+/// The ATTP manual states the output format of spec 001's system prompt
+/// (TOML: `thought`, `[tool_call]` with `status`, `target`, `code` and
+/// `__result__`, the allowed libraries, `status = "fail"` with a
+/// `message`) before the tools; a prompt with a placeholder states it
+/// itself, so the placeholder takes the tools alone (above).
+#[test]
+fn the_attp_manual_states_its_output_format() {
+    let dir = plugins();
+    let (out, err, ok) = spindle(&[
+        "tools",
+        "manual",
+        "--tools",
+        dir.to_str().unwrap_or_default(),
+        "--protocol",
+        "attp",
+        "--only",
+        "Math.Add",
+    ]);
+    assert!(ok, "{err}");
+    for needed in [
+        "TOML",
+        "thought = \"\"\"",
+        "[tool_call]",
+        "status = \"success\"",
+        "status = \"fail\"",
+        "__result__",
+        "math, json, datetime, re, random, statistics",
+    ] {
+        assert!(out.contains(needed), "{needed} missing: {out}");
+    }
+    let rules = out.find("[tool_call]").unwrap_or(usize::MAX);
+    let tools = out.find("def Add(a: int, b: int)").unwrap_or(0);
+    assert!(rules < tools, "the rules come before the tools: {out}");
+}

@@ -343,13 +343,18 @@ pub fn manual_for_openai_tools(tools: &Value, protocol: Protocol) -> Result<Stri
 pub const PLACEHOLDERS: [&str; 2] = ["{{{system:available_tools}}}", "{{AVAILABLE_TOOLS}}"];
 
 /// Replaces every manual placeholder ([`PLACEHOLDERS`]) in a prompt text
-/// with `manual`; returns the text and whether any was found.
+/// with `manual`; returns the text and whether any was found. An ATTP
+/// manual fills it with its tools alone: a prompt with a placeholder
+/// states the format around it, as spec 001's template does.
 ///
 /// ```
 /// let (text, found) = spindle::tools::fill_placeholders("Tools:\n{{AVAILABLE_TOOLS}}\nGo.", "- a");
 /// assert_eq!((text.as_str(), found), ("Tools:\n- a\nGo.", true));
 /// ```
 pub fn fill_placeholders(prompt: &str, manual: &str) -> (String, bool) {
+    // Spec 001's template states ATTP's rules around its placeholder: the
+    // placeholder takes the tools alone.
+    let manual = manual.strip_prefix(ATTP_RULES).unwrap_or(manual);
     let mut out = prompt.to_string();
     let mut found = false;
     for p in PLACEHOLDERS {
@@ -551,8 +556,42 @@ fn python_call(id: &str, args: &Map<String, Value>) -> String {
     format!("{}({})", python_name(id), list.join(", "))
 }
 
+/// Spec 001's system prompt: the output format, before the tool stubs.
+const ATTP_RULES: &str = "Answer in ATTP (Agentic TOML Tool-use Protocol): your whole response is one valid TOML \
+document.
+
+- `thought`: your reasoning, as a multi-line string: what the user wants, which tools you need and why, that they \
+are in the list of available tools below, and your plan.
+- `[tool_call]` to use tools: `status = \"success\"`, `target` (what the calls are for) and `code`: Python that \
+calls the tool functions below (several in one block if needed) and assigns what you want back to `__result__`. \
+Import nothing but these libraries: math, json, datetime, re, random, statistics.
+- When the request is beyond what the tools can do: `status = \"fail\"` and a `message` that says why and offers an \
+alternative.
+
+Only the functions listed below exist. Results come back as lines starting with \"Observation:\".
+
+```toml
+thought = \"\"\"
+1. The request: ...
+2. Tools: ...
+3. Plan: ...
+\"\"\"
+
+[tool_call]
+status = \"success\"
+target = \"...\"
+code = '''
+__result__ = {\"answer\": some_tool(arg=1)}
+'''
+```
+
+Available tools:
+
+";
+
 fn attp_manual(tools: &[&ToolDef]) -> String {
-    let mut s = String::from("```python\n# ===== Available tools =====\n");
+    let mut s = String::from(ATTP_RULES);
+    s.push_str("```python\n# ===== Available tools =====\n");
     for t in tools {
         let params = params_of(t);
         let sig: Vec<String> = params
