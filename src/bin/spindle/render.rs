@@ -62,6 +62,8 @@ pub(crate) struct Renderer {
     counts: Counts,
     /// The streaming element whose deltas are being printed (pretty).
     streaming: Option<u32>,
+    /// The tag the streaming element's deltas come under.
+    streaming_tag: Option<String>,
     stream_tags: Vec<String>,
     at_line_start: bool,
 }
@@ -86,6 +88,7 @@ impl Renderer {
             json: JsonLines::new(),
             counts: Counts::default(),
             streaming: None,
+            streaming_tag: None,
             stream_tags: registry.tags().iter().filter(|t| t.body.emits_deltas()).map(|t| t.name.clone()).collect(),
             at_line_start: true,
         }
@@ -218,8 +221,15 @@ impl Renderer {
                 let mark = if o.synthetic { " (inserted)" } else { "" };
                 writeln!(self.out, "{BOLD_CYAN}── {}{mark} ──{RESET}", o.tag)?;
                 self.streaming = Some(o.id);
+                self.streaming_tag = Some(o.tag.to_string());
             }
             Event::Delta(d) if self.streaming == Some(d.id) => {
+                if self.streaming_tag.as_deref() != Some(&*d.tag) {
+                    // Reclassified: the text comes again under its new tag.
+                    self.newline_if_needed()?;
+                    writeln!(self.out, "{BOLD_CYAN}── {} ──{RESET}", d.tag)?;
+                    self.streaming_tag = Some(d.tag.to_string());
+                }
                 let style = if &*d.tag == "thought" { ITALIC_DIM } else { "" };
                 write!(self.out, "{style}{}{RESET}", d.text)?;
                 self.at_line_start = d.text.ends_with('\n');
