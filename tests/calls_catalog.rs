@@ -222,29 +222,51 @@ type Files<'a> = &'a [(&'a str, &'a str)];
 
 const GOOD_TOOL: &str = r#"{"id": "t:one", "parameters": {"type": "object", "properties": {"a": {"type": "string"}}}}"#;
 
+const OTHER_TOOL: &str = r#"{"id": "z:ok", "parameters": {"type": "object"}}"#;
+
+/// Spec 002 §7.1, §15.1.2: each plugin loads on its own. A bad plugin or
+/// tool file is left out with a warning naming it; the rest loads.
 #[test]
-fn loading_errors_name_the_file() {
-    let cases: &[(&str, Files, &str)] = &[
-        ("broken yaml", &[("p/plugin.yaml", "name: [unclosed\n")], "p/plugin.yaml"),
-        ("manifest without name", &[("p/plugin.yaml", "displayName: X\n")], "p/plugin.yaml"),
-        ("entry is not a directory", &[("p/plugin.yaml", "name: p\ntools:\n  entry: ./missing\n")], "missing"),
+fn a_bad_plugin_or_tool_file_is_skipped_with_a_warning_naming_it() {
+    use spindle::calls::catalog::Skipped;
+    let cases: &[(&str, Files, Skipped, &str, &[&str])] = &[
+        ("broken yaml", &[("p/plugin.yaml", "name: [unclosed\n")], Skipped::Plugin, "p/plugin.yaml", &[]),
+        ("manifest without name", &[("p/plugin.yaml", "displayName: X\n")], Skipped::Plugin, "p/plugin.yaml", &[]),
+        (
+            "entry is not a directory",
+            &[("p/plugin.yaml", "name: p\ntools:\n  entry: ./missing\n")],
+            Skipped::Plugin,
+            "missing",
+            &[],
+        ),
         (
             "broken tool json",
-            &[("p/plugin.yaml", "name: p\ntools:\n  entry: tools\n"), ("p/tools/x.tool.json", "{\"id\": ")],
+            &[
+                ("p/plugin.yaml", "name: p\ntools:\n  entry: tools\n"),
+                ("p/tools/a.tool.json", GOOD_TOOL),
+                ("p/tools/x.tool.json", "{\"id\": "),
+            ],
+            Skipped::ToolFile,
             "x.tool.json",
+            &["t:one"],
         ),
         (
             "tool without id",
             &[("p/plugin.yaml", "name: p\ntools:\n  entry: tools\n"), ("p/tools/x.tool.json", "{\"parameters\": {}}")],
+            Skipped::ToolFile,
             "x.tool.json",
+            &[],
         ),
         (
             "invalid schema",
             &[
                 ("p/plugin.yaml", "name: p\ntools:\n  entry: tools\n"),
                 ("p/tools/bad.tool.json", r#"{"id": "bad", "parameters": {"type": 12}}"#),
+                ("p/tools/c.tool.json", GOOD_TOOL),
             ],
+            Skipped::ToolFile,
             "bad.tool.json",
+            &["t:one"],
         ),
         (
             "schema that is not an object",
@@ -252,7 +274,9 @@ fn loading_errors_name_the_file() {
                 ("p/plugin.yaml", "name: p\ntools:\n  entry: tools\n"),
                 ("p/tools/bad.tool.json", r#"{"id": "bad", "parameters": "string"}"#),
             ],
+            Skipped::ToolFile,
             "bad.tool.json",
+            &[],
         ),
         (
             "duplicate id",
@@ -262,28 +286,94 @@ fn loading_errors_name_the_file() {
                 ("q/plugin.yaml", "name: q\ntools:\n  entry: tools\n"),
                 ("q/tools/b.tool.json", GOOD_TOOL),
             ],
+            Skipped::ToolFile,
             "b.tool.json",
+            &["t:one"],
         ),
-        ("plugin dir without manifest", &[("p/tools/a.tool.json", GOOD_TOOL)], "has no plugin.yaml"),
+        (
+            "plugin dir without manifest",
+            &[("p/tools/a.tool.json", GOOD_TOOL)],
+            Skipped::Plugin,
+            "has no plugin.yaml",
+            &[],
+        ),
     ];
-    for (name, files, needle) in cases {
-        let dir = plugins_dir(files);
-        let err = ToolCatalog::load_plugins(&dir).expect_err(name);
-        let msg = err.to_string();
-        assert!(msg.contains(needle), "{name}: {msg}");
+    for (name, files, skipped, needle, kept) in cases {
+        // Every case has a good plugin too, after the bad one in name order.
+        let mut all = files.to_vec();
+        all.extend([("z/plugin.yaml", "name: z\ntools:\n  entry: tools\n"), ("z/tools/ok.tool.json", OTHER_TOOL)]);
+        let dir = plugins_dir(&all);
+        let catalog = ToolCatalog::load_plugins(&dir).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let ids: Vec<&str> = catalog.tools().map(|t| t.id.as_str()).collect();
+        let mut want: Vec<&str> = kept.to_vec();
+        want.push("z:ok");
+        assert_eq!(ids, want, "{name}: the rest loads");
+        let [warning] = catalog.warnings() else { panic!("{name}: {:?}", catalog.warnings()) };
+        assert_eq!(warning.skipped, *skipped, "{name}");
+        let text = warning.to_string();
+        assert!(text.contains(needle), "{name}: {text}");
+        assert!(text.contains(&warning.path.display().to_string()), "{name}: {text}");
+        assert_eq!(warning.to_json()["reason"], warning.error.to_string(), "{name}");
         let _ = std::fs::remove_dir_all(&dir);
     }
+    // The duplicate's warning names both files.
+    let dir = plugins_dir(&[
+        ("p/plugin.yaml", "name: p\ntools:\n  entry: tools\n"),
+        ("p/tools/a.tool.json", GOOD_TOOL),
+        ("p/tools/b.tool.json", GOOD_TOOL),
+    ]);
+    let catalog = ToolCatalog::load_plugins(&dir).unwrap();
+    let text = catalog.warnings()[0].to_string();
+    assert!(text.contains("a.tool.json") && text.contains("b.tool.json"), "{text}");
+    assert!(matches!(catalog.warnings()[0].error, CatalogError::Duplicate { .. }));
+    assert_eq!(catalog.plugins()[0].tools, ["t:one"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What stays an error: nothing at all could load.
+#[test]
+fn an_unreadable_dir_or_a_broken_single_plugin_is_still_an_error() {
     let err = ToolCatalog::load_plugins(Path::new("tests/data/no-such-dir")).unwrap_err();
     assert!(matches!(err, CatalogError::Io { .. }), "{err}");
+    let err = ToolCatalog::load_plugins(Path::new("tests/data/plugins/README.md")).unwrap_err();
+    assert!(matches!(err, CatalogError::Io { .. }), "not a directory: {err}");
+    // The directory is itself one plugin, and its manifest is broken.
+    let dir = plugins_dir(&[("plugin.yaml", "name: [unclosed\n"), ("tools/a.tool.json", GOOD_TOOL)]);
+    let err = ToolCatalog::load_plugins(&dir).unwrap_err();
+    assert!(matches!(err, CatalogError::Manifest { .. }) && err.to_string().contains("plugin.yaml"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+    // A single plugin with a bad tool file loads its other tools.
+    let dir = plugins_dir(&[
+        ("plugin.yaml", "name: p\ntools:\n  entry: tools\n"),
+        ("tools/a.tool.json", GOOD_TOOL),
+        ("tools/b.tool.json", "{nope"),
+    ]);
+    let catalog = ToolCatalog::load_plugins(&dir).unwrap();
+    assert_eq!(catalog.len(), 1);
+    assert!(catalog.warnings()[0].to_string().contains("b.tool.json"));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
-fn oversized_files_are_refused() {
+fn oversized_files_are_skipped() {
+    use spindle::calls::catalog::Skipped;
     let dir =
         plugins_dir(&[("p/plugin.yaml", "name: p\ntools:\n  entry: tools\n"), ("p/tools/a.tool.json", GOOD_TOOL)]);
-    let err = ToolCatalog::load_plugins_with(&dir, LoadOptions { max_file_len: 20 }).unwrap_err();
-    assert!(matches!(err, CatalogError::TooLarge { .. }), "{err}");
-    assert!(ToolCatalog::load_plugins_with(&dir, LoadOptions { max_file_len: 1000 }).is_ok());
+    // The manifest (29 bytes) is past the limit: the plugin is left out.
+    let c = ToolCatalog::load_plugins_with(&dir, LoadOptions { max_file_len: 20 }).unwrap();
+    assert!(c.is_empty());
+    assert!(
+        matches!(c.warnings(), [w] if w.skipped == Skipped::Plugin && matches!(w.error, CatalogError::TooLarge { .. }))
+    );
+    // The tool file is past it: the plugin loads without that tool.
+    let c = ToolCatalog::load_plugins_with(&dir, LoadOptions { max_file_len: 40 }).unwrap();
+    assert_eq!((c.len(), c.plugins().len()), (0, 1));
+    assert!(
+        matches!(c.warnings(), [w] if w.skipped == Skipped::ToolFile && matches!(w.error, CatalogError::TooLarge { .. }))
+    );
+    let c = ToolCatalog::load_plugins_with(&dir, LoadOptions { max_file_len: 1000 }).unwrap();
+    assert_eq!(c.len(), 1);
+    assert!(c.warnings().is_empty());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -328,11 +418,23 @@ fn parse_with_tools_prints_observations_to_stderr() {
 }
 
 #[test]
-fn parse_with_a_broken_tools_dir_fails_naming_the_file() {
-    let dir =
-        plugins_dir(&[("p/plugin.yaml", "name: p\ntools:\n  entry: tools\n"), ("p/tools/bad.tool.json", "{nope")]);
-    let r = run(b"hi", None, &["--profile", "tam", "--tools", dir.to_str().unwrap()]);
-    assert_eq!(r.code, 2);
-    assert!(r.stderr.contains("bad.tool.json"), "{}", r.stderr);
+fn parse_with_a_broken_tool_file_warns_naming_it_and_checks_with_the_rest() {
+    let dir = plugins_dir(&[
+        ("p/plugin.yaml", "name: p\ntools:\n  entry: tools\n"),
+        ("p/tools/bad.tool.json", "{nope"),
+        ("p/tools/good.tool.json", GOOD_TOOL),
+    ]);
+    let call = "<|[REQUEST_TOOL]|>\ncommand:»»»t:one«««\nb:»»»1«««\n<|[END_TOOL]|>";
+    let r = run(call.as_bytes(), None, &["--profile", "tam", "--tools", dir.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let lines: Vec<&str> = r.stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", r.stderr);
+    assert!(
+        lines[0].starts_with("spindle: warning: skipped tool file ") && lines[0].contains("bad.tool.json"),
+        "{}",
+        r.stderr
+    );
+    // The good tool of the same plugin checks the call.
+    assert_eq!(lines[1], "Observation: Error - Invalid parameters for t:one: Unknown parameter 'b'");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -21,8 +21,26 @@
 //! [`ToolCatalog::load_plugins`] reads every subdirectory's `plugin.yaml`
 //! (or the directory's own, when it is a single plugin), follows
 //! `tools.entry` (relative to the manifest) and loads each `*.tool.json`
-//! there, in name order. A broken manifest, tool file or schema, a missing
-//! entry folder and a tool id defined twice are errors naming the file.
+//! there, in name order.
+//!
+//! Each plugin, and each tool file in it, loads on its own (spec 002 §7.1,
+//! §15.1.2: one plugin's failure does not stop the others). What cannot be
+//! loaded is left out and kept as a [`LoadWarning`] naming the file and the
+//! reason ([`ToolCatalog::warnings`]):
+//!
+//! | problem | what is left out |
+//! |---|---|
+//! | a subdirectory without `plugin.yaml` | that folder ([`Skipped::Plugin`]) |
+//! | a manifest that is unreadable, too large, does not parse, has no `name`, or whose `tools.entry` is not a readable directory | that plugin ([`Skipped::Plugin`]) |
+//! | a `*.tool.json` that is unreadable, too large, does not parse, has no `id` or a broken schema | that file; the plugin's other tools load ([`Skipped::ToolFile`]) |
+//! | a tool id already defined (by an earlier file, in name order) | the later file ([`Skipped::ToolFile`]; the warning names both) |
+//!
+//! Two cases stay errors, because nothing at all would load: the directory
+//! itself cannot be read (it does not exist, it is not a directory, no
+//! permission), and the directory is itself one plugin whose own manifest
+//! is broken. (Spec 002 §15.1.2 skips a missing `plugins/` folder with a
+//! message; here the folder is named by the caller, so a missing one is
+//! more likely a typo than an install without plugins.)
 //!
 //! # Checking a call
 //!
@@ -254,6 +272,80 @@ pub struct ToolsEntry {
     pub entry: String,
 }
 
+/// What loading a plugins directory left out (a [`LoadWarning`]'s kind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Skipped {
+    /// A whole plugin folder: it has no `plugin.yaml`, or its manifest or
+    /// its tools folder cannot be used; none of its tools loaded.
+    Plugin,
+    /// One `*.tool.json`; the other tools of its plugin loaded.
+    ToolFile,
+}
+
+impl Skipped {
+    /// The snake_case name used in JSON (`plugin`, `tool_file`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Skipped::Plugin => "plugin",
+            Skipped::ToolFile => "tool_file",
+        }
+    }
+}
+
+/// A plugin or tool file that [`ToolCatalog::load_plugins`] left out, and
+/// why (see the module docs for which problem leaves out what).
+///
+/// ```
+/// use spindle::calls::ToolCatalog;
+/// use spindle::calls::catalog::Skipped;
+///
+/// let dir = std::env::temp_dir().join(format!("spindle-doc-warn-{}", std::process::id()));
+/// std::fs::create_dir_all(dir.join("good/tools")).unwrap();
+/// std::fs::create_dir_all(dir.join("assets")).unwrap(); // no plugin.yaml
+/// std::fs::write(dir.join("good/plugin.yaml"), "name: good\ntools:\n  entry: ./tools\n").unwrap();
+/// std::fs::write(dir.join("good/tools/a.tool.json"), r#"{"id": "A"}"#).unwrap();
+/// std::fs::write(dir.join("good/tools/b.tool.json"), "{broken").unwrap();
+///
+/// let catalog = ToolCatalog::load_plugins(&dir).unwrap();
+/// assert_eq!(catalog.len(), 1, "A loaded");
+/// let skipped: Vec<Skipped> = catalog.warnings().iter().map(|w| w.skipped).collect();
+/// assert_eq!(skipped, [Skipped::Plugin, Skipped::ToolFile]);
+/// assert!(catalog.warnings()[1].to_string().starts_with("skipped tool file "));
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct LoadWarning {
+    /// What was left out.
+    pub skipped: Skipped,
+    /// The plugin folder or tool file left out.
+    pub path: PathBuf,
+    /// Why (its text names the file at fault).
+    pub error: CatalogError,
+}
+
+impl LoadWarning {
+    /// The JSON form: `{"skipped": "tool_file", "path": "...", "reason": "..."}`.
+    pub fn to_json(&self) -> Value {
+        serde_json::json!({
+            "skipped": self.skipped.as_str(),
+            "path": self.path.display().to_string(),
+            "reason": self.error.to_string(),
+        })
+    }
+}
+
+impl fmt::Display for LoadWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match self.skipped {
+            Skipped::Plugin => "plugin",
+            Skipped::ToolFile => "tool file",
+        };
+        write!(f, "skipped {what} {}: {}", self.path.display(), self.error)
+    }
+}
+
 /// A loaded plugin.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PluginInfo {
@@ -282,6 +374,7 @@ impl fmt::Debug for Entry {
 pub struct ToolCatalog {
     tools: Vec<Entry>,
     plugins: Vec<PluginInfo>,
+    warnings: Vec<LoadWarning>,
 }
 
 /// One problem with a parameter.
@@ -533,29 +626,18 @@ impl ToolCatalog {
     /// # Errors
     ///
     /// The first [`CatalogError`] met: an unreadable directory or file, a
-    /// file past the size limit, a broken definition or schema.
+    /// file past the size limit, a broken definition or schema. Unlike
+    /// [`ToolCatalog::load_plugins`], one bad file stops the load (the
+    /// tools before it stay added).
     pub fn load_tools_dir(
         &mut self,
         dir: &Path,
         plugin: Option<&str>,
         options: LoadOptions,
     ) -> Result<Vec<String>, CatalogError> {
-        let mut files = list_dir(dir)?
-            .into_iter()
-            .filter(|p| {
-                p.is_file() && p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(".tool.json"))
-            })
-            .collect::<Vec<_>>();
-        files.sort();
         let mut ids = Vec::new();
-        for file in files {
-            let text = read_limited(&file, options)?;
-            let before = self.tools.len();
-            self.add_tool_json(&text, Some(&file))?;
-            if let Some(e) = self.tools.get_mut(before) {
-                e.def.plugin = plugin.map(str::to_string);
-                ids.push(e.def.id.clone());
-            }
+        for file in tool_files(dir)? {
+            ids.push(self.load_tool_file(&file, plugin, options)?);
         }
         Ok(ids)
     }
@@ -564,13 +646,18 @@ impl ToolCatalog {
     ///
     /// `dir` is either one plugin (it holds `plugin.yaml`) or a folder of
     /// plugins, each a subdirectory with its `plugin.yaml`; hidden
-    /// subdirectories are skipped.
+    /// subdirectories are skipped. A plugin or tool file that cannot be
+    /// loaded is left out and the rest loads: each is kept as a
+    /// [`LoadWarning`] ([`ToolCatalog::warnings`]; the module docs list
+    /// which problem leaves out what).
     ///
     /// # Errors
     ///
-    /// The first [`CatalogError`], naming the file: a subdirectory without
-    /// `plugin.yaml`, a manifest that does not parse or whose `tools.entry`
-    /// is not a directory, a broken tool file or schema, a duplicate id.
+    /// Only when nothing could load: [`CatalogError::Io`] when `dir`
+    /// cannot be read (missing, not a directory, no permission), or the
+    /// manifest's error when `dir` is itself one plugin whose
+    /// `plugin.yaml` is unreadable, does not parse, has no `name` or names
+    /// a `tools.entry` that is not a readable directory.
     pub fn load_plugins(dir: &Path) -> Result<ToolCatalog, CatalogError> {
         ToolCatalog::load_plugins_with(dir, LoadOptions::default())
     }
@@ -592,12 +679,19 @@ impl ToolCatalog {
             .collect();
         dirs.sort();
         for sub in dirs {
-            let manifest = manifest_in(&sub).ok_or_else(|| CatalogError::MissingManifest { path: sub.clone() })?;
-            catalog.load_plugin(&sub, &manifest, options)?;
+            let loaded = match manifest_in(&sub) {
+                Some(manifest) => catalog.load_plugin(&sub, &manifest, options),
+                None => Err(CatalogError::MissingManifest { path: sub.clone() }),
+            };
+            if let Err(error) = loaded {
+                catalog.warnings.push(LoadWarning { skipped: Skipped::Plugin, path: sub, error });
+            }
         }
         Ok(catalog)
     }
 
+    /// Loads one plugin. A manifest or tools-folder problem is the error
+    /// (and nothing of the plugin is added); a bad tool file is a warning.
     fn load_plugin(&mut self, dir: &Path, manifest_path: &Path, options: LoadOptions) -> Result<(), CatalogError> {
         let text = read_limited(manifest_path, options)?;
         let bad = |message: String| CatalogError::Manifest { path: manifest_path.to_path_buf(), message };
@@ -617,10 +711,43 @@ impl ToolCatalog {
             if !entry.is_dir() {
                 return Err(bad(format!("tools.entry {:?} is not a directory ({})", tools.entry, entry.display())));
             }
-            ids = self.load_tools_dir(&entry, Some(&manifest.name), options)?;
+            // Listed before anything is added: a folder that cannot be
+            // read leaves the whole plugin out.
+            let files = tool_files(&entry)?;
+            for file in files {
+                match self.load_tool_file(&file, Some(&manifest.name), options) {
+                    Ok(id) => ids.push(id),
+                    Err(error) => self.warnings.push(LoadWarning { skipped: Skipped::ToolFile, path: file, error }),
+                }
+            }
         }
         self.plugins.push(PluginInfo { manifest, dir: dir.to_path_buf(), tools: ids });
         Ok(())
+    }
+
+    /// Reads and adds one `*.tool.json`; returns its id.
+    fn load_tool_file(
+        &mut self,
+        file: &Path,
+        plugin: Option<&str>,
+        options: LoadOptions,
+    ) -> Result<String, CatalogError> {
+        let text = read_limited(file, options)?;
+        let before = self.tools.len();
+        self.add_tool_json(&text, Some(file))?;
+        let entry = self.tools.get_mut(before).ok_or_else(|| CatalogError::ToolFile {
+            path: file.to_path_buf(),
+            message: "the tool was not added".into(),
+        })?;
+        entry.def.plugin = plugin.map(str::to_string);
+        Ok(entry.def.id.clone())
+    }
+
+    /// What loading left out, in load order: plugins without a usable
+    /// manifest, tool files that could not be loaded (see the module
+    /// docs). Empty for a catalog built in code.
+    pub fn warnings(&self) -> &[LoadWarning] {
+        &self.warnings
     }
 
     /// The plugins loaded, in load order.
@@ -802,6 +929,16 @@ fn unescape_pointer(seg: &str) -> String {
 
 fn manifest_in(dir: &Path) -> Option<PathBuf> {
     ["plugin.yaml", "plugin.yml"].iter().map(|n| dir.join(n)).find(|p| p.is_file())
+}
+
+/// The `*.tool.json` files of `dir` (not recursive), in name order.
+fn tool_files(dir: &Path) -> Result<Vec<PathBuf>, CatalogError> {
+    let mut files: Vec<PathBuf> = list_dir(dir)?
+        .into_iter()
+        .filter(|p| p.is_file() && p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(".tool.json")))
+        .collect();
+    files.sort();
+    Ok(files)
 }
 
 fn list_dir(dir: &Path) -> Result<Vec<PathBuf>, CatalogError> {

@@ -77,7 +77,7 @@ pub mod catalog;
 pub mod stream;
 pub mod tam;
 
-pub use catalog::{CallProblem, CatalogError, ParamProblem, ToolCatalog, ToolDef, openai_function_name};
+pub use catalog::{CallProblem, CatalogError, LoadWarning, ParamProblem, ToolCatalog, ToolDef, openai_function_name};
 
 use crate::event::DiagnosticCode;
 use crate::event::Payload;

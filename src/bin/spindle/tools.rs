@@ -21,7 +21,8 @@ pub(crate) struct ToolsArgs {
 enum ToolsCommand {
     /// Print the tool manual for a prompt, in one call protocol.
     Manual(ManualArgs),
-    /// List the tools: id, implementation type, plugin, source.
+    /// List the tools: id, implementation type, plugin, source; and the
+    /// plugins and tool files that could not be loaded.
     List(ListArgs),
 }
 
@@ -56,9 +57,10 @@ struct ManualArgs {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum ListFormat {
-    /// One line per tool.
+    /// One line per tool (id, implementation, plugin, source, tab-separated),
+    /// then one `skipped` line per plugin or tool file left out.
     Text,
-    /// A JSON array.
+    /// A JSON object: `{"tools": [...], "warnings": [{"skipped", "path", "reason"}]}`.
     Json,
 }
 
@@ -75,7 +77,21 @@ struct ListArgs {
 /// Loads a plugins directory and starts its MCP servers (plugin.yaml `mcp:`
 /// sections, and `DIR/mcp.json` or `DIR/.mcp.json` in the `mcpServers`
 /// form); their tools join the catalog. The pool must live as long as its tools are used.
+///
+/// A plugin or tool file that cannot be loaded is left out: each is said
+/// on stderr (`spindle: warning: skipped tool file PATH: REASON`) and the
+/// rest loads ([`ToolCatalog::warnings`] keeps them).
 pub(crate) async fn load_tools(dir: &Path, options: &RunnerOptions) -> Result<(ToolCatalog, McpPool)> {
+    let loaded = load_tools_quietly(dir, options).await?;
+    for warning in loaded.0.warnings() {
+        eprintln!("spindle: warning: {warning}");
+    }
+    Ok(loaded)
+}
+
+/// [`load_tools`] without the warnings on stderr (`tools list` prints them
+/// as part of its output).
+async fn load_tools_quietly(dir: &Path, options: &RunnerOptions) -> Result<(ToolCatalog, McpPool)> {
     let mut catalog = ToolCatalog::load_plugins(dir).with_context(|| format!("tools {}", dir.display()))?;
     let mut pool = McpPool::start(&mut catalog, options).await.with_context(|| format!("tools {}", dir.display()))?;
     for name in ["mcp.json", ".mcp.json"] {
@@ -131,7 +147,7 @@ pub(crate) fn run(args: ToolsArgs) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }),
         ToolsCommand::List(a) => rt.block_on(async move {
-            let (catalog, _pool) = load_tools(&a.tools, &RunnerOptions::default()).await?;
+            let (catalog, _pool) = load_tools_quietly(&a.tools, &RunnerOptions::default()).await?;
             let rows: Vec<serde_json::Value> = catalog
                 .tools()
                 .map(|t| {
@@ -146,13 +162,20 @@ pub(crate) fn run(args: ToolsArgs) -> Result<ExitCode> {
                     })
                 })
                 .collect();
+            let warnings: Vec<serde_json::Value> = catalog.warnings().iter().map(|w| w.to_json()).collect();
             let mut out = std::io::stdout().lock();
             match a.format {
-                ListFormat::Json => writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?,
+                ListFormat::Json => {
+                    let list = serde_json::json!({"tools": rows, "warnings": warnings});
+                    writeln!(out, "{}", serde_json::to_string_pretty(&list)?)?;
+                }
                 ListFormat::Text => {
                     for r in &rows {
                         let s = |k: &str| r[k].as_str().unwrap_or("-").to_string();
                         writeln!(out, "{}\t{}\t{}\t{}", s("id"), s("implementation"), s("plugin"), s("source"))?;
+                    }
+                    for w in catalog.warnings() {
+                        writeln!(out, "skipped\t{}\t{}\t{}", w.skipped.as_str(), w.path.display(), w.error)?;
                     }
                 }
             }
