@@ -414,4 +414,75 @@ fn the_attp_manual_states_its_output_format() {
     let rules = out.find("[tool_call]").unwrap_or(usize::MAX);
     let tools = out.find("def Add(a: int, b: int)").unwrap_or(0);
     assert!(rules < tools, "the rules come before the tools: {out}");
+
+/// The audit's repro (a side-effect tool, then an unknown one) in TAM and
+/// ACTION: the first step does not run, because the second is invalid.
+#[test]
+fn a_call_with_an_invalid_step_runs_none_of_its_steps() {
+    let dir = tempfile::Builder::new().prefix("spindle-validate-").tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let log = dir.path().join("side.log");
+    let tool = format!(
+        r#"{{"id": "Side.Effect", "implementation": {{"type": "script", "command": ["/bin/sh", "-c", "echo ran >> {}; echo ok"]}}, "parameters": {{"type": "object", "properties": {{}}}}}}"#,
+        log.display()
+    );
+    let write = r#"{"id": "File.Write", "implementation": {"type": "script", "command": ["/bin/cat"]}, "parameters": {"type": "object", "properties": {"image": {"type": "string"}}, "required": ["image"]}}"#;
+    for (rel, text) in [
+        ("p/plugin.yaml", "name: p\ntools:\n  entry: ./tools\n"),
+        ("p/tools/side.tool.json", tool.as_str()),
+        ("p/tools/write.tool.json", write),
+    ] {
+        let p = dir.path().join(rel);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).unwrap_or_else(|e| panic!("{e}"));
+        }
+        std::fs::write(&p, text).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let cases = [
+        (
+            "tam",
+            "<|[REQUEST_TOOL]|>\ncommand_1:»»»Side.Effect«««\ncommand_2:»»»File.Wrte«««\nimage_2:»»»x«««\n<|[END_TOOL]|>",
+            ["Side.Effect 1 not_run", "File.Wrte 2 unknown_tool"],
+        ),
+        (
+            "action",
+            "Doing it.\n<ACTION>\n<Side.Effect></Side.Effect>\n<File.Write><imag>x</imag></File.Write>\n</ACTION>",
+            ["Side.Effect null not_run", "File.Write null invalid_params"],
+        ),
+    ];
+    for (profile, text, expected) in cases {
+        let input = dir.path().join(format!("{profile}.txt"));
+        std::fs::write(&input, text).unwrap_or_else(|e| panic!("{e}"));
+        let (out, err, ok) = spindle(&[
+            "parse",
+            input.to_str().unwrap_or_default(),
+            "--profile",
+            profile,
+            "--tools",
+            dir.path().to_str().unwrap_or_default(),
+            "--execute",
+        ]);
+        assert!(ok, "{err}");
+        let results: Vec<Value> = out
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["type"] == "tool_result")
+            .collect();
+        let got: Vec<String> = results
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} {} {}",
+                    r["tool_id"].as_str().unwrap_or_default(),
+                    r["step"],
+                    r["outcome"].as_str().unwrap_or_default()
+                )
+            })
+            .collect();
+        assert_eq!(got, expected, "{profile}");
+        assert!(
+            results[0]["observation"].as_str().unwrap_or_default().contains("failed validation"),
+            "{profile}: {out}"
+        );
+        assert!(!log.exists(), "{profile}: the side effect ran");
+    }
 }

@@ -222,6 +222,62 @@ async fn on_error_continue_and_stop() {
     assert_eq!(res.iter().map(|r| r.step).collect::<Vec<_>>(), [Some(1), Some(2), Some(3), Some(4)]);
 }
 
+/// Spec 002 §12.2-12.3, spec 004 §3.3: every step is checked before any
+/// runs; one invalid step (an unknown tool, a bad or missing parameter)
+/// and no step of the call runs, `on_error: continue` or not.
+#[tokio::test]
+async fn one_invalid_step_and_no_step_of_the_call_runs() {
+    let dir = tempdir("validate");
+    let counter = dir.path().join("n");
+    let flaky = || step("Flaky", json!({"counter_file": counter.display().to_string(), "succeed_on": 1}));
+    let mut first = flaky();
+    first.index = Some(1);
+    first.on_error = OnError::Continue;
+    let mut unknown = step("File.Wrte", json!({"image": "x"}));
+    unknown.index = Some(2);
+    let mut bad = step("Math.Add", json!({"a": "two"}));
+    bad.index = Some(3);
+    let mut last = step("Greet", json!({"name": "x"}));
+    last.index = Some(4);
+    let res = run(&runner(), &call(vec![first, unknown, bad, last])).await;
+    assert!(!counter.exists(), "step 1 ran before the invalid steps were seen");
+    let outcomes: Vec<Outcome> = res.iter().map(|r| r.outcome).collect();
+    assert_eq!(outcomes, [Outcome::NotRun, Outcome::UnknownTool, Outcome::InvalidParams, Outcome::NotRun]);
+    assert!(res.iter().all(|r| r.attempts == 0 && !r.ok));
+    assert_eq!(
+        res[0].observation,
+        "Observation: Error - Tool Flaky was not run: steps 2 (File.Wrte), 3 (Math.Add) failed validation, and no step of a call runs unless every step is valid"
+    );
+    assert_eq!(res[1].observation, "Observation: Error - Unknown tool ID 'File.Wrte'");
+    assert!(
+        res[2].observation.starts_with("Observation: Error - Invalid parameters for Math.Add: "),
+        "{}",
+        res[2].observation
+    );
+    assert_eq!(res[3].observation, res[0].observation.replace("Tool Flaky", "Tool Greet"));
+
+    // ACTION steps (no numbers) are named by position.
+    let mut c = call(vec![flaky(), step("Echo", json!({}))]);
+    c.format = CallFormat::Action;
+    let res = run(&runner(), &c).await;
+    assert!(!counter.exists());
+    assert_eq!(
+        res[0].observation,
+        "Observation: Error - Tool Flaky was not run: step 2 (Echo) failed validation, and no step of a call runs unless every step is valid"
+    );
+    assert_eq!(
+        res[1].observation,
+        "Observation: Error - Invalid parameters for Echo: Missing required parameter 'text'"
+    );
+
+    // All valid: they run, and `on_error: continue` still covers a failure at run time.
+    let mut fail = step("Fail", json!({}));
+    fail.on_error = OnError::Continue;
+    let res = run(&runner(), &call(vec![fail, flaky()])).await;
+    assert_eq!((res[0].outcome, res[1].outcome), (Outcome::Failed, Outcome::Success));
+    assert_eq!(std::fs::read_to_string(&counter).ok().as_deref(), Some("1"));
+}
+
 /// A fresh folder, removed when the guard drops.
 fn tempdir(name: &str) -> tempfile::TempDir {
     tempfile::Builder::new().prefix(&format!("{}-", marker(name))).tempdir().unwrap_or_else(|e| panic!("{e}"))

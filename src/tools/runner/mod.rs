@@ -32,14 +32,27 @@
 //!
 //! # Steps
 //!
-//! Steps run one after another in the order of the call (ascending `N`
-//! for TAM; `common_*` values are already merged into each step by the
-//! TAM reader). A step that fails is retried `retry_N` times (at most
-//! [`RunnerOptions::max_retry`]); when it still fails and its `on_error`
-//! is `stop` (the default), the remaining steps are reported
-//! [`Outcome::NotRun`]. A call or step marked `not_runnable` (a block cut
-//! off by the end of the output, an ACTION block after the first) is
-//! never run. Every step gives exactly one [`ToolResult`].
+//! Every step of a call is checked (its tool id, its parameters against
+//! the tool's schema, their size) **before any step runs** (spec 002
+//! §12.2-12.3; spec 004 §3.3: on a validation failure nothing is run).
+//! When one step fails the check, no step of the call runs: each invalid
+//! step gets its error observation ([`Outcome::UnknownTool`],
+//! [`Outcome::InvalidParams`]) and every other step an
+//! [`Outcome::NotRun`] result whose observation names the invalid steps
+//! (`... was not run: step 2 (File.Wrte) failed validation, and no step of
+//! a call runs unless every step is valid`).
+//!
+//! A valid call's steps run one after another in the order of the call
+//! (ascending `N` for TAM; `common_*` values are already merged into each
+//! step by the TAM reader). A step that fails while running is retried
+//! `retry_N` times (at most [`RunnerOptions::max_retry`]); when it still
+//! fails and its `on_error` is `stop` (the default), the remaining steps
+//! are reported [`Outcome::NotRun`]; with `continue` the next step runs
+//! (`on_error` is about these run-time failures only: a step that is
+//! invalid stops the whole call before anything runs). A call or step
+//! marked `not_runnable` (a block cut off by the end of the output, an
+//! ACTION block after the first) is never run. Every step gives exactly
+//! one [`ToolResult`].
 //!
 //! # Limits and faults
 //!
@@ -121,6 +134,22 @@ impl Default for RunnerOptions {
             path: "/usr/local/bin:/usr/bin:/bin".into(),
         }
     }
+}
+
+/// A step checked before its call runs.
+enum Checked {
+    /// Valid: its parameters as the tool takes them.
+    Params(Map<String, Value>),
+    /// Invalid: its error result (unknown tool, invalid parameters).
+    Invalid(ToolResult),
+    /// Not checked: ATTP code, or a step that will not run.
+    Unchecked,
+}
+
+/// The step's number as the model wrote it (`command_3`: 3), else its
+/// 1-based position.
+fn step_number(step: &crate::calls::Step, i: usize) -> String {
+    step.index.map_or_else(|| (i + 1).to_string(), |n| n.to_string())
 }
 
 /// What one attempt of a step gave.
@@ -440,11 +469,12 @@ impl RunScope {
         &self.inner.catalog
     }
 
-    /// Runs every step of `call` (see the module docs) and returns one
-    /// result per step. A call that could not be read (its `error` is set:
-    /// malformed XML, no command, an ATTP code policy breach) gives one
-    /// [`Outcome::Malformed`] result and runs nothing; an ATTP answer with
-    /// `status = "fail"` gives no result.
+    /// Checks every step of `call`, then runs them (see the module docs)
+    /// and returns one result per step. A call with an invalid step runs
+    /// none of its steps. A call that could not be read (its `error` is
+    /// set: malformed XML, no command, an ATTP code policy breach) gives
+    /// one [`Outcome::Malformed`] result and runs nothing; an ATTP answer
+    /// with `status = "fail"` gives no result.
     ///
     /// # Cancel safety
     ///
@@ -472,9 +502,50 @@ impl RunScope {
             inner.audit_not_run(&out[0], &Value::Null);
             return out;
         }
+        // Every step is checked before any runs.
+        let runnable = call.not_runnable.is_none();
+        let checked: Vec<Checked> = (0..call.steps.len())
+            .map(|i| if runnable { self.check(call, i, call_id) } else { Checked::Unchecked })
+            .collect();
+        let invalid: Vec<String> = call
+            .steps
+            .iter()
+            .zip(&checked)
+            .enumerate()
+            .filter(|(_, (_, c))| matches!(c, Checked::Invalid(_)))
+            .map(|(i, (step, _))| format!("{} ({})", step_number(step, i), step.tool_id))
+            .collect();
+        if !invalid.is_empty() {
+            let detail = match invalid.as_slice() {
+                [one] => format!("step {one} failed validation"),
+                many => format!("steps {} failed validation", many.join(", ")),
+            };
+            for (step, c) in call.steps.iter().zip(checked) {
+                let result = match (c, step.not_runnable.as_deref()) {
+                    (Checked::Invalid(r), _) => r,
+                    (_, Some(reason)) => ToolResult::not_run(
+                        call_id,
+                        &step.tool_id,
+                        step.index,
+                        Outcome::NotRun,
+                        observe::not_run(&step.tool_id, reason, ""),
+                    ),
+                    _ => ToolResult::not_run(
+                        call_id,
+                        &step.tool_id,
+                        step.index,
+                        Outcome::NotRun,
+                        observe::not_run(&step.tool_id, "invalid_call", &detail),
+                    ),
+                };
+                inner.audit_not_run(&result, &Value::Object(step.params.clone()));
+                out.push(result);
+            }
+            return out;
+        }
         // The first step that stopped the call, if any.
         let mut stopped: Option<String> = None;
-        for (i, step) in call.steps.iter().enumerate() {
+        for ((i, step), checked) in call.steps.iter().enumerate().zip(checked) {
             let not_run = |reason: &str, detail: &str| {
                 ToolResult::not_run(
                     call_id,
@@ -497,11 +568,15 @@ impl RunScope {
             } else if let Some(why) = &stopped {
                 not_run("previous_step_failed", why)
             } else {
-                self.run_step(call, i, call_id, cancel).await
+                let params = match checked {
+                    Checked::Params(p) => p,
+                    // ATTP code, handed over as written.
+                    Checked::Unchecked | Checked::Invalid(_) => step.params.clone(),
+                };
+                self.run_step(call, i, call_id, params, cancel).await
             };
             if !result.outcome.is_ok() && stopped.is_none() && step.on_error == crate::calls::OnError::Stop {
-                let n = step.index.map_or_else(|| format!("{}", i + 1), |n| n.to_string());
-                stopped = Some(format!("step {n} ({}) did not succeed", step.tool_id));
+                stopped = Some(format!("step {} ({}) did not succeed", step_number(step, i), step.tool_id));
             }
             if result.attempts == 0 {
                 inner.audit_not_run(&result, &Value::Object(step.params.clone()));
@@ -511,15 +586,56 @@ impl RunScope {
         out
     }
 
-    /// Checks and runs one step (with retries).
-    async fn run_step(&self, call: &ToolCall, i: usize, call_id: &str, cancel: &CancellationToken) -> ToolResult {
+    /// Checks one step of `call` before anything of the call runs: its
+    /// parameters as the tool takes them, or its error result. ATTP code
+    /// and steps that will not run are not checked.
+    fn check(&self, call: &ToolCall, i: usize, call_id: &str) -> Checked {
+        let inner = &self.inner;
+        let step = &call.steps[i];
+        let id = step.tool_id.as_str();
+        if step.not_runnable.is_some()
+            || (call.format == CallFormat::Attp && id == PYTHON_TOOL && inner.catalog.get(id).is_none())
+        {
+            return Checked::Unchecked;
+        }
+        let params = match inner.catalog.check_step(call.format, i, step) {
+            Ok(p) => p,
+            Err(problem) => {
+                let outcome = match problem {
+                    CallProblem::UnknownTool { .. } => Outcome::UnknownTool,
+                    CallProblem::Unreadable { .. } => Outcome::Malformed,
+                    _ => Outcome::InvalidParams,
+                };
+                return Checked::Invalid(ToolResult::not_run(call_id, id, step.index, outcome, problem.observation()));
+            }
+        };
+        let size = serde_json::to_string(&params).map(|s| s.len()).unwrap_or(0);
+        if size > inner.options.max_params_bytes {
+            let obs = format!(
+                "Observation: Error - Invalid parameters for {id}: the parameters are {size} bytes, more than the {}-byte limit",
+                inner.options.max_params_bytes
+            );
+            return Checked::Invalid(ToolResult::not_run(call_id, id, step.index, Outcome::InvalidParams, obs));
+        }
+        Checked::Params(params)
+    }
+
+    /// Runs one checked step (with retries); `params` are its checked
+    /// parameters (the code, for ATTP).
+    async fn run_step(
+        &self,
+        call: &ToolCall,
+        i: usize,
+        call_id: &str,
+        params: Map<String, Value>,
+        cancel: &CancellationToken,
+    ) -> ToolResult {
         let inner = &self.inner;
         let step = &call.steps[i];
         let id = step.tool_id.as_str();
         // ATTP code: handed to a `python` service when there is one.
         if call.format == CallFormat::Attp && id == PYTHON_TOOL && inner.catalog.get(id).is_none() {
             if let Some(f) = inner.services.get(PYTHON_TOOL).cloned() {
-                let params = step.params.clone();
                 return self
                     .attempts(call_id, step.index, id, Kind::Service, params, step.retry, cancel, move |p| {
                         let f = f.clone();
@@ -538,25 +654,6 @@ impl RunScope {
                     "ATTP code is run by the host's sandbox, not by spindle (register a `python` service to run it)",
                 ),
             );
-        }
-        let params = match inner.catalog.check_step(call.format, i, step) {
-            Ok(p) => p,
-            Err(problem) => {
-                let outcome = match problem {
-                    CallProblem::UnknownTool { .. } => Outcome::UnknownTool,
-                    CallProblem::Unreadable { .. } => Outcome::Malformed,
-                    _ => Outcome::InvalidParams,
-                };
-                return ToolResult::not_run(call_id, id, step.index, outcome, problem.observation());
-            }
-        };
-        let size = serde_json::to_string(&params).map(|s| s.len()).unwrap_or(0);
-        if size > inner.options.max_params_bytes {
-            let obs = format!(
-                "Observation: Error - Invalid parameters for {id}: the parameters are {size} bytes, more than the {}-byte limit",
-                inner.options.max_params_bytes
-            );
-            return ToolResult::not_run(call_id, id, step.index, Outcome::InvalidParams, obs);
         }
         let Some(def) = inner.catalog.get(id).cloned() else {
             return ToolResult::not_run(
