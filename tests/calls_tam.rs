@@ -582,3 +582,62 @@ fn filament_profile_reads_tam_and_action_blocks() {
     let _ = std::fs::remove_file(&path);
     assert!(payloads(&events, "tam").is_empty());
 }
+
+/// Spec 002 §5.3: the parser is insensitive to the case and underscores of
+/// a key. `filepath` stands for `file_path` or `filePath`, when exactly one
+/// declared parameter matches.
+#[test]
+fn tam_keys_match_declared_names_without_case_and_underscores() {
+    use spindle::calls::{CallProblem, ParamProblem, ToolCatalog, ToolDef};
+    let tool = |id: &str, names: &[&str]| {
+        let props: serde_json::Map<String, Value> =
+            names.iter().map(|n| (n.to_string(), json!({"type": "string"}))).collect();
+        ToolDef::new(id, json!({"type": "object", "properties": props, "required": [names[0]]}))
+    };
+    let mut catalog = ToolCatalog::new();
+    for def in [
+        tool("Snake", &["file_path"]),
+        tool("Camel", &["filePath"]),
+        tool("Both", &["file_path", "filePath"]),
+        tool("Open", &["file_path"]),
+    ] {
+        catalog.add(def).unwrap();
+    }
+    let block =
+        |tool: &str, key: &str| format!("<|[REQUEST_TOOL]|>\ncommand:»»»{tool}«««\n{key}:»»»/tmp/x«««\n<|[END_TOOL]|>");
+    let check = |tool: &str, key: &str| {
+        let (call, _) = parse_tam(&block(tool, key));
+        catalog.check_step(call.format, 0, &call.steps[0])
+    };
+    for key in ["filepath", "FILEPATH", "file_path", "filePath", "File_Path", "file-path"] {
+        for tool in ["Snake", "Camel"] {
+            let params = check(tool, key).unwrap_or_else(|e| panic!("{tool} {key}: {e}"));
+            let want = if tool == "Snake" { "file_path" } else { "filePath" };
+            assert_eq!(Value::Object(params), json!({want: "/tmp/x"}), "{tool} {key}");
+        }
+    }
+    // Two declared names match `filepath`: an error, with a suggestion.
+    match check("Both", "filepath") {
+        Err(CallProblem::InvalidParams { problems, .. }) => assert!(
+            matches!(&problems[0], ParamProblem::Unknown { name, suggestion: Some(_) } if name == "filepath"),
+            "{problems:?}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    // The normalised form is exact and wins: `filePath` is read as `file_path`.
+    assert_eq!(Value::Object(check("Both", "file_path").unwrap()), json!({"file_path": "/tmp/x"}));
+    // An open schema (additional properties allowed) maps the key too.
+    let mut open = ToolCatalog::new();
+    open.add(ToolDef::new(
+        "Open",
+        json!({"type": "object", "properties": {"file_path": {"type": "string"}},
+        "required": ["file_path"], "additionalProperties": true}),
+    ))
+    .unwrap();
+    let (call, _) = parse_tam(&block("Open", "filepath"));
+    assert_eq!(Value::Object(open.check_step(call.format, 0, &call.steps[0]).unwrap()), json!({"file_path": "/tmp/x"}));
+    // Not onto a name the step also gives as written.
+    let (call, _) =
+        parse_tam("<|[REQUEST_TOOL]|>\ncommand:»»»Snake«««\nfile_path:»»»a«««\nfilepath:»»»b«««\n<|[END_TOOL]|>");
+    assert!(catalog.check_step(call.format, 0, &call.steps[0]).is_err());
+}

@@ -68,9 +68,17 @@
 //! Values read from text (TAM, ACTION) are strings; before schema
 //! validation they are converted to the type the schema declares where the
 //! text allows it (`"25"` to `25` for an integer, `"true"` to `true`, JSON
-//! text to an object or array, a single value to a one-element array). TAM
-//! keys are normalised (`file_path`), so a TAM parameter also matches a
-//! property whose normalised name is the same (`filePath`).
+//! text to an object or array, a single value to a one-element array).
+//!
+//! TAM keys are matched without regard to case and underscores (spec 002
+//! §5.3): a TAM key (normalised by the reader, `file_path`) that the tool
+//! does not declare as written stands for the declared property whose
+//! normalised name is the same (`filePath`), or else for the one that is
+//! equal with case and underscores left out (`filepath` for `file_path`).
+//! Only when exactly one property matches: `filepath` against both
+//! `file_path` and `filePath` stays an unknown parameter, with the
+//! closest as its suggestion. ACTION, ATTP and Filament names are matched
+//! as written.
 
 use super::attp::PYTHON_TOOL;
 use super::tam::normalize_key;
@@ -821,10 +829,16 @@ impl ToolCatalog {
         let names = step.params.iter().map(|(k, v)| (k, Some(v))).chain(step.uris.keys().map(|k| (k, None)));
         for (name, value) in names {
             let mut target = name.clone();
-            if closed && !declared.contains(&name.as_str()) && format == CallFormat::Tam {
-                // TAM keys are normalised; the schema may spell them otherwise.
-                if let Some(d) = declared.iter().find(|d| normalize_key(d).name == *name) {
-                    target = (*d).to_string();
+            if format == CallFormat::Tam && !declared.contains(&name.as_str()) {
+                // TAM keys are normalised, and matched without regard to
+                // case and underscores (spec 002 §5.3); the schema may
+                // spell them otherwise. Not onto a name the step also
+                // gives as written.
+                if let Some(d) = tam_match(name, &declared)
+                    && !step.params.contains_key(d)
+                    && !step.uris.contains_key(d)
+                {
+                    target = d.to_string();
                 }
             }
             if closed && !declared.contains(&target.as_str()) {
@@ -921,6 +935,31 @@ impl ToolCatalog {
     pub fn observations(&self, call: &ToolCall) -> Vec<String> {
         self.check(call).iter().map(CallProblem::observation).collect()
     }
+}
+
+/// The declared parameter a TAM key `name` (already normalised,
+/// `file_path`) stands for: the one whose normalised form is `name`
+/// (`filePath`), else the one equal to it without case and underscores
+/// (`filepath` for `file_path`, `FilePath`); `None` when no declared name,
+/// or more than one, matches.
+fn tam_match<'a>(name: &str, declared: &[&'a str]) -> Option<&'a str> {
+    let only = |found: Vec<&'a str>| match found.as_slice() {
+        [one] => Some(Some(*one)),
+        [] => None,
+        _ => Some(None),
+    };
+    let normalised = declared.iter().copied().filter(|d| normalize_key(d).name == name).collect();
+    if let Some(found) = only(normalised) {
+        return found;
+    }
+    let squashed = squash(name);
+    only(declared.iter().copied().filter(|d| squash(d) == squashed).collect()).flatten()
+}
+
+/// A name without case and separators: `file_path`, `filePath`,
+/// `FILE-PATH` are all `filepath`.
+fn squash(name: &str) -> String {
+    name.chars().filter(|c| c.is_alphanumeric()).flat_map(char::to_lowercase).collect()
 }
 
 fn unescape_pointer(seg: &str) -> String {
