@@ -154,8 +154,22 @@ fn uris_stand_for_their_parameter() {
     let mut call = call(CallFormat::Tam, "File.Write", json!({"content": "x"}));
     call.steps[0].uris.insert("file_path".into(), "fam://a".into());
     assert!(c.check(&call).is_empty(), "{:?}", c.check(&call));
+    // The tool gets the URI as the parameter's value (spec 000 §3.3).
+    let checked = c.check_step_uris(CallFormat::Tam, 0, &call.steps[0]).unwrap();
+    assert_eq!(serde_json::Value::Object(checked.params), json!({"content": "x", "file_path": "fam://a"}));
+    assert_eq!(checked.uris.into_iter().collect::<Vec<_>>(), [("file_path".to_string(), "fam://a".to_string())]);
+    assert_eq!(c.check_step(CallFormat::Tam, 0, &call.steps[0]).unwrap()["file_path"], "fam://a");
     call.steps[0].uris.insert("nope".into(), "fam://b".into());
     assert_eq!(c.check(&call).len(), 1);
+    // A value and a URI for one parameter: which one is meant?
+    let mut both = self::call(CallFormat::Tam, "File.Write", json!({"content": "x", "file_path": "/a"}));
+    both.steps[0].uris.insert("file_path".into(), "fam://a".into());
+    assert_eq!(
+        c.observations(&both),
+        [
+            "Observation: Error - Invalid parameters for File.Write: Parameter 'file_path': it is given both as a value and by URI (uri_...); give one"
+        ]
+    );
 }
 
 #[test]

@@ -278,6 +278,68 @@ async fn one_invalid_step_and_no_step_of_the_call_runs() {
     assert_eq!(std::fs::read_to_string(&counter).ok().as_deref(), Some("1"));
 }
 
+/// Spec 000 §3.3, §4: `uri_[param]_N` passes a parameter by URI. The
+/// tool gets the URI string, or what the scheme's resolver makes of it;
+/// a resolver's error is the step's error.
+#[tokio::test]
+async fn uri_parameters_reach_the_tool_resolved_or_as_written() {
+    let registry = Registry::profile("tam").unwrap_or_else(|| panic!("tam"));
+    let text = "<|[REQUEST_TOOL]|>\ncommand:»»»Echo«««\nuri_text:»»»fam://project-data/notes.txt«««\ncount:»»»5«««\n<|[END_TOOL]|>";
+    let events = parse(registry.clone(), text.as_bytes());
+    let mut col = spindle::tools::collect::CallCollector::new(registry.into());
+    let (_, c) = events.iter().find_map(|e| col.observe(e)).unwrap_or_else(|| panic!("no call"));
+    assert_eq!(c.steps[0].uris.get("text").map(String::as_str), Some("fam://project-data/notes.txt"));
+
+    // No resolver: the URI as the value.
+    let res = run(&runner(), &c).await;
+    assert_eq!(res[0].outcome, Outcome::Success, "{}", res[0].observation);
+    assert_eq!(res[0].result, json!({"echo": {"count": 5, "text": "fam://project-data/notes.txt"}}));
+
+    // A resolver for the scheme (any case): the resource instead.
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let mut r = runner();
+    let log = seen.clone();
+    r.register_uri_scheme("FAM", move |uri| {
+        log.lock().map(|mut l| l.push(uri.clone())).unwrap_or(());
+        async move {
+            match uri.strip_prefix("fam://project-data/") {
+                Some("notes.txt") => Ok(json!("the notes")),
+                Some("number") => Ok(json!(7)),
+                _ => Err(format!("no such resource: {uri}")),
+            }
+        }
+    });
+    let res = run(&r, &c).await;
+    assert_eq!(res[0].result, json!({"echo": {"count": 5, "text": "the notes"}}), "{}", res[0].observation);
+    assert_eq!(seen.lock().map(|l| l.clone()).unwrap_or_default(), ["fam://project-data/notes.txt"]);
+
+    // The resolver's error is the step's, and the tool does not run.
+    let mut missing = c.clone();
+    missing.steps[0].uris.insert("text".into(), "fam://project-data/gone".into());
+    let res = run(&r, &missing).await;
+    assert_eq!((res[0].outcome, res[0].attempts), (Outcome::Failed, 0));
+    assert_eq!(
+        res[0].observation,
+        "Observation: Error - Tool Echo was not run: its parameter 'text' (fam://project-data/gone) could not be resolved: no such resource: fam://project-data/gone"
+    );
+    // A resource the schema rejects (text must be a string).
+    let mut number = c.clone();
+    number.steps[0].uris.insert("text".into(), "fam://project-data/number".into());
+    let res = run(&r, &number).await;
+    assert_eq!(res[0].outcome, Outcome::InvalidParams, "{}", res[0].observation);
+    assert!(res[0].observation.ends_with("(after resolving its URIs)"), "{}", res[0].observation);
+
+    // No built-in file reading: a file:// URI stays a string.
+    let secret = tempdir("uri");
+    let file = secret.path().join("secret.txt");
+    std::fs::write(&file, "SECRET").unwrap_or_else(|e| panic!("{e}"));
+    let mut local = c.clone();
+    local.steps[0].uris.insert("text".into(), format!("file://{}", file.display()));
+    let res = run(&r, &local).await;
+    assert_eq!(res[0].result["echo"]["text"], json!(format!("file://{}", file.display())));
+    assert!(!res[0].observation.contains("SECRET"));
+}
+
 /// A fresh folder, removed when the guard drops.
 fn tempdir(name: &str) -> tempfile::TempDir {
     tempfile::Builder::new().prefix(&format!("{}-", marker(name))).tempdir().unwrap_or_else(|e| panic!("{e}"))

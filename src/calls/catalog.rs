@@ -424,6 +424,17 @@ impl fmt::Display for ParamProblem {
     }
 }
 
+/// A checked step ([`ToolCatalog::check_step_uris`]).
+#[derive(Debug, Clone, PartialEq, Default)]
+#[non_exhaustive]
+pub struct CheckedStep {
+    /// The parameters as the tool takes them; one passed by URI holds the
+    /// URI string.
+    pub params: serde_json::Map<String, Value>,
+    /// The parameters passed by URI: declared name to URI.
+    pub uris: std::collections::BTreeMap<String, String>,
+}
+
 /// Why one step (or the whole call) cannot be run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -800,7 +811,9 @@ impl ToolCatalog {
 
     /// Checks one step; on success returns its parameters as the tool
     /// expects them (converted to the schema's types, TAM names mapped to
-    /// the declared ones).
+    /// the declared ones). A parameter passed by URI (`uri_image`, spec
+    /// 000 §3.3) is in it as the URI string; [`ToolCatalog::check_step_uris`]
+    /// also says which parameters those are.
     ///
     /// # Errors
     ///
@@ -811,6 +824,34 @@ impl ToolCatalog {
         index: usize,
         step: &Step,
     ) -> Result<serde_json::Map<String, Value>, CallProblem> {
+        self.check_step_uris(format, index, step).map(|c| c.params)
+    }
+
+    /// [`ToolCatalog::check_step`], telling apart the parameters passed by
+    /// URI (`uri_[param]_N`, spec 000 §3.3, §4): they count for `required`
+    /// and are in `params` as the URI string, but are not checked against
+    /// the schema (the URI stands for a resource that only whoever resolves
+    /// it knows), and `uris` names them, by the declared parameter name.
+    /// A parameter given both as a value and by URI is invalid.
+    ///
+    /// ```
+    /// use spindle::calls::{CallFormat, Step, ToolCatalog, ToolDef};
+    /// use serde_json::json;
+    ///
+    /// let mut catalog = ToolCatalog::new();
+    /// catalog.add(ToolDef::new("Show", json!({"type": "object",
+    ///     "properties": {"image": {"type": "object"}}, "required": ["image"]}))).unwrap();
+    /// let mut step = Step::new("Show");
+    /// step.uris.insert("image".into(), "fam://project/a.png".into());
+    /// let checked = catalog.check_step_uris(CallFormat::Tam, 0, &step).unwrap();
+    /// assert_eq!(checked.params["image"], "fam://project/a.png");
+    /// assert_eq!(checked.uris["image"], "fam://project/a.png");
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`ToolCatalog::check_step`].
+    pub fn check_step_uris(&self, format: CallFormat, index: usize, step: &Step) -> Result<CheckedStep, CallProblem> {
         let Some(entry) = self.entry(&step.tool_id) else {
             return Err(CallProblem::UnknownTool {
                 step: index,
@@ -825,8 +866,8 @@ impl ToolCatalog {
         let mut params = serde_json::Map::new();
         let mut problems = Vec::new();
         let declared: Vec<&str> = props.map(|p| p.keys().map(String::as_str).collect()).unwrap_or_default();
-        let mut by_uri: Vec<String> = Vec::new();
-        let names = step.params.iter().map(|(k, v)| (k, Some(v))).chain(step.uris.keys().map(|k| (k, None)));
+        let mut by_uri: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
+        let names = step.params.iter().map(|(k, v)| (k, Ok(v))).chain(step.uris.iter().map(|(k, u)| (k, Err(u))));
         for (name, value) in names {
             let mut target = name.clone();
             if format == CallFormat::Tam && !declared.contains(&name.as_str()) {
@@ -853,11 +894,19 @@ impl ToolCatalog {
                 continue;
             }
             match value {
-                Some(v) => {
+                Ok(v) => {
                     params.insert(target, v.clone());
                 }
-                None => by_uri.push(target),
+                Err(uri) => {
+                    by_uri.insert(target, uri.clone());
+                }
             }
+        }
+        for target in by_uri.keys().filter(|t| params.contains_key(*t)) {
+            problems.push(ParamProblem::Invalid {
+                path: target.clone(),
+                message: "it is given both as a value and by URI (uri_...); give one".into(),
+            });
         }
         if format != CallFormat::Attp {
             let mut whole = Value::Object(params);
@@ -874,7 +923,7 @@ impl ToolCatalog {
                 jsonschema::error::ValidationErrorKind::AdditionalProperties { .. } if path.is_empty() => {}
                 jsonschema::error::ValidationErrorKind::Required { property } if path.is_empty() => {
                     let name = property.as_str().map_or_else(|| property.to_string(), str::to_string);
-                    if !by_uri.contains(&name) {
+                    if !by_uri.contains_key(&name) {
                         problems.push(ParamProblem::Missing { name });
                     }
                 }
@@ -892,10 +941,30 @@ impl ToolCatalog {
             .collect();
         problems.retain(|p| !matches!(p, ParamProblem::Missing { name } if suggested.contains(name)));
         if problems.is_empty() {
-            Ok(params)
+            for (target, uri) in &by_uri {
+                params.insert(target.clone(), Value::String(uri.clone()));
+            }
+            Ok(CheckedStep { params, uris: by_uri })
         } else {
             Err(CallProblem::InvalidParams { step: index, tool_id: step.tool_id.clone(), problems })
         }
+    }
+
+    /// Checks parameters that are already in the tool's terms (names as
+    /// declared, values as JSON: after URIs were resolved) against the
+    /// schema of tool `id`; no conversion. Empty when they fit (or no tool
+    /// has the id).
+    pub fn validate_params(&self, id: &str, params: &serde_json::Map<String, Value>) -> Vec<ParamProblem> {
+        let Some(entry) = self.entry(id) else { return Vec::new() };
+        let instance = Value::Object(params.clone());
+        entry
+            .validator
+            .iter_errors(&instance)
+            .map(|err| {
+                let path: Vec<String> = err.instance_path().as_str().split('/').skip(1).map(unescape_pointer).collect();
+                ParamProblem::Invalid { path: path.join("."), message: err.to_string() }
+            })
+            .collect()
     }
 
     /// Every problem of a call: an unreadable payload, unknown tools and

@@ -30,4 +30,4 @@ pub use manual::{
     ManualPlace, Protocol, call_text, fill_placeholders, manual, manual_for_openai_tools, openai_tools, place_manual,
 };
 pub use observe::{Outcome, ToolAudit, ToolResult, feedback_messages, observation_text};
-pub use runner::{EventSink, McpPool, RunScope, Runner, RunnerOptions, ToolConfig, ToolEvent};
+pub use runner::{EventSink, McpPool, RunScope, Runner, RunnerOptions, ToolConfig, ToolEvent, UriResolver};

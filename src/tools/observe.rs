@@ -241,6 +241,14 @@ pub fn output_capped(tool_id: &str, cap: usize, first: &str) -> String {
     )
 }
 
+/// The observation of a step whose parameter passed by URI could not be
+/// resolved (the tool did not run).
+pub fn uri_failed(tool_id: &str, param: &str, uri: &str, why: &str) -> String {
+    format!(
+        "Observation: Error - Tool {tool_id} was not run: its parameter '{param}' ({uri}) could not be resolved: {why}"
+    )
+}
+
 /// The observation of a cancelled run.
 pub fn cancelled(tool_id: &str) -> String {
     format!("Observation: Error - Tool {tool_id} was cancelled before it finished")

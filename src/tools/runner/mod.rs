@@ -54,6 +54,17 @@
 //! ACTION block after the first) is never run. Every step gives exactly
 //! one [`ToolResult`].
 //!
+//! # Parameters passed by URI
+//!
+//! A TAM `uri_[param]_N` (spec 000 §3.3, §4) passes a parameter's value by
+//! reference. The check counts it for `required`, and the tool gets the
+//! URI string as that parameter's value, unless the URI's scheme has a
+//! resolver ([`Runner::register_uri_scheme`]): then the resource it
+//! returns replaces the URI before the tool runs (and is checked against
+//! the schema again), and a resolver's error is the step's error
+//! observation. spindle resolves no scheme itself, `file://` included: a
+//! model must not be able to read any local file by naming it.
+//!
 //! # Limits and faults
 //!
 //! Every limit is in [`RunnerOptions`]. A script that passes its timeout,
@@ -78,6 +89,7 @@ pub use scope::RunScope;
 
 use super::observe::{self, Outcome, ToolAudit, ToolResult};
 use crate::calls::attp::PYTHON_TOOL;
+use crate::calls::catalog::CheckedStep;
 use crate::calls::{CallFormat, CallProblem, ToolCall, ToolCatalog, ToolDef};
 use futures::future::BoxFuture;
 use serde_json::{Map, Value};
@@ -138,8 +150,9 @@ impl Default for RunnerOptions {
 
 /// A step checked before its call runs.
 enum Checked {
-    /// Valid: its parameters as the tool takes them.
-    Params(Map<String, Value>),
+    /// Valid: its parameters as the tool takes them, and which of them
+    /// are URIs.
+    Params(CheckedStep),
     /// Invalid: its error result (unknown tool, invalid parameters).
     Invalid(ToolResult),
     /// Not checked: ATTP code, or a step that will not run.
@@ -178,6 +191,20 @@ pub type ServiceFuture = BoxFuture<'static, Result<Value, String>>;
 
 /// A `service` tool: a Rust async function of the checked parameters.
 pub type ServiceFn = Arc<dyn Fn(Map<String, Value>) -> ServiceFuture + Send + Sync>;
+
+/// A resolver of one URI scheme ([`Runner::register_uri_scheme`]): the
+/// resource a URI stands for, or an error text for the observation.
+pub type UriResolver = Arc<dyn Fn(String) -> ServiceFuture + Send + Sync>;
+
+/// The scheme of `uri`, lower-cased (`FAM://x` -> `fam`), when it starts
+/// with one (a letter, then letters, digits, `+`, `-`, `.`, then `:`).
+fn uri_scheme(uri: &str) -> Option<String> {
+    let (scheme, _) = uri.trim_start().split_once(':')?;
+    let mut chars = scheme.chars();
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic());
+    (first_ok && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+        .then(|| scheme.to_ascii_lowercase())
+}
 
 /// Something the runner reports besides the results it returns.
 #[derive(Debug, Clone, PartialEq)]
@@ -321,6 +348,8 @@ struct Inner {
     catalog: Arc<ToolCatalog>,
     dirs: HashMap<String, PathBuf>,
     services: HashMap<String, ServiceFn>,
+    /// URI resolvers, by lower-case scheme.
+    resolvers: HashMap<String, UriResolver>,
     mcp: Option<Arc<McpPool>>,
     config: ToolConfig,
     options: RunnerOptions,
@@ -367,6 +396,7 @@ impl std::fmt::Debug for Runner {
         f.debug_struct("Runner")
             .field("tools", &self.inner.catalog.len())
             .field("services", &self.inner.services.keys().collect::<Vec<_>>())
+            .field("uri_schemes", &self.inner.resolvers.keys().collect::<Vec<_>>())
             .field("options", &self.inner.options)
             .finish_non_exhaustive()
     }
@@ -391,6 +421,7 @@ impl Runner {
                 catalog: Arc::new(catalog),
                 dirs,
                 services: HashMap::new(),
+                resolvers: HashMap::new(),
                 mcp: None,
                 config: ToolConfig::default(),
                 options,
@@ -406,6 +437,7 @@ impl Runner {
                 catalog: self.inner.catalog.clone(),
                 dirs: self.inner.dirs.clone(),
                 services: self.inner.services.clone(),
+                resolvers: self.inner.resolvers.clone(),
                 mcp: self.inner.mcp.clone(),
                 config: self.inner.config.clone(),
                 options: self.inner.options.clone(),
@@ -427,6 +459,53 @@ impl Runner {
     {
         let f: ServiceFn = Arc::new(move |p| Box::pin(f(p)));
         self.inner_mut().services.insert(id.to_string(), f);
+    }
+
+    /// Registers a resolver for the URIs of `scheme` (`fam`, matched
+    /// without regard to case): a parameter passed as `uri_[param]_N` with
+    /// such a URI (spec 000 §3.3, §4) is replaced by what `f` returns for
+    /// the whole URI before the tool runs (the result is checked against
+    /// the tool's schema again). An error `f` returns, or no answer within
+    /// [`RunnerOptions::default_timeout`], is the step's error observation
+    /// ([`Outcome::Failed`]; the tool does not run). A URI whose scheme has
+    /// no resolver reaches the tool as the URI string. There is no
+    /// built-in resolver, for `file://` neither: a model must not be able
+    /// to read any file of the machine by naming it.
+    ///
+    /// ```
+    /// use spindle::calls::{CallFormat, Step, ToolCall, ToolCatalog, ToolDef};
+    /// use spindle::tools::Runner;
+    /// use serde_json::json;
+    /// use tokio_util::sync::CancellationToken;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let mut catalog = ToolCatalog::new();
+    /// catalog.add(ToolDef::new("Show", json!({"type": "object",
+    ///     "properties": {"image": {"type": "object"}}, "required": ["image"]}))).unwrap();
+    /// let mut runner = Runner::new(catalog);
+    /// runner.register_service("Show", |p| async move { Ok(p["image"]["size"].clone()) });
+    /// runner.register_uri_scheme("fam", |uri| async move {
+    ///     match uri.strip_prefix("fam://project/") {
+    ///         Some(name) => Ok(json!({"name": name, "size": 1024})),
+    ///         None => Err(format!("{uri} is not in this project")),
+    ///     }
+    /// });
+    /// let mut step = Step::new("Show");
+    /// step.uris.insert("image".into(), "fam://project/a.png".into());
+    /// let mut call = ToolCall::new(CallFormat::Tam);
+    /// call.steps.push(step);
+    /// let results = runner.scope().run_call(&call, "call_1", &CancellationToken::new()).await;
+    /// assert_eq!(results[0].result, json!(1024));
+    /// # }
+    /// ```
+    pub fn register_uri_scheme<F, Fut>(&mut self, scheme: &str, f: F)
+    where
+        F: Fn(String) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<Value, String>> + Send + 'static,
+    {
+        let f: UriResolver = Arc::new(move |uri| Box::pin(f(uri)));
+        self.inner_mut().resolvers.insert(scheme.to_ascii_lowercase(), f);
     }
 
     /// Uses these `configSchema` values.
@@ -568,12 +647,14 @@ impl RunScope {
             } else if let Some(why) = &stopped {
                 not_run("previous_step_failed", why)
             } else {
-                let params = match checked {
-                    Checked::Params(p) => p,
+                let checked = match checked {
+                    Checked::Params(c) => c,
                     // ATTP code, handed over as written.
-                    Checked::Unchecked | Checked::Invalid(_) => step.params.clone(),
+                    Checked::Unchecked | Checked::Invalid(_) => {
+                        CheckedStep { params: step.params.clone(), ..CheckedStep::default() }
+                    }
                 };
-                self.run_step(call, i, call_id, params, cancel).await
+                self.run_step(call, i, call_id, checked, cancel).await
             };
             if !result.outcome.is_ok() && stopped.is_none() && step.on_error == crate::calls::OnError::Stop {
                 stopped = Some(format!("step {} ({}) did not succeed", step_number(step, i), step.tool_id));
@@ -598,8 +679,8 @@ impl RunScope {
         {
             return Checked::Unchecked;
         }
-        let params = match inner.catalog.check_step(call.format, i, step) {
-            Ok(p) => p,
+        let checked = match inner.catalog.check_step_uris(call.format, i, step) {
+            Ok(c) => c,
             Err(problem) => {
                 let outcome = match problem {
                     CallProblem::UnknownTool { .. } => Outcome::UnknownTool,
@@ -609,25 +690,69 @@ impl RunScope {
                 return Checked::Invalid(ToolResult::not_run(call_id, id, step.index, outcome, problem.observation()));
             }
         };
-        let size = serde_json::to_string(&params).map(|s| s.len()).unwrap_or(0);
-        if size > inner.options.max_params_bytes {
-            let obs = format!(
-                "Observation: Error - Invalid parameters for {id}: the parameters are {size} bytes, more than the {}-byte limit",
-                inner.options.max_params_bytes
-            );
+        if let Some(obs) = inner.too_large(id, &checked.params) {
             return Checked::Invalid(ToolResult::not_run(call_id, id, step.index, Outcome::InvalidParams, obs));
         }
-        Checked::Params(params)
+        Checked::Params(checked)
     }
 
-    /// Runs one checked step (with retries); `params` are its checked
-    /// parameters (the code, for ATTP).
+    /// Replaces each parameter passed by a URI whose scheme has a resolver
+    /// ([`Runner::register_uri_scheme`]) with the resource, and checks the
+    /// parameters again; the others keep the URI string. The error result
+    /// when a resolver fails, takes too long or gives a value the schema
+    /// rejects.
+    async fn resolve_uris(
+        &self,
+        call_id: &str,
+        step: Option<u64>,
+        id: &str,
+        checked: CheckedStep,
+        cancel: &CancellationToken,
+    ) -> Result<Map<String, Value>, ToolResult> {
+        let inner = &self.inner;
+        let CheckedStep { mut params, uris } = checked;
+        let mut resolved = false;
+        for (name, uri) in &uris {
+            let Some(resolve) = uri_scheme(uri).and_then(|s| inner.resolvers.get(&s)).cloned() else { continue };
+            let limit = inner.options.default_timeout;
+            let fail = |why: String| {
+                ToolResult::not_run(call_id, id, step, Outcome::Failed, observe::uri_failed(id, name, uri, &why))
+            };
+            let value = tokio::select! {
+                r = tokio::time::timeout(limit, resolve(uri.clone())) => match r {
+                    Ok(Ok(v)) => v,
+                    Ok(Err(why)) => return Err(fail(why)),
+                    Err(_) => return Err(fail(format!("no answer within {} ms", limit.as_millis()))),
+                },
+                () = cancel.cancelled() => {
+                    return Err(ToolResult::not_run(call_id, id, step, Outcome::Cancelled, observe::cancelled(id)));
+                }
+            };
+            params.insert(name.clone(), value);
+            resolved = true;
+        }
+        if resolved {
+            let problems = inner.catalog.validate_params(id, &params);
+            if !problems.is_empty() {
+                let problem = CallProblem::InvalidParams { step: 0, tool_id: id.to_string(), problems };
+                let obs = format!("{} (after resolving its URIs)", problem.observation());
+                return Err(ToolResult::not_run(call_id, id, step, Outcome::InvalidParams, obs));
+            }
+            if let Some(obs) = inner.too_large(id, &params) {
+                return Err(ToolResult::not_run(call_id, id, step, Outcome::InvalidParams, obs));
+            }
+        }
+        Ok(params)
+    }
+
+    /// Runs one checked step (with retries): resolves its URIs, then runs
+    /// the tool with `checked`'s parameters (the code, for ATTP).
     async fn run_step(
         &self,
         call: &ToolCall,
         i: usize,
         call_id: &str,
-        params: Map<String, Value>,
+        checked: CheckedStep,
         cancel: &CancellationToken,
     ) -> ToolResult {
         let inner = &self.inner;
@@ -637,7 +762,7 @@ impl RunScope {
         if call.format == CallFormat::Attp && id == PYTHON_TOOL && inner.catalog.get(id).is_none() {
             if let Some(f) = inner.services.get(PYTHON_TOOL).cloned() {
                 return self
-                    .attempts(call_id, step.index, id, Kind::Service, params, step.retry, cancel, move |p| {
+                    .attempts(call_id, step.index, id, Kind::Service, checked.params, step.retry, cancel, move |p| {
                         let f = f.clone();
                         Box::pin(async move { service_run(PYTHON_TOOL, f(p).await) })
                     })
@@ -682,6 +807,10 @@ impl RunScope {
                 observe::not_run(id, "no_runner", &detail),
             );
         }
+        let params = match self.resolve_uris(call_id, step.index, id, checked, cancel).await {
+            Ok(p) => p,
+            Err(result) => return result,
+        };
         let run_inner = inner.clone();
         let def2 = def.clone();
         let exec = move |p: Map<String, Value>| -> BoxFuture<'static, StepRun> {
@@ -817,6 +946,18 @@ impl TaskCtx {
 }
 
 impl Inner {
+    /// The observation refusing parameters past
+    /// [`RunnerOptions::max_params_bytes`], if they are.
+    fn too_large(&self, id: &str, params: &Map<String, Value>) -> Option<String> {
+        let size = serde_json::to_string(params).map(|s| s.len()).unwrap_or(0);
+        (size > self.options.max_params_bytes).then(|| {
+            format!(
+                "Observation: Error - Invalid parameters for {id}: the parameters are {size} bytes, more than the {}-byte limit",
+                self.options.max_params_bytes
+            )
+        })
+    }
+
     fn audit_not_run(&self, r: &ToolResult, params: &Value) {
         if let Some(sink) = &self.sink {
             sink(ToolEvent::Audit(ToolAudit {
