@@ -479,3 +479,73 @@ async fn an_async_task_does_not_outlive_its_request() {
     }
     proxy.shutdown().await.unwrap();
 }
+
+/// `spindle proxy` as a real process, listening on a free port; killed
+/// when dropped.
+struct ProxyProcess {
+    child: std::process::Child,
+    /// `http://127.0.0.1:PORT`.
+    base: String,
+}
+
+impl ProxyProcess {
+    /// Starts `spindle proxy --listen 127.0.0.1:0 ARGS` with `PATH` set to
+    /// `path` and waits for the line that says where it listens.
+    async fn start(args: &[&str], path: &str) -> ProxyProcess {
+        use std::io::{BufRead, BufReader};
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_spindle"))
+            .args(["proxy", "--listen", "127.0.0.1:0", "--log", "warn"])
+            .args(args)
+            .env("PATH", path)
+            .env_remove("RUST_LOG")
+            .env_remove("SPINDLE_CONFIG")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let line = tokio::task::spawn_blocking(move || {
+            let mut lines = BufReader::new(stderr).lines();
+            let mut seen = String::new();
+            for line in lines.by_ref().map_while(Result::ok) {
+                if line.starts_with("spindle proxy: ") {
+                    return line;
+                }
+                seen.push_str(&line);
+                seen.push('\n');
+            }
+            panic!("the proxy did not start: {seen}");
+        })
+        .await
+        .unwrap();
+        let base =
+            line.split_whitespace().find(|w| w.starts_with("http://")).unwrap().trim_end_matches("/v1").to_string();
+        ProxyProcess { child, base }
+    }
+}
+
+impl Drop for ProxyProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `spindle proxy --tool-path`: the PATH of the agent's tools.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_process_takes_the_tools_path() {
+    let program = process_support::PrivateProgram::new();
+    let turns = [hermes_call("Where", json!({})), "Done.".to_string()];
+    let turns: Vec<&str> = turns.iter().map(String::as_str).collect();
+    let (up, _) = upstream(&turns, None).await;
+    let plugins = program.plugins.display().to_string();
+    let tool_path = program.path();
+    let args =
+        ["--upstream", &up, "--tool-protocol", "hermes", "--agent", "--tools", &plugins, "--tool-path", &tool_path];
+    let proxy = ProxyProcess::start(&args, "/usr/bin:/bin").await;
+    let whole = ask(&format!("{}/v1/chat/completions", proxy.base), "sk-x", "where?").await;
+    let result = results_of(&whole).pop().unwrap_or_default();
+    assert_eq!(result["result"], json!({"found": "yes", "path": program.path()}), "{whole}");
+    assert_eq!(whole["choices"][0]["message"]["content"], "Done.");
+}

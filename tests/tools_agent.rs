@@ -15,7 +15,7 @@ use process_support::{assert_no_process, processes_with};
 use serde_json::{Value, json};
 use spindle::calls::ToolCatalog;
 use spindle::tools::agent::{Agent, AgentEvent, AgentLimits, StopReason};
-use spindle::tools::{Outcome, Protocol, Runner};
+use spindle::tools::{Outcome, Protocol, Runner, RunnerOptions};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -102,9 +102,16 @@ async fn upstream(turns: &[&str], pace_ms: u64, chunk: usize) -> (String, Upstre
     (format!("http://{addr}/v1"), up)
 }
 
+/// The sample tools, run with the fixed system `PATH`: the timings of
+/// these tests (a tool done within ~100 ms of its block) assume that
+/// `python3` starts at once, and the tools' `PATH` is by default the test
+/// process's own, where a version manager's shim (pyenv: ~100 ms per
+/// start) may come first.
 fn runner() -> Arc<Runner> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/plugins");
-    Arc::new(Runner::new(ToolCatalog::load_plugins(&dir).unwrap_or_else(|e| panic!("{e}"))))
+    let catalog = ToolCatalog::load_plugins(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let options = RunnerOptions { path: RunnerOptions::FALLBACK_PATH.into(), ..RunnerOptions::default() };
+    Arc::new(Runner::with_options(catalog, options))
 }
 
 fn request(prompt: &str) -> Value {
@@ -391,6 +398,37 @@ async fn spindle_agent_against_the_built_in_mock() {
             .starts_with("Observation: Tool Sleepy executed successfully.")
     );
     let _ = server.shutdown().await;
+}
+
+/// `spindle agent --tool-path`: the tools' `PATH` (and where their bare
+/// program names are found).
+#[tokio::test]
+async fn spindle_agent_takes_the_tools_path() {
+    let program = process_support::PrivateProgram::new();
+    let (url, up) = upstream(&[&tam_call("Where", &[]), FINAL], 0, 20).await;
+    let agent = |flag: Option<String>| {
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_spindle"));
+        cmd.args(["agent", "--upstream", &url, "--model", "m", "--protocol", "tam", "--format", "jsonl"])
+            .arg("--tools")
+            .arg(&program.plugins)
+            .arg("where?")
+            .env("PATH", "/usr/bin:/bin");
+        if let Some(p) = flag {
+            cmd.args(["--tool-path", &p]);
+        }
+        cmd.output()
+    };
+    let out = agent(Some(program.path())).await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let result = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["type"] == "tool_result")
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert_eq!(result["result"], json!({"found": "yes", "path": program.path()}), "{result}");
+    let requests = up.requests.lock().map(|r| r.clone()).unwrap_or_default();
+    assert!(requests[1]["messages"][3]["content"].as_str().unwrap_or_default().contains("\"found\":\"yes\""));
 }
 
 #[tokio::test]

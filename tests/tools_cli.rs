@@ -2,6 +2,8 @@
 //! through the real binary, with the sample plugins of
 //! `examples/plugins` and the transcripts of `tests/data/tool_transcripts`.
 
+mod process_support;
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -485,4 +487,41 @@ fn a_call_with_an_invalid_step_runs_none_of_its_steps() {
         );
         assert!(!log.exists(), "{profile}: the side effect ran");
     }
+}
+
+/// The tools' `PATH` is the one spindle was started with (so a program
+/// that pyenv, nvm or Homebrew put on it is found), or `--tool-path`.
+#[test]
+fn tools_see_spindles_path_or_the_tool_path_flag() {
+    let program = process_support::PrivateProgram::new();
+    let call = program.root.path().join("call.txt");
+    std::fs::write(&call, "<|[REQUEST_TOOL]|>\ncommand:»»»Where«««\n<|[END_TOOL]|>").unwrap_or_else(|e| panic!("{e}"));
+    let parse = |path: &str, flag: Option<&str>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_spindle"));
+        cmd.args(["parse", "--profile", "tam", "--execute", "--tools"])
+            .arg(&program.plugins)
+            .arg(&call)
+            .env("PATH", path);
+        if let Some(p) = flag {
+            cmd.args(["--tool-path", p]);
+        }
+        let out = cmd.output().unwrap_or_else(|e| panic!("{e}"));
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|v| v["type"] == "tool_result")
+            .unwrap_or_default()
+    };
+    // spindle's own PATH, passed on as it is.
+    let r = parse(&program.path(), None);
+    assert_eq!(r["outcome"], "success", "{r}");
+    assert_eq!(r["result"], serde_json::json!({"found": "yes", "path": program.path()}));
+    // --tool-path instead: the program is not on it.
+    let r = parse(&program.path(), Some("/usr/bin:/bin"));
+    assert_eq!(r["outcome"], "failed", "{r}");
+    assert!(r["observation"].as_str().unwrap_or_default().contains("not found"), "{r}");
+    // --tool-path with it, spindle's own without.
+    let r = parse("/usr/bin:/bin", Some(&program.path()));
+    assert_eq!(r["result"]["path"], program.path(), "{r}");
 }

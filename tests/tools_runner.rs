@@ -175,7 +175,11 @@ async fn huge_values_are_refused_before_running() {
 
 #[tokio::test]
 async fn environment_is_only_path_lang_the_run_mark_and_config() {
-    let mut r = runner();
+    // The fixed system PATH: `python3` from a version manager's shim
+    // (pyenv, on this process's own PATH) would add the shim's variables
+    // (`PYENV_ROOT`, ...) to what the script sees.
+    let path = RunnerOptions::FALLBACK_PATH.to_string();
+    let mut r = runner_with(RunnerOptions { path: path.clone(), ..RunnerOptions::default() });
     let config = json!({"basic": {"apiToken": "t0k"}, "Env": {"unrelated": "x"}});
     r.set_config(ToolConfig(config.as_object().cloned().unwrap_or_default()));
     let res = run(&r, &call(vec![step("Env", json!({}))])).await;
@@ -185,7 +189,27 @@ async fn environment_is_only_path_lang_the_run_mark_and_config() {
     assert!(env["SPINDLE_TOOL_RUN"].as_str().is_some_and(|m| m.starts_with(&format!("{}-", std::process::id()))));
     assert_eq!(env["API_TOKEN"], "t0k");
     assert_eq!(env["REGION"], "eu", "defaultValue of the configSchema");
-    assert_eq!(env["PATH"], RunnerOptions::default().path);
+    assert_eq!(env["PATH"], path);
+}
+
+/// The tools' `PATH` is by default the one this process was started
+/// with, so a bare program name is found where the user's shell finds it.
+#[tokio::test]
+async fn the_tools_path_is_the_processes_own_unless_set() {
+    let own = std::env::var("PATH").unwrap_or_default();
+    assert!(!own.is_empty());
+    assert_eq!(RunnerOptions::default().path, own);
+    assert_eq!(RunnerOptions::inherited_path(), own);
+    let program = process_support::PrivateProgram::new();
+    let catalog = ToolCatalog::load_plugins(&program.plugins).unwrap_or_else(|e| panic!("{e}"));
+    let r = Runner::with_options(catalog, RunnerOptions { path: program.path(), ..RunnerOptions::default() });
+    let res = run(&r, &call(vec![step("Where", json!({}))])).await;
+    assert_eq!(res[0].result, json!({"found": "yes", "path": program.path()}), "{}", res[0].observation);
+    // The process's own PATH does not hold the program's folder.
+    let catalog = ToolCatalog::load_plugins(&program.plugins).unwrap_or_else(|e| panic!("{e}"));
+    let res = run(&Runner::new(catalog), &call(vec![step("Where", json!({}))])).await;
+    assert_eq!(res[0].outcome, Outcome::Failed);
+    assert!(res[0].observation.contains("not found"), "{}", res[0].observation);
 }
 
 #[tokio::test]

@@ -58,6 +58,7 @@
 //! | `tools.agent_max_tool_calls` | `--agent-max-tool-calls` | `32` |
 //! | `tools.agent_max_time` | `--agent-max-time` | `600.0` (seconds per agent request) |
 //! | `tools.timeout_ms` | `--tool-timeout-ms` | `30000` (a tool's time limit unless its definition sets one) |
+//! | `tools.path` | `--tool-path` | none: the `PATH` spindle was started with (`/usr/local/bin:/usr/bin:/bin` when it has none); the `PATH` the agent's tools see and their programs are looked up in |
 //!
 //! With `tools.protocol` set and no profile or registry chosen (the profile
 //! left at `chat`), streams are parsed with the profile that reads that
@@ -316,6 +317,11 @@ pub struct ToolSettings {
     pub agent_max_time: Seconds,
     /// A tool's time limit unless its definition sets one, in ms.
     pub timeout_ms: NonZeroU64,
+    /// The `PATH` the agent's tools see (and their bare program names are
+    /// looked up in); none: the proxy's own
+    /// ([`RunnerOptions::inherited_path`](crate::tools::RunnerOptions::inherited_path)).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
 }
 
 impl Default for ToolSettings {
@@ -334,6 +340,7 @@ impl Default for ToolSettings {
             agent_max_time: Seconds(limits.max_time.unwrap_or(Duration::from_secs(600)).as_secs_f64()),
             timeout_ms: NonZeroU64::new(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX))
                 .unwrap_or(NonZeroU64::MIN),
+            path: None,
         }
     }
 }
@@ -357,6 +364,11 @@ impl ToolSettings {
     /// A tool's time limit unless its definition sets one.
     pub fn timeout(&self) -> Duration {
         Duration::from_millis(self.timeout_ms.get())
+    }
+
+    /// The `PATH` of the agent's tools: `tools.path`, else the proxy's own.
+    pub fn tool_path(&self) -> String {
+        self.path.clone().unwrap_or_else(crate::tools::RunnerOptions::inherited_path)
     }
 }
 
@@ -726,6 +738,8 @@ pub struct ProxyOverrides {
     pub agent_max_time: Option<f64>,
     /// `--tool-timeout-ms`.
     pub tool_timeout_ms: Option<u64>,
+    /// `--tool-path`.
+    pub tool_path: Option<String>,
     /// `--allowed-host`, repeated (replaces the file's list when not empty).
     pub allowed_hosts: Vec<String>,
     /// `--allow-origin`, repeated (replaces the file's list when not empty).
@@ -924,6 +938,9 @@ impl ProxySettings {
         if let Some(v) = o.tool_timeout_ms {
             self.tools.timeout_ms = NonZeroU64::new(v)
                 .ok_or_else(|| SettingsError::key("--tool-timeout-ms", "expected a number above 0"))?;
+        }
+        if let Some(v) = o.tool_path {
+            self.tools.path = Some(v);
         }
         if !o.allowed_hosts.is_empty() {
             self.access.allowed_hosts = o
@@ -1160,6 +1177,21 @@ mod tests {
         );
         assert!(err("[tools]\nprotocol = \"attp\"\n").contains("tools.protocol: unknown tool protocol \"attp\""));
         assert!(err("[tools]\ninvalid_calls = \"keep\"\n").contains("tools.invalid_calls: unknown variant `keep`"));
+    }
+
+    #[test]
+    fn the_tools_path_has_a_key_and_a_flag() {
+        let s = ProxySettings::from_toml("[upstream]\nurl = \"http://u\"\n", "t").unwrap();
+        assert_eq!(s.tools.path, None);
+        assert_eq!(s.tools.tool_path(), crate::tools::RunnerOptions::inherited_path());
+        assert!(!s.to_toml().contains("path ="), "not printed when not set");
+        let mut s =
+            ProxySettings::from_toml("[upstream]\nurl = \"http://u\"\n[tools]\npath = \"/opt/x/bin\"\n", "t").unwrap();
+        assert_eq!(s.tools.tool_path(), "/opt/x/bin");
+        let back = ProxySettings::from_toml(&s.to_toml(), "printed").unwrap();
+        assert_eq!(back.tools.path.as_deref(), Some("/opt/x/bin"));
+        s.apply(ProxyOverrides { tool_path: Some("/flag/bin".into()), ..ProxyOverrides::default() }).unwrap();
+        assert_eq!(s.tools.tool_path(), "/flag/bin", "the flag wins");
     }
 
     #[test]

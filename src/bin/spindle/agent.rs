@@ -60,6 +60,12 @@ pub(crate) struct AgentArgs {
     /// Time limit of a tool run that sets none, in ms.
     #[arg(long, value_name = "MS", default_value_t = 30_000)]
     tool_timeout_ms: u64,
+    /// The PATH the tools (scripts, MCP servers) see and their bare
+    /// program names are looked up in [default: the PATH spindle was
+    /// started with, else /usr/local/bin:/usr/bin:/bin]. The rest of the
+    /// environment is not passed on.
+    #[arg(long, value_name = "PATH")]
+    tool_path: Option<String>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = AgentFormat::Pretty)]
     format: AgentFormat,
@@ -72,8 +78,11 @@ pub(crate) fn run(args: AgentArgs) -> Result<ExitCode> {
         None => None,
     };
     crate::proxy::runtime()?.block_on(async move {
-        let options =
-            RunnerOptions { default_timeout: Duration::from_millis(args.tool_timeout_ms), ..RunnerOptions::default() };
+        let options = RunnerOptions {
+            default_timeout: Duration::from_millis(args.tool_timeout_ms),
+            path: args.tool_path.clone().unwrap_or_else(RunnerOptions::inherited_path),
+            ..RunnerOptions::default()
+        };
         let (catalog, pool) = load_tools(&args.tools, &options).await?;
         let mut runner = Runner::with_options(catalog, options);
         runner.set_mcp(Arc::new(pool));

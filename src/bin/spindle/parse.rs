@@ -64,6 +64,12 @@ pub(crate) struct ParseArgs {
     /// Most bytes of output kept from a tool; past it the tool is stopped.
     #[arg(long, value_name = "BYTES", default_value_t = 1024 * 1024)]
     pub(crate) max_tool_output: usize,
+    /// The PATH the tools (scripts, MCP servers) see and their bare
+    /// program names are looked up in [default: the PATH spindle was
+    /// started with, else /usr/local/bin:/usr/bin:/bin]. The rest of the
+    /// environment is not passed on.
+    #[arg(long, value_name = "PATH", requires = "tools")]
+    pub(crate) tool_path: Option<String>,
     /// Apply every variable_update of the response to the JSON state in
     /// FILE (created when missing) and write it back atomically; what each
     /// op did is printed to stderr.
@@ -106,6 +112,7 @@ impl Calls {
         let options = RunnerOptions {
             default_timeout: Duration::from_millis(args.tool_timeout_ms),
             max_output: args.max_tool_output,
+            path: args.tool_path.clone().unwrap_or_else(RunnerOptions::inherited_path),
             ..RunnerOptions::default()
         };
         let (catalog, pool) = rt.block_on(crate::tools::load_tools(dir, &options))?;

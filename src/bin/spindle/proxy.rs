@@ -89,6 +89,12 @@ pub(crate) struct ProxyArgs {
     /// [default: 30000].
     #[arg(long, value_name = "MS")]
     tool_timeout_ms: Option<u64>,
+    /// The PATH the agent's tools (scripts, MCP servers) see and their bare
+    /// program names are looked up in [default: the PATH spindle was
+    /// started with, else /usr/local/bin:/usr/bin:/bin]. The rest of the
+    /// environment is not passed on.
+    #[arg(long, value_name = "PATH")]
+    tool_path: Option<String>,
     /// Where parsed elements go: `jsonl:FILE` (appended), `webhook:URL`
     /// (POSTed as JSON arrays) or `nats://HOST:PORT/SUBJECT[?jetstream=1&overflow=drop|block&...]`
     /// (published to NATS). Repeatable.
@@ -242,6 +248,7 @@ impl ProxyArgs {
         o.agent_max_tool_calls = self.agent_max_tool_calls;
         o.agent_max_time = self.agent_max_time;
         o.tool_timeout_ms = self.tool_timeout_ms;
+        o.tool_path.clone_from(&self.tool_path);
         o.allowed_hosts.clone_from(&self.allowed_hosts);
         o.allow_origins.clone_from(&self.allow_origins);
         o.request_timeout = self.request_timeout;
@@ -334,7 +341,11 @@ pub(crate) fn run(args: ProxyArgs) -> Result<ExitCode> {
         // keeps them running as long as the proxy).
         let tools = match (tool_settings.agent, &tool_settings.dir) {
             (true, Some(dir)) => {
-                let options = RunnerOptions { default_timeout: tool_settings.timeout(), ..RunnerOptions::default() };
+                let options = RunnerOptions {
+                    default_timeout: tool_settings.timeout(),
+                    path: tool_settings.tool_path(),
+                    ..RunnerOptions::default()
+                };
                 let (catalog, pool) = crate::tools::load_tools(dir, &options).await?;
                 let mut runner = Runner::with_options(catalog, options);
                 runner.set_mcp(std::sync::Arc::new(pool));

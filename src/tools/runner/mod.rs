@@ -11,7 +11,7 @@
 //!
 //! | `implementation.type` | how it runs |
 //! |---|---|
-//! | `script` | a program run in the plugin's folder without a shell: parameters as one JSON object on stdin, result from stdout (JSON when it parses), environment `PATH`, `LANG` and the tool's `configSchema` values only |
+//! | `script` | a program run in the plugin's folder without a shell: parameters as one JSON object on stdin, result from stdout (JSON when it parses), environment `PATH` ([`RunnerOptions::path`]: by default spindle's own), `LANG` and the tool's `configSchema` values only |
 //! | `mcp` | a tool of an MCP server started from a plugin's `mcp:` section ([`McpPool`]) |
 //! | `service` | a Rust async function registered with [`Runner::register_service`] |
 //!
@@ -130,8 +130,28 @@ pub struct RunnerOptions {
     pub max_params_bytes: usize,
     /// Most retries of one step, whatever `retry_N` asks.
     pub max_retry: u32,
-    /// The `PATH` a script sees.
+    /// The `PATH` a script or MCP server sees, and where a bare program
+    /// name (`python`, `node`) is looked up. Default: the `PATH` this
+    /// process was started with ([`RunnerOptions::inherited_path`]), so
+    /// that programs installed with pyenv, nvm or Homebrew are found; the
+    /// rest of the environment is not passed on.
     pub path: String,
+}
+
+impl RunnerOptions {
+    /// The `PATH` used when the process has none (or an empty one, or one
+    /// that is not UTF-8).
+    pub const FALLBACK_PATH: &'static str = "/usr/local/bin:/usr/bin:/bin";
+
+    /// The `PATH` this process was started with, or
+    /// [`RunnerOptions::FALLBACK_PATH`] when it is unset, empty or not
+    /// UTF-8: the default of [`RunnerOptions::path`].
+    pub fn inherited_path() -> String {
+        std::env::var("PATH")
+            .ok()
+            .filter(|p| !p.trim().is_empty())
+            .unwrap_or_else(|| RunnerOptions::FALLBACK_PATH.to_string())
+    }
 }
 
 impl Default for RunnerOptions {
@@ -143,7 +163,7 @@ impl Default for RunnerOptions {
             max_stderr_excerpt: 2 * 1024,
             max_params_bytes: 1024 * 1024,
             max_retry: 5,
-            path: "/usr/local/bin:/usr/bin:/bin".into(),
+            path: RunnerOptions::inherited_path(),
         }
     }
 }

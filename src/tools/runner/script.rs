@@ -4,13 +4,15 @@
 //! * `command`: a string (split like a shell would split words, but no
 //!   shell runs it) or an array of strings. A program given with a `/` is
 //!   relative to the plugin's folder; a bare name is looked up in the
-//!   minimal `PATH`. No argument may hold a `..` path component (a command
+//!   runner's `PATH` ([`RunnerOptions::path`]: by default the one spindle
+//!   was started with; `--tool-path` sets it). No argument may hold a `..` path component (a command
 //!   that climbs out of its plugin is refused).
 //! * `protocol`: `stdio` (the default and the only one).
 //! * `timeout`: milliseconds; the runner's default when absent.
 //!
 //! The process runs in the plugin's folder, as the leader of its own
-//! process group, with an empty environment except `PATH`, `LANG=C.UTF-8`,
+//! process group, with an empty environment except `PATH` (the runner's),
+//! `LANG=C.UTF-8`,
 //! the run's mark (`SPINDLE_TOOL_RUN`, see [`super::group`]) and the tool's
 //! `configSchema` values. Parameters never reach a command
 //! line, so text such as `; rm -rf /` is only data on stdin.
