@@ -549,3 +549,35 @@ async fn the_proxy_process_takes_the_tools_path() {
     assert_eq!(result["result"], json!({"found": "yes", "path": program.path()}), "{whole}");
     assert_eq!(whole["choices"][0]["message"]["content"], "Done.");
 }
+
+/// `spindle proxy --agent-async-tasks wait`: the loop waits for an async
+/// tool's task before asking again, so its result reaches the model and
+/// the final answer leaves nothing running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_process_can_wait_for_async_tasks() {
+    let turns = [hermes_call("Image.Render", json!({"prompt": "owl", "seconds": 1.0})), "Done.".to_string()];
+    let turns: Vec<&str> = turns.iter().map(String::as_str).collect();
+    let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/plugins/basic").display().to_string();
+    let path = spindle::tools::RunnerOptions::FALLBACK_PATH;
+    for (mode, detail) in [("wait", Value::Null), ("continue", json!("1 async task(s) still running were stopped"))] {
+        let (up, recorded) = upstream(&turns, None).await;
+        let args = [
+            "--upstream",
+            &up,
+            "--tool-protocol",
+            "hermes",
+            "--agent",
+            "--tools",
+            &plugins,
+            "--agent-async-tasks",
+            mode,
+        ];
+        let proxy = ProxyProcess::start(&args, path).await;
+        let whole = ask(&format!("{}/v1/chat/completions", proxy.base), "sk-x", "draw").await;
+        assert_eq!(whole["choices"][0]["message"]["content"], "Done.", "{mode}");
+        assert_eq!(whole["spindle"]["detail"], detail, "{mode}: {whole}");
+        let requests = recorded.lock().unwrap().clone();
+        let fed_back = requests[1]["messages"].to_string().contains("Task task_1 finished.");
+        assert_eq!(fed_back, mode == "wait", "{mode}: {}", requests[1]["messages"]);
+    }
+}

@@ -154,6 +154,8 @@ fn tool_calling_options_have_keys_and_are_printed() {
         "100",
         "--tool-path",
         "/opt/tools/bin:/usr/bin",
+        "--agent-async-tasks",
+        "wait",
     ]));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let printed = String::from_utf8(out.stdout).unwrap();
@@ -166,6 +168,7 @@ fn tool_calling_options_have_keys_and_are_printed() {
     assert_eq!(tools["agent_max_steps"].as_integer(), Some(3));
     assert_eq!(tools["timeout_ms"].as_integer(), Some(100));
     assert_eq!(tools["path"].as_str(), Some("/opt/tools/bin:/usr/bin"));
+    assert_eq!(tools["agent_async_tasks"].as_str(), Some("wait"));
     assert_eq!(value["parse"]["profile"].as_str(), Some("tam"), "the profile that reads TAM calls");
 
     // The same from a file, with a flag over it.

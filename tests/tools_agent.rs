@@ -431,6 +431,58 @@ async fn spindle_agent_takes_the_tools_path() {
     assert!(requests[1]["messages"][3]["content"].as_str().unwrap_or_default().contains("\"found\":\"yes\""));
 }
 
+/// Spec 000 §3.2: an async tool's result is reported when it is done.
+/// `spindle agent --async-tasks wait` waits for it before asking again,
+/// so the final answer leaves no task behind; with `continue` (the
+/// default) an answer without a call ends the run and stops the task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spindle_agent_async_tasks_wait_reports_every_result() {
+    let render = tam_call("Image.Render", &[("prompt", "owl"), ("seconds", "1.0")]);
+    let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/plugins");
+    let run = |mode: &'static str| {
+        let plugins = plugins.clone();
+        let render = render.clone();
+        async move {
+            let (url, up) = upstream(&[&render, FINAL], 0, 20).await;
+            let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_spindle"))
+                .args(["agent", "--upstream", &url, "--model", "m", "--protocol", "tam", "--format", "jsonl"])
+                .args(["--async-tasks", mode, "--tool-path", RunnerOptions::FALLBACK_PATH])
+                .arg("--tools")
+                .arg(&plugins)
+                .arg("draw an owl")
+                .output()
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert!(out.status.success(), "{mode}: {}", String::from_utf8_lossy(&out.stderr));
+            let lines: Vec<Value> =
+                String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+            let requests = up.requests.lock().map(|r| r.clone()).unwrap_or_default();
+            (lines, requests)
+        }
+    };
+    let (lines, requests) = run("wait").await;
+    let end = lines.last().cloned().unwrap_or_default();
+    assert_eq!((end["type"].as_str(), end["reason"].as_str()), (Some("agent_end"), Some("answer")), "{end}");
+    assert_eq!(end["detail"], Value::Null, "no task was left to stop");
+    assert_eq!(requests.len(), 2);
+    let observations = requests[1]["messages"][3]["content"].as_str().unwrap_or_default().to_string();
+    assert!(
+        observations.contains(
+            "Task task_1 finished. Observation: Tool Image.Render executed successfully. Result: {\"rendered\":\"owl\"}"
+        ),
+        "{observations}"
+    );
+    let task =
+        lines.iter().find(|l| l["type"] == "tool_result" && l["task_id"] == "task_1" && l["outcome"] == "success");
+    assert!(task.is_some(), "{lines:?}");
+
+    // The default: the final answer comes while the task runs; it is stopped.
+    let (lines, _) = run("continue").await;
+    let end = lines.last().cloned().unwrap_or_default();
+    assert_eq!(end["reason"], "answer");
+    assert_eq!(end["detail"], "1 async task(s) still running were stopped");
+}
+
 #[tokio::test]
 async fn async_tool_results_come_back_in_a_later_turn_or_at_once() {
     let call = "Render it.\n<|[REQUEST_TOOL]|>\ncommand:»»»Image.Render«««\nprompt:»»»owl«««\nseconds:»»»0.2«««\n<|[END_TOOL]|>";

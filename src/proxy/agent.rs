@@ -16,7 +16,7 @@ use super::error::{ProxyError, ProxyErrorKind};
 use crate::event::Event;
 use crate::sources::{Channel, SourceEvent};
 use crate::tools::Runner;
-use crate::tools::agent::{AgentEvent, AgentLimits, StopReason};
+use crate::tools::agent::{AgentEvent, AgentLimits, AsyncTasks, StopReason};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 
@@ -69,7 +69,9 @@ use std::sync::Arc;
 /// `--max-streams` or `--agent-max-time`). Each stopped task is a
 /// `tool_result` step with `"outcome": "cancelled"` and its `task_id`, and
 /// `agent_end`'s `detail` says `N async task(s) still running were
-/// stopped`.
+/// stopped`. With `--agent-async-tasks wait` ([`AsyncTasks::Wait`]) the
+/// loop waits for a turn's tasks before it asks the model again, so a
+/// final answer leaves none behind.
 #[derive(Debug, Clone)]
 pub struct ProxyAgent {
     /// The tools the proxy owns (plugin folders, MCP servers) and how they
@@ -77,17 +79,27 @@ pub struct ProxyAgent {
     pub runner: Arc<Runner>,
     /// The loop's limits, per request.
     pub limits: AgentLimits,
+    /// What the loop does with async tools' tasks (`--agent-async-tasks`).
+    pub tasks: AsyncTasks,
 }
 
 impl ProxyAgent {
-    /// An agent over `runner` with the default limits.
+    /// An agent over `runner` with the default limits, going on while
+    /// async tasks run ([`AsyncTasks::Continue`]).
     pub fn new(runner: Arc<Runner>) -> ProxyAgent {
-        ProxyAgent { runner, limits: AgentLimits::default() }
+        ProxyAgent { runner, limits: AgentLimits::default(), tasks: AsyncTasks::default() }
     }
 
     /// Uses these limits.
     pub fn with_limits(mut self, limits: AgentLimits) -> ProxyAgent {
         self.limits = limits;
+        self
+    }
+
+    /// Waits for async tasks before a turn's observations go back, or goes
+    /// on (see [`AsyncTasks`]).
+    pub fn with_async_tasks(mut self, tasks: AsyncTasks) -> ProxyAgent {
+        self.tasks = tasks;
         self
     }
 }

@@ -726,7 +726,11 @@ async fn run_agent(
         request.pointer("/stream_options/include_usage").and_then(serde_json::Value::as_bool) == Some(true);
     // The endpoint is the request's own upstream URL (checked at bind).
     let mut agent = match Agent::new(&url, owned.runner.clone(), protocol) {
-        Ok(a) => a.with_endpoint(url).with_http(app.http.clone()).with_limits(owned.limits.clone()),
+        Ok(a) => a
+            .with_endpoint(url)
+            .with_http(app.http.clone())
+            .with_limits(owned.limits.clone())
+            .with_async_tasks(owned.tasks),
         Err(e) => return error_response(&ProxyError::new(ProxyErrorKind::Agent, e.to_string())),
     };
     // The client's own key goes upstream; else the configured one.

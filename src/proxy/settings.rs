@@ -57,6 +57,7 @@
 //! | `tools.agent_max_steps` | `--agent-max-steps` | `8` (model answers per agent request) |
 //! | `tools.agent_max_tool_calls` | `--agent-max-tool-calls` | `32` |
 //! | `tools.agent_max_time` | `--agent-max-time` | `600.0` (seconds per agent request) |
+//! | `tools.agent_async_tasks` | `--agent-async-tasks` | `"continue"` (or `"wait"`: wait for a turn's async tasks before asking again, [`AsyncTasks`](crate::tools::agent::AsyncTasks)) |
 //! | `tools.timeout_ms` | `--tool-timeout-ms` | `30000` (a tool's time limit unless its definition sets one) |
 //! | `tools.path` | `--tool-path` | none: the `PATH` spindle was started with (`/usr/local/bin:/usr/bin:/bin` when it has none); the `PATH` the agent's tools see and their programs are looked up in |
 //!
@@ -315,6 +316,8 @@ pub struct ToolSettings {
     pub agent_max_tool_calls: usize,
     /// Most seconds per agent request.
     pub agent_max_time: Seconds,
+    /// What the agent loop does with async tools' tasks.
+    pub agent_async_tasks: crate::tools::agent::AsyncTasks,
     /// A tool's time limit unless its definition sets one, in ms.
     pub timeout_ms: NonZeroU64,
     /// The `PATH` the agent's tools see (and their bare program names are
@@ -338,6 +341,7 @@ impl Default for ToolSettings {
             agent_max_steps: nonzero(limits.max_steps),
             agent_max_tool_calls: limits.max_tool_calls,
             agent_max_time: Seconds(limits.max_time.unwrap_or(Duration::from_secs(600)).as_secs_f64()),
+            agent_async_tasks: crate::tools::agent::AsyncTasks::default(),
             timeout_ms: NonZeroU64::new(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX))
                 .unwrap_or(NonZeroU64::MIN),
             path: None,
@@ -736,6 +740,8 @@ pub struct ProxyOverrides {
     pub agent_max_tool_calls: Option<usize>,
     /// `--agent-max-time` (seconds).
     pub agent_max_time: Option<f64>,
+    /// `--agent-async-tasks`.
+    pub agent_async_tasks: Option<crate::tools::agent::AsyncTasks>,
     /// `--tool-timeout-ms`.
     pub tool_timeout_ms: Option<u64>,
     /// `--tool-path`.
@@ -934,6 +940,9 @@ impl ProxySettings {
         }
         if let Some(v) = o.agent_max_time {
             self.tools.agent_max_time = seconds("--agent-max-time", v)?;
+        }
+        if let Some(v) = o.agent_async_tasks {
+            self.tools.agent_async_tasks = v;
         }
         if let Some(v) = o.tool_timeout_ms {
             self.tools.timeout_ms = NonZeroU64::new(v)
@@ -1192,6 +1201,21 @@ mod tests {
         assert_eq!(back.tools.path.as_deref(), Some("/opt/x/bin"));
         s.apply(ProxyOverrides { tool_path: Some("/flag/bin".into()), ..ProxyOverrides::default() }).unwrap();
         assert_eq!(s.tools.tool_path(), "/flag/bin", "the flag wins");
+    }
+
+    #[test]
+    fn agent_async_tasks_has_a_key_and_a_flag() {
+        use crate::tools::agent::AsyncTasks;
+        let s = ProxySettings::from_toml("[upstream]\nurl = \"http://u\"\n", "t").unwrap();
+        assert_eq!(s.tools.agent_async_tasks, AsyncTasks::Continue);
+        assert!(s.to_toml().contains("agent_async_tasks = \"continue\""), "{}", s.to_toml());
+        let text = "[upstream]\nurl = \"http://u\"\n[tools]\nagent_async_tasks = \"wait\"\n";
+        let mut s = ProxySettings::from_toml(text, "t").unwrap();
+        assert_eq!(s.tools.agent_async_tasks, AsyncTasks::Wait);
+        s.apply(ProxyOverrides { agent_async_tasks: Some(AsyncTasks::Continue), ..ProxyOverrides::default() }).unwrap();
+        assert_eq!(s.tools.agent_async_tasks, AsyncTasks::Continue, "the flag wins");
+        let bad = ProxySettings::from_toml("[tools]\nagent_async_tasks = \"later\"\n", "t").unwrap_err().to_string();
+        assert!(bad.contains("tools.agent_async_tasks: unknown variant `later`"), "{bad}");
     }
 
     #[test]

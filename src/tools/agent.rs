@@ -35,8 +35,12 @@
 //! # Async tools
 //!
 //! Each run has its own [`RunScope`]: the tasks of async tools it starts
-//! are numbered in it and only it gets their results ([`AsyncTasks`]),
-//! also when many runs share one [`Runner`]. When the run ends, for
+//! are numbered in it and only it gets their results, also when many runs
+//! share one [`Runner`]. [`AsyncTasks`] says when: with a later turn once
+//! done ([`AsyncTasks::Continue`], the default: an answer without a call
+//! ends the run even while a task runs), or at the end of the turn that
+//! left them running ([`AsyncTasks::Wait`]: no task is left behind by a
+//! final answer). When the run ends, for
 //! whatever reason, the tasks still running are killed (their process
 //! groups, as at a timeout): each is reported as an
 //! [`AgentEvent::ToolResult`] with [`Outcome::Cancelled`] and its task id,
@@ -94,20 +98,43 @@ impl Default for AgentLimits {
     }
 }
 
-/// What the loop does with async tools' tasks (spec 000 §3.2). Either
-/// way, a run only ever gets the results of the tasks it started, and the
-/// tasks still running when it ends are stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// What the loop does with async tools' tasks (spec 000 §3.2: the result
+/// is reported to the caller when it is done). Either way, a run only ever
+/// gets the results of the tasks it started, and the tasks still running
+/// when it ends are stopped.
+///
+/// `spindle agent --async-tasks continue|wait` and the proxy's
+/// `--agent-async-tasks` (`tools.agent_async_tasks`) choose one; the
+/// names are the snake_case ones in a configuration file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum AsyncTasks {
     /// Send the "started, task id" observation and go on; a task's result
-    /// is sent back with the next turn's observations once it has
-    /// finished (the default).
+    /// is sent back with a later turn's observations once it has finished
+    /// (the default). The model works on while the task runs, but an
+    /// answer without a call ends the run, and a task still running then
+    /// is stopped (reported [`Outcome::Cancelled`]): its result never
+    /// reaches the model.
     #[default]
     Continue,
-    /// Wait at the end of the turn for every task started in it and send
-    /// their results with the turn's observations (the run's time budget
-    /// and its cancel still end the wait).
+    /// Wait at the end of every turn that leaves tasks running, for all of
+    /// them, and send their results with that turn's observations (the
+    /// run's time budget and its cancel still end the wait). So no answer
+    /// is taken as final while a task runs, and every result reaches the
+    /// model; the price is that the model waits for each task before its
+    /// next turn (the task's result comes with the "started" line).
     Wait,
+}
+
+impl AsyncTasks {
+    /// The name used by the flags and in a configuration file
+    /// (`continue`, `wait`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AsyncTasks::Continue => "continue",
+            AsyncTasks::Wait => "wait",
+        }
+    }
 }
 
 /// Why a run stopped.

@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use futures::StreamExt;
 use spindle::Event;
 use spindle::sources::SourceEvent;
-use spindle::tools::agent::{Agent, AgentEvent, AgentLimits, StopReason};
+use spindle::tools::agent::{Agent, AgentEvent, AgentLimits, AsyncTasks, StopReason};
 use spindle::tools::{Protocol, Runner, RunnerOptions, ToolConfig};
 use std::io::Write;
 use std::path::PathBuf;
@@ -14,6 +14,26 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+
+/// `--async-tasks` (`--agent-async-tasks` of the proxy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum AsyncTasksArg {
+    /// The model goes on; a task's result comes with a later turn, and a
+    /// task still running at the final answer is stopped.
+    Continue,
+    /// Wait for a turn's tasks (within the time budget) and send their
+    /// results before asking the model again.
+    Wait,
+}
+
+impl From<AsyncTasksArg> for AsyncTasks {
+    fn from(a: AsyncTasksArg) -> AsyncTasks {
+        match a {
+            AsyncTasksArg::Continue => AsyncTasks::Continue,
+            AsyncTasksArg::Wait => AsyncTasks::Wait,
+        }
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum AgentFormat {
@@ -54,6 +74,13 @@ pub(crate) struct AgentArgs {
     /// Most seconds for the whole run.
     #[arg(long, value_name = "S", default_value_t = 600)]
     max_time: u64,
+    /// What the loop does with async tools' tasks: `continue` (the model
+    /// goes on; a task's result comes with a later turn, and a task still
+    /// running at the final answer is stopped) or `wait` (wait for a
+    /// turn's tasks, within --max-time, and send their results with that
+    /// turn's observations, so none is left behind).
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = AsyncTasksArg::Continue)]
+    async_tasks: AsyncTasksArg,
     /// configSchema values for the tools (TOML, or JSON by extension).
     #[arg(long, value_name = "FILE")]
     tool_config: Option<PathBuf>,
@@ -89,12 +116,14 @@ pub(crate) fn run(args: AgentArgs) -> Result<ExitCode> {
         if let Some(file) = &args.tool_config {
             runner.set_config(ToolConfig::load(file).map_err(anyhow::Error::msg)?);
         }
-        let mut agent = Agent::new(&args.upstream, Arc::new(runner), protocol)?.with_limits(AgentLimits {
-            max_steps: args.max_steps,
-            max_tool_calls: args.max_tool_calls,
-            max_time: Some(Duration::from_secs(args.max_time)),
-            ..AgentLimits::default()
-        });
+        let mut agent = Agent::new(&args.upstream, Arc::new(runner), protocol)?
+            .with_limits(AgentLimits {
+                max_steps: args.max_steps,
+                max_tool_calls: args.max_tool_calls,
+                max_time: Some(Duration::from_secs(args.max_time)),
+                ..AgentLimits::default()
+            })
+            .with_async_tasks(args.async_tasks.into());
         if let Some(key) = std::env::var("SPINDLE_API_KEY").ok().or_else(|| std::env::var("OPENAI_API_KEY").ok()) {
             agent = agent.with_api_key(key);
         }

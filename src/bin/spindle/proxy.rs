@@ -85,6 +85,13 @@ pub(crate) struct ProxyArgs {
     /// Most seconds per agent request [default: 600].
     #[arg(long, value_name = "SECS")]
     agent_max_time: Option<f64>,
+    /// What the agent loop does with async tools' tasks: `continue` (the
+    /// model goes on; a result comes with a later turn, and a task still
+    /// running at the final answer is stopped) or `wait` (wait for a
+    /// turn's tasks, within the time budget, and send their results before
+    /// asking again) [default: continue].
+    #[arg(long, value_enum, value_name = "MODE")]
+    agent_async_tasks: Option<crate::agent::AsyncTasksArg>,
     /// A tool's time limit unless its definition sets one, in milliseconds
     /// [default: 30000].
     #[arg(long, value_name = "MS")]
@@ -247,6 +254,7 @@ impl ProxyArgs {
         o.agent_max_steps = self.agent_max_steps;
         o.agent_max_tool_calls = self.agent_max_tool_calls;
         o.agent_max_time = self.agent_max_time;
+        o.agent_async_tasks = self.agent_async_tasks.map(Into::into);
         o.tool_timeout_ms = self.tool_timeout_ms;
         o.tool_path.clone_from(&self.tool_path);
         o.allowed_hosts.clone_from(&self.allowed_hosts);
@@ -349,8 +357,11 @@ pub(crate) fn run(args: ProxyArgs) -> Result<ExitCode> {
                 let (catalog, pool) = crate::tools::load_tools(dir, &options).await?;
                 let mut runner = Runner::with_options(catalog, options);
                 runner.set_mcp(std::sync::Arc::new(pool));
-                config.agent =
-                    Some(ProxyAgent::new(std::sync::Arc::new(runner)).with_limits(tool_settings.agent_limits()));
+                config.agent = Some(
+                    ProxyAgent::new(std::sync::Arc::new(runner))
+                        .with_limits(tool_settings.agent_limits())
+                        .with_async_tasks(tool_settings.agent_async_tasks),
+                );
                 format!("{tools}, agent with the tools of {}", dir.display())
             }
             _ => tools,
