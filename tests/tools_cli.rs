@@ -525,3 +525,39 @@ fn tools_see_spindles_path_or_the_tool_path_flag() {
     let r = parse("/usr/bin:/bin", Some(&program.path()));
     assert_eq!(r["result"]["path"], program.path(), "{r}");
 }
+
+/// `request_id` in the `tool_result` and `tool_audit` lines of
+/// `parse --execute`; a second block with the same id is not run again.
+#[test]
+fn request_id_is_in_the_records_and_a_repeat_is_not_run_again() {
+    let dir = tempfile::Builder::new().prefix("spindle-request-id-").tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let counter = dir.path().join("n");
+    let block = format!(
+        "<|[REQUEST_TOOL]|>\nrequest_id:»»»req-42«««\ncommand:»»»Flaky«««\ncounter_file:»»»{}«««\nsucceed_on:»»»1«««\n<|[END_TOOL]|>",
+        counter.display()
+    );
+    let input = dir.path().join("two.txt");
+    std::fs::write(&input, format!("Once.\n{block}\nAnd again.\n{block}\n")).unwrap_or_else(|e| panic!("{e}"));
+    let plugins = plugins();
+    let (out, err, ok) = spindle(&[
+        "parse",
+        input.to_str().unwrap_or_default(),
+        "--profile",
+        "tam",
+        "--tools",
+        plugins.to_str().unwrap_or_default(),
+        "--execute",
+    ]);
+    assert!(ok, "{err}");
+    let lines: Vec<Value> = out.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let of = |t: &str| lines.iter().filter(|l| l["type"] == t).cloned().collect::<Vec<_>>();
+    let results = of("tool_result");
+    assert_eq!(results.len(), 2, "{out}");
+    assert!(results.iter().all(|r| r["request_id"] == "req-42"), "{out}");
+    assert_eq!((results[0]["attempts"].as_u64(), results[1]["attempts"].as_u64()), (Some(1), Some(0)));
+    assert_eq!(results[1]["result"], results[0]["result"]);
+    assert!(results[1]["observation"].as_str().unwrap_or_default().contains("was already run, as call_1"), "{out}");
+    let audits = of("tool_audit");
+    assert!(!audits.is_empty() && audits.iter().all(|a| a["request_id"] == "req-42"), "{out}");
+    assert_eq!(std::fs::read_to_string(&counter).ok().as_deref(), Some("1"), "the repeat ran");
+}

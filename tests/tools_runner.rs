@@ -364,6 +364,70 @@ async fn uri_parameters_reach_the_tool_resolved_or_as_written() {
     assert!(!res[0].observation.contains("SECRET"));
 }
 
+/// Spec 000 §4: `request_id` is for log tracing and idempotency. It is in
+/// every result and audit record of its call, and a second call with it in
+/// the same run is not run again: it gets the first call's results.
+#[tokio::test]
+async fn a_repeated_request_id_is_not_run_again_and_is_in_every_record() {
+    let dir = tempdir("request-id");
+    let counter = dir.path().join("n");
+    let records: Arc<Mutex<Vec<ToolEvent>>> = Arc::default();
+    let mut r = runner();
+    let sink = records.clone();
+    r.set_sink(Arc::new(move |e| sink.lock().map(|mut l| l.push(e)).unwrap_or(())));
+    let flaky = step("Flaky", json!({"counter_file": counter.display().to_string(), "succeed_on": 1}));
+    let mut first = call(vec![flaky.clone(), step("Greet", json!({"name": "Ann"}))]);
+    first.request_id = Some("req-7".into());
+    let scope = r.scope();
+    let cancel = CancellationToken::new();
+    let one = scope.run_call(&first, "call_1", &cancel).await;
+    assert_eq!(std::fs::read_to_string(&counter).ok().as_deref(), Some("1"));
+    assert!(one.iter().all(|r| r.request_id.as_deref() == Some("req-7") && r.attempts == 1), "{one:?}");
+    assert_eq!(one[0].to_event_json("tool_result")["request_id"], "req-7");
+    let audits: Vec<Value> = records
+        .lock()
+        .map(|l| l.iter().filter(|e| matches!(e, ToolEvent::Audit(_))).map(ToolEvent::to_event_json).collect())
+        .unwrap_or_default();
+    assert_eq!(audits.len(), 2);
+    assert!(audits.iter().all(|a| a["request_id"] == "req-7"), "{audits:?}");
+
+    // The same request_id again: not run, the first results, said so.
+    let two = scope.run_call(&first, "call_2", &cancel).await;
+    assert_eq!(std::fs::read_to_string(&counter).ok().as_deref(), Some("1"), "ran again");
+    assert_eq!(two.len(), 2);
+    for (a, b) in one.iter().zip(&two) {
+        assert_eq!((b.call_id.as_str(), b.attempts, b.outcome, &b.result), ("call_2", 0, a.outcome, &a.result));
+        assert_eq!(b.request_id.as_deref(), Some("req-7"));
+    }
+    assert_eq!(
+        two[0].observation,
+        "Observation: Tool Flaky executed successfully. Result: {\"attempt\":1} [request_id \"req-7\" was already run, as call_1: not run again; this is that result]"
+    );
+    // Another run, or another request_id, runs it.
+    r.scope().run_call(&first, "call_1", &cancel).await;
+    assert_eq!(std::fs::read_to_string(&counter).ok().as_deref(), Some("2"));
+    let mut other = first.clone();
+    other.request_id = Some("req-8".into());
+    scope.run_call(&other, "call_3", &cancel).await;
+    assert_eq!(std::fs::read_to_string(&counter).ok().as_deref(), Some("3"));
+
+    // A call that ran nothing (invalid) is not remembered.
+    let mut invalid = call(vec![flaky.clone(), step("Nope", json!({}))]);
+    invalid.request_id = Some("req-9".into());
+    let res = scope.run_call(&invalid, "call_4", &cancel).await;
+    assert_eq!(res[1].outcome, Outcome::UnknownTool);
+    assert_eq!(res[0].request_id.as_deref(), Some("req-9"));
+    let mut fixed = call(vec![flaky]);
+    fixed.request_id = Some("req-9".into());
+    let res = scope.run_call(&fixed, "call_5", &cancel).await;
+    assert_eq!((res[0].outcome, res[0].attempts), (Outcome::Success, 1));
+    assert_eq!(std::fs::read_to_string(&counter).ok().as_deref(), Some("4"));
+
+    // No request_id: none in the JSON.
+    let res = run(&r, &call(vec![step("Greet", json!({"name": "x"}))])).await;
+    assert!(res[0].to_event_json("tool_result").get("request_id").is_none());
+}
+
 /// A fresh folder, removed when the guard drops.
 fn tempdir(name: &str) -> tempfile::TempDir {
     tempfile::Builder::new().prefix(&format!("{}-", marker(name))).tempdir().unwrap_or_else(|e| panic!("{e}"))

@@ -115,6 +115,10 @@ pub struct ToolResult {
     /// Whether the output was cut at the cap.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
+    /// The call's `request_id` (TAM, spec 000 §4), when it has one: for
+    /// tracing the step back to the request in logs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
 }
 
 impl ToolResult {
@@ -139,6 +143,7 @@ impl ToolResult {
             attempts: 0,
             task_id: None,
             truncated: false,
+            request_id: None,
         }
     }
 
@@ -178,6 +183,10 @@ pub struct ToolAudit {
     pub attempts: u32,
     /// Unix time of the start, in milliseconds.
     pub started_at_ms: u64,
+    /// The call's `request_id` (TAM, spec 000 §4: for log tracing and
+    /// idempotency), when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
 }
 
 impl ToolAudit {
@@ -246,6 +255,15 @@ pub fn output_capped(tool_id: &str, cap: usize, first: &str) -> String {
 pub fn uri_failed(tool_id: &str, param: &str, uri: &str, why: &str) -> String {
     format!(
         "Observation: Error - Tool {tool_id} was not run: its parameter '{param}' ({uri}) could not be resolved: {why}"
+    )
+}
+
+/// The observation of a step not run again because its call repeats the
+/// `request_id` of an earlier call of the run: the earlier call's
+/// observation, and a note that it is a repeat.
+pub fn repeat(first: &str, request_id: &str, first_call_id: &str) -> String {
+    format!(
+        "{first} [request_id {request_id:?} was already run, as {first_call_id}: not run again; this is that result]"
     )
 }
 

@@ -54,6 +54,22 @@
 //! ACTION block after the first) is never run. Every step gives exactly
 //! one [`ToolResult`].
 //!
+//! # `request_id`
+//!
+//! A TAM call's `request_id` (spec 000 §4: for log tracing and
+//! idempotency) is in every [`ToolResult`] of the call (and so in its
+//! `tool_result` and `tool_task` JSON) and in every [`ToolAudit`]. Within
+//! one [`RunScope`], a call with a `request_id` that an earlier call had
+//! is not run again: each of its results is the earlier call's (outcome,
+//! result, task id) under the new `call_id`, with `attempts` 0 and the
+//! observation `... [request_id "req-1" was already run, as call_1: not
+//! run again; this is that result]`. Only a call that ran (or started) at
+//! least one step is remembered: one that was invalid, cut off or
+//! malformed ran nothing, so its `request_id` may be used again. A scope
+//! remembers the last [`MAX_REQUEST_IDS`] ids; two calls with one id that
+//! run at the same time in one scope (the agent loop and `parse
+//! --execute` run calls one after another) both run.
+//!
 //! # Parameters passed by URI
 //!
 //! A TAM `uri_[param]_N` (spec 000 §3.3, §4) passes a parameter's value by
@@ -85,7 +101,7 @@ mod scope;
 mod script;
 
 pub use mcp::{McpError, McpPool};
-pub use scope::RunScope;
+pub use scope::{MAX_REQUEST_IDS, RunScope};
 
 use super::observe::{self, Outcome, ToolAudit, ToolResult};
 use crate::calls::attp::PYTHON_TOOL;
@@ -575,19 +591,62 @@ impl RunScope {
     /// one [`Outcome::Malformed`] result and runs nothing; an ATTP answer
     /// with `status = "fail"` gives no result.
     ///
+    /// A call whose `request_id` an earlier call of this scope had (and
+    /// ran at least one step of) is not run again: it gets that call's
+    /// results, under its own `call_id`, with `attempts` 0 and observations
+    /// that say it is a repeat (see the module docs).
+    ///
     /// # Cancel safety
     ///
     /// Dropping the future kills the running tool's process group.
     /// Cancelling `cancel` stops the running step and reports it and the
     /// rest as [`Outcome::Cancelled`].
     pub async fn run_call(&self, call: &ToolCall, call_id: &str, cancel: &CancellationToken) -> Vec<ToolResult> {
-        let inner = &self.inner;
-        let mut out = Vec::new();
         let declined = call.attp.as_ref().and_then(|a| a.status.as_deref()) == Some("fail");
         if call.error.is_none() && call.steps.is_empty() && declined {
             // ATTP `status = "fail"`: the model declined; nothing to run or report.
-            return out;
+            return Vec::new();
         }
+        let readable = call.error.is_none() && !call.steps.is_empty();
+        // A request_id this run has already run: its results again, nothing run.
+        if let (true, Some(rid)) = (readable, call.request_id.as_deref())
+            && let Some((first_call, results)) = self.remembered(rid)
+        {
+            return results
+                .into_iter()
+                .map(|mut r| {
+                    r.observation = observe::repeat(&r.observation, rid, &first_call);
+                    r.call_id = call_id.to_string();
+                    r.attempts = 0;
+                    r.duration_ms = 0;
+                    r.bytes = 0;
+                    let params = call.steps.iter().find(|s| s.index == r.step && s.tool_id == r.tool_id);
+                    let params = params.map_or(Value::Null, |s| Value::Object(s.params.clone()));
+                    self.inner.audit_not_run(&r, &params);
+                    r
+                })
+                .collect();
+        }
+        let out = self.run_steps(call, call_id, cancel).await;
+        if let Some(rid) = call.request_id.as_deref()
+            && out.iter().any(|r| r.attempts > 0 || r.outcome == Outcome::Pending)
+        {
+            self.remember(rid, call_id, &out);
+        }
+        out
+    }
+
+    /// [`RunScope::run_call`] without the `request_id` bookkeeping: checks
+    /// and runs the steps; every result carries the call's `request_id`.
+    async fn run_steps(&self, call: &ToolCall, call_id: &str, cancel: &CancellationToken) -> Vec<ToolResult> {
+        let inner = &self.inner;
+        let mut out = Vec::new();
+        // A result that did not run: the call's request_id, and its audit record.
+        let not_run_report = |mut r: ToolResult, params: &Value| {
+            r.request_id.clone_from(&call.request_id);
+            inner.audit_not_run(&r, params);
+            r
+        };
         if call.error.is_some() || call.steps.is_empty() {
             // An unreadable call (malformed XML, no command, a code policy
             // breach): nothing of it runs, even the steps that were read.
@@ -597,8 +656,7 @@ impl RunScope {
                 .or_else(|| call.error.as_ref().map(|e| format!("Observation: Error - {e}")))
                 .unwrap_or_else(|| "Observation: Error - The tool call names no tool".into());
             let tool = call.steps.first().map_or("", |s| s.tool_id.as_str());
-            out.push(ToolResult::not_run(call_id, tool, None, Outcome::Malformed, obs));
-            inner.audit_not_run(&out[0], &Value::Null);
+            out.push(not_run_report(ToolResult::not_run(call_id, tool, None, Outcome::Malformed, obs), &Value::Null));
             return out;
         }
         // Every step is checked before any runs.
@@ -637,8 +695,7 @@ impl RunScope {
                         observe::not_run(&step.tool_id, "invalid_call", &detail),
                     ),
                 };
-                inner.audit_not_run(&result, &Value::Object(step.params.clone()));
-                out.push(result);
+                out.push(not_run_report(result, &Value::Object(step.params.clone())));
             }
             return out;
         }
@@ -654,7 +711,7 @@ impl RunScope {
                     observe::not_run(&step.tool_id, reason, detail),
                 )
             };
-            let result = if let Some(reason) = call.not_runnable.as_deref().or(step.not_runnable.as_deref()) {
+            let mut result = if let Some(reason) = call.not_runnable.as_deref().or(step.not_runnable.as_deref()) {
                 not_run(reason, "")
             } else if cancel.is_cancelled() {
                 ToolResult::not_run(
@@ -680,8 +737,9 @@ impl RunScope {
                 stopped = Some(format!("step {} ({}) did not succeed", step_number(step, i), step.tool_id));
             }
             if result.attempts == 0 {
-                inner.audit_not_run(&result, &Value::Object(step.params.clone()));
+                result = not_run_report(result, &Value::Object(step.params.clone()));
             }
+            result.request_id.clone_from(&call.request_id);
             out.push(result);
         }
         out
@@ -782,10 +840,20 @@ impl RunScope {
         if call.format == CallFormat::Attp && id == PYTHON_TOOL && inner.catalog.get(id).is_none() {
             if let Some(f) = inner.services.get(PYTHON_TOOL).cloned() {
                 return self
-                    .attempts(call_id, step.index, id, Kind::Service, checked.params, step.retry, cancel, move |p| {
-                        let f = f.clone();
-                        Box::pin(async move { service_run(PYTHON_TOOL, f(p).await) })
-                    })
+                    .attempts(
+                        call,
+                        call_id,
+                        step.index,
+                        id,
+                        Kind::Service,
+                        checked.params,
+                        step.retry,
+                        cancel,
+                        move |p| {
+                            let f = f.clone();
+                            Box::pin(async move { service_run(PYTHON_TOOL, f(p).await) })
+                        },
+                    )
                     .await;
             }
             return ToolResult::not_run(
@@ -842,12 +910,13 @@ impl RunScope {
             let me = TaskCtx {
                 inner: inner.clone(),
                 call_id: call_id.to_string(),
+                request_id: call.request_id.clone(),
                 step: step.index,
                 id: id.to_string(),
                 kind,
                 retry: step.retry,
             };
-            let started = self.start_task(call_id, id, step.index, move |task_id| {
+            let started = self.start_task(call_id, call.request_id.as_deref(), id, step.index, move |task_id| {
                 Box::pin(async move {
                     let mut r = me.attempts(params, &CancellationToken::new(), exec).await;
                     r.task_id = Some(task_id);
@@ -875,12 +944,13 @@ impl RunScope {
                 ),
             };
         }
-        self.attempts(call_id, step.index, id, kind, params, step.retry, cancel, exec).await
+        self.attempts(call, call_id, step.index, id, kind, params, step.retry, cancel, exec).await
     }
 
     #[allow(clippy::too_many_arguments)]
     async fn attempts(
         &self,
+        call: &ToolCall,
         call_id: &str,
         step: Option<u64>,
         id: &str,
@@ -890,7 +960,15 @@ impl RunScope {
         cancel: &CancellationToken,
         exec: impl Fn(Map<String, Value>) -> BoxFuture<'static, StepRun>,
     ) -> ToolResult {
-        let ctx = TaskCtx { inner: self.inner.clone(), call_id: call_id.into(), step, id: id.into(), kind, retry };
+        let ctx = TaskCtx {
+            inner: self.inner.clone(),
+            call_id: call_id.into(),
+            request_id: call.request_id.clone(),
+            step,
+            id: id.into(),
+            kind,
+            retry,
+        };
         ctx.attempts(params, cancel, exec).await
     }
 }
@@ -899,6 +977,7 @@ impl RunScope {
 struct TaskCtx {
     inner: Arc<Inner>,
     call_id: String,
+    request_id: Option<String>,
     step: Option<u64>,
     id: String,
     kind: Kind,
@@ -946,6 +1025,7 @@ impl TaskCtx {
             attempts,
             task_id: None,
             truncated: run.truncated,
+            request_id: self.request_id.clone(),
         };
         if let Some(sink) = &self.inner.sink {
             sink(ToolEvent::Audit(ToolAudit {
@@ -959,6 +1039,7 @@ impl TaskCtx {
                 bytes: result.bytes,
                 attempts,
                 started_at_ms,
+                request_id: result.request_id.clone(),
             }));
         }
         result
@@ -994,6 +1075,7 @@ impl Inner {
                     .duration_since(UNIX_EPOCH)
                     .map(|d| d.as_millis() as u64)
                     .unwrap_or_default(),
+                request_id: r.request_id.clone(),
             }));
         }
     }

@@ -32,6 +32,7 @@ use super::{EventSink, Inner, ToolEvent};
 use crate::tools::observe::{self, Outcome, ToolResult};
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -44,6 +45,7 @@ struct Task {
     /// `task_N`, unique in its scope.
     id: String,
     call_id: String,
+    request_id: Option<String>,
     tool_id: String,
     step: Option<u64>,
     started: Instant,
@@ -72,6 +74,7 @@ impl Task {
             observe::task_stopped(&self.tool_id, &self.id),
         );
         r.task_id = Some(self.id.clone());
+        r.request_id.clone_from(&self.request_id);
         r.duration_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
         r
     }
@@ -129,7 +132,15 @@ enum ScopeState {
 pub struct RunScope {
     pub(super) inner: Arc<Inner>,
     state: Mutex<ScopeState>,
+    /// The calls run so far that had a `request_id`, by it: the first
+    /// call's id and results (at most [`MAX_REQUEST_IDS`], oldest
+    /// forgotten first).
+    requests: Mutex<VecDeque<(String, String, Vec<ToolResult>)>>,
 }
+
+/// Most `request_id`s a scope remembers; past it the oldest is forgotten
+/// (a repeat of it would run again).
+pub const MAX_REQUEST_IDS: usize = 1024;
 
 impl std::fmt::Debug for RunScope {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -150,7 +161,31 @@ pub(super) enum NotStarted {
 
 impl RunScope {
     pub(super) fn new(inner: Arc<Inner>) -> RunScope {
-        RunScope { inner, state: Mutex::new(ScopeState::Open { started: 0, tasks: Vec::new() }) }
+        RunScope {
+            inner,
+            state: Mutex::new(ScopeState::Open { started: 0, tasks: Vec::new() }),
+            requests: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    /// The first call's id and results for `request_id`, if this scope ran
+    /// a call with it.
+    pub(super) fn remembered(&self, request_id: &str) -> Option<(String, Vec<ToolResult>)> {
+        let requests = self.requests.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        requests.iter().find(|(rid, _, _)| rid == request_id).map(|(_, call, results)| (call.clone(), results.clone()))
+    }
+
+    /// Remembers the results of the call `call_id` for its `request_id`
+    /// (the first call with it wins).
+    pub(super) fn remember(&self, request_id: &str, call_id: &str, results: &[ToolResult]) {
+        let mut requests = self.requests.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if requests.iter().any(|(rid, _, _)| rid == request_id) {
+            return;
+        }
+        if requests.len() >= MAX_REQUEST_IDS {
+            requests.pop_front();
+        }
+        requests.push_back((request_id.to_string(), call_id.to_string(), results.to_vec()));
     }
 
     /// The state, also when a thread panicked while holding it (the list
@@ -164,6 +199,7 @@ impl RunScope {
     pub(super) fn start_task(
         &self,
         call_id: &str,
+        request_id: Option<&str>,
         tool_id: &str,
         step: Option<u64>,
         work: impl FnOnce(String) -> BoxFuture<'static, ToolResult>,
@@ -182,6 +218,7 @@ impl RunScope {
         tasks.push(Task {
             id: id.clone(),
             call_id: call_id.to_string(),
+            request_id: request_id.map(str::to_string),
             tool_id: tool_id.to_string(),
             step,
             started: Instant::now(),
