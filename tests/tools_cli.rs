@@ -416,6 +416,7 @@ fn the_attp_manual_states_its_output_format() {
     let rules = out.find("[tool_call]").unwrap_or(usize::MAX);
     let tools = out.find("def Add(a: int, b: int)").unwrap_or(0);
     assert!(rules < tools, "the rules come before the tools: {out}");
+}
 
 /// The audit's repro (a side-effect tool, then an unknown one) in TAM and
 /// ACTION: the first step does not run, because the second is invalid.
