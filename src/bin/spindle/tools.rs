@@ -21,8 +21,8 @@ pub(crate) struct ToolsArgs {
 enum ToolsCommand {
     /// Print the tool manual for a prompt, in one call protocol.
     Manual(ManualArgs),
-    /// List the tools: id, implementation type, plugin, source; and the
-    /// plugins and tool files that could not be loaded.
+    /// List the tools: id, implementation type, plugin, source (the plugins
+    /// and tool files that could not be loaded are said on stderr).
     List(ListArgs),
 }
 
@@ -57,10 +57,9 @@ struct ManualArgs {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum ListFormat {
-    /// One line per tool (id, implementation, plugin, source, tab-separated),
-    /// then one `skipped` line per plugin or tool file left out.
+    /// One line per tool (id, implementation, plugin, source, tab-separated).
     Text,
-    /// A JSON object: `{"tools": [...], "warnings": [{"skipped", "path", "reason"}]}`.
+    /// A JSON array of the tools.
     Json,
 }
 
@@ -82,16 +81,6 @@ struct ListArgs {
 /// on stderr (`spindle: warning: skipped tool file PATH: REASON`) and the
 /// rest loads ([`ToolCatalog::warnings`] keeps them).
 pub(crate) async fn load_tools(dir: &Path, options: &RunnerOptions) -> Result<(ToolCatalog, McpPool)> {
-    let loaded = load_tools_quietly(dir, options).await?;
-    for warning in loaded.0.warnings() {
-        eprintln!("spindle: warning: {warning}");
-    }
-    Ok(loaded)
-}
-
-/// [`load_tools`] without the warnings on stderr (`tools list` prints them
-/// as part of its output).
-async fn load_tools_quietly(dir: &Path, options: &RunnerOptions) -> Result<(ToolCatalog, McpPool)> {
     let mut catalog = ToolCatalog::load_plugins(dir).with_context(|| format!("tools {}", dir.display()))?;
     let mut pool = McpPool::start(&mut catalog, options).await.with_context(|| format!("tools {}", dir.display()))?;
     for name in ["mcp.json", ".mcp.json"] {
@@ -99,6 +88,9 @@ async fn load_tools_quietly(dir: &Path, options: &RunnerOptions) -> Result<(Tool
         if file.is_file() {
             pool.add_config_file(&mut catalog, &file, options).await.with_context(|| format!("{}", file.display()))?;
         }
+    }
+    for warning in catalog.warnings() {
+        eprintln!("spindle: warning: {warning}");
     }
     if catalog.is_empty() {
         eprintln!(
@@ -147,7 +139,7 @@ pub(crate) fn run(args: ToolsArgs) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }),
         ToolsCommand::List(a) => rt.block_on(async move {
-            let (catalog, _pool) = load_tools_quietly(&a.tools, &RunnerOptions::default()).await?;
+            let (catalog, _pool) = load_tools(&a.tools, &RunnerOptions::default()).await?;
             let rows: Vec<serde_json::Value> = catalog
                 .tools()
                 .map(|t| {
@@ -162,20 +154,13 @@ pub(crate) fn run(args: ToolsArgs) -> Result<ExitCode> {
                     })
                 })
                 .collect();
-            let warnings: Vec<serde_json::Value> = catalog.warnings().iter().map(|w| w.to_json()).collect();
             let mut out = std::io::stdout().lock();
             match a.format {
-                ListFormat::Json => {
-                    let list = serde_json::json!({"tools": rows, "warnings": warnings});
-                    writeln!(out, "{}", serde_json::to_string_pretty(&list)?)?;
-                }
+                ListFormat::Json => writeln!(out, "{}", serde_json::to_string_pretty(&rows)?)?,
                 ListFormat::Text => {
                     for r in &rows {
                         let s = |k: &str| r[k].as_str().unwrap_or("-").to_string();
                         writeln!(out, "{}\t{}\t{}\t{}", s("id"), s("implementation"), s("plugin"), s("source"))?;
-                    }
-                    for w in catalog.warnings() {
-                        writeln!(out, "skipped\t{}\t{}\t{}", w.skipped.as_str(), w.path.display(), w.error)?;
                     }
                 }
             }
