@@ -671,3 +671,47 @@ async fn the_system_prompt_placeholder_becomes_the_manual() {
     assert!(system.ends_with("## End"), "{system}");
     assert_eq!(requests[0]["messages"].as_array().map(Vec::len), Some(2));
 }
+
+/// An agent's tool list (spec 002 §4.4.1, spec 004 §3.3): with `--only`,
+/// the manual in the system prompt shows those tools alone, and a call of
+/// another tool of the folder is an unknown tool, never run; an id the
+/// folder does not have is refused with the closest one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spindle_agent_only_runs_the_tools_of_its_list() {
+    let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/plugins");
+    let (url, up) = upstream(&[&tam_call("Math.Add", &[("a", "1"), ("b", "2")]), FINAL], 0, 20).await;
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_spindle"))
+        .args(["agent", "--upstream", &url, "--model", "m", "--protocol", "tam", "--format", "jsonl"])
+        .args(["--only", "Echo,Greet", "--tool-path", RunnerOptions::FALLBACK_PATH])
+        .arg("--tools")
+        .arg(&plugins)
+        .arg("add 1 and 2")
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let result = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["type"] == "tool_result")
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert_ne!(result["outcome"], "success", "{result}");
+    assert!(result["observation"].as_str().unwrap_or_default().contains("Math.Add"), "{result}");
+    let requests = up.requests.lock().map(|r| r.clone()).unwrap_or_default();
+    let system = requests[0]["messages"][0]["content"].as_str().unwrap_or_default().to_string();
+    assert!(system.contains("Tool ID: Echo") && system.contains("Tool ID: Greet"), "{system}");
+    assert!(!system.contains("Tool ID: Math.Add"), "{system}");
+
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_spindle"))
+        .args(["agent", "--upstream", &url, "--model", "m", "--only", "Ech"])
+        .arg("--tools")
+        .arg(&plugins)
+        .arg("hi")
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--only") && err.contains("unknown tool id \"Ech\", did you mean \"Echo\"?"), "{err}");
+}

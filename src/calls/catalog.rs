@@ -118,6 +118,15 @@ pub enum CatalogError {
         /// The cause.
         cause: std::io::Error,
     },
+    /// A tool id asked for (an agent's tool list) that the catalog does
+    /// not have.
+    #[error("unknown tool id {id:?}{}", suggestion.as_ref().map(|s| format!(", did you mean {s:?}?")).unwrap_or_default())]
+    UnknownTool {
+        /// The id as given.
+        id: String,
+        /// The closest id the catalog has, if one is close.
+        suggestion: Option<String>,
+    },
     /// A file is larger than [`LoadOptions::max_file_len`].
     #[error("{} is {len} bytes, more than the {limit}-byte limit", path.display())]
     TooLarge {
@@ -760,6 +769,54 @@ impl ToolCatalog {
         })?;
         entry.def.plugin = plugin.map(str::to_string);
         Ok(entry.def.id.clone())
+    }
+
+    /// Checks that the catalog has every tool in `ids`.
+    ///
+    /// # Errors
+    ///
+    /// [`CatalogError::UnknownTool`] for the first id it does not have,
+    /// with the closest id it has.
+    pub fn check_ids(&self, ids: &[String]) -> Result<(), CatalogError> {
+        match ids.iter().find(|id| self.get(id).is_none()) {
+            Some(id) => {
+                Err(CatalogError::UnknownTool { id: id.clone(), suggestion: self.suggest_tool(id).map(str::to_string) })
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Keeps only the tools in `ids` (all when `ids` is empty): an agent's
+    /// tool list (spec 002 §4.4.1 `tool_ids_inventory`, spec 004 §3.3),
+    /// so that its manual shows them alone and a call of any other tool is
+    /// an unknown tool, never run.
+    ///
+    /// ```
+    /// use spindle::calls::{ToolCatalog, ToolDef};
+    /// use serde_json::json;
+    ///
+    /// let mut catalog = ToolCatalog::new();
+    /// for id in ["File.Read", "File.Write"] {
+    ///     catalog.add(ToolDef::new(id, json!({"type": "object"}))).unwrap();
+    /// }
+    /// catalog.keep_only(&["File.Read".to_string()]).unwrap();
+    /// assert!(catalog.get("File.Write").is_none());
+    /// assert!(catalog.keep_only(&["File.Reed".to_string()]).is_err());
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`ToolCatalog::check_ids`]; the catalog is then unchanged.
+    pub fn keep_only(&mut self, ids: &[String]) -> Result<(), CatalogError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        self.check_ids(ids)?;
+        self.tools.retain(|e| ids.contains(&e.def.id));
+        for plugin in &mut self.plugins {
+            plugin.tools.retain(|id| ids.contains(id));
+        }
+        Ok(())
     }
 
     /// What loading left out, in load order: plugins without a usable

@@ -57,6 +57,7 @@
 //! | `tools.agent_max_steps` | `--agent-max-steps` | `8` (model answers per agent request) |
 //! | `tools.agent_max_tool_calls` | `--agent-max-tool-calls` | `32` |
 //! | `tools.agent_max_time` | `--agent-max-time` | `600.0` (seconds per agent request) |
+//! | `tools.agent_tools` | `--agent-tools` | `[]`: all the tools of `tools.dir` (else only these ids: the agent's tool list) |
 //! | `tools.agent_async_tasks` | `--agent-async-tasks` | `"continue"` (or `"wait"`: wait for a turn's async tasks before asking again, [`AsyncTasks`](crate::tools::agent::AsyncTasks)) |
 //! | `tools.timeout_ms` | `--tool-timeout-ms` | `30000` (a tool's time limit unless its definition sets one) |
 //! | `tools.path` | `--tool-path` | none: the `PATH` spindle was started with (`/usr/local/bin:/usr/bin:/bin` when it has none); the `PATH` the agent's tools see and their programs are looked up in |
@@ -318,6 +319,9 @@ pub struct ToolSettings {
     pub agent_max_time: Seconds,
     /// What the agent loop does with async tools' tasks.
     pub agent_async_tasks: crate::tools::agent::AsyncTasks,
+    /// The ids of the tools of `dir` the agent loop may use; empty: all.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub agent_tools: Vec<String>,
     /// A tool's time limit unless its definition sets one, in ms.
     pub timeout_ms: NonZeroU64,
     /// The `PATH` the agent's tools see (and their bare program names are
@@ -342,6 +346,7 @@ impl Default for ToolSettings {
             agent_max_tool_calls: limits.max_tool_calls,
             agent_max_time: Seconds(limits.max_time.unwrap_or(Duration::from_secs(600)).as_secs_f64()),
             agent_async_tasks: crate::tools::agent::AsyncTasks::default(),
+            agent_tools: Vec::new(),
             timeout_ms: NonZeroU64::new(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX))
                 .unwrap_or(NonZeroU64::MIN),
             path: None,
@@ -742,6 +747,8 @@ pub struct ProxyOverrides {
     pub agent_max_time: Option<f64>,
     /// `--agent-async-tasks`.
     pub agent_async_tasks: Option<crate::tools::agent::AsyncTasks>,
+    /// `--agent-tools` (replaces the file's list when not empty).
+    pub agent_tools: Vec<String>,
     /// `--tool-timeout-ms`.
     pub tool_timeout_ms: Option<u64>,
     /// `--tool-path`.
@@ -943,6 +950,9 @@ impl ProxySettings {
         }
         if let Some(v) = o.agent_async_tasks {
             self.tools.agent_async_tasks = v;
+        }
+        if !o.agent_tools.is_empty() {
+            self.tools.agent_tools = o.agent_tools;
         }
         if let Some(v) = o.tool_timeout_ms {
             self.tools.timeout_ms = NonZeroU64::new(v)
@@ -1216,6 +1226,28 @@ mod tests {
         assert_eq!(s.tools.agent_async_tasks, AsyncTasks::Continue, "the flag wins");
         let bad = ProxySettings::from_toml("[tools]\nagent_async_tasks = \"later\"\n", "t").unwrap_err().to_string();
         assert!(bad.contains("tools.agent_async_tasks: unknown variant `later`"), "{bad}");
+    }
+
+    #[test]
+    fn agent_tools_and_use_protocol_have_keys_and_flags() {
+        let s = ProxySettings::from_toml("[upstream]\nurl = \"http://u\"\n", "t").unwrap();
+        assert!(s.tools.agent_tools.is_empty());
+        assert_eq!(s.parse.use_protocol, UseProtocol::Auto);
+        let text = "[upstream]\nurl = \"http://u\"\n[parse]\nuse_protocol = \"ignore\"\n[tools]\nagent_tools = [\"Echo\", \"Greet\"]\n";
+        let mut s = ProxySettings::from_toml(text, "t").unwrap();
+        assert_eq!(s.tools.agent_tools, ["Echo", "Greet"]);
+        assert_eq!(s.parse.use_protocol, UseProtocol::Ignore);
+        assert!(s.to_toml().contains("agent_tools = ["), "{}", s.to_toml());
+        s.apply(ProxyOverrides {
+            agent_tools: vec!["Echo".into()],
+            use_protocol: Some(UseProtocol::Auto),
+            ..ProxyOverrides::default()
+        })
+        .unwrap();
+        assert_eq!(s.tools.agent_tools, ["Echo"], "the flag wins");
+        assert_eq!(s.to_proxy_config().unwrap().use_protocol, UseProtocol::Auto);
+        let bad = ProxySettings::from_toml("[parse]\nuse_protocol = \"sometimes\"\n", "t").unwrap_err().to_string();
+        assert!(bad.contains("parse.use_protocol: unknown variant `sometimes`"), "{bad}");
     }
 
     #[test]

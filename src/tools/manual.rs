@@ -296,14 +296,7 @@ pub fn manual<'a>(tools: impl IntoIterator<Item = &'a ToolDef>, protocol: Protoc
 /// An id in `only` that the catalog does not have, with the closest known
 /// id when one is close.
 pub fn select<'a>(catalog: &'a ToolCatalog, only: &[String]) -> Result<Vec<&'a ToolDef>, String> {
-    for id in only {
-        if catalog.get(id).is_none() {
-            return Err(match catalog.suggest_tool(id) {
-                Some(s) => format!("unknown tool id {id:?}, did you mean {s:?}?"),
-                None => format!("unknown tool id {id:?}"),
-            });
-        }
-    }
+    catalog.check_ids(only).map_err(|e| e.to_string())?;
     Ok(catalog.tools().filter(|t| only.is_empty() || only.contains(&t.id)).collect())
 }
 

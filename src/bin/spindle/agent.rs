@@ -65,6 +65,11 @@ pub(crate) struct AgentArgs {
     /// become the manual (else the manual is appended).
     #[arg(long, value_name = "FILE")]
     system: Option<PathBuf>,
+    /// Only these tool ids (comma-separated): the agent's tool list. The
+    /// manual shows them alone, and a call of another tool is an unknown
+    /// tool, never run.
+    #[arg(long, value_delimiter = ',', value_name = "ID,...")]
+    only: Vec<String>,
     /// Most model answers.
     #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     max_steps: usize,
@@ -110,7 +115,8 @@ pub(crate) fn run(args: AgentArgs) -> Result<ExitCode> {
             path: args.tool_path.clone().unwrap_or_else(RunnerOptions::inherited_path),
             ..RunnerOptions::default()
         };
-        let (catalog, pool) = load_tools(&args.tools, &options).await?;
+        let (mut catalog, pool) = load_tools(&args.tools, &options).await?;
+        catalog.keep_only(&args.only).context("--only")?;
         let mut runner = Runner::with_options(catalog, options);
         runner.set_mcp(Arc::new(pool));
         if let Some(file) = &args.tool_config {

@@ -92,6 +92,11 @@ pub(crate) struct ProxyArgs {
     /// asking again) [default: continue].
     #[arg(long, value_enum, value_name = "MODE")]
     agent_async_tasks: Option<crate::agent::AsyncTasksArg>,
+    /// Only these tools of --tools (comma-separated ids) for the agent
+    /// loop: its manual shows them alone, and a call of another tool is
+    /// an unknown tool, never run [default: all].
+    #[arg(long, value_delimiter = ',', value_name = "ID,...")]
+    agent_tools: Vec<String>,
     /// A tool's time limit unless its definition sets one, in milliseconds
     /// [default: 30000].
     #[arg(long, value_name = "MS")]
@@ -255,6 +260,7 @@ impl ProxyArgs {
         o.agent_max_tool_calls = self.agent_max_tool_calls;
         o.agent_max_time = self.agent_max_time;
         o.agent_async_tasks = self.agent_async_tasks.map(Into::into);
+        o.agent_tools.clone_from(&self.agent_tools);
         o.tool_timeout_ms = self.tool_timeout_ms;
         o.tool_path.clone_from(&self.tool_path);
         o.allowed_hosts.clone_from(&self.allowed_hosts);
@@ -354,7 +360,8 @@ pub(crate) fn run(args: ProxyArgs) -> Result<ExitCode> {
                     path: tool_settings.tool_path(),
                     ..RunnerOptions::default()
                 };
-                let (catalog, pool) = crate::tools::load_tools(dir, &options).await?;
+                let (mut catalog, pool) = crate::tools::load_tools(dir, &options).await?;
+                catalog.keep_only(&tool_settings.agent_tools).context("tools.agent_tools (--agent-tools)")?;
                 let mut runner = Runner::with_options(catalog, options);
                 runner.set_mcp(std::sync::Arc::new(pool));
                 config.agent = Some(
