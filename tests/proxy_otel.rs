@@ -95,6 +95,22 @@ fn attr<'a>(span: &'a Span, key: &str) -> Option<&'a AnyValue> {
     span.attributes.iter().find(|kv| kv.key == key).and_then(|kv| kv.value.as_ref()).and_then(|v| v.value.as_ref())
 }
 
+/// A string attribute of `span` (the debug form of anything else).
+fn text_attr(span: &Span, key: &str) -> String {
+    match attr(span, key) {
+        Some(AnyValue::StringValue(s)) => s.clone(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// An integer attribute of `span` (-1 when it is none).
+fn int_attr(span: &Span, key: &str) -> i64 {
+    match attr(span, key) {
+        Some(AnyValue::IntValue(n)) => *n,
+        _ => -1,
+    }
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -124,14 +140,8 @@ async fn a_chat_request_becomes_a_span_with_genai_attributes_and_its_traceparent
     assert_eq!(span.name, "chat gpt-test");
     assert_eq!(hex(&span.trace_id), parent_trace, "a child of the client's trace");
     assert_eq!(hex(&span.parent_span_id), "00f067aa0ba902b7");
-    let text = |k: &str| match attr(span, k) {
-        Some(AnyValue::StringValue(s)) => s.clone(),
-        other => format!("{other:?}"),
-    };
-    let int = |k: &str| match attr(span, k) {
-        Some(AnyValue::IntValue(n)) => *n,
-        _ => -1,
-    };
+    let text = |k: &str| text_attr(span, k);
+    let int = |k: &str| int_attr(span, k);
     assert_eq!(text("gen_ai.operation.name"), "chat");
     assert_eq!(text("gen_ai.system"), "openai");
     assert_eq!(text("gen_ai.request.model"), "gpt-test");
@@ -263,14 +273,8 @@ async fn a_websocket_session_becomes_a_span_and_its_traceparent_goes_upstream() 
     let span = &spans[0];
     assert_eq!(span.name, "realtime gpt-realtime");
     assert_eq!(hex(&span.trace_id), parent_trace, "a child of the client's trace");
-    let text = |k: &str| match attr(span, k) {
-        Some(AnyValue::StringValue(s)) => s.clone(),
-        other => format!("{other:?}"),
-    };
-    let int = |k: &str| match attr(span, k) {
-        Some(AnyValue::IntValue(n)) => *n,
-        _ => -1,
-    };
+    let text = |k: &str| text_attr(span, k);
+    let int = |k: &str| int_attr(span, k);
     assert_eq!(text("gen_ai.operation.name"), "realtime");
     assert_eq!(text("gen_ai.request.model"), "gpt-realtime");
     assert_eq!(text("spindle.outcome"), "closed");

@@ -419,13 +419,7 @@ async fn spindle_agent_takes_the_tools_path() {
         cmd.output()
     };
     let out = agent(Some(program.path())).await.unwrap_or_else(|e| panic!("{e}"));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let result = stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|v| v["type"] == "tool_result")
-        .unwrap_or_else(|| panic!("{stdout}"));
+    let result = first_tool_result(&out);
     assert_eq!(result["result"], json!({"found": "yes", "path": program.path()}), "{result}");
     let requests = up.requests.lock().map(|r| r.clone()).unwrap_or_default();
     assert!(requests[1]["messages"][3]["content"].as_str().unwrap_or_default().contains("\"found\":\"yes\""));
@@ -689,13 +683,7 @@ async fn spindle_agent_only_runs_the_tools_of_its_list() {
         .output()
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let result = stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|v| v["type"] == "tool_result")
-        .unwrap_or_else(|| panic!("{stdout}"));
+    let result = first_tool_result(&out);
     assert_ne!(result["outcome"], "success", "{result}");
     assert!(result["observation"].as_str().unwrap_or_default().contains("Math.Add"), "{result}");
     let requests = up.requests.lock().map(|r| r.clone()).unwrap_or_default();
@@ -714,4 +702,16 @@ async fn spindle_agent_only_runs_the_tools_of_its_list() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("--only") && err.contains("unknown tool id \"Ech\", did you mean \"Echo\"?"), "{err}");
+}
+
+/// The first `tool_result` event a successful `spindle agent --format
+/// jsonl` printed.
+fn first_tool_result(out: &std::process::Output) -> Value {
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["type"] == "tool_result")
+        .unwrap_or_else(|| panic!("{stdout}"))
 }
