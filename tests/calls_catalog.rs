@@ -305,6 +305,18 @@ fn a_bad_plugin_or_tool_file_is_skipped_with_a_warning_naming_it() {
             &["t:one"],
         ),
         (
+            "duplicate plugin name",
+            &[
+                ("p/plugin.yaml", "name: p\ntools:\n  entry: tools\n"),
+                ("p/tools/a.tool.json", GOOD_TOOL),
+                ("q/plugin.yaml", "name: p\ntools:\n  entry: tools\n"),
+                ("q/tools/c.tool.json", r#"{"id": "c", "parameters": {"type": "object"}}"#),
+            ],
+            Skipped::Plugin,
+            "plugin name \"p\" is already the name of",
+            &["t:one"],
+        ),
+        (
             "plugin dir without manifest",
             &[("p/tools/a.tool.json", GOOD_TOOL)],
             Skipped::Plugin,

@@ -727,6 +727,11 @@ impl ToolCatalog {
         if manifest.name.trim().is_empty() {
             return Err(bad("`name` is empty".into()));
         }
+        // A plugin's name is its id (spec 002 §6.2): two plugins of one
+        // name would be one plugin to the manual, the audit and the config.
+        if let Some(first) = self.plugins.iter().find(|p| p.manifest.name == manifest.name) {
+            return Err(bad(format!("plugin name {:?} is already the name of {}", manifest.name, first.dir.display())));
+        }
         let mut ids = Vec::new();
         if let Some(tools) = &manifest.tools {
             // `entry: ./tools` names `DIR/tools`: the `.` components are
