@@ -476,7 +476,8 @@ fn tag_end(source: &str, close: &str) -> Option<usize> {
             Some(q) if b == q => quote = None,
             Some(_) => {}
             None if b == b'"' || b == b'\'' => quote = Some(b),
-            None if source[i..].starts_with(close) => return Some(i + close.len()),
+            // Bytes, not `str`: `i` may be inside a character.
+            None if bytes[i..].starts_with(close.as_bytes()) => return Some(i + close.len()),
             None => {}
         }
         i += 1;
