@@ -89,7 +89,7 @@ impl Imported {
     pub fn char_vars(&self) -> Option<Value> {
         let data = self.card_data()?;
         let mut vars = Map::new();
-        for (from, to) in [
+        let texts = &[
             ("name", "name"),
             ("description", "description"),
             ("personality", "personality"),
@@ -103,20 +103,13 @@ impl Imported {
             ("first_mes", "first_message"),
             ("creator", "creator"),
             ("nickname", "nickname"),
-        ] {
-            if let Some(t) = text(data, from) {
-                vars.insert(to.into(), Value::String(t));
-            }
-        }
+        ];
+        copy_texts(data, texts, &mut vars);
         let depth = data.pointer("/extensions/depth_prompt/prompt").and_then(Value::as_str).map(str::trim);
         if let Some(depth) = depth.filter(|d| !d.is_empty()) {
             vars.insert("depth_prompt".into(), Value::String(depth.to_string()));
         }
-        for key in ["alternate_greetings", "tags"] {
-            if let Some(a) = data.get(key).and_then(Value::as_array).filter(|a| !a.is_empty()) {
-                vars.insert(key.into(), Value::Array(a.clone()));
-            }
-        }
+        copy_lists(data, &["alternate_greetings", "tags"], &mut vars);
         Some(Value::Object(vars))
     }
 }
@@ -182,6 +175,25 @@ fn card_from_png(bytes: &[u8]) -> Result<Value, CardError> {
     serde_json::from_slice(&raw).map_err(|e| CardError::Corrupt(format!("`{}` is not JSON: {e}", chunk.0)))
 }
 
+/// Copies the card's text fields `from` into `out` as `to` (trimmed; an
+/// empty or missing one is left out).
+fn copy_texts(data: &Value, names: &[(&str, &str)], out: &mut Map<String, Value>) {
+    for (from, to) in names {
+        if let Some(t) = text(data, from) {
+            out.insert((*to).into(), Value::String(t));
+        }
+    }
+}
+
+/// Copies the card's non-empty lists `keys` into `out`.
+fn copy_lists(data: &Value, keys: &[&str], out: &mut Map<String, Value>) {
+    for key in keys {
+        if let Some(a) = data.get(*key).and_then(Value::as_array).filter(|a| !a.is_empty()) {
+            out.insert((*key).into(), Value::Array(a.clone()));
+        }
+    }
+}
+
 fn text(v: &Value, key: &str) -> Option<String> {
     v.get(key).and_then(Value::as_str).map(str::trim).filter(|s| !s.is_empty()).map(str::to_string)
 }
@@ -218,7 +230,7 @@ fn from_json(json: &Value) -> Result<Imported, CardError> {
 /// for V1).
 fn card(whole: &Value, data: &Value, kind: &'static str) -> Imported {
     let mut fields = Map::new();
-    for (from, to) in [
+    let texts = &[
         ("name", "name"),
         ("description", "description"),
         ("personality", "personality"),
@@ -231,20 +243,9 @@ fn card(whole: &Value, data: &Value, kind: &'static str) -> Imported {
         ("creator", "creator"),
         ("character_version", "version"),
         ("nickname", "nickname"),
-    ] {
-        if let Some(t) = text(data, from) {
-            fields.insert(to.into(), Value::String(t));
-        }
-    }
-    for (from, to) in [
-        ("alternate_greetings", "alternate_greetings"),
-        ("tags", "tags"),
-        ("group_only_greetings", "group_only_greetings"),
-    ] {
-        if let Some(a) = data.get(from).and_then(Value::as_array).filter(|a| !a.is_empty()) {
-            fields.insert(to.into(), Value::Array(a.clone()));
-        }
-    }
+    ];
+    copy_texts(data, texts, &mut fields);
+    copy_lists(data, &["alternate_greetings", "tags", "group_only_greetings"], &mut fields);
     let mut notes = Vec::new();
     let macros: usize = fields.values().map(macros_to_migrate).sum();
     if macros > 0 {
