@@ -217,6 +217,45 @@ fn attp_code_is_checked_against_tool_names() {
     assert!(c.observations(&call).is_empty());
 }
 
+#[test]
+fn tools_sharing_a_name_get_distinct_python_functions() {
+    let mut c = ToolCatalog::new();
+    for id in ["Weather:get", "Stock:get", "Files.list", "Math.Add"] {
+        c.add(ToolDef::new(id, json!({"type": "object"}))).unwrap();
+    }
+    let names: Vec<(String, &str)> = c.python_functions();
+    let names: Vec<(&str, &str)> = names.iter().map(|(n, id)| (n.as_str(), *id)).collect();
+    // `get` is two tools' and `list` is Python's own: the whole id instead.
+    assert_eq!(
+        names,
+        [("Weather_get", "Weather:get"), ("Stock_get", "Stock:get"), ("Files_list", "Files.list"), ("Add", "Math.Add")]
+    );
+    let code = |body: &str| {
+        let text = format!("[tool_call]\nstatus='success'\ntarget='t'\ncode='''\n{body}\n'''");
+        spindle::calls::attp::parse_attp(&text).0
+    };
+    assert!(c.check(&code("__result__ = [Weather_get(city='Oslo'), Stock_get(symbol='X'), Add(a=1)]")).is_empty());
+    // The OpenAI form of an id is an alias (a model shown the tools that way).
+    assert!(c.check(&code("__result__ = Math_Add(a=1)")).is_empty());
+    assert_eq!(
+        c.check(&code("__result__ = get(city='Oslo')")),
+        [CallProblem::AmbiguousFunction {
+            name: "get".into(),
+            candidates: vec!["Weather_get".into(), "Stock_get".into()]
+        }]
+    );
+    assert_eq!(
+        c.observations(&code("__result__ = get(city='Oslo')")),
+        ["Observation: Error - Tool 'get' called in the code is ambiguous: call one of 'Weather_get', 'Stock_get'"]
+    );
+    // The manual shows the same names.
+    let manual = spindle::tools::manual::manual(c.tools(), spindle::tools::manual::Protocol::Attp);
+    for def in ["def Weather_get(", "def Stock_get(", "def Files_list(", "def Add("] {
+        assert!(manual.contains(def), "no {def} in\n{manual}");
+    }
+    assert!(!manual.contains("def get("), "{manual}");
+}
+
 // ----- loading errors -------------------------------------------------------
 
 /// A plugins dir in a fresh temp folder: `files` are (relative path, text).

@@ -39,7 +39,11 @@ fn manual_shows_every_tool_and_parameter_in_every_protocol() {
         assert!(ok, "{protocol}: {err}");
         for tool in catalog.tools() {
             let name = match protocol {
-                "attp" => spindle::tools::manual::python_name(&tool.id).to_string(),
+                "attp" => {
+                    let functions = catalog.python_functions();
+                    let found = functions.iter().find(|(_, id)| *id == tool.id);
+                    found.map(|(name, _)| name.clone()).unwrap_or_else(|| panic!("{}", tool.id))
+                }
                 "openai" => spindle::calls::openai_function_name(&tool.id).into_owned(),
                 _ => tool.id.clone(),
             };

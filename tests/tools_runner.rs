@@ -677,14 +677,28 @@ async fn service_tools_and_attp_code() {
     let registry = Registry::profile("attp").unwrap_or_else(|| panic!("attp"));
     let text = "thought = \"\"\"x\"\"\"\n[tool_call]\nstatus = \"success\"\ntarget = \"t\"\ncode = '''\n__result__ = Lookup(key=\"weather\")\n'''\n";
     let events = parse(registry.clone(), text.as_bytes());
-    let mut col = spindle::tools::collect::CallCollector::new(registry.into());
+    let mut col = spindle::tools::collect::CallCollector::new(registry.clone().into());
     let (_, attp) = events.iter().find_map(|e| col.observe(e)).unwrap_or_else(|| panic!("no call"));
     let res = run(&r, &attp).await;
     assert_eq!(res[0].outcome, Outcome::NotRun);
-    // ...and handed to one when registered.
-    r.register_service("python", |p| async move { Ok(json!({"ran": p.get("code").cloned()})) });
+    // ...and handed to one when registered, with the names to bind.
+    r.register_service("python", |p| async move {
+        Ok(json!({"ran": p.get("code").cloned(), "functions": p.get("functions").cloned()}))
+    });
     let res = run(&r, &attp).await;
     assert_eq!(res[0].outcome, Outcome::Success, "{}", res[0].observation);
+    assert!(res[0].observation.contains(r#""functions":{"Lookup":"Lookup"}"#), "{}", res[0].observation);
+    // Code calling a function no tool provides is not handed over.
+    let text = text.replace("Lookup(", "Lokup(");
+    let events = parse(registry.clone(), text.as_bytes());
+    let mut col = spindle::tools::collect::CallCollector::new(registry.into());
+    let (_, attp) = events.iter().find_map(|e| col.observe(e)).unwrap_or_else(|| panic!("no call"));
+    let res = run(&r, &attp).await;
+    assert_eq!(res[0].outcome, Outcome::UnknownTool);
+    assert_eq!(
+        res[0].observation,
+        "Observation: Error - Unknown tool 'Lokup' called in the code, did you mean 'Lookup'?"
+    );
 }
 
 #[tokio::test]

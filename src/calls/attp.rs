@@ -137,6 +137,91 @@ const BUILTINS: &[&str] = &[
     "statistics",
 ];
 
+/// Whether `name` is a Python identifier (letters, digits and `_`, not
+/// starting with a digit; the names a tool function may have).
+fn is_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_alphabetic() || c == '_') && chars.all(|c| c.is_alphanumeric() || c == '_')
+}
+
+/// Whether a function called `name` could not be a tool in ATTP code: a
+/// keyword, a builtin or pre-injected library (a call to it is not read
+/// as a tool call, and a tool of that name would shadow it), or a name the
+/// policy forbids.
+fn is_reserved(name: &str) -> bool {
+    KEYWORDS.contains(&name)
+        || BUILTINS.contains(&name)
+        || FORBIDDEN_CALLS.contains(&name)
+        || FORBIDDEN_MODULES.contains(&name)
+        || ESCAPES.contains(&name)
+        || name == "__result__"
+}
+
+/// The part of a tool id after its last `:` or `.` (`get` for
+/// `Weather:get`).
+pub(crate) fn id_tail(id: &str) -> &str {
+    id.rsplit([':', '.']).next().unwrap_or(id)
+}
+
+/// The Python function name of each tool id, in order, for ATTP code
+/// (spec 001: the tools are functions injected into the sandbox). Each
+/// name is unique within `ids`:
+///
+/// - an id that is already an identifier is its own name (`search_web`);
+/// - otherwise the part after the last `:` or `.`, when it is an
+///   identifier no other tool's id or part has (`Math.Add` -> `Add`);
+/// - otherwise, and for a name Python already gives a meaning (`list`,
+///   `open`, `print`), the whole id with `_` for every character that
+///   cannot be in an identifier: `Weather:get` and `Stock:get` become
+///   `Weather_get` and `Stock_get`, so that neither hides the other.
+///
+/// A name still taken after that gets `_2`, `_3`, ...
+///
+/// ```
+/// use spindle::calls::attp::python_names;
+///
+/// assert_eq!(python_names(&["Math.Add", "search_web"]), ["Add", "search_web"]);
+/// assert_eq!(python_names(&["Weather:get", "Stock:get", "Files.list"]), ["Weather_get", "Stock_get", "Files_list"]);
+/// ```
+pub fn python_names(ids: &[&str]) -> Vec<String> {
+    // How many tools could claim each plain name (an identifier id, or a tail).
+    let mut claims: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for id in ids {
+        *claims.entry(if is_identifier(id) { id } else { id_tail(id) }).or_default() += 1;
+    }
+    let mut taken: std::collections::HashSet<String> = std::collections::HashSet::new();
+    ids.iter()
+        .map(|id| {
+            let plain = if is_identifier(id) { *id } else { id_tail(id) };
+            let mut name = if is_identifier(plain)
+                && !is_reserved(plain)
+                && (is_identifier(id) || claims.get(plain) == Some(&1))
+            {
+                plain.to_string()
+            } else {
+                let mut s: String = id.chars().map(|c| if c.is_alphanumeric() { c } else { '_' }).collect();
+                if !s.starts_with(|c: char| c.is_alphabetic() || c == '_') {
+                    s.insert(0, '_');
+                }
+                if is_reserved(&s) {
+                    s.push_str("_tool");
+                }
+                s
+            };
+            if taken.contains(&name) {
+                let base = name.clone();
+                let mut n = 2;
+                while taken.contains(&name) {
+                    name = format!("{base}_{n}");
+                    n += 1;
+                }
+            }
+            taken.insert(name.clone());
+            name
+        })
+        .collect()
+}
+
 /// A Python token, as far as the policy needs: a slice of the code.
 #[derive(Debug, Clone, PartialEq)]
 enum Tok<'a> {

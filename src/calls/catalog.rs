@@ -254,13 +254,6 @@ impl ToolDef {
             (None, None) => "(added in code)".to_string(),
         }
     }
-
-    /// The names a Python call to this tool may use (ATTP code): the id,
-    /// and the part after its last `:` or `.`.
-    fn python_names(&self) -> [&str; 2] {
-        let tail = self.id.rsplit([':', '.']).next().unwrap_or(&self.id);
-        [self.id.as_str(), tail]
-    }
 }
 
 /// A plugin's `plugin.yaml` (spec 002 §6.2), the fields this crate uses.
@@ -479,6 +472,14 @@ pub enum CallProblem {
         /// The closest tool name, if one is close.
         suggestion: Option<String>,
     },
+    /// ATTP code calls a function by a name several tools share (`get` for
+    /// `Weather:get` and `Stock:get`).
+    AmbiguousFunction {
+        /// The function name.
+        name: String,
+        /// The function names of the tools it could mean.
+        candidates: Vec<String>,
+    },
 }
 
 impl CallProblem {
@@ -511,6 +512,9 @@ impl fmt::Display for CallProblem {
             }
             CallProblem::UnknownFunction { name, suggestion: None } => {
                 write!(f, "Unknown tool '{name}' called in the code")
+            }
+            CallProblem::AmbiguousFunction { name, candidates } => {
+                write!(f, "Tool '{name}' called in the code is ambiguous: call one of '{}'", candidates.join("', '"))
             }
         }
     }
@@ -1048,16 +1052,72 @@ impl ToolCatalog {
                 out.push(p);
             }
         }
-        if let (CallFormat::Attp, Some(attp), false) = (call.format, &call.attp, self.is_empty()) {
-            let names: Vec<&str> = self.tools.iter().flat_map(|e| e.def.python_names()).collect();
-            for f in &attp.calls {
-                if !names.contains(&f.as_str()) {
-                    out.push(CallProblem::UnknownFunction {
-                        name: f.clone(),
-                        suggestion: closest(f, names.iter().copied()).map(str::to_string),
-                    });
-                }
+        if let (CallFormat::Attp, Some(attp)) = (call.format, &call.attp) {
+            out.extend(self.function_problems(&attp.calls));
+        }
+        out
+    }
+
+    /// The Python function name of every tool, with its id, in load order:
+    /// the names ATTP code calls them by and the manual shows (see
+    /// [`python_names`](super::attp::python_names): unique, so two tools
+    /// named `get` in different plugins are `Weather_get` and `Stock_get`).
+    /// A host that runs ATTP code binds each name to its tool.
+    pub fn python_functions(&self) -> Vec<(String, &str)> {
+        let ids: Vec<&str> = self.tools.iter().map(|e| e.def.id.as_str()).collect();
+        super::attp::python_names(&ids).into_iter().zip(ids).collect()
+    }
+
+    /// Every name ATTP code may call a tool by, with the tool's id: its
+    /// [`python_functions`](ToolCatalog::python_functions) name, and the
+    /// [`openai_function_name`] of its id (what a model that was shown the
+    /// tools in OpenAI form, or its own earlier calls in that form, writes)
+    /// when no other tool has that name. The table a host binds in the
+    /// sandbox that runs the code.
+    pub fn function_table(&self) -> Vec<(String, &str)> {
+        let mut table = self.python_functions();
+        for e in &self.tools {
+            let alias = openai_function_name(&e.def.id);
+            if !table.iter().any(|(name, _)| *name == alias) {
+                table.push((alias.into_owned(), e.def.id.as_str()));
             }
+        }
+        table
+    }
+
+    fn function_in<'a>(table: &[(String, &'a str)], name: &str) -> Option<&'a str> {
+        table.iter().find(|(n, _)| n == name).map(|(_, id)| *id)
+    }
+
+    /// The problems of ATTP code calling the functions `calls` (the
+    /// [`AttpCall::calls`](super::AttpCall::calls) of a call): functions no
+    /// tool provides, and names several tools share. None when the catalog
+    /// has no tools (nothing to check against).
+    pub fn function_problems(&self, calls: &[String]) -> Vec<CallProblem> {
+        if self.is_empty() {
+            return Vec::new();
+        }
+        let table = self.function_table();
+        let functions = self.python_functions();
+        let mut out = Vec::new();
+        for f in calls {
+            if Self::function_in(&table, f).is_some() {
+                continue;
+            }
+            let sharing: Vec<String> = functions
+                .iter()
+                .filter(|(_, id)| super::attp::id_tail(id) == f)
+                .map(|(name, _)| name.clone())
+                .collect();
+            out.push(if sharing.len() > 1 {
+                CallProblem::AmbiguousFunction { name: f.clone(), candidates: sharing }
+            } else {
+                let suggestion = sharing
+                    .into_iter()
+                    .next()
+                    .or_else(|| closest(f, functions.iter().map(|(name, _)| name.as_str())).map(str::to_string));
+                CallProblem::UnknownFunction { name: f.clone(), suggestion }
+            });
         }
         out
     }

@@ -500,15 +500,13 @@ fn xml_value(v: &Value) -> String {
     }
 }
 
-/// The Python name of a tool in ATTP code: the id when it is an
-/// identifier, else its part after the last `:` or `.` (the names
-/// [`ToolCatalog::check`] accepts).
-pub fn python_name(id: &str) -> &str {
-    let ident = |s: &str| {
-        let mut chars = s.chars();
-        chars.next().is_some_and(|c| c.is_alphabetic() || c == '_') && chars.all(|c| c.is_alphanumeric() || c == '_')
-    };
-    if ident(id) { id } else { id.rsplit([':', '.']).next().unwrap_or(id) }
+/// The Python name of one tool in ATTP code, alone: the id when it is an
+/// identifier, else its part after the last `:` or `.`. Among other tools
+/// the names can differ (two tools named `get`); the manual and the checks
+/// use [`python_names`](crate::calls::attp::python_names) over the whole
+/// list.
+pub fn python_name(id: &str) -> String {
+    crate::calls::attp::python_names(&[id]).pop().unwrap_or_default()
 }
 
 fn python_type(ty: &str) -> &'static str {
@@ -544,9 +542,9 @@ pub fn python_literal(v: &Value) -> String {
 }
 
 /// A Python call expression: `name(a="x", b=2)`.
-fn python_call(id: &str, args: &Map<String, Value>) -> String {
+fn python_call(name: &str, args: &Map<String, Value>) -> String {
     let list: Vec<String> = args.iter().map(|(k, v)| format!("{k}={}", python_literal(v))).collect();
-    format!("{}({})", python_name(id), list.join(", "))
+    format!("{name}({})", list.join(", "))
 }
 
 /// Spec 001's system prompt: the output format, before the tool stubs.
@@ -585,7 +583,8 @@ Available tools:
 fn attp_manual(tools: &[&ToolDef]) -> String {
     let mut s = String::from(ATTP_RULES);
     s.push_str("```python\n# ===== Available tools =====\n");
-    for t in tools {
+    let ids: Vec<&str> = tools.iter().map(|t| t.id.as_str()).collect();
+    for (t, name) in tools.iter().zip(crate::calls::attp::python_names(&ids)) {
         let params = params_of(t);
         let sig: Vec<String> = params
             .iter()
@@ -598,7 +597,7 @@ fn attp_manual(tools: &[&ToolDef]) -> String {
                 }
             })
             .collect();
-        let _ = writeln!(s, "\ndef {}({}) -> Any:\n    \"\"\"", python_name(&t.id), sig.join(", "));
+        let _ = writeln!(s, "\ndef {name}({}) -> Any:\n    \"\"\"", sig.join(", "));
         if let Some(d) = t.description.as_deref().or(t.display_name.as_deref()) {
             let _ = writeln!(s, "    {}\n", one_line(d));
         }
@@ -614,7 +613,7 @@ fn attp_manual(tools: &[&ToolDef]) -> String {
         let _ = writeln!(
             s,
             "    Example:\n        >>> __result__ = {}\n    \"\"\"\n    pass",
-            python_call(&t.id, &example_args(t))
+            python_call(&name, &example_args(t))
         );
     }
     s.push_str("```\n");
@@ -754,11 +753,11 @@ pub fn call_text(protocol: Protocol, tool_calls: &Value) -> String {
         Protocol::Attp => {
             let mut code = String::new();
             if calls.len() == 1 {
-                let _ = writeln!(code, "__result__ = {}", python_call(&calls[0].0, &calls[0].1));
+                let _ = writeln!(code, "__result__ = {}", python_call(&python_name(&calls[0].0), &calls[0].1));
             } else {
                 let mut names = Vec::new();
                 for (i, (n, a)) in calls.iter().enumerate() {
-                    let _ = writeln!(code, "result{} = {}", i + 1, python_call(n, a));
+                    let _ = writeln!(code, "result{} = {}", i + 1, python_call(&python_name(n), a));
                     names.push(format!("\"result{0}\": result{0}", i + 1));
                 }
                 let _ = writeln!(code, "__result__ = {{{}}}", names.join(", "));

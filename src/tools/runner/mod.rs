@@ -487,7 +487,10 @@ impl Runner {
     /// Registers a `service` tool's function under its tool id. The tool
     /// must be in the catalog to be called (with `"type": "service"` or no
     /// implementation); ATTP code is handed to a service registered as
-    /// `python` (its parameter is `code`), if there is one.
+    /// `python`, if there is one. Its parameters are `code`, `target`, and
+    /// `functions`: each name the code may call a tool by, with the tool's
+    /// id ([`ToolCatalog::function_table`]), for the sandbox to bind. Code
+    /// that calls a function no tool provides is not handed over.
     pub fn register_service<F, Fut>(&mut self, id: &str, f: F)
     where
         F: Fn(Map<String, Value>) -> Fut + Send + Sync + 'static,
@@ -752,10 +755,19 @@ impl RunScope {
         let inner = &self.inner;
         let step = &call.steps[i];
         let id = step.tool_id.as_str();
-        if step.not_runnable.is_some()
-            || (call.format == CallFormat::Attp && id == PYTHON_TOOL && inner.catalog.get(id).is_none())
-        {
+        if step.not_runnable.is_some() {
             return Checked::Unchecked;
+        }
+        if call.format == CallFormat::Attp && id == PYTHON_TOOL && inner.catalog.get(id).is_none() {
+            // ATTP code: the functions it calls must be tools (spec 001).
+            let calls = call.attp.as_ref().map_or(&[][..], |a| a.calls.as_slice());
+            let problems = inner.catalog.function_problems(calls);
+            if problems.is_empty() {
+                return Checked::Unchecked;
+            }
+            let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
+            let obs = format!("Observation: Error - {}", text.join("; "));
+            return Checked::Invalid(ToolResult::not_run(call_id, id, step.index, Outcome::UnknownTool, obs));
         }
         let checked = match inner.catalog.check_step_uris(call.format, i, step) {
             Ok(c) => c,
@@ -839,21 +851,16 @@ impl RunScope {
         // ATTP code: handed to a `python` service when there is one.
         if call.format == CallFormat::Attp && id == PYTHON_TOOL && inner.catalog.get(id).is_none() {
             if let Some(f) = inner.services.get(PYTHON_TOOL).cloned() {
+                // The names the code calls its tools by, for the host to bind.
+                let mut params = checked.params;
+                let table = inner.catalog.function_table().into_iter();
+                let table = table.map(|(name, tool)| (name, Value::String(tool.to_string())));
+                params.entry("functions").or_insert_with(|| Value::Object(table.collect()));
                 return self
-                    .attempts(
-                        call,
-                        call_id,
-                        step.index,
-                        id,
-                        Kind::Service,
-                        checked.params,
-                        step.retry,
-                        cancel,
-                        move |p| {
-                            let f = f.clone();
-                            Box::pin(async move { service_run(PYTHON_TOOL, f(p).await) })
-                        },
-                    )
+                    .attempts(call, call_id, step.index, id, Kind::Service, params, step.retry, cancel, move |p| {
+                        let f = f.clone();
+                        Box::pin(async move { service_run(PYTHON_TOOL, f(p).await) })
+                    })
                     .await;
             }
             return ToolResult::not_run(
