@@ -616,12 +616,21 @@ fn tam_keys_match_declared_names_without_case_and_underscores() {
             assert_eq!(Value::Object(params), json!({want: "/tmp/x"}), "{tool} {key}");
         }
     }
-    // Two declared names match `filepath`: an error, with a suggestion.
+    // Two declared names match `filepath`: an error that names both.
     match check("Both", "filepath") {
-        Err(CallProblem::InvalidParams { problems, .. }) => assert!(
-            matches!(&problems[0], ParamProblem::Unknown { name, suggestion: Some(_) } if name == "filepath"),
-            "{problems:?}"
-        ),
+        Err(p @ CallProblem::InvalidParams { .. }) => {
+            let CallProblem::InvalidParams { problems, .. } = &p else { unreachable!() };
+            assert_eq!(
+                problems[0],
+                ParamProblem::Ambiguous {
+                    name: "filepath".into(),
+                    candidates: vec!["file_path".into(), "filePath".into()]
+                }
+            );
+            let obs = p.observation();
+            let want = "Observation: Error - Invalid parameters for Both: Parameter 'filepath' is ambiguous: write it as one of 'file_path', 'filePath'";
+            assert!(obs.starts_with(want), "{obs}");
+        }
         other => panic!("{other:?}"),
     }
     // The normalised form is exact and wins: `filePath` is read as `file_path`.

@@ -398,6 +398,15 @@ pub enum ParamProblem {
         /// The closest declared name, if one is close.
         suggestion: Option<String>,
     },
+    /// A TAM key that several declared parameters match once case and
+    /// underscores are set aside (`filepath` for `file_path` and
+    /// `filePath`).
+    Ambiguous {
+        /// The name as written.
+        name: String,
+        /// The declared names it matches.
+        candidates: Vec<String>,
+    },
     /// A required parameter is absent.
     Missing {
         /// Its name.
@@ -419,6 +428,9 @@ impl fmt::Display for ParamProblem {
                 write!(f, "Unknown parameter '{name}', did you mean '{s}'?")
             }
             ParamProblem::Unknown { name, suggestion: None } => write!(f, "Unknown parameter '{name}'"),
+            ParamProblem::Ambiguous { name, candidates } => {
+                write!(f, "Parameter '{name}' is ambiguous: write it as one of '{}'", candidates.join("', '"))
+            }
             ParamProblem::Missing { name } => write!(f, "Missing required parameter '{name}'"),
             ParamProblem::Invalid { path, message } if path.is_empty() => write!(f, "{message}"),
             ParamProblem::Invalid { path, message } => write!(f, "Parameter '{path}': {message}"),
@@ -941,11 +953,16 @@ impl ToolCatalog {
                 // case and underscores (spec 002 §5.3); the schema may
                 // spell them otherwise. Not onto a name the step also
                 // gives as written.
-                if let Some(d) = tam_match(name, &declared)
-                    && !step.params.contains_key(d)
-                    && !step.uris.contains_key(d)
-                {
-                    target = d.to_string();
+                match tam_match(name, &declared) {
+                    TamMatch::One(d) if !step.params.contains_key(d) && !step.uris.contains_key(d) => {
+                        target = d.to_string();
+                    }
+                    TamMatch::Several(candidates) if closed && !step.shared.contains(name) => {
+                        let candidates = candidates.into_iter().map(str::to_string).collect();
+                        problems.push(ParamProblem::Ambiguous { name: name.clone(), candidates });
+                        continue;
+                    }
+                    _ => {}
                 }
             }
             if closed && !declared.contains(&target.as_str()) {
@@ -1128,23 +1145,33 @@ impl ToolCatalog {
     }
 }
 
+/// What a TAM key matches among the declared parameters.
+enum TamMatch<'a> {
+    /// No declared name.
+    None,
+    /// Exactly this one.
+    One(&'a str),
+    /// More than one, equally well.
+    Several(Vec<&'a str>),
+}
+
 /// The declared parameter a TAM key `name` (already normalised,
 /// `file_path`) stands for: the one whose normalised form is `name`
 /// (`filePath`), else the one equal to it without case and underscores
-/// (`filepath` for `file_path`, `FilePath`); `None` when no declared name,
-/// or more than one, matches.
-fn tam_match<'a>(name: &str, declared: &[&'a str]) -> Option<&'a str> {
-    let only = |found: Vec<&'a str>| match found.as_slice() {
-        [one] => Some(Some(*one)),
-        [] => None,
-        _ => Some(None),
+/// (`filepath` for `file_path`, `FilePath`).
+fn tam_match<'a>(name: &str, declared: &[&'a str]) -> TamMatch<'a> {
+    let of = |found: Vec<&'a str>| match found.as_slice() {
+        [] => TamMatch::None,
+        [one] => TamMatch::One(one),
+        _ => TamMatch::Several(found),
     };
-    let normalised = declared.iter().copied().filter(|d| normalize_key(d).name == name).collect();
-    if let Some(found) = only(normalised) {
-        return found;
+    match of(declared.iter().copied().filter(|d| normalize_key(d).name == name).collect()) {
+        TamMatch::None => {
+            let squashed = squash(name);
+            of(declared.iter().copied().filter(|d| squash(d) == squashed).collect())
+        }
+        found => found,
     }
-    let squashed = squash(name);
-    only(declared.iter().copied().filter(|d| squash(d) == squashed).collect()).flatten()
 }
 
 /// A name without case and separators: `file_path`, `filePath`,
