@@ -506,6 +506,34 @@ async fn async_tool_results_come_back_in_a_later_turn_or_at_once() {
     assert!(third.contains("Task task_1 finished. Observation: Tool Image.Render executed successfully."), "{third}");
 }
 
+/// The tool-call budget counts what ran: an async task once (when it
+/// starts, not again when its result comes), and a repeated `request_id`
+/// not at all (nothing ran).
+#[tokio::test]
+async fn the_budget_counts_a_task_once_and_a_repeat_not_at_all() {
+    let render = "Render it.\n<|[REQUEST_TOOL]|>\ncommand:»»»Image.Render«««\nprompt:»»»owl«««\nseconds:»»»0.1«««\nrequest_id:»»»r1«««\n<|[END_TOOL]|>";
+    let (url, _) = upstream(&[render, render, TAM_TURN_1, FINAL], 0, 20).await;
+    let agent = Agent::new(&url, runner(), Protocol::Tam)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .with_async_tasks(spindle::tools::agent::AsyncTasks::Wait)
+        .with_limits(AgentLimits { max_tool_calls: 2, ..AgentLimits::default() });
+    let events = collect(&agent, "draw", CancellationToken::new()).await;
+    let (reason, _, turns, _) = end(&events);
+    assert_eq!((reason, turns), (StopReason::Answer, 4), "{:?}", end_detail(&events));
+    let results = tool_results(&events);
+    let outcomes: Vec<(Outcome, Option<&str>)> = results.iter().map(|r| (r.outcome, r.repeat_of.as_deref())).collect();
+    assert_eq!(
+        outcomes,
+        [
+            (Outcome::Pending, None),
+            (Outcome::Success, None),
+            (Outcome::Pending, Some("t1_call_1")),
+            (Outcome::Success, None)
+        ]
+    );
+    assert_eq!(results[3].tool_id, "Math.Add");
+}
+
 fn tam_call(tool: &str, params: &[(&str, &str)]) -> String {
     let params: String = params.iter().map(|(k, v)| format!("{k}:»»»{v}«««\n")).collect();
     format!("On it.\n<|[REQUEST_TOOL]|>\ncommand:»»»{tool}«««\n{params}<|[END_TOOL]|>")

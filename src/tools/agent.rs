@@ -73,7 +73,8 @@ use tokio_util::sync::CancellationToken;
 pub struct AgentLimits {
     /// Most model answers (turns).
     pub max_steps: usize,
-    /// Most tool calls (steps run) over all turns; calls past it are not
+    /// Most tool calls (steps run, async tasks started) over all turns; a
+    /// repeated `request_id` is not one. Calls past it are not
     /// run and the loop stops after that turn.
     pub max_tool_calls: usize,
     /// Most wall time for the whole run.
@@ -308,6 +309,14 @@ pub enum AgentError {
     },
 }
 
+/// Whether a result spends one call of the tool-call budget: a step that
+/// ran, or an async tool's task that started; not a repeat of an earlier
+/// call's `request_id` (nothing ran), nor a task's later result (counted
+/// when it started).
+fn counts_as_call(r: &ToolResult) -> bool {
+    r.repeat_of.is_none() && (r.outcome == Outcome::Pending || (r.attempts > 0 && r.task_id.is_none()))
+}
+
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -527,7 +536,7 @@ impl Agent {
                 // Tasks still running are stopped by the caller, which says so.
                 return end(StopReason::Answer, last_text, turn, None, messages);
             }
-            tool_calls += done.results.iter().filter(|r| r.attempts > 0 || r.outcome == Outcome::Pending).count();
+            tool_calls += done.results.iter().filter(|r| counts_as_call(r)).count();
             messages.extend(feedback_messages(self.protocol, &done.results));
             // The same failing call, again and again.
             for r in done.results.iter().filter(|r| !r.ok) {
@@ -622,7 +631,7 @@ impl Agent {
                 } else {
                     scope.run_call(&call, &id, &worker_cancel).await
                 };
-                used += rs.iter().filter(|r| r.attempts > 0).count();
+                used += rs.iter().filter(|r| counts_as_call(r)).count();
                 let end = Instant::now();
                 for r in rs {
                     let latency = u64::try_from(start.duration_since(closed_at).as_micros()).unwrap_or(u64::MAX);

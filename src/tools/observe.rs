@@ -119,6 +119,11 @@ pub struct ToolResult {
     /// tracing the step back to the request in logs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
+    /// For a call whose `request_id` an earlier call of the run had: that
+    /// call's `call_id`. This result is a copy of that call's and ran
+    /// nothing (see [`Runner`](super::Runner)'s `request_id` docs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeat_of: Option<String>,
 }
 
 impl ToolResult {
@@ -144,6 +149,7 @@ impl ToolResult {
             task_id: None,
             truncated: false,
             request_id: None,
+            repeat_of: None,
         }
     }
 

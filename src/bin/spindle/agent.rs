@@ -73,7 +73,7 @@ pub(crate) struct AgentArgs {
     /// Most model answers.
     #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     max_steps: usize,
-    /// Most tool calls over the whole run.
+    /// Most tool calls over the whole run (steps run and async tasks started; a repeated request_id is free).
     #[arg(long, value_name = "N", default_value_t = 32)]
     max_tool_calls: usize,
     /// Most seconds for the whole run.

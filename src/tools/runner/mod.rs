@@ -63,7 +63,8 @@
 //! is not run again: each of its results is the earlier call's (outcome,
 //! result, task id) under the new `call_id`, with `attempts` 0 and the
 //! observation `... [request_id "req-1" was already run, as call_1: not
-//! run again; this is that result]`. Only a call that ran (or started) at
+//! run again; this is that result]`, and `repeat_of` naming the earlier
+//! call (a repeat does not count toward an agent's tool-call budget). Only a call that ran (or started) at
 //! least one step is remembered: one that was invalid, cut off or
 //! malformed ran nothing, so its `request_id` may be used again. A scope
 //! remembers the last [`MAX_REQUEST_IDS`] ids; two calls with one id that
@@ -619,6 +620,7 @@ impl RunScope {
                 .into_iter()
                 .map(|mut r| {
                     r.observation = observe::repeat(&r.observation, rid, &first_call);
+                    r.repeat_of = Some(first_call.clone());
                     r.call_id = call_id.to_string();
                     r.attempts = 0;
                     r.duration_ms = 0;
@@ -1033,6 +1035,7 @@ impl TaskCtx {
             task_id: None,
             truncated: run.truncated,
             request_id: self.request_id.clone(),
+            repeat_of: None,
         };
         if let Some(sink) = &self.inner.sink {
             sink(ToolEvent::Audit(ToolAudit {
