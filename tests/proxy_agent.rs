@@ -15,7 +15,7 @@ use axum::extract::State;
 use axum::response::Response;
 use axum::routing::post;
 use process_support::processes_with;
-use proxy_support::{chat_bytes, chat_json, chunks, client, content, url};
+use proxy_support::{ProxyProcess, chat_bytes, chat_json, chunks, client, content, url};
 use serde_json::{Value, json};
 use spindle::Registry;
 use spindle::calls::ToolCatalog;
@@ -478,58 +478,6 @@ async fn an_async_task_does_not_outlive_its_request() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     proxy.shutdown().await.unwrap();
-}
-
-/// `spindle proxy` as a real process, listening on a free port; killed
-/// when dropped.
-struct ProxyProcess {
-    child: std::process::Child,
-    /// `http://127.0.0.1:PORT`.
-    base: String,
-}
-
-impl ProxyProcess {
-    /// Starts `spindle proxy --listen 127.0.0.1:0 ARGS` with `PATH` set to
-    /// `path` and waits for the line that says where it listens.
-    async fn start(args: &[&str], path: &str) -> ProxyProcess {
-        use std::io::{BufRead, BufReader};
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_spindle"))
-            .args(["proxy", "--listen", "127.0.0.1:0", "--log", "warn"])
-            .args(args)
-            .env("PATH", path)
-            .env_remove("RUST_LOG")
-            .env_remove("SPINDLE_CONFIG")
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let line = tokio::task::spawn_blocking(move || {
-            let mut lines = BufReader::new(stderr).lines();
-            let mut seen = String::new();
-            for line in lines.by_ref().map_while(Result::ok) {
-                if line.starts_with("spindle proxy: ") {
-                    return line;
-                }
-                seen.push_str(&line);
-                seen.push('\n');
-            }
-            panic!("the proxy did not start: {seen}");
-        })
-        .await
-        .unwrap();
-        let base =
-            line.split_whitespace().find(|w| w.starts_with("http://")).unwrap().trim_end_matches("/v1").to_string();
-        ProxyProcess { child, base }
-    }
-}
-
-impl Drop for ProxyProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// `spindle proxy --tool-path`: the PATH of the agent's tools.

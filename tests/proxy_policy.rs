@@ -450,36 +450,14 @@ async fn connections_past_the_cap_wait_to_be_accepted() {
 /// run out under idle connections.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_connection_cap_fits_the_open_file_limit() {
-    use std::io::{BufRead, BufReader};
     let (up, _) = permissive_upstream().await;
     let script = format!("ulimit -n 200 && exec \"$0\" proxy --upstream {up} --listen 127.0.0.1:0 --log warn");
-    let mut child = std::process::Command::new("bash")
-        .args(["-c", &script, env!("CARGO_BIN_EXE_spindle")])
-        .env_remove("RUST_LOG")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (lines, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if lines.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let mut seen = Vec::new();
-    while !seen.iter().any(|l: &String| l.contains("client connections")) {
-        match rx.recv_timeout(Duration::from_secs(20)) {
-            Ok(line) => seen.push(line),
-            Err(e) => panic!("{e}: {seen:?}"),
-        }
-    }
-    let text = seen.join("\n");
+    let mut cmd = std::process::Command::new("bash");
+    cmd.args(["-c", &script, env!("CARGO_BIN_EXE_spindle")]);
+    let proxy = ProxyProcess::start_with(cmd, |seen| seen.iter().any(|l| l.contains("client connections"))).await;
+    let text = proxy.stderr.join("\n");
     assert!(text.contains("room for about 68 client connections"), "{text}");
-    let base = text.split_whitespace().find(|w| w.starts_with("http://")).unwrap().trim_end_matches("/v1").to_string();
+    let base = proxy.base.clone();
     let addr: std::net::SocketAddr = base.trim_start_matches("http://").parse().unwrap();
     let mut idle = Vec::new();
     for _ in 0..90 {
@@ -491,6 +469,4 @@ async fn the_connection_cap_fits_the_open_file_limit() {
     drop(idle);
     let status = tokio::time::timeout(Duration::from_secs(10), client().get(&endpoint).send()).await;
     assert!(matches!(&status, Ok(Ok(r)) if r.status() == 200), "{status:?}");
-    let _ = child.kill();
-    let _ = child.wait();
 }

@@ -100,3 +100,76 @@ pub async fn chat_bytes(base: &str, body: &serde_json::Value) -> Vec<u8> {
     let response = client().post(format!("{base}/v1/chat/completions")).json(body).send().await.expect("request");
     response.bytes().await.expect("a body").to_vec()
 }
+
+/// `spindle proxy` as a real process, listening on a free port; killed
+/// when dropped.
+pub struct ProxyProcess {
+    child: std::process::Child,
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    /// The lines it wrote on stderr up to the one that says where it
+    /// listens (or as far as `start_with` waited).
+    pub stderr: Vec<String>,
+}
+
+impl ProxyProcess {
+    /// Starts `spindle proxy --listen 127.0.0.1:0 --log warn ARGS` with
+    /// `PATH` set to `path` and waits for the line that says where it
+    /// listens.
+    pub async fn start(args: &[&str], path: &str) -> ProxyProcess {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_spindle"));
+        cmd.args(["proxy", "--listen", "127.0.0.1:0", "--log", "warn"]).args(args).env("PATH", path);
+        ProxyProcess::start_with(cmd, |_| true).await
+    }
+
+    /// Starts `cmd` (a `spindle proxy` command line, perhaps behind a
+    /// shell) and reads its stderr until it has said where it listens and
+    /// `done` accepts the lines so far (20 s at most for each line).
+    pub async fn start_with(
+        mut cmd: std::process::Command,
+        done: impl Fn(&[String]) -> bool + Send + 'static,
+    ) -> ProxyProcess {
+        use std::io::{BufRead, BufReader};
+        let mut child = cmd
+            .env_remove("RUST_LOG")
+            .env_remove("SPINDLE_CONFIG")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (lines, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if lines.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let seen = tokio::task::spawn_blocking(move || {
+            let mut seen: Vec<String> = Vec::new();
+            let listening = |seen: &[String]| seen.iter().any(|l| l.starts_with("spindle proxy: "));
+            while !(listening(&seen) && done(&seen)) {
+                match rx.recv_timeout(Duration::from_secs(20)) {
+                    Ok(line) => seen.push(line),
+                    Err(e) => panic!("the proxy did not start ({e}): {seen:?}"),
+                }
+            }
+            seen
+        })
+        .await
+        .unwrap();
+        let line = seen.iter().find(|l| l.starts_with("spindle proxy: ")).unwrap();
+        let base =
+            line.split_whitespace().find(|w| w.starts_with("http://")).unwrap().trim_end_matches("/v1").to_string();
+        ProxyProcess { child, base, stderr: seen }
+    }
+}
+
+impl Drop for ProxyProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
