@@ -192,6 +192,26 @@ async fn environment_is_only_path_lang_the_run_mark_and_config() {
     assert_eq!(env["PATH"], path);
 }
 
+/// `RunnerOptions::env` (`--tool-env`): a named variable of this process
+/// is passed on, `NAME=VALUE` sets one, an unset name adds nothing, and
+/// `PATH` stays `RunnerOptions::path`'s.
+#[tokio::test]
+async fn named_environment_is_passed_on() {
+    let path = RunnerOptions::FALLBACK_PATH.to_string();
+    let home = std::env::var("HOME").unwrap_or_default();
+    assert!(!home.is_empty(), "the test needs HOME");
+    let env = ["HOME", "MODE=a=b", "SPINDLE_TEST_SURELY_UNSET", "PATH=/nowhere"];
+    let options = RunnerOptions { path: path.clone(), env: env.map(String::from).to_vec(), ..RunnerOptions::default() };
+    let r = runner_with(options);
+    let res = run(&r, &call(vec![step("Env", json!({}))])).await;
+    let env = res[0].result.as_object().cloned().unwrap_or_default();
+    let keys: Vec<&str> = env.keys().map(String::as_str).collect();
+    assert_eq!(keys, ["HOME", "LANG", "MODE", "PATH", "REGION", "SPINDLE_TOOL_RUN"], "{env:?}");
+    assert_eq!(env["HOME"], home.as_str());
+    assert_eq!(env["MODE"], "a=b");
+    assert_eq!(env["PATH"], path, "PATH is the path option's");
+}
+
 /// The tools' `PATH` is by default the one this process was started
 /// with, so a bare program name is found where the user's shell finds it.
 #[tokio::test]

@@ -60,6 +60,7 @@
 //! | `tools.agent_tools` | `--agent-tools` | `[]`: all the tools of `tools.dir` (else only these ids: the agent's tool list) |
 //! | `tools.agent_async_tasks` | `--agent-async-tasks` | `"continue"` (or `"wait"`: wait for a turn's async tasks before asking again, [`AsyncTasks`](crate::tools::agent::AsyncTasks)) |
 //! | `tools.timeout_ms` | `--tool-timeout-ms` | `30000` (a tool's time limit unless its definition sets one) |
+//! | `tools.env` | `--tool-env` (repeatable; given flags replace the list) | `[]`: the agent's tools see no more of the proxy's environment than `PATH` (`NAME` passes the proxy's value on, `NAME=VALUE` sets one) |
 //! | `tools.path` | `--tool-path` | none: the `PATH` spindle was started with (`/usr/local/bin:/usr/bin:/bin` when it has none); the `PATH` the agent's tools see and their programs are looked up in |
 //!
 //! With `tools.protocol` set and no profile or registry chosen (the profile
@@ -329,6 +330,10 @@ pub struct ToolSettings {
     /// ([`RunnerOptions::inherited_path`](crate::tools::RunnerOptions::inherited_path)).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
+    /// More environment for the agent's tools: `NAME` (the proxy's value)
+    /// or `NAME=VALUE` ([`RunnerOptions::env`](crate::tools::RunnerOptions::env)).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
 }
 
 impl Default for ToolSettings {
@@ -350,6 +355,7 @@ impl Default for ToolSettings {
             timeout_ms: NonZeroU64::new(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX))
                 .unwrap_or(NonZeroU64::MIN),
             path: None,
+            env: Vec::new(),
         }
     }
 }
@@ -753,6 +759,8 @@ pub struct ProxyOverrides {
     pub tool_timeout_ms: Option<u64>,
     /// `--tool-path`.
     pub tool_path: Option<String>,
+    /// `--tool-env`, repeated (replaces the file's list when not empty).
+    pub tool_env: Vec<String>,
     /// `--allowed-host`, repeated (replaces the file's list when not empty).
     pub allowed_hosts: Vec<String>,
     /// `--allow-origin`, repeated (replaces the file's list when not empty).
@@ -960,6 +968,9 @@ impl ProxySettings {
         }
         if let Some(v) = o.tool_path {
             self.tools.path = Some(v);
+        }
+        if !o.tool_env.is_empty() {
+            self.tools.env = o.tool_env;
         }
         if !o.allowed_hosts.is_empty() {
             self.access.allowed_hosts = o
@@ -1211,6 +1222,20 @@ mod tests {
         assert_eq!(back.tools.path.as_deref(), Some("/opt/x/bin"));
         s.apply(ProxyOverrides { tool_path: Some("/flag/bin".into()), ..ProxyOverrides::default() }).unwrap();
         assert_eq!(s.tools.tool_path(), "/flag/bin", "the flag wins");
+    }
+
+    #[test]
+    fn the_tools_env_has_a_key_and_a_flag() {
+        let s = ProxySettings::from_toml("[upstream]\nurl = \"http://u\"\n", "t").unwrap();
+        assert!(s.tools.env.is_empty());
+        assert!(!s.to_toml().contains("env ="), "not printed when empty");
+        let text = "[upstream]\nurl = \"http://u\"\n[tools]\nenv = [\"HOME\", \"MODE=test\"]\n";
+        let mut s = ProxySettings::from_toml(text, "t").unwrap();
+        assert_eq!(s.tools.env, ["HOME", "MODE=test"]);
+        let back = ProxySettings::from_toml(&s.to_toml(), "printed").unwrap();
+        assert_eq!(back.tools.env, ["HOME", "MODE=test"]);
+        s.apply(ProxyOverrides { tool_env: vec!["LANG".into()], ..ProxyOverrides::default() }).unwrap();
+        assert_eq!(s.tools.env, ["LANG"], "the flags replace the list");
     }
 
     #[test]

@@ -95,9 +95,14 @@ pub(crate) struct AgentArgs {
     /// The PATH the tools (scripts, MCP servers) see and their bare
     /// program names are looked up in [default: the PATH spindle was
     /// started with, else /usr/local/bin:/usr/bin:/bin]. The rest of the
-    /// environment is not passed on.
+    /// environment is not passed on (see --tool-env).
     #[arg(long, value_name = "PATH")]
     tool_path: Option<String>,
+    /// More environment for the tools: NAME passes spindle's value on,
+    /// NAME=VALUE sets one (repeatable; none by default: a tool sees only
+    /// PATH and LANG of it).
+    #[arg(long, value_name = "NAME[=VALUE]")]
+    tool_env: Vec<String>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = AgentFormat::Pretty)]
     format: AgentFormat,
@@ -113,6 +118,7 @@ pub(crate) fn run(args: AgentArgs) -> Result<ExitCode> {
         let options = RunnerOptions {
             default_timeout: Duration::from_millis(args.tool_timeout_ms),
             path: args.tool_path.clone().unwrap_or_else(RunnerOptions::inherited_path),
+            env: args.tool_env.clone(),
             ..RunnerOptions::default()
         };
         let (mut catalog, pool) = load_tools(&args.tools, &options).await?;

@@ -67,9 +67,14 @@ pub(crate) struct ParseArgs {
     /// The PATH the tools (scripts, MCP servers) see and their bare
     /// program names are looked up in [default: the PATH spindle was
     /// started with, else /usr/local/bin:/usr/bin:/bin]. The rest of the
-    /// environment is not passed on.
+    /// environment is not passed on (see --tool-env).
     #[arg(long, value_name = "PATH", requires = "tools")]
     pub(crate) tool_path: Option<String>,
+    /// More environment for the tools: NAME passes spindle's value on,
+    /// NAME=VALUE sets one (repeatable; none by default: a tool sees only
+    /// PATH and LANG of it).
+    #[arg(long, value_name = "NAME[=VALUE]", requires = "tools")]
+    pub(crate) tool_env: Vec<String>,
     /// Apply every variable_update of the response to the JSON state in
     /// FILE (created when missing) and write it back atomically; what each
     /// op did is printed to stderr.
@@ -113,6 +118,7 @@ impl Calls {
             default_timeout: Duration::from_millis(args.tool_timeout_ms),
             max_output: args.max_tool_output,
             path: args.tool_path.clone().unwrap_or_else(RunnerOptions::inherited_path),
+            env: args.tool_env.clone(),
             ..RunnerOptions::default()
         };
         let (catalog, pool) = rt.block_on(crate::tools::load_tools(dir, &options))?;

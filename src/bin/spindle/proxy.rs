@@ -104,9 +104,14 @@ pub(crate) struct ProxyArgs {
     /// The PATH the agent's tools (scripts, MCP servers) see and their bare
     /// program names are looked up in [default: the PATH spindle was
     /// started with, else /usr/local/bin:/usr/bin:/bin]. The rest of the
-    /// environment is not passed on.
+    /// environment is not passed on (see --tool-env).
     #[arg(long, value_name = "PATH")]
     tool_path: Option<String>,
+    /// More environment for the agent's tools: NAME passes the proxy's
+    /// value on, NAME=VALUE sets one (repeatable; none by default: a tool
+    /// sees only PATH and LANG of it).
+    #[arg(long, value_name = "NAME[=VALUE]")]
+    tool_env: Vec<String>,
     /// Where parsed elements go: `jsonl:FILE` (appended), `webhook:URL`
     /// (POSTed as JSON arrays) or `nats://HOST:PORT/SUBJECT[?jetstream=1&overflow=drop|block&...]`
     /// (published to NATS). Repeatable.
@@ -263,6 +268,7 @@ impl ProxyArgs {
         o.agent_tools.clone_from(&self.agent_tools);
         o.tool_timeout_ms = self.tool_timeout_ms;
         o.tool_path.clone_from(&self.tool_path);
+        o.tool_env.clone_from(&self.tool_env);
         o.allowed_hosts.clone_from(&self.allowed_hosts);
         o.allow_origins.clone_from(&self.allow_origins);
         o.request_timeout = self.request_timeout;
@@ -358,6 +364,7 @@ pub(crate) fn run(args: ProxyArgs) -> Result<ExitCode> {
                 let options = RunnerOptions {
                     default_timeout: tool_settings.timeout(),
                     path: tool_settings.tool_path(),
+                    env: tool_settings.env.clone(),
                     ..RunnerOptions::default()
                 };
                 let (mut catalog, pool) = crate::tools::load_tools(dir, &options).await?;

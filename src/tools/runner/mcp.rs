@@ -213,6 +213,7 @@ impl McpPool {
         cmd.args(&argv[1..])
             .current_dir(dir)
             .env_clear()
+            .envs(options.tool_env())
             .env("PATH", &options.path)
             .env(super::group::RUN_MARK, &mark)
             .envs(&section.env)

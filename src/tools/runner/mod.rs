@@ -151,8 +151,14 @@ pub struct RunnerOptions {
     /// name (`python`, `node`) is looked up. Default: the `PATH` this
     /// process was started with ([`RunnerOptions::inherited_path`]), so
     /// that programs installed with pyenv, nvm or Homebrew are found; the
-    /// rest of the environment is not passed on.
+    /// rest of the environment is not passed on ([`RunnerOptions::env`]).
     pub path: String,
+    /// More environment for tools (scripts and MCP servers), beyond `PATH`
+    /// and `LANG`: `NAME` passes this process's value on (nothing when it
+    /// is unset), `NAME=VALUE` sets one. Default: none. Tools run on what
+    /// a model asks, so spindle's environment (its keys and tokens) reaches
+    /// them only when named here. `PATH` is [`RunnerOptions::path`]'s.
+    pub env: Vec<String>,
 }
 
 impl RunnerOptions {
@@ -169,6 +175,20 @@ impl RunnerOptions {
             .filter(|p| !p.trim().is_empty())
             .unwrap_or_else(|| RunnerOptions::FALLBACK_PATH.to_string())
     }
+
+    /// The variables [`RunnerOptions::env`] gives a tool, read now: each
+    /// `NAME=VALUE` as written, each `NAME` with this process's value when
+    /// it has one.
+    pub fn tool_env(&self) -> Vec<(String, std::ffi::OsString)> {
+        self.env
+            .iter()
+            .filter_map(|item| match item.split_once('=') {
+                Some((name, value)) => Some((name.to_string(), value.into())),
+                None => std::env::var_os(item).map(|value| (item.clone(), value)),
+            })
+            .filter(|(name, _)| !name.is_empty() && name != "PATH")
+            .collect()
+    }
 }
 
 impl Default for RunnerOptions {
@@ -181,6 +201,7 @@ impl Default for RunnerOptions {
             max_params_bytes: 1024 * 1024,
             max_retry: 5,
             path: RunnerOptions::inherited_path(),
+            env: Vec::new(),
         }
     }
 }
