@@ -497,7 +497,7 @@ fn a_render_that_runs_away_ends_at_max_time() {
     .expect("write");
     let (code, out, err) = spindle(&["prompt", "render", template.to_str().unwrap_or_default(), "--max-time", "1"]);
     assert_eq!(code, Some(2), "{err}");
-    assert!(out.is_empty() && err.contains("still rendering after --max-time (1 s)"), "{err}");
+    assert!(out.is_empty() && err.contains("still rendering after 1 s (RenderLimits::max_time)"), "{err}");
     let (code, _, err) = spindle(&["prompt", "render", template.to_str().unwrap_or_default(), "--max-time", "0"]);
     assert_eq!(code, Some(2), "{err}");
     let _ = std::fs::remove_dir_all(&dir);

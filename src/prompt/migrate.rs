@@ -10,6 +10,7 @@
 //! template variable, as in the spec's worked example (§2.3.2); other
 //! variables read the read-only `state`.
 
+use super::template::{is_identifier, is_name_char};
 use serde::Serialize;
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -821,21 +822,6 @@ impl Migrator {
     fn unsupported(&mut self, whole: &str, line: usize) -> String {
         self.kept(whole, line, "no Jinja2 equivalent; kept as written")
     }
-}
-
-/// Whether `s` is a name as written: Unicode XID (what Jinja2 and
-/// [`name_chars`] accept), so that a name read as an identifier is the
-/// name the converted template uses, never one with characters replaced.
-fn is_identifier(s: &str) -> bool {
-    let mut chars = s.chars();
-    chars.next().is_some_and(|c| is_name_char(c, true)) && chars.all(|c| is_name_char(c, false))
-}
-
-/// Whether Jinja2 takes `c` in a name (Unicode XID, and `_`), as its first
-/// character or a later one: the one rule [`name_chars`] and
-/// [`is_identifier`] share.
-fn is_name_char(c: char, first: bool) -> bool {
-    c == '_' || if first { unicode_ident::is_xid_start(c) } else { unicode_ident::is_xid_continue(c) }
 }
 
 /// One argument of a macro (between its `::`).

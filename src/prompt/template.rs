@@ -65,17 +65,30 @@ use minijinja::{Environment, Error, ErrorKind, State};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+/// The stack of a render's own thread (see [`RenderLimits::max_time`]).
+const RENDER_STACK: usize = 8 * 1024 * 1024;
 
 /// The renderer's limits.
 ///
-/// They bound time and memory (`fuel`), stack (`recursion`) and output
-/// (`max_output`). Fuel pays for instructions and for data: minijinja
-/// charges one fuel per instruction and one per 64 bytes of every string,
-/// list or map a template creates (`~`, `+`, `*`, filters, captured
-/// output), and refuses an allocation larger than the fuel left. So a
-/// value joined with itself again and again (`{% set a = a ~ a %}`) ends
-/// with the fuel limit, and one render creates at most 64 bytes of data
-/// per fuel (64 MB at the default).
+/// They bound work and memory (`fuel`), stack (`recursion`), output
+/// (`max_output`) and wall time (`max_time`). Fuel pays for instructions
+/// and for data: minijinja charges one fuel per instruction and one per
+/// 64 bytes of most strings, lists and maps a template creates (`~`, `*`,
+/// filters, captured output, strings and tuples joined with `+`), and
+/// refuses such an allocation when it is larger than the fuel left. So a
+/// string joined with itself again and again (`{% set a = a ~ a %}`) ends
+/// with the fuel limit.
+///
+/// One growth fuel does not see: lists joined with `+` stay lazy and cost
+/// nothing until minijinja (3.1) copies a chain of more than 32 of them in
+/// one step, uncharged. A list doubled 40 times (`{% set ns.a = ns.a +
+/// ns.a %}` in a loop) would take hours and all memory. `max_time` ends
+/// such a render: the caller gets [`RenderError::Limit`] at the deadline.
+/// The render itself cannot be stopped in the middle of that step and
+/// goes on, on its own thread, until it ends (in a short-lived process,
+/// such as `spindle prompt render`, with the process).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RenderLimits {
     /// Most work one render may do (default 1,000,000): one fuel per
@@ -85,11 +98,21 @@ pub struct RenderLimits {
     pub recursion: usize,
     /// Most bytes of output (default 4 MiB).
     pub max_output: usize,
+    /// Most wall time of one render (default 10 s). With a limit the render
+    /// runs on a thread of its own (about 20 µs more per render), which the
+    /// caller stops waiting for at the deadline; `None`: on the caller's
+    /// thread, for templates the host trusts.
+    pub max_time: Option<Duration>,
 }
 
 impl Default for RenderLimits {
     fn default() -> Self {
-        RenderLimits { fuel: 1_000_000, recursion: 64, max_output: 4 * 1024 * 1024 }
+        RenderLimits {
+            fuel: 1_000_000,
+            recursion: 64,
+            max_output: 4 * 1024 * 1024,
+            max_time: Some(Duration::from_secs(10)),
+        }
     }
 }
 
@@ -122,7 +145,7 @@ pub enum RenderError {
 /// ).unwrap();
 /// assert_eq!(text, "Seraphina greets Ann (HP 18). Mood: calm");
 /// ```
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Renderer {
     limits: RenderLimits,
     seed: u64,
@@ -285,6 +308,42 @@ impl Renderer {
     ///
     /// As [`Renderer::render`].
     pub fn render_full(
+        &self,
+        template: &str,
+        vars: &serde_json::Value,
+        state: &serde_json::Value,
+    ) -> Result<Rendered, RenderError> {
+        let Some(limit) = self.limits.max_time else {
+            return self.render_here(template, vars, state);
+        };
+        // On a thread of its own, so that a render that runs away (see
+        // RenderLimits) is left behind at the deadline.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (me, template, vars, state) = (self.clone(), template.to_string(), vars.clone(), state.clone());
+        std::thread::Builder::new()
+            .name("spindle-render".into())
+            // As deep as the main thread's: the recursion limit is counted
+            // in template frames, not bytes.
+            .stack_size(RENDER_STACK)
+            .spawn(move || {
+                let _ = tx.send(me.render_here(&template, &vars, &state));
+            })
+            .map_err(|e| RenderError::Limit(format!("no thread to render on: {e}")))?;
+        match rx.recv_timeout(limit) {
+            Ok(rendered) => rendered,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(RenderError::Limit(format!(
+                "the template was still rendering after {} s (RenderLimits::max_time); a list that grows \
+                 without bound (doubled with `+` in a loop) does that",
+                limit.as_secs_f64()
+            ))),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                Err(RenderError::Limit("the render ended without a result (its thread panicked)".into()))
+            }
+        }
+    }
+
+    /// [`Renderer::render_full`] on this thread, without `max_time`.
+    fn render_here(
         &self,
         template: &str,
         vars: &serde_json::Value,
@@ -520,12 +579,21 @@ fn raw_end(source: &str) -> usize {
 
 /// Whether `name` is a variable or a dotted path (`quest.stage`).
 fn is_path(name: &str) -> bool {
-    !name.is_empty()
-        && name.split('.').all(|part| {
-            let mut chars = part.chars();
-            chars.next().is_some_and(|c| c.is_alphabetic() || c == '_')
-                && chars.all(|c| c.is_alphanumeric() || c == '_')
-        })
+    !name.is_empty() && name.split('.').all(is_identifier)
+}
+
+/// Whether `s` is a name as Jinja2 (and minijinja's `unicode` feature)
+/// reads one: Unicode XID. The one rule of the prompt side: a name the
+/// migration writes is a name the render reads, and the other way round.
+pub(super) fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars.next().is_some_and(|c| is_name_char(c, true)) && chars.all(|c| is_name_char(c, false))
+}
+
+/// Whether Jinja2 takes `c` in a name (Unicode XID, and `_`), as its first
+/// character or a later one.
+pub(super) fn is_name_char(c: char, first: bool) -> bool {
+    c == '_' || if first { unicode_ident::is_xid_start(c) } else { unicode_ident::is_xid_continue(c) }
 }
 
 /// A person given as an object: prints as its name, fields by attribute.
@@ -940,6 +1008,28 @@ mod tests {
 
     fn render(t: &str) -> Result<String, RenderError> {
         fixed().render(t, &json!({"user": "Ann", "char": "Sera"}), &json!({"hp": 18, "inventory": [{"name": "lamp"}]}))
+    }
+
+    /// Lists joined with `+` grow in one step fuel does not charge (see
+    /// [`RenderLimits`]); `max_time` ends such a render for the caller.
+    #[test]
+    fn max_time_ends_a_render_fuel_does_not_stop() {
+        // 2^18 items copied in one uncharged step, once the chain of joins
+        // is more than 32 deep.
+        let t = "{% set ns = namespace(a=[1]) %}{% for i in range(18) %}{% set ns.a = ns.a + ns.a %}{% endfor %}\
+                 {% for i in range(15) %}{% set ns.a = ns.a + [1] %}{% endfor %}{{ ns.a|length }}";
+        let untimed = fixed().with_limits(RenderLimits { max_time: None, ..RenderLimits::default() });
+        let started = std::time::Instant::now();
+        assert_eq!(untimed.render(t, &json!({}), &json!({})).unwrap_or_default(), "262159");
+        let took = started.elapsed();
+        let limit = (took / 5).max(Duration::from_millis(1));
+        let timed = fixed().with_limits(RenderLimits { max_time: Some(limit), ..RenderLimits::default() });
+        match timed.render(t, &json!({}), &json!({})) {
+            Err(RenderError::Limit(m)) => assert!(m.contains("RenderLimits::max_time"), "{m}"),
+            other => panic!("{other:?} (the untimed render took {took:?})"),
+        }
+        // A render within the limit is unchanged by it.
+        assert_eq!(timed.render("{{ 1 + 2 }}", &json!({}), &json!({})).unwrap_or_default(), "3");
     }
 
     /// `addvar` does to a value what SillyTavern's `addvar`, `incvar` and

@@ -142,29 +142,24 @@ pub(crate) fn run(args: PromptArgs) -> Result<ExitCode> {
                 }
             }
             let state = a.state.as_deref().map(read_data).transpose()?.unwrap_or(serde_json::json!({}));
-            let limits = RenderLimits { fuel: a.max_fuel, recursion: a.max_depth, max_output: a.max_output };
+            if !(a.max_time.is_finite() && a.max_time > 0.0) {
+                bail!("--max-time must be a positive number of seconds");
+            }
+            let limits = RenderLimits {
+                fuel: a.max_fuel,
+                recursion: a.max_depth,
+                max_output: a.max_output,
+                max_time: Some(std::time::Duration::from_secs_f64(a.max_time)),
+            };
             let mut r = Renderer::new().with_seed(a.seed).with_limits(limits);
             if let Some(now) = &a.now {
                 r = r.with_now(parse_now(now)?);
             }
-            if !(a.max_time.is_finite() && a.max_time > 0.0) {
-                bail!("--max-time must be a positive number of seconds");
-            }
-            // On a thread of its own, so that a render that runs away is
-            // left behind (and ends with the process) at --max-time.
-            let (tx, rx) = std::sync::mpsc::channel();
-            std::thread::spawn(move || {
-                let _ = tx.send(r.render_full(&template, &vars, &state));
-            });
-            let rendered = match rx.recv_timeout(std::time::Duration::from_secs_f64(a.max_time)) {
-                Ok(rendered) => rendered.map_err(|e| anyhow::anyhow!("{}: {e}", a.template.display()))?,
-                Err(_) => bail!(
-                    "{}: the template was still rendering after --max-time ({} s); a value that grows without \
-                     bound (a list or string doubled in a loop) does that",
-                    a.template.display(),
-                    a.max_time
-                ),
-            };
+            // A render that runs past --max-time is left behind, and ends
+            // with the process.
+            let rendered = r
+                .render_full(&template, &vars, &state)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", a.template.display()))?;
             out.write_all(rendered.text.as_bytes())?;
             // Writes of `{% set_global %}`: the template wrote nothing; the
             // host applies them.
