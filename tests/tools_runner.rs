@@ -693,14 +693,19 @@ async fn service_tools_and_attp_code() {
         res[0].observation,
         "Observation: Error - Tool Lookup failed (service error): no entry for Some(\"moon\")"
     );
-    // ATTP code is not run without a `python` service...
+    // ATTP code...
     let registry = Registry::profile("attp").unwrap_or_else(|| panic!("attp"));
     let text = "thought = \"\"\"x\"\"\"\n[tool_call]\nstatus = \"success\"\ntarget = \"t\"\ncode = '''\n__result__ = Lookup(key=\"weather\")\n'''\n";
     let events = parse(registry.clone(), text.as_bytes());
     let mut col = spindle::tools::collect::CallCollector::new(registry.clone().into());
     let (_, attp) = events.iter().find_map(|e| col.observe(e)).unwrap_or_else(|| panic!("no call"));
     let res = run(&r, &attp).await;
-    assert_eq!(res[0].outcome, Outcome::NotRun);
+    // Without a `python` service it runs in spindle's sandbox: the tool it
+    // called, then the code's own result.
+    let got: Vec<(&str, Outcome)> = res.iter().map(|r| (r.tool_id.as_str(), r.outcome)).collect();
+    assert_eq!(got, [("Lookup", Outcome::Success), ("python", Outcome::Success)], "{res:?}");
+    assert_eq!(res[0].step, Some(1));
+    assert_eq!(res[1].result, json!("sunny"));
     // ...and handed to one when registered, with the names to bind.
     r.register_service("python", |p| async move {
         Ok(json!({"ran": p.get("code").cloned(), "functions": p.get("functions").cloned()}))
@@ -719,6 +724,64 @@ async fn service_tools_and_attp_code() {
         res[0].observation,
         "Observation: Error - Unknown tool 'Lokup' called in the code, did you mean 'Lookup'?"
     );
+}
+
+/// ATTP code without a `python` service runs in spindle's sandbox (spec
+/// 001): positional and keyword arguments, the pre-injected libraries,
+/// `print`, a failing tool raised as `ToolError`, an exception with its
+/// line, and a run-away block stopped at the time limit with nothing left
+/// running.
+#[tokio::test]
+async fn attp_code_runs_in_the_sandbox() {
+    let r = runner_with(RunnerOptions { default_timeout: Duration::from_secs(3), ..RunnerOptions::default() });
+    let registry = Registry::profile("attp").unwrap_or_else(|| panic!("attp"));
+    let attp = |code: &str| {
+        let text = format!(
+            "thought = \"\"\"x\"\"\"\n[tool_call]\nstatus = \"success\"\ntarget = \"t\"\ncode = '''\n{code}\n'''\n"
+        );
+        let events = parse(registry.clone(), text.as_bytes());
+        let mut col = spindle::tools::collect::CallCollector::new(registry.clone().into());
+        events.iter().find_map(|e| col.observe(e)).map(|(_, c)| c).unwrap_or_else(|| panic!("no call in {text}"))
+    };
+    let code =
+        "s = Add(2, b=40)\ne = Echo(text=str(s))\nprint('sum', s)\n__result__ = {'s': s, 'e': e, 'r': math.sqrt(16)}";
+    let res = run(&r, &attp(code)).await;
+    let got: Vec<(&str, Option<u64>, Outcome)> = res.iter().map(|r| (r.tool_id.as_str(), r.step, r.outcome)).collect();
+    assert_eq!(
+        got,
+        [
+            ("Math.Add", Some(1), Outcome::Success),
+            ("Echo", Some(2), Outcome::Success),
+            ("python", None, Outcome::Success)
+        ],
+        "{res:?}"
+    );
+    assert_eq!(res[0].result, json!(42));
+    assert_eq!(
+        res[2].result,
+        json!({"result": {"s": 42, "e": {"echo": {"text": "42"}}, "r": 4.0}, "printed": "sum 42\n"})
+    );
+    assert!(
+        res[2].observation.starts_with("Observation: Tool python executed successfully. Result: {\"s\":42"),
+        "{}",
+        res[2].observation
+    );
+    // A tool's failure is the code's to handle.
+    let res = run(&r, &attp("try:\n    Fail()\nexcept ToolError as e:\n    __result__ = 'caught'")).await;
+    assert_eq!(res.iter().map(|r| r.outcome).collect::<Vec<_>>(), [Outcome::Failed, Outcome::Success]);
+    assert_eq!(res[1].result, json!("caught"));
+    // An exception: its type, message and line.
+    let res = run(&r, &attp("x = 1\ny = x / 0\n__result__ = y")).await;
+    assert_eq!(res[0].outcome, Outcome::Failed);
+    assert_eq!(
+        res[0].observation,
+        "Observation: Error - ATTP code failed: ZeroDivisionError: division by zero (line 2)"
+    );
+    // Endless code: stopped at the limit, its process gone.
+    let id = marker("attp-loop");
+    let res = r.scope().run_call(&attp("while True:\n    pass\n__result__ = 1"), &id, &CancellationToken::new()).await;
+    assert_eq!(res[0].outcome, Outcome::Timeout, "{}", res[0].observation);
+    assert_no_process(&id).await;
 }
 
 #[tokio::test]

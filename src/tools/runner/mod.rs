@@ -14,6 +14,7 @@
 //! | `script` | a program run in the plugin's folder without a shell: parameters as one JSON object on stdin, result from stdout (JSON when it parses), environment `PATH` ([`RunnerOptions::path`]: by default spindle's own), `LANG` and the tool's `configSchema` values only |
 //! | `mcp` | a tool of an MCP server started from a plugin's `mcp:` section ([`McpPool`]) |
 //! | `service` | a Rust async function registered with [`Runner::register_service`] |
+//! | ATTP code (spec 001) | spindle's `python3` sandbox (the `attp` module: each tool function the code calls is a step of its own), or a `python` service when one is registered |
 //!
 //! A tool whose definition says `"async": true` (in `implementation` or at
 //! the top level) answers at once with a task id ([`Outcome::Pending`]);
@@ -96,6 +97,7 @@
 //! process group is killed and no result is produced. Cancelling its
 //! token instead gives [`Outcome::Cancelled`] results.
 
+mod attp;
 mod group;
 pub mod mcp;
 mod scope;
@@ -368,6 +370,8 @@ enum Kind {
     Script,
     Mcp,
     Service,
+    /// ATTP code in spindle's own Python sandbox.
+    Sandbox,
     Other,
 }
 
@@ -377,6 +381,7 @@ impl Kind {
             Kind::Script => "script",
             Kind::Mcp => "mcp",
             Kind::Service => "service",
+            Kind::Sandbox => "attp_sandbox",
             Kind::Other => "none",
         }
     }
@@ -509,7 +514,8 @@ impl Runner {
     /// Registers a `service` tool's function under its tool id. The tool
     /// must be in the catalog to be called (with `"type": "service"` or no
     /// implementation); ATTP code is handed to a service registered as
-    /// `python`, if there is one. Its parameters are `code`, `target`, and
+    /// `python`, if there is one (else it runs in spindle's own `python3`
+    /// sandbox). Its parameters are `code`, `target`, and
     /// `functions`: each name the code may call a tool by, with the tool's
     /// id ([`ToolCatalog::function_table`]), for the sandbox to bind. Code
     /// that calls a function no tool provides is not handed over.
@@ -749,6 +755,12 @@ impl RunScope {
                 )
             } else if let Some(why) = &stopped {
                 not_run("previous_step_failed", why)
+            } else if self.in_sandbox(call, step) {
+                // ATTP code in spindle's sandbox: the steps of the tools it
+                // called come first.
+                let (calls, result) = self.run_attp(call, call_id, step, cancel).await;
+                out.extend(calls);
+                result
             } else {
                 let checked = match checked {
                     Checked::Params(c) => c,
@@ -769,6 +781,15 @@ impl RunScope {
             out.push(result);
         }
         out
+    }
+
+    /// Whether `step` is ATTP code for spindle's own sandbox: no catalog
+    /// tool and no service is called `python`.
+    fn in_sandbox(&self, call: &ToolCall, step: &crate::calls::Step) -> bool {
+        call.format == CallFormat::Attp
+            && step.tool_id == PYTHON_TOOL
+            && self.inner.catalog.get(PYTHON_TOOL).is_none()
+            && !self.inner.services.contains_key(PYTHON_TOOL)
     }
 
     /// Checks one step of `call` before anything of the call runs: its
@@ -871,32 +892,24 @@ impl RunScope {
         let inner = &self.inner;
         let step = &call.steps[i];
         let id = step.tool_id.as_str();
-        // ATTP code: handed to a `python` service when there is one.
-        if call.format == CallFormat::Attp && id == PYTHON_TOOL && inner.catalog.get(id).is_none() {
-            if let Some(f) = inner.services.get(PYTHON_TOOL).cloned() {
-                // The names the code calls its tools by, for the host to bind.
-                let mut params = checked.params;
-                let table = inner.catalog.function_table().into_iter();
-                let table = table.map(|(name, tool)| (name, Value::String(tool.to_string())));
-                params.entry("functions").or_insert_with(|| Value::Object(table.collect()));
-                return self
-                    .attempts(call, call_id, step.index, id, Kind::Service, params, step.retry, cancel, move |p| {
-                        let f = f.clone();
-                        Box::pin(async move { service_run(PYTHON_TOOL, f(p).await) })
-                    })
-                    .await;
-            }
-            return ToolResult::not_run(
-                call_id,
-                id,
-                step.index,
-                Outcome::NotRun,
-                observe::not_run(
-                    id,
-                    "attp_code",
-                    "ATTP code is run by the host's sandbox, not by spindle (register a `python` service to run it)",
-                ),
-            );
+        // ATTP code: handed to the `python` service (without one it runs
+        // in spindle's sandbox, see `in_sandbox`).
+        if call.format == CallFormat::Attp
+            && id == PYTHON_TOOL
+            && inner.catalog.get(id).is_none()
+            && let Some(f) = inner.services.get(PYTHON_TOOL).cloned()
+        {
+            // The names the code calls its tools by, for the host to bind.
+            let mut params = checked.params;
+            let table = inner.catalog.function_table().into_iter();
+            let table = table.map(|(name, tool)| (name, Value::String(tool.to_string())));
+            params.entry("functions").or_insert_with(|| Value::Object(table.collect()));
+            return self
+                .attempts(call, call_id, step.index, id, Kind::Service, params, step.retry, cancel, move |p| {
+                    let f = f.clone();
+                    Box::pin(async move { service_run(PYTHON_TOOL, f(p).await) })
+                })
+                .await;
         }
         let Some(def) = inner.catalog.get(id).cloned() else {
             return ToolResult::not_run(
@@ -1058,21 +1071,7 @@ impl TaskCtx {
             request_id: self.request_id.clone(),
             repeat_of: None,
         };
-        if let Some(sink) = &self.inner.sink {
-            sink(ToolEvent::Audit(ToolAudit {
-                call_id: result.call_id.clone(),
-                tool_id: result.tool_id.clone(),
-                step: result.step,
-                implementation: self.kind.as_str().into(),
-                params: Value::Object(params),
-                outcome: result.outcome,
-                duration_ms: result.duration_ms,
-                bytes: result.bytes,
-                attempts,
-                started_at_ms,
-                request_id: result.request_id.clone(),
-            }));
-        }
+        self.inner.audit_run(&result, self.kind, Value::Object(params), started_at_ms);
         result
     }
 }
@@ -1088,6 +1087,25 @@ impl Inner {
                 self.options.max_params_bytes
             )
         })
+    }
+
+    /// The audit record of a run (spec 002 §13).
+    fn audit_run(&self, r: &ToolResult, kind: Kind, params: Value, started_at_ms: u64) {
+        if let Some(sink) = &self.sink {
+            sink(ToolEvent::Audit(ToolAudit {
+                call_id: r.call_id.clone(),
+                tool_id: r.tool_id.clone(),
+                step: r.step,
+                implementation: kind.as_str().into(),
+                params,
+                outcome: r.outcome,
+                duration_ms: r.duration_ms,
+                bytes: r.bytes,
+                attempts: r.attempts,
+                started_at_ms,
+                request_id: r.request_id.clone(),
+            }));
+        }
     }
 
     fn audit_not_run(&self, r: &ToolResult, params: &Value) {
@@ -1171,7 +1189,10 @@ impl Inner {
                 }
                 None => StepRun::fail(Outcome::Failed, observe::failure(id, "no service", ""), Value::Null, 0),
             },
-            Kind::Other => StepRun::fail(Outcome::NotRun, observe::not_run(id, "no_runner", ""), Value::Null, 0),
+            // (ATTP code never comes here: `run_attp` runs it.)
+            Kind::Sandbox | Kind::Other => {
+                StepRun::fail(Outcome::NotRun, observe::not_run(id, "no_runner", ""), Value::Null, 0)
+            }
         }
     }
 }

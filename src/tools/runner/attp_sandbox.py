@@ -1,0 +1,147 @@
+# The ATTP sandbox (spec 001): runs one [tool_call] code block for
+# spindle's runner (src/tools/runner/attp.rs). Started as `python3 -I -S -c`
+# with a scrubbed environment, in a process group spindle kills at the end.
+#
+# Protocol, one JSON object per line. spindle writes the job first:
+#   {"code": "...", "functions": {"name": ["Tool.Id", ["param", ...]]},
+#    "memory": BYTES, "cpu": SECONDS}
+# The code's tool calls go out on stdout, each answered on stdin:
+#   > {"call": "Tool.Id", "params": {...}}   < {"ok": true, "result": ...}
+#                                            < {"ok": false, "error": "..."}
+# and the end:
+#   > {"done": true, "result": <__result__>, "printed": "..."}
+#   > {"done": false, "error": "NameError: ...", "line": 3, "printed": "..."}
+#
+# The code sees the tool functions, the six libraries the spec lists
+# (math, json, datetime, re, random, statistics), and a short list of
+# builtins: no import, no open, no eval/exec, no getattr. spindle's policy
+# check (calls::attp::check_code) has already refused code that reaches
+# for more; this namespace and the process limits are the second wall.
+import builtins
+import datetime as _datetime
+import io
+import json
+import math
+import random
+import re
+import statistics
+import sys
+import traceback
+import types
+
+SAFE = [
+    "abs", "all", "any", "ascii", "bin", "bool", "bytearray", "bytes", "callable", "chr", "dict",
+    "divmod", "enumerate", "filter", "float", "format", "frozenset", "hash", "hex", "int",
+    "isinstance", "issubclass", "iter", "len", "list", "map", "max", "min", "next", "object", "oct",
+    "ord", "pow", "print", "range", "repr", "reversed", "round", "set", "slice", "sorted", "str",
+    "sum", "tuple", "zip", "True", "False", "None",
+    "Exception", "ArithmeticError", "AssertionError", "AttributeError", "IndexError", "KeyError",
+    "LookupError", "NameError", "RuntimeError", "StopIteration", "TypeError", "ValueError",
+    "ZeroDivisionError",
+]
+
+
+class ToolError(Exception):
+    """A tool the code called failed; the message is its observation."""
+
+
+def main():
+    proto_in = sys.stdin
+    proto_out = sys.stdout
+    job = json.loads(proto_in.readline())
+    try:
+        import resource
+
+        memory = int(job.get("memory") or 0)
+        if memory > 0:
+            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        cpu = int(job.get("cpu") or 0)
+        if cpu > 0:
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    except (ImportError, ValueError, OSError):
+        pass
+
+    def send(obj):
+        try:
+            text = json.dumps(obj, default=str, ensure_ascii=False, allow_nan=False)
+        except (ValueError, TypeError, RecursionError):
+            # NaN, a cycle: the value as Python writes it.
+            obj = {k: (repr(v) if k in ("result", "params") else v) for k, v in obj.items()}
+            text = json.dumps(obj, default=str, ensure_ascii=False)
+        proto_out.write(text + "\n")
+        proto_out.flush()
+
+    def tool_function(name, tool, params):
+        def call(*args, **kwargs):
+            if len(args) > len(params):
+                raise TypeError(
+                    "%s() takes %d positional arguments but %d were given" % (name, len(params), len(args))
+                )
+            given = dict(zip(params, args))
+            for key, value in kwargs.items():
+                if key in given:
+                    raise TypeError("%s() got multiple values for argument '%s'" % (name, key))
+                given[key] = value
+            send({"call": tool, "params": given})
+            line = proto_in.readline()
+            if not line:
+                raise ToolError("spindle ended the run")
+            reply = json.loads(line)
+            if reply.get("ok"):
+                return reply.get("result")
+            raise ToolError(reply.get("error") or "the tool failed")
+
+        call.__name__ = name
+        return call
+
+    # `datetime` as the spec uses it: the module, with the class's
+    # constructors on it too (`datetime.now()`, `datetime.timedelta`).
+    dt = types.ModuleType("datetime")
+    dt.__dict__.update({k: v for k, v in vars(_datetime).items() if not k.startswith("__")})
+    for attr in ("now", "today", "utcnow", "fromisoformat", "fromtimestamp", "strptime", "combine"):
+        setattr(dt, attr, getattr(_datetime.datetime, attr))
+    dt.parse = _datetime.datetime.fromisoformat
+
+    printed = io.StringIO()
+
+    def sandbox_print(*args, sep=" ", end="\n", **_):
+        printed.write(sep.join(str(a) for a in args) + end)
+
+    safe = {name: getattr(builtins, name) for name in SAFE if hasattr(builtins, name)}
+    safe["print"] = sandbox_print
+    scope = {
+        "__builtins__": safe,
+        "__name__": "__attp__",
+        "math": math,
+        "json": json,
+        "datetime": dt,
+        "re": re,
+        "random": random,
+        "statistics": statistics,
+        "ToolError": ToolError,
+    }
+    for name, (tool, params) in job.get("functions", {}).items():
+        scope[name] = tool_function(name, tool, params)
+    sys.stdout = printed
+    try:
+        exec(compile(job["code"], "<attp>", "exec"), scope)
+    except BaseException as e:  # everything, as the spec asks: the error goes back
+        line = None
+        for frame in traceback.extract_tb(e.__traceback__):
+            if frame.filename == "<attp>":
+                line = frame.lineno
+        if isinstance(e, SyntaxError):
+            line = e.lineno
+        message = "%s: %s" % (type(e).__name__, e) if str(e) else type(e).__name__
+        if isinstance(e, MemoryError):
+            message = "MemoryError: the code used more memory than it may"
+        send({"done": False, "error": message, "line": line, "printed": printed.getvalue()[-4096:]})
+        return
+    if "__result__" not in scope:
+        send({"done": False, "error": "the code never assigned __result__", "line": None,
+              "printed": printed.getvalue()[-4096:]})
+        return
+    send({"done": True, "result": scope["__result__"], "printed": printed.getvalue()[-4096:]})
+
+
+main()
