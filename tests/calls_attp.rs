@@ -153,9 +153,16 @@ fn library_reader_edge_cases() {
     assert!(f.warnings.contains(&"missing_status".to_string()));
     assert!(f.warnings.contains(&"unknown_key".to_string()));
     assert!(f.warnings.contains(&"missing_target".to_string()));
+    // Only a thought, or prose: an answer that calls nothing (no error).
     let (call, f) = parse_attp("thought = 'x'\n");
-    assert!(call.error.unwrap().contains("[tool_call]"));
+    assert!(call.error.is_none() && call.steps.is_empty(), "{call:?}");
     assert!(f.warnings.contains(&"missing_tool_call".to_string()));
+    let (call, f) = parse_attp("The answer is 42.");
+    assert!(call.error.is_none() && call.steps.is_empty(), "{call:?}");
+    assert_eq!(f.warnings, ["invalid_toml"]);
+    // Broken TOML that means to call is an error the model reads.
+    let (call, _) = parse_attp("[tool_call\nstatus = 'success'");
+    assert!(call.error.unwrap().contains("Invalid TOML"));
     let (call, f) = parse_attp("Thought = 'Mixed case.'\n[Tool_Call]\nstatus = 'FAIL'\nmessage = 'no'\n");
     let a = call.attp.unwrap();
     assert_eq!((a.thought.as_deref(), a.status.as_deref()), (Some("Mixed case."), Some("fail")));

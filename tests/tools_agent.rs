@@ -534,6 +534,27 @@ async fn the_budget_counts_a_task_once_and_a_repeat_not_at_all() {
     assert_eq!(results[3].tool_id, "Math.Add");
 }
 
+/// `--protocol attp`: the model's code runs in the sandbox, its tool calls
+/// as steps, and the observations go back as one user message.
+#[tokio::test]
+async fn attp_code_runs_and_its_observations_go_back() {
+    let turn = "thought = \"\"\"Add them.\"\"\"\n\n[tool_call]\nstatus = \"success\"\ntarget = \"sum\"\ncode = '''\n__result__ = {\"sum\": Add(2, b=40)}\n'''\n";
+    let (url, up) = upstream(&[turn, FINAL], 0, 9).await;
+    let agent = Agent::new(&url, runner(), Protocol::Attp).unwrap_or_else(|e| panic!("{e}"));
+    let events = collect(&agent, "What is 2 + 40?", CancellationToken::new()).await;
+    let (reason, _, turns, _) = end(&events);
+    let results = tool_results(&events);
+    assert_eq!((reason, turns), (StopReason::Answer, 2), "{results:?}");
+    let got: Vec<(&str, Outcome)> = results.iter().map(|r| (r.tool_id.as_str(), r.outcome)).collect();
+    assert_eq!(got, [("Math.Add", Outcome::Success), ("python", Outcome::Success)]);
+    let requests = up.requests.lock().map(|r| r.clone()).unwrap_or_default();
+    assert!(requests[0]["messages"][0]["content"].as_str().unwrap_or_default().contains("def Add(a: int, b: int)"));
+    assert_eq!(
+        requests[1]["messages"][3]["content"],
+        "Observation: Tool Math.Add executed successfully. Result: 42\nObservation: Tool python executed successfully. Result: {\"sum\":42}"
+    );
+}
+
 fn tam_call(tool: &str, params: &[(&str, &str)]) -> String {
     let params: String = params.iter().map(|(k, v)| format!("{k}:»»»{v}«««\n")).collect();
     format!("On it.\n<|[REQUEST_TOOL]|>\ncommand:»»»{tool}«««\n{params}<|[END_TOOL]|>")

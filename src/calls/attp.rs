@@ -545,15 +545,21 @@ pub fn parse_attp(text: &str) -> (ToolCall, Findings) {
                 .map(|s| format!(" at line {}", doc.get(..s.start).unwrap_or(&doc).matches('\n').count() + 1))
                 .unwrap_or_default();
             let msg = format!("Invalid TOML{at}: {}", e.message());
-            f.error(DiagnosticCode::InvalidToml, msg.clone());
             // The thought is still worth showing: read it the lenient way.
             let mut ts = ThoughtStream::new();
             let mut thought = ts.feed(&doc);
             thought.push_str(&ts.finish());
             attp.thought = ts.started().then_some(thought);
+            call.attp = Some(attp);
+            if !means_attp(&doc) {
+                // Prose: an answer that calls nothing (the agent loop ends
+                // on it).
+                f.warn(DiagnosticCode::InvalidToml, format!("{msg}; no thought or [tool_call]: read as an answer"));
+                return (call, f);
+            }
+            f.error(DiagnosticCode::InvalidToml, msg.clone());
             call.observation = Some(format!("Observation: Error - {msg}"));
             call.error = Some(msg);
-            call.attp = Some(attp);
             return (call, f);
         }
     };
@@ -565,13 +571,25 @@ pub fn parse_attp(text: &str) -> (ToolCall, Findings) {
         Some(_) => f.warn(DiagnosticCode::MissingThought, "`thought` is not a string".into()),
         None => f.warn(DiagnosticCode::MissingThought, "the document has no `thought`".into()),
     }
-    let Some(toml::Value::Table(tc)) = get_ci(&table, "tool_call", &mut f) else {
-        let msg = "the document has no [tool_call] table".to_string();
-        f.error(DiagnosticCode::MissingToolCall, msg.clone());
-        call.observation = Some(format!("Observation: Error - Invalid ATTP output: {msg}"));
-        call.error = Some(msg);
-        call.attp = Some(attp);
-        return (call, f);
+    let tc = match get_ci(&table, "tool_call", &mut f) {
+        Some(toml::Value::Table(tc)) => tc,
+        None => {
+            // Only a thought: the model answers without calling a tool.
+            f.warn(
+                DiagnosticCode::MissingToolCall,
+                "the document has no [tool_call]: an answer that calls nothing".into(),
+            );
+            call.attp = Some(attp);
+            return (call, f);
+        }
+        Some(_) => {
+            let msg = "`tool_call` is not a table".to_string();
+            f.error(DiagnosticCode::MissingToolCall, msg.clone());
+            call.observation = Some(format!("Observation: Error - Invalid ATTP output: {msg}"));
+            call.error = Some(msg);
+            call.attp = Some(attp);
+            return (call, f);
+        }
     };
     let string = |k: &str| match tc.get(k) {
         Some(toml::Value::String(s)) => Some(s.clone()),
@@ -639,6 +657,17 @@ pub fn parse_attp(text: &str) -> (ToolCall, Findings) {
     }
     call.attp = Some(attp);
     (call, f)
+}
+
+/// Whether a document that is not valid TOML was meant as ATTP: it names
+/// `tool_call` or sets `thought` (any case), as a document gone wrong or
+/// cut off does. Other text is prose: an answer that calls nothing.
+fn means_attp(doc: &str) -> bool {
+    let lower = doc.to_ascii_lowercase();
+    lower.contains("tool_call")
+        || lower.lines().any(|line| {
+            line.trim_start().strip_prefix("thought").is_some_and(|rest| rest.trim_start().starts_with('='))
+        })
 }
 
 /// `table[name]`, or a key that differs only in case (with a warning).

@@ -620,7 +620,7 @@ impl RunScope {
     /// none of its steps. A call that could not be read (its `error` is
     /// set: malformed XML, no command, an ATTP code policy breach) gives
     /// one [`Outcome::Malformed`] result and runs nothing; an ATTP answer
-    /// with `status = "fail"` gives no result.
+    /// with `status = "fail"`, or with no `[tool_call]`, gives no result.
     ///
     /// A call whose `request_id` an earlier call of this scope had (and
     /// ran at least one step of) is not run again: it gets that call's
@@ -633,9 +633,9 @@ impl RunScope {
     /// Cancelling `cancel` stops the running step and reports it and the
     /// rest as [`Outcome::Cancelled`].
     pub async fn run_call(&self, call: &ToolCall, call_id: &str, cancel: &CancellationToken) -> Vec<ToolResult> {
-        let declined = call.attp.as_ref().and_then(|a| a.status.as_deref()) == Some("fail");
-        if call.error.is_none() && call.steps.is_empty() && declined {
-            // ATTP `status = "fail"`: the model declined; nothing to run or report.
+        if call.error.is_none() && call.steps.is_empty() && call.format == CallFormat::Attp {
+            // ATTP `status = "fail"` (the model declined) or no [tool_call]
+            // at all (an answer): nothing to run or report.
             return Vec::new();
         }
         let readable = call.error.is_none() && !call.steps.is_empty();
