@@ -103,7 +103,21 @@ fn code_policy_table() {
         ("__result__ = socket.socket()", &["forbidden_module"]),
         ("__result__ = requests.get(u)", &["forbidden_module"]),
         ("__result__ = http.client", &["forbidden_module"]),
-        ("__result__ = ().__class__.__bases__[0].__subclasses__()", &["sandbox_escape", "sandbox_escape"]),
+        (
+            "__result__ = ().__class__.__bases__[0].__subclasses__()",
+            &["sandbox_escape", "sandbox_escape", "sandbox_escape"],
+        ),
+        // A library's private parts: `random` imports `os` as `_os`.
+        ("__result__ = random._os.system('id')", &["sandbox_escape"]),
+        // A running generator's frame leads to its callers' globals.
+        (
+            "def g():\n    yield gen.gi_frame.f_back.f_back.f_globals\ngen = g()\n__result__ = next(gen)",
+            &["sandbox_escape", "sandbox_escape", "sandbox_escape", "sandbox_escape"],
+        ),
+        (
+            "try:\n    1/0\nexcept Exception as e:\n    __result__ = e.__traceback__.tb_frame",
+            &["sandbox_escape", "sandbox_escape"],
+        ),
         ("__result__ = f'{eval(\"1\")}'", &["forbidden_call"]),
         ("__result__ = f'{{eval}} open'", &[]),
         // Not code: strings and comments; attributes and keyword arguments.

@@ -62,7 +62,42 @@ const FORBIDDEN_MODULES: &[&str] = &[
     "ctypes",
     "builtins",
 ];
-const ESCAPES: &[&str] = &["__builtins__", "__subclasses__", "__globals__", "__code__", "__bases__", "__mro__"];
+/// Names that reach outside the code's namespace: the classic
+/// `__subclasses__` walk, and the frames of generators, coroutines and
+/// tracebacks, whose callers' globals hold the host's modules.
+const ESCAPES: &[&str] = &[
+    "__builtins__",
+    "__subclasses__",
+    "__globals__",
+    "__code__",
+    "__bases__",
+    "__mro__",
+    "__base__",
+    "__dict__",
+    "__getattribute__",
+    "__reduce__",
+    "__reduce_ex__",
+    "__self__",
+    "__func__",
+    "__closure__",
+    "__loader__",
+    "__spec__",
+    "__traceback__",
+    "__frame__",
+    "gi_frame",
+    "gi_code",
+    "cr_frame",
+    "cr_code",
+    "ag_frame",
+    "ag_code",
+    "tb_frame",
+    "tb_next",
+    "f_back",
+    "f_globals",
+    "f_locals",
+    "f_builtins",
+    "f_code",
+];
 const KEYWORDS: &[&str] = &[
     "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue", "def", "del",
     "elif", "else", "except", "finally", "for", "from", "global", "if", "import", "in", "is", "lambda", "nonlocal",
@@ -439,6 +474,12 @@ pub fn check_code(code: &str) -> CodeReport {
         };
         if ESCAPES.contains(&text) {
             push("sandbox_escape", format!("line {line}: `{text}` reaches outside the sandbox"));
+            continue;
+        }
+        if after_dot && text.starts_with('_') {
+            // A library's private parts (`random._os`) and every dunder
+            // attribute: the way out of a namespace.
+            push("sandbox_escape", format!("line {line}: `.{text}`: attributes that start with `_` are not allowed"));
             continue;
         }
         if after_dot {

@@ -14,7 +14,8 @@
 #
 # The code sees the tool functions, the six libraries the spec lists
 # (math, json, datetime, re, random, statistics), and a short list of
-# builtins: no import, no open, no eval/exec, no getattr. spindle's policy
+# builtins: no import, no open, no eval/exec, no getattr; each library as
+# its public names only (no `_` names, no modules). spindle's policy
 # check (calls::attp::check_code) has already refused code that reaches
 # for more; this namespace and the process limits are the second wall.
 import builtins
@@ -94,10 +95,16 @@ def main():
         call.__name__ = name
         return call
 
+    def public(module):
+        # A library's public names, no module among them (`random` holds
+        # `os` as `_os`, others hold `sys`): what the code may reach.
+        return types.SimpleNamespace(**{
+            k: v for k, v in vars(module).items() if not k.startswith("_") and not isinstance(v, types.ModuleType)
+        })
+
     # `datetime` as the spec uses it: the module, with the class's
     # constructors on it too (`datetime.now()`, `datetime.timedelta`).
-    dt = types.ModuleType("datetime")
-    dt.__dict__.update({k: v for k, v in vars(_datetime).items() if not k.startswith("__")})
+    dt = public(_datetime)
     for attr in ("now", "today", "utcnow", "fromisoformat", "fromtimestamp", "strptime", "combine"):
         setattr(dt, attr, getattr(_datetime.datetime, attr))
     dt.parse = _datetime.datetime.fromisoformat
@@ -112,12 +119,12 @@ def main():
     scope = {
         "__builtins__": safe,
         "__name__": "__attp__",
-        "math": math,
-        "json": json,
+        "math": public(math),
+        "json": public(json),
         "datetime": dt,
-        "re": re,
-        "random": random,
-        "statistics": statistics,
+        "re": public(re),
+        "random": public(random),
+        "statistics": public(statistics),
         "ToolError": ToolError,
     }
     for name, (tool, params) in job.get("functions", {}).items():
