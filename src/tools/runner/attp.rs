@@ -21,7 +21,7 @@
 //! host: run spindle as a user without rights it must not lend, or register
 //! a `python` service that runs the code in a stronger sandbox.
 
-use super::group::{GroupGuard, RUN_MARK, new_mark};
+use super::group::{GroupGuard, new_mark};
 use super::{Kind, RunScope};
 use crate::calls::attp::PYTHON_TOOL;
 use crate::calls::{CallFormat, Step, ToolCall};
@@ -125,20 +125,12 @@ impl RunScope {
             "cpu": timeout.as_secs().max(1),
         });
         let mark = new_mark();
-        let mut cmd = tokio::process::Command::new(PYTHON);
+        let mut cmd = super::tool_command(PYTHON, &std::env::temp_dir(), options, &mark);
         // The call id after the source: `ps` shows whose run it is.
         cmd.args(["-I", "-S", "-c", SANDBOX, call_id])
-            .current_dir(std::env::temp_dir())
-            .env_clear()
-            .env("LANG", "C.UTF-8")
-            .envs(options.tool_env())
-            .env("PATH", &options.path)
-            .env(RUN_MARK, &mark)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
+            .stderr(Stdio::piped());
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {

@@ -209,16 +209,8 @@ impl McpPool {
         let start_err = |message: String| McpError::Start { plugin: plugin.into(), command: argv.clone(), message };
         let program = super::plugin_program(dir, program);
         let mark = super::group::new_mark();
-        let mut cmd = tokio::process::Command::new(program);
-        cmd.args(&argv[1..])
-            .current_dir(dir)
-            .env_clear()
-            .envs(options.tool_env())
-            .env("PATH", &options.path)
-            .env(super::group::RUN_MARK, &mark)
-            .envs(&section.env)
-            .process_group(0)
-            .kill_on_drop(true);
+        let mut cmd = super::tool_command(program, dir, options, &mark);
+        cmd.args(&argv[1..]).envs(&section.env);
         let (transport, _stderr) =
             TokioChildProcess::builder(cmd).stderr(Stdio::null()).spawn().map_err(|e| start_err(e.to_string()))?;
         let pid = transport.id();

@@ -116,6 +116,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
 /// The program a plugin's command starts: one with a `/` in it is the
@@ -130,6 +131,23 @@ fn plugin_program(dir: &Path, program: &str) -> PathBuf {
     }
     let joined = dir.join(path);
     std::path::absolute(&joined).unwrap_or(joined)
+}
+
+/// The command of a process spindle starts for a tool (a script, an MCP
+/// server, the ATTP sandbox): `program` in `dir`, in a process group of its
+/// own that dies with the handle, with only `LANG`, the environment
+/// [`RunnerOptions::env`] names, `PATH` and the run's `mark`.
+fn tool_command(program: impl AsRef<std::ffi::OsStr>, dir: &Path, options: &RunnerOptions, mark: &str) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.current_dir(dir)
+        .env_clear()
+        .env("LANG", "C.UTF-8")
+        .envs(options.tool_env())
+        .env("PATH", &options.path)
+        .env(group::RUN_MARK, mark)
+        .process_group(0)
+        .kill_on_drop(true);
+    cmd
 }
 
 /// Limits and settings of a [`Runner`].

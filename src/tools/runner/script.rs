@@ -102,20 +102,12 @@ pub(crate) async fn run(
 ) -> StepRun {
     let id = def.id.as_str();
     let mark = super::group::new_mark();
-    let mut cmd = tokio::process::Command::new(spec.program(dir));
+    let mut cmd = super::tool_command(spec.program(dir), dir, options, &mark);
     cmd.args(&spec.argv[1..])
-        .current_dir(dir)
-        .env_clear()
-        .env("LANG", "C.UTF-8")
-        .envs(options.tool_env())
-        .env("PATH", &options.path)
-        .env(super::group::RUN_MARK, &mark)
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
+        .stderr(Stdio::piped());
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
