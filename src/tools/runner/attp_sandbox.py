@@ -62,13 +62,23 @@ def main():
     except (ImportError, ValueError, OSError):
         pass
 
+    def plain(value, depth=0):
+        # The value as JSON can hold it: NaN and infinities as text, sets
+        # and tuples as lists, other objects as their str().
+        if depth > 64:
+            return repr(value)
+        if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+            return str(value)
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        if isinstance(value, dict):
+            return {str(k): plain(v, depth + 1) for k, v in value.items()}
+        if isinstance(value, (list, tuple, set, frozenset)):
+            return [plain(v, depth + 1) for v in value]
+        return str(value)
+
     def send(obj):
-        try:
-            text = json.dumps(obj, default=str, ensure_ascii=False, allow_nan=False)
-        except (ValueError, TypeError, RecursionError):
-            # NaN, a cycle: the value as Python writes it.
-            obj = {k: (repr(v) if k in ("result", "params") else v) for k, v in obj.items()}
-            text = json.dumps(obj, default=str, ensure_ascii=False)
+        text = json.dumps(plain(obj), ensure_ascii=False, allow_nan=False)
         proto_out.write(text + "\n")
         proto_out.flush()
 
@@ -112,7 +122,9 @@ def main():
     printed = io.StringIO()
 
     def sandbox_print(*args, sep=" ", end="\n", **_):
-        printed.write(sep.join(str(a) for a in args) + end)
+        # Kept up to 64 KiB (the result shows the last 4 KiB of it).
+        if printed.tell() < 65536:
+            printed.write((sep.join(str(a) for a in args) + end)[:65536])
 
     safe = {name: getattr(builtins, name) for name in SAFE if hasattr(builtins, name)}
     safe["print"] = sandbox_print
