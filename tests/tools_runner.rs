@@ -777,6 +777,11 @@ async fn attp_code_runs_in_the_sandbox() {
         res[0].observation,
         "Observation: Error - ATTP code failed: ZeroDivisionError: division by zero (line 2)"
     );
+    // Printing is kept to a bounded tail; values JSON cannot hold become text.
+    let res = run(&r, &attp("for i in range(20000):\n    print('x' * 100)\n__result__ = [float('nan'), {1}]")).await;
+    assert_eq!(res[0].outcome, Outcome::Success, "{}", res[0].observation);
+    assert_eq!(res[0].result["result"], json!(["nan", [1]]));
+    assert!(res[0].result["printed"].as_str().is_some_and(|p| p.len() <= 4096 && p.ends_with("x\n")));
     // Endless code: stopped at the limit, its process gone.
     let id = marker("attp-loop");
     let res = r.scope().run_call(&attp("while True:\n    pass\n__result__ = 1"), &id, &CancellationToken::new()).await;
