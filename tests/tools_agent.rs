@@ -438,15 +438,7 @@ async fn spindle_agent_async_tasks_wait_reports_every_result() {
         let render = render.clone();
         async move {
             let (url, up) = upstream(&[&render, FINAL], 0, 20).await;
-            let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_spindle"))
-                .args(["agent", "--upstream", &url, "--model", "m", "--protocol", "tam", "--format", "jsonl"])
-                .args(["--async-tasks", mode, "--tool-path", RunnerOptions::FALLBACK_PATH])
-                .arg("--tools")
-                .arg(&plugins)
-                .arg("draw an owl")
-                .output()
-                .await
-                .unwrap_or_else(|e| panic!("{e}"));
+            let out = spindle_agent_jsonl(&url, &plugins, &["--async-tasks", mode], "draw an owl").await;
             assert!(out.status.success(), "{mode}: {}", String::from_utf8_lossy(&out.stderr));
             let lines: Vec<Value> =
                 String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
@@ -553,6 +545,21 @@ async fn attp_code_runs_and_its_observations_go_back() {
         requests[1]["messages"][3]["content"],
         "Observation: Tool Math.Add executed successfully. Result: 42\nObservation: Tool python executed successfully. Result: {\"sum\":42}"
     );
+}
+
+/// `spindle agent --protocol tam --format jsonl` against `url`, with the
+/// tools of `plugins` on the fixed system PATH, `extra` flags and `prompt`.
+async fn spindle_agent_jsonl(url: &str, plugins: &Path, extra: &[&str], prompt: &str) -> std::process::Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_spindle"))
+        .args(["agent", "--upstream", url, "--model", "m", "--protocol", "tam", "--format", "jsonl"])
+        .args(extra)
+        .args(["--tool-path", RunnerOptions::FALLBACK_PATH])
+        .arg("--tools")
+        .arg(plugins)
+        .arg(prompt)
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn tam_call(tool: &str, params: &[(&str, &str)]) -> String {
@@ -723,15 +730,7 @@ async fn the_system_prompt_placeholder_becomes_the_manual() {
 async fn spindle_agent_only_runs_the_tools_of_its_list() {
     let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/plugins");
     let (url, up) = upstream(&[&tam_call("Math.Add", &[("a", "1"), ("b", "2")]), FINAL], 0, 20).await;
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_spindle"))
-        .args(["agent", "--upstream", &url, "--model", "m", "--protocol", "tam", "--format", "jsonl"])
-        .args(["--only", "Echo,Greet", "--tool-path", RunnerOptions::FALLBACK_PATH])
-        .arg("--tools")
-        .arg(&plugins)
-        .arg("add 1 and 2")
-        .output()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let out = spindle_agent_jsonl(&url, &plugins, &["--only", "Echo,Greet"], "add 1 and 2").await;
     let result = first_tool_result(&out);
     assert_ne!(result["outcome"], "success", "{result}");
     assert!(result["observation"].as_str().unwrap_or_default().contains("Math.Add"), "{result}");

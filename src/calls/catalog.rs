@@ -1092,7 +1092,12 @@ impl ToolCatalog {
     /// when no other tool has that name. The table a host binds in the
     /// sandbox that runs the code.
     pub fn function_table(&self) -> Vec<(String, &str)> {
-        let mut table = self.python_functions();
+        self.with_aliases(self.python_functions())
+    }
+
+    /// `table` (the [`python_functions`](ToolCatalog::python_functions))
+    /// with the OpenAI-name aliases of [`ToolCatalog::function_table`].
+    fn with_aliases<'a>(&'a self, mut table: Vec<(String, &'a str)>) -> Vec<(String, &'a str)> {
         for e in &self.tools {
             let alias = openai_function_name(&e.def.id);
             if !table.iter().any(|(name, _)| *name == alias) {
@@ -1114,8 +1119,8 @@ impl ToolCatalog {
         if self.is_empty() {
             return Vec::new();
         }
-        let table = self.function_table();
         let functions = self.python_functions();
+        let table = self.with_aliases(functions.clone());
         let mut out = Vec::new();
         for f in calls {
             if Self::function_in(&table, f).is_some() {

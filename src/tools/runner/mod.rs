@@ -801,18 +801,22 @@ impl RunScope {
         out
     }
 
-    /// Whether `step` is ATTP code for spindle's own sandbox: no catalog
-    /// tool and no service is called `python`.
+    /// Whether `step` is ATTP code (its `python` step, when no catalog tool
+    /// has that id), for the `python` service or the sandbox.
+    fn is_attp_code(&self, call: &ToolCall, step: &crate::calls::Step) -> bool {
+        call.format == CallFormat::Attp && step.tool_id == PYTHON_TOOL && self.inner.catalog.get(PYTHON_TOOL).is_none()
+    }
+
+    /// Whether `step` is ATTP code for spindle's own sandbox: no `python`
+    /// service is registered.
     fn in_sandbox(&self, call: &ToolCall, step: &crate::calls::Step) -> bool {
-        call.format == CallFormat::Attp
-            && step.tool_id == PYTHON_TOOL
-            && self.inner.catalog.get(PYTHON_TOOL).is_none()
-            && !self.inner.services.contains_key(PYTHON_TOOL)
+        self.is_attp_code(call, step) && !self.inner.services.contains_key(PYTHON_TOOL)
     }
 
     /// Checks one step of `call` before anything of the call runs: its
-    /// parameters as the tool takes them, or its error result. ATTP code
-    /// and steps that will not run are not checked.
+    /// parameters as the tool takes them, or its error result. Of ATTP
+    /// code, only the functions it calls are checked; steps that will not
+    /// run are not checked.
     fn check(&self, call: &ToolCall, i: usize, call_id: &str) -> Checked {
         let inner = &self.inner;
         let step = &call.steps[i];
@@ -820,7 +824,7 @@ impl RunScope {
         if step.not_runnable.is_some() {
             return Checked::Unchecked;
         }
-        if call.format == CallFormat::Attp && id == PYTHON_TOOL && inner.catalog.get(id).is_none() {
+        if self.is_attp_code(call, step) {
             // ATTP code: the functions it calls must be tools (spec 001).
             let calls = call.attp.as_ref().map_or(&[][..], |a| a.calls.as_slice());
             let problems = inner.catalog.function_problems(calls);
@@ -912,9 +916,7 @@ impl RunScope {
         let id = step.tool_id.as_str();
         // ATTP code: handed to the `python` service (without one it runs
         // in spindle's sandbox, see `in_sandbox`).
-        if call.format == CallFormat::Attp
-            && id == PYTHON_TOOL
-            && inner.catalog.get(id).is_none()
+        if self.is_attp_code(call, step)
             && let Some(f) = inner.services.get(PYTHON_TOOL).cloned()
         {
             // The names the code calls its tools by, for the host to bind.
