@@ -69,9 +69,8 @@ fn policy_violations_are_listed() {
         .map(|v| (v["rule"].as_str().unwrap().to_string(), v["name"].as_str().map(str::to_string)))
         .collect();
     let want = [
-        ("import", Some("import")),
+        ("import", Some("os")),
         ("forbidden_module", Some("pathlib")),
-        ("import", Some("import")),
         ("forbidden_call", Some("open")),
         ("forbidden_module", Some("os")),
         ("forbidden_call", Some("eval")),
@@ -95,8 +94,20 @@ fn code_policy_table() {
         ("x = 1", &["no_result"]),
         ("__result__ == 1", &["no_result"]),
         ("f(__result__=1)", &["no_result"]),
-        ("import math\n__result__ = 1", &["import"]),
-        ("from json import loads\n__result__ = 1", &["import"]),
+        // The pre-injected libraries may be imported (the names are there
+        // already); nothing else, nothing dotted or relative, no `_` name.
+        ("import math\n__result__ = 1", &[]),
+        ("import math, json as j\nfrom datetime import datetime, timedelta\n__result__ = j.dumps(1)", &[]),
+        ("from math import (sqrt,\n    pi)\n__result__ = sqrt(pi)", &[]),
+        ("import os\n__result__ = 1", &["import"]),
+        ("import math, os\n__result__ = 1", &["import"]),
+        ("import os.path\n__result__ = 1", &["import"]),
+        ("import math.x\n__result__ = 1", &["import"]),
+        ("from . import x\n__result__ = 1", &["import"]),
+        ("from math import _x\n__result__ = 1", &["import"]),
+        ("from os import path\n__result__ = 1", &["forbidden_module"]),
+        ("from math import sqrt\npass\nimport os\n__result__ = 1", &["import"]),
+        ("import math; import shutil as s\n__result__ = 1", &["import"]),
         ("__result__ = exec('x')", &["forbidden_call"]),
         ("__result__ = compile('1', 'f', 'eval')", &["forbidden_call"]),
         ("__result__ = subprocess.run(['ls'])", &["forbidden_module"]),
@@ -136,6 +147,12 @@ fn code_policy_table() {
         "def helper(x):\n    return search_web(x)\nitems = [helper(q) for q in qs]\n__result__ = summarize(items, n=len(items))",
     );
     assert_eq!(r.calls, ["search_web", "summarize"]);
+    // What an import binds is not a tool.
+    let r = check_code("from math import sqrt as root, pi\nimport json as j\n__result__ = root(pi) + f(j.loads('1'))");
+    assert_eq!(r.calls, ["f"]);
+    let refused: Vec<Option<String>> =
+        check_code("import math, os.path\n__result__ = 1").violations.into_iter().map(|v| v.name).collect();
+    assert_eq!(refused, [Some("os.path".to_string())]);
 }
 
 #[test]

@@ -766,6 +766,12 @@ async fn attp_code_runs_in_the_sandbox() {
         "{}",
         res[2].observation
     );
+    // The libraries may be imported as models habitually do; classes work;
+    // anything else imported at run time is refused.
+    let code = "import math\nfrom datetime import timedelta as td\nimport json as j\nclass Box:\n    def __init__(self, v):\n        self.v = v\n__result__ = [math.floor(2.5), str(td(days=1)), j.loads('[1]'), Box(3).v]";
+    let res = run(&r, &attp(code)).await;
+    assert_eq!(res[0].outcome, Outcome::Success, "{}", res[0].observation);
+    assert_eq!(res[0].result, json!([2, "1 day, 0:00:00", [1], 3]));
     // A tool's failure is the code's to handle.
     let res = run(&r, &attp("try:\n    Fail()\nexcept ToolError as e:\n    __result__ = 'caught'")).await;
     assert_eq!(res.iter().map(|r| r.outcome).collect::<Vec<_>>(), [Outcome::Failed, Outcome::Success]);

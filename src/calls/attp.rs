@@ -15,7 +15,7 @@
 //!
 //! | rule | what |
 //! |---|---|
-//! | `import` | any `import` statement (`import x`, `from x import y`) |
+//! | `import` | an `import` of anything but the pre-injected libraries ([`LIBRARIES`]), a relative or dotted import, or a name that starts with `_` (`import math`, `from datetime import datetime, timedelta` and `import json as j` are allowed: the names are already there) |
 //! | `forbidden_call` | `open`, `exec`, `eval`, `compile`, `__import__` |
 //! | `forbidden_module` | `os`, `subprocess`, `socket`, `requests`, `http`, `pathlib` (spec 001), and the siblings `sys`, `shutil`, `urllib`, `importlib`, `ctypes`, `builtins` |
 //! | `sandbox_escape` | `__builtins__`, `__subclasses__`, `__globals__`, `__code__`, `__bases__`, `__mro__` |
@@ -164,13 +164,12 @@ const BUILTINS: &[&str] = &[
     "KeyError",
     "IndexError",
     "RuntimeError",
-    "math",
-    "json",
-    "datetime",
-    "re",
-    "random",
-    "statistics",
 ];
+
+/// The libraries spec 001 injects into the code's namespace. Importing one
+/// is redundant, not a breach: the spec's own system prompt says "import
+/// nothing but these", and models write `import math` out of habit.
+pub const LIBRARIES: &[&str] = &["math", "json", "datetime", "re", "random", "statistics"];
 
 /// Whether `name` is a Python identifier (letters, digits and `_`, not
 /// starting with a digit; the names a tool function may have).
@@ -186,6 +185,7 @@ fn is_identifier(name: &str) -> bool {
 fn is_reserved(name: &str) -> bool {
     KEYWORDS.contains(&name)
         || BUILTINS.contains(&name)
+        || LIBRARIES.contains(&name)
         || FORBIDDEN_CALLS.contains(&name)
         || FORBIDDEN_MODULES.contains(&name)
         || ESCAPES.contains(&name)
@@ -417,6 +417,132 @@ fn fstring_exprs(body: &str) -> Vec<&str> {
     out
 }
 
+/// What one `import` statement brings in, as [`check_code`] reads it.
+#[derive(Debug, Default)]
+struct ImportStatement<'a> {
+    /// The names it binds in the code (`sqrt` of `from math import sqrt`,
+    /// `j` of `import json as j`): calls to them are not tool calls.
+    binds: Vec<&'a str>,
+    /// The first thing it may not import, when there is one.
+    refused: Option<Refused>,
+    /// The token after the statement: its names are read here, not again
+    /// as code.
+    end: usize,
+}
+
+/// An import the policy refuses: the name as written, and why.
+#[derive(Debug)]
+struct Refused {
+    name: String,
+    why: String,
+}
+
+/// Reads the `import` statement whose `import` keyword is token `at`:
+/// `import a [as b], ...` or `from a import x [as y], ...` (in
+/// parentheses or not, `*` too). Only a pre-injected library, named
+/// whole, may be imported, and no name that starts with `_`: the sandbox
+/// answers such an import with the library it already holds.
+fn import_statement<'a>(toks: &[Tok<'a>], at: usize) -> ImportStatement<'a> {
+    let name = |t: Option<&Tok<'a>>| match t {
+        Some(Tok::Name { text, .. }) => Some(*text),
+        _ => None,
+    };
+    let line_of = |t: &Tok<'a>| match t {
+        Tok::Name { line, .. } => Some(*line),
+        Tok::Op { .. } => None,
+    };
+    let line = toks.get(at).and_then(line_of).unwrap_or(0);
+    let libraries = LIBRARIES.join(", ");
+    let not_a_library = |module: &str| Refused {
+        name: module.to_string(),
+        why: format!("`{module}` cannot be imported: only the pre-injected libraries can ({libraries})"),
+    };
+    let mut out = ImportStatement::default();
+    // `from MODULE import ...`: the module is what lies between `from`
+    // and `import`, on the same line (dots and names only).
+    let mut from = None;
+    for j in (0..at).rev() {
+        match &toks[j] {
+            Tok::Name { text: "from", line: l, .. } if *l == line => {
+                from = Some(j);
+                break;
+            }
+            Tok::Name { text: "import", .. } => break,
+            Tok::Name { line: l, .. } if *l != line => break,
+            Tok::Op { text: "." } | Tok::Name { .. } => {}
+            Tok::Op { .. } => break,
+        }
+    }
+    // The statement's end: `;`, a name on a later line (outside
+    // parentheses), or the end of the code.
+    let mut depth = 0usize;
+    let mut end = at + 1;
+    while let Some(t) = toks.get(end) {
+        match t {
+            Tok::Op { text: "(" } => depth += 1,
+            Tok::Op { text: ")" } => depth = depth.saturating_sub(1),
+            Tok::Op { text: ";" } if depth == 0 => break,
+            t if depth == 0 && line_of(t).is_some_and(|l| l != line) => break,
+            _ => {}
+        }
+        end += 1;
+    }
+    out.end = end;
+    let tail = &toks[at + 1..end];
+    match from {
+        Some(j) => {
+            let module: String = toks[j + 1..at]
+                .iter()
+                .map(|t| match t {
+                    Tok::Name { text, .. } | Tok::Op { text } => *text,
+                })
+                .collect();
+            if !LIBRARIES.contains(&module.as_str()) {
+                out.refused = Some(if module.is_empty() || module.starts_with('.') {
+                    Refused { name: module, why: "relative imports are not allowed".into() }
+                } else {
+                    not_a_library(&module)
+                });
+            }
+            // `x`, `x as y`: the last name of each part is what is bound.
+            for part in tail.split(|t| matches!(t, Tok::Op { text: "," })) {
+                let names: Vec<&str> = part.iter().filter_map(|t| name(Some(t))).filter(|n| *n != "as").collect();
+                if let Some(first) = names.first()
+                    && first.starts_with('_')
+                    && out.refused.is_none()
+                {
+                    out.refused = Some(Refused {
+                        name: first.to_string(),
+                        why: format!("`{first}`: names that start with `_` cannot be imported"),
+                    });
+                }
+                out.binds.extend(names.last());
+            }
+        }
+        None => {
+            for part in tail.split(|t| matches!(t, Tok::Op { text: "," })) {
+                let mut parts = part.splitn(2, |t| matches!(t, Tok::Name { text: "as", .. }));
+                let module: String = parts
+                    .next()
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|t| match t {
+                        Tok::Name { text, .. } | Tok::Op { text } => *text,
+                    })
+                    .collect();
+                if !LIBRARIES.contains(&module.as_str()) && out.refused.is_none() {
+                    out.refused = Some(not_a_library(if module.is_empty() { "import" } else { &module }));
+                }
+                match parts.next().and_then(|alias| name(alias.first())) {
+                    Some(alias) => out.binds.push(alias),
+                    None => out.binds.extend(name(part.first())),
+                }
+            }
+        }
+    }
+    out
+}
+
 /// What [`check_code`] found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CodeReport {
@@ -448,7 +574,12 @@ pub fn check_code(code: &str) -> CodeReport {
     let mut assigned = false;
     let mut defined: Vec<&str> = Vec::new();
     let mut paren = 0usize;
+    // The end of the last import statement read.
+    let mut imported_to = 0;
     for (i, t) in toks.iter().enumerate() {
+        if i < imported_to {
+            continue;
+        }
         let (text, line, after_dot) = match t {
             Tok::Op { text } => {
                 match *text {
@@ -472,6 +603,26 @@ pub fn check_code(code: &str) -> CodeReport {
         let mut push = |rule: &str, message: String| {
             report.violations.push(Violation { rule: rule.into(), name: Some(text.to_string()), line, message });
         };
+        if text == "import" {
+            // A keyword, never an attribute (`from . import x` reads it
+            // after a dot).
+            let statement = import_statement(&toks, i);
+            imported_to = statement.end;
+            defined.extend(statement.binds);
+            // `from os import x` was reported at `os` already.
+            if let Some(refused) = statement
+                .refused
+                .filter(|r| !FORBIDDEN_MODULES.contains(&r.name.as_str()) || prev_name != Some(r.name.as_str()))
+            {
+                report.violations.push(Violation {
+                    rule: "import".into(),
+                    name: Some(refused.name),
+                    line,
+                    message: format!("line {line}: {}", refused.why),
+                });
+            }
+            continue;
+        }
         if ESCAPES.contains(&text) {
             push("sandbox_escape", format!("line {line}: `{text}` reaches outside the sandbox"));
             continue;
@@ -486,9 +637,7 @@ pub fn check_code(code: &str) -> CodeReport {
             continue;
         }
         let kwarg = paren > 0 && next_op == Some("=");
-        if text == "import" {
-            push("import", format!("line {line}: import statements are not allowed (the libraries are pre-injected)"));
-        } else if FORBIDDEN_CALLS.contains(&text) && !kwarg {
+        if FORBIDDEN_CALLS.contains(&text) && !kwarg {
             push(
                 "forbidden_call",
                 format!("line {line}: `{text}` is not allowed (file access / dynamic code execution)"),
@@ -508,6 +657,7 @@ pub fn check_code(code: &str) -> CodeReport {
         } else if next_op == Some("(")
             && !KEYWORDS.contains(&text)
             && !BUILTINS.contains(&text)
+            && !LIBRARIES.contains(&text)
             && !FORBIDDEN_CALLS.contains(&text)
             && !report.calls.iter().any(|c| c == text)
         {

@@ -555,7 +555,8 @@ document.
 are in the list of available tools below, and your plan.
 - `[tool_call]` to use tools: `status = \"success\"`, `target` (what the calls are for) and `code`: Python that \
 calls the tool functions below (several in one block if needed) and assigns what you want back to `__result__`. \
-Import nothing but these libraries: math, json, datetime, re, random, statistics.
+These libraries are already there: math, json, datetime, re, random, statistics (importing them is allowed, not \
+needed); import nothing else.
 - When the request is beyond what the tools can do: `status = \"fail\"` and a `message` that says why and offers an \
 alternative.
 

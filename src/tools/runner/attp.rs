@@ -250,3 +250,51 @@ impl RunScope {
         (end, bytes)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{PYTHON, SANDBOX};
+    use serde_json::{Value, json};
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+
+    /// The sandbox's last line for `code`, run directly: without the
+    /// policy check, which refuses these imports before anything runs.
+    fn sandbox(code: &str) -> Value {
+        let mut child = Command::new(PYTHON)
+            .args(["-I", "-S", "-c", SANDBOX])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{PYTHON}: {e}"));
+        let job = json!({"code": code, "functions": {}, "memory": 0, "cpu": 10});
+        if let Some(mut stdin) = child.stdin.take() {
+            writeln!(stdin, "{job}").unwrap_or_else(|e| panic!("{e}"));
+        }
+        let out = child.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
+        let text = String::from_utf8_lossy(&out.stdout);
+        serde_json::from_str(text.lines().last().unwrap_or_default()).unwrap_or_else(|e| panic!("{e}: {text}"))
+    }
+
+    #[test]
+    fn imports_reach_only_the_injected_libraries() {
+        let ok = sandbox(
+            "import math, json as j\nfrom datetime import datetime, timedelta\nfrom statistics import *\n\
+             __result__ = [math.floor(1.5), j.dumps(1), timedelta(days=2).days, datetime(2020, 1, 2).day, mean([1, 3])]",
+        );
+        assert_eq!(ok, json!({"done": true, "result": [1, "1", 2, 2, 2], "printed": ""}));
+        for code in [
+            "import os",
+            "import os.path",
+            "from os import path",
+            "from . import x",
+            "from math import _inst",
+            "__import__('os')",
+            "import importlib",
+        ] {
+            let end = sandbox(&format!("{code}\n__result__ = 1"));
+            assert_eq!(end["done"], false, "{code}: {end}");
+            assert!(end["error"].as_str().is_some_and(|e| e.starts_with("ImportError")), "{code}: {end}");
+        }
+    }
+}

@@ -14,8 +14,10 @@
 #
 # The code sees the tool functions, the six libraries the spec lists
 # (math, json, datetime, re, random, statistics), and a short list of
-# builtins: no import, no open, no eval/exec, no getattr; each library as
-# its public names only (no `_` names, no modules). spindle's policy
+# builtins: no open, no eval/exec, no getattr; each library as its public
+# names only (no `_` names, no modules). `import math` and
+# `from datetime import timedelta` answer with those same libraries;
+# nothing else can be imported. Classes can be defined. spindle's policy
 # check (calls::attp::check_code) has already refused code that reaches
 # for more; this namespace and the process limits are the second wall.
 import builtins
@@ -38,7 +40,8 @@ SAFE = [
     "sum", "tuple", "zip", "True", "False", "None",
     "Exception", "ArithmeticError", "AssertionError", "AttributeError", "IndexError", "KeyError",
     "LookupError", "NameError", "RuntimeError", "StopIteration", "TypeError", "ValueError",
-    "ZeroDivisionError",
+    "ZeroDivisionError", "NotImplementedError", "OverflowError",
+    "classmethod", "staticmethod", "property", "super",
 ]
 
 
@@ -126,19 +129,31 @@ def main():
         if printed.tell() < 65536:
             printed.write((sep.join(str(a) for a in args) + end)[:65536])
 
-    safe = {name: getattr(builtins, name) for name in SAFE if hasattr(builtins, name)}
-    safe["print"] = sandbox_print
-    scope = {
-        "__builtins__": safe,
-        "__name__": "__attp__",
+    libraries = {
         "math": public(math),
         "json": public(json),
         "datetime": dt,
         "re": public(re),
         "random": public(random),
         "statistics": public(statistics),
-        "ToolError": ToolError,
     }
+
+    def sandbox_import(name, globals=None, locals=None, fromlist=(), level=0):
+        # What `import` statements call: the libraries already injected,
+        # nothing else (spec 001's prompt: "import nothing but these").
+        if level != 0 or name not in libraries:
+            raise ImportError("only these libraries can be imported: " + ", ".join(libraries))
+        for item in fromlist or ():
+            if item.startswith("_"):
+                raise ImportError("names that start with _ cannot be imported")
+        return libraries[name]
+
+    safe = {name: getattr(builtins, name) for name in SAFE if hasattr(builtins, name)}
+    safe["print"] = sandbox_print
+    safe["__import__"] = sandbox_import
+    safe["__build_class__"] = builtins.__build_class__
+    scope = dict(libraries)
+    scope.update({"__builtins__": safe, "__name__": "__attp__", "ToolError": ToolError})
     for name, (tool, params) in job.get("functions", {}).items():
         scope[name] = tool_function(name, tool, params)
     sys.stdout = printed
