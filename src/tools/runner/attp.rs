@@ -147,7 +147,7 @@ impl RunScope {
             }
         };
         let guard = GroupGuard::new(child.id(), Some(&mark));
-        let (Some(mut stdin), Some(stdout), Some(mut stderr)) =
+        let (Some(mut stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
             return (End::Failed(Outcome::Failed, observe::failure(PYTHON_TOOL, "not started", "no pipes")), 0);
@@ -155,14 +155,7 @@ impl RunScope {
         // Stderr, capped, for the failure observation.
         let cap = options.max_stderr_excerpt;
         let errors = tokio::spawn(async move {
-            let mut kept = Vec::new();
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = stderr.read(&mut buf).await {
-                if n == 0 {
-                    break;
-                }
-                kept.extend_from_slice(&buf[..n.min((cap * 4).saturating_sub(kept.len()))]);
-            }
+            let (kept, _) = super::script::read_capped(stderr, cap * 4, || {}).await;
             String::from_utf8_lossy(&kept).into_owned()
         });
         let mut lines = BufReader::new(stdout.take(options.max_output as u64 + 1));

@@ -70,7 +70,7 @@ impl ScriptSpec {
 
 /// Reads `r` to its end, keeping at most `cap` bytes; calls `over` once
 /// when more arrive. Returns the kept bytes and the total count.
-async fn read_capped<R: AsyncRead + Unpin>(mut r: R, cap: usize, over: impl Fn()) -> (Vec<u8>, u64) {
+pub(super) async fn read_capped<R: AsyncRead + Unpin>(mut r: R, cap: usize, over: impl Fn()) -> (Vec<u8>, u64) {
     let mut kept = Vec::new();
     let mut total: u64 = 0;
     let mut buf = vec![0u8; 16 * 1024];
