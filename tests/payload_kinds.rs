@@ -133,6 +133,38 @@ fn tool_call_in_qwen3_coders_form() {
     assert_eq!(nameless["name"], Value::Null);
 }
 
+/// GLM-4.5's `NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value>` form:
+/// values as strings (a schema types them when the call is checked), on
+/// lines of their own or not, missing closes ended by what follows; a
+/// body that is one name is a call without arguments.
+#[test]
+fn tool_call_in_glms_form() {
+    let table: &[(&str, Value)] = &[
+        (
+            "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Beijing</arg_value>\n<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n</tool_call>",
+            json!({"name": "get_weather", "arguments": {"city": "Beijing", "days": "2"}}),
+        ),
+        (
+            "<tool_call>search<arg_key>q</arg_key><arg_value>a <b> c</arg_value><arg_key>filters</arg_key><arg_value>{\"lang\": \"en\"}</arg_value></tool_call>",
+            json!({"name": "search", "arguments": {"q": "a <b> c", "filters": "{\"lang\": \"en\"}"}}),
+        ),
+        (
+            "<tool_call>f<arg_key>a<arg_value>1<arg_key>b</arg_key><arg_value>two\nlines\n</tool_call>",
+            json!({"name": "f", "arguments": {"a": "1", "b": "two\nlines"}}),
+        ),
+        ("<tool_call>get_time\n</tool_call>", json!({"name": "get_time", "arguments": {}})),
+        ("<tool_call>Math.Add</tool_call>", json!({"name": "Math.Add", "arguments": {}})),
+    ];
+    for (input, want) in table {
+        assert_eq!(&payload(input, "tool_call"), want, "{input}");
+    }
+    // Two words, or a word set apart by spaces, are prose: not a call.
+    for prose in ["<tool_call>call it</tool_call>", "<tool_call> and </tool_call>"] {
+        let p = payload(prose, "tool_call");
+        assert!(p.get("error").is_some(), "{prose}: {p}");
+    }
+}
+
 #[test]
 fn ui_component() {
     let table: &[(&str, Value)] = &[

@@ -24,11 +24,13 @@ fn take(map: &mut Map<String, Value>, names: &[&str]) -> Option<Value> {
 }
 
 /// `<tool_call name="x">{json}</tool_call>`, the Hermes form
-/// `<tool_call>{"name": "x", "arguments": {..}}</tool_call>`, or Qwen3-Coder's
+/// `<tool_call>{"name": "x", "arguments": {..}}</tool_call>`, Qwen3-Coder's
 /// `<tool_call><function=x><parameter=k>v</parameter></function></tool_call>`
-/// ([`function_call`]): `{name, arguments}`.
+/// ([`function_call`]) or GLM's
+/// `<tool_call>x<arg_key>k</arg_key><arg_value>v</arg_value></tool_call>`
+/// ([`arg_key_call`]): `{name, arguments}`.
 pub(crate) fn tool_call(el: &Element) -> Payload {
-    if let Some(payload) = function_call(el) {
+    if let Some(payload) = function_call(el).or_else(|| arg_key_call(el)) {
         return payload;
     }
     named_json(
@@ -105,6 +107,84 @@ fn function_call(el: &Element) -> Option<Payload> {
     map.insert("arguments".into(), args);
     out.value = Value::Object(map);
     Some(out)
+}
+
+/// Whether a `<tool_call>` body is written in markup rather than JSON
+/// (Qwen3-Coder's `<function=…>`, GLM's `name<arg_key>…`): its arguments
+/// are strings until a tool's schema types them, so the call is sent
+/// whole, not streamed as JSON fragments.
+pub(crate) fn is_markup_call(text: &str) -> bool {
+    text.trim_start().starts_with("<function=") || glm_name(text).is_some()
+}
+
+/// The tool name a GLM call body begins with: the text before the first
+/// `<arg_key>`, when it is one name (letters, digits, `_ - . :`). A body
+/// with no `<arg_key>` is a call without arguments only in the form GLM's
+/// template writes it, the name at once and nothing after it but line
+/// breaks (`get_time\n`): ` and ` in `use <tool_call> and </tool_call>`
+/// is prose.
+fn glm_name(text: &str) -> Option<&str> {
+    let name = match text.split_once("<arg_key>") {
+        Some((name, _)) => name.trim(),
+        None if !text.starts_with(char::is_whitespace) => text.trim_end_matches(['\n', '\r']),
+        None => return None,
+    };
+    let is_name = !name.is_empty()
+        && name.len() <= 256
+        && name.chars().all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'));
+    is_name.then_some(name)
+}
+
+/// GLM-4.5's call form (and its successors'), the body of a `<tool_call>`
+/// without a name attribute: the name, then each argument as a key and a
+/// value, on lines of their own or not:
+///
+/// ```text
+/// get_weather
+/// <arg_key>city</arg_key>
+/// <arg_value>Paris</arg_value>
+/// ```
+///
+/// Each value is its text as a string (GLM's template writes a string as
+/// it is and anything else as JSON; a tool's schema gives it its type
+/// when the call is checked, as for [`function_call`]), without one line
+/// break at each end. A missing `</arg_key>` ends at `<arg_value>`, a
+/// missing `</arg_value>` at the next `<arg_key>` or the body's end. A
+/// body that is one name is a call without arguments. `None` for any
+/// other body.
+fn arg_key_call(el: &Element) -> Option<Payload> {
+    const KEY: &str = "<arg_key>";
+    const VALUE: &str = "<arg_value>";
+    if attr(el, NAME_KEYS).is_some() {
+        return None;
+    }
+    let name = glm_name(&el.text)?;
+    let mut args = Map::new();
+    let mut rest = el.text.split_once(KEY).map_or("", |(_, after)| after.trim_end());
+    while !rest.is_empty() {
+        // The key ends at `</arg_key>`, or at `<arg_value>` without it.
+        let (key, after) = match [rest.find("</arg_key>"), rest.find(VALUE)].into_iter().flatten().min() {
+            Some(end) => (&rest[..end], rest[end..].strip_prefix("</arg_key>").unwrap_or(&rest[end..])),
+            None => (rest, ""),
+        };
+        let after = after.trim_start();
+        let after = after.strip_prefix(VALUE).unwrap_or(after);
+        let end = [after.find("</arg_value>"), after.find(KEY)].into_iter().flatten().min().unwrap_or(after.len());
+        let value = &after[..end];
+        let value = value.strip_prefix('\n').unwrap_or(value);
+        let value = value.strip_suffix('\n').unwrap_or(value);
+        let key = key.trim();
+        if !key.is_empty() {
+            args.insert(key.to_string(), Value::String(value.to_string()));
+        }
+        let next = &after[end..];
+        let next = next.strip_prefix("</arg_value>").unwrap_or(next);
+        rest = next.split_once(KEY).map_or("", |(_, after)| after);
+    }
+    let mut map = Map::new();
+    map.insert("name".into(), Value::String(name.to_string()));
+    map.insert("arguments".into(), Value::Object(args));
+    Some(Payload { value: Value::Object(map), ..Payload::none() })
 }
 
 /// `<ui_component view="ns.widget">{props}</ui_component>`: `{view, props}`.

@@ -80,6 +80,7 @@
 pub mod html;
 pub mod json;
 mod kinds;
+pub(crate) use kinds::is_markup_call;
 mod net;
 mod style;
 mod tree;

@@ -34,7 +34,7 @@
 //! | the call | `--invalid-calls pass` (default) | `--invalid-calls drop` |
 //! |---|---|---|
 //! | Hermes/Filament `<tool_call>` | streamed: name as soon as it is complete, then argument fragments | sent whole when complete and checked |
-//! | Qwen3-Coder's `<tool_call><function=NAME><parameter=KEY>VALUE</parameter></function></tool_call>` | sent whole when its element ends, the parameters typed by the schema (`"2"` becomes `2` for an integer) | the same, after the check |
+//! | Qwen3-Coder's `<tool_call><function=NAME><parameter=KEY>VALUE</parameter></function></tool_call>`, GLM's `<tool_call>NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value></tool_call>` | sent whole when its element ends, the parameters typed by the schema (`"2"` becomes `2` for an integer) | the same, after the check |
 //! | TAM / ACTION block | one tool call per step at the end of the block (arguments converted to the schema's types) | the same, after the check |
 //! | name not in `tools`, arguments failing the schema | sent as written | left out; its did-you-mean observation in the content |
 //! | a call the parser cannot read (no name, arguments that never become JSON) | its `Malformed` observation in the content (pass: after what was already streamed of it) | the same, nothing of it sent |

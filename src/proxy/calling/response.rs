@@ -296,15 +296,15 @@ impl CallConverter {
                 _ => {}
             }
         }
-        // Calls in Qwen3-Coder's `<function=…>` form: their arguments are
-        // strings until the schema types them, so they go out whole and
-        // checked (their one `call_delta` comes with their element), not
-        // as the stream's fragments.
+        // Calls in Qwen3-Coder's `<function=…>` or GLM's `name<arg_key>…`
+        // form: their arguments are strings until the schema types them,
+        // so they go out whole and checked (their one `call_delta` comes
+        // with their element), not as the stream's fragments.
         let markup_calls: Vec<(u32, u32)> = events
             .iter()
             .filter_map(SourceEvent::as_choice_event)
             .filter_map(|ce| ce.event.as_element().map(|el| (ce.choice, el)))
-            .filter(|(_, el)| el.text.trim_start().starts_with("<function="))
+            .filter(|(_, el)| &*el.tag == "tool_call" && crate::payload::is_markup_call(&el.text))
             .map(|(choice, el)| (choice, el.id))
             .collect();
         for event in events {
@@ -711,6 +711,25 @@ mod tests {
             for invalid in [InvalidCalls::Pass, InvalidCalls::Drop] {
                 let (content, calls, made) = run("chat", &refs, invalid, "stop");
                 assert_eq!((content.as_str(), made), ("Checking.\n", 1), "split {n} {invalid:?}");
+                assert_eq!(calls[0]["function"]["name"], "get_weather");
+                let args: Value = serde_json::from_str(calls[0]["function"]["arguments"].as_str().unwrap_or(""))
+                    .unwrap_or(Value::Null);
+                assert_eq!(args, json!({"city": "Oslo", "days": 2}), "split {n} {invalid:?}");
+            }
+        }
+    }
+
+    /// GLM writes its calls as `name<arg_key>…</arg_key><arg_value>…` inside
+    /// `<tool_call>`: they become `tool_calls` too, typed by the schema.
+    #[test]
+    fn glm_calls_become_tool_calls() {
+        let text = "Checking.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>\n<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n</tool_call>";
+        for n in [1, 4, 11, text.len()] {
+            let pieces = split(text, n);
+            let refs: Vec<&str> = pieces.iter().map(String::as_str).collect();
+            for invalid in [InvalidCalls::Pass, InvalidCalls::Drop] {
+                let (content, calls, made) = run("chat", &refs, invalid, "stop");
+                assert_eq!((content.as_str(), made, calls.len()), ("Checking.\n", 1, 1), "split {n} {invalid:?}");
                 assert_eq!(calls[0]["function"]["name"], "get_weather");
                 let args: Value = serde_json::from_str(calls[0]["function"]["arguments"].as_str().unwrap_or(""))
                     .unwrap_or(Value::Null);
