@@ -542,6 +542,9 @@ named_enum! {
         ChunkFieldsCoerced => "chunk_fields_coerced",
         ChunkRejoined => "chunk_rejoined",
         CloseTagCaseMismatch => "close_tag_case_mismatch",
+        /// An ATTP `code` written as a `"""` string with backslashes in it
+        /// was read as written (with Python's escapes), not through TOML's.
+        CodeReadRaw => "code_read_raw",
         DataAfterDone => "data_after_done",
         DataAfterFinish => "data_after_finish",
         DetailsWithoutSummary => "details_without_summary",

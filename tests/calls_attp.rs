@@ -387,3 +387,36 @@ proptest! {
         prop_assert_eq!(stream_split(&doc, &cuts), want);
     }
 }
+
+/// `code` in a `"""` string, as models often write it: read with Python's
+/// escapes, as written (TOML's would break `"\n".join` and refuse `\d`).
+#[test]
+fn code_in_a_basic_string_is_read_as_written() {
+    let doc = |code: &str| {
+        format!(
+            "thought = \"\"\"t\"\"\"\n[tool_call]\nstatus = \"success\"\ntarget = \"t\"\ncode = \"\"\"\n{code}\n\"\"\"\n"
+        )
+    };
+    let raw = |call: &spindle::calls::ToolCall| call.attp.as_ref().and_then(|a| a.code.clone()).unwrap_or_default();
+    for code in ["__result__ = \"\\n\".join([\"a\", \"b\"])", "__result__ = re.findall(r\"\\d+\", \"a1b22\")"] {
+        let (call, f) = parse_attp(&doc(code));
+        assert!(call.error.is_none(), "{code}: {call:?}");
+        assert_eq!(raw(&call), format!("{code}\n"));
+        assert!(f.warnings.contains(&"code_read_raw".to_string()), "{code}: {f:?}");
+    }
+    // Nothing to change, TOML's escapes used as TOML means them, or
+    // nothing a literal string could hold: TOML's reading stands, without
+    // a warning.
+    for (code, want) in [
+        ("__result__ = 1", "__result__ = 1\n"),
+        ("__result__ = \"\\\\n\".join(x)", "__result__ = \"\\n\".join(x)\n"),
+        ("__result__ = '''a\\tb'''", "__result__ = '''a\tb'''\n"),
+    ] {
+        let (call, f) = parse_attp(&doc(code));
+        assert_eq!(raw(&call), want);
+        assert!(!f.warnings.contains(&"code_read_raw".to_string()), "{code}: {f:?}");
+    }
+    // The same through the whole parser, at every split.
+    let (p, _) = attp(&doc("__result__ = \"\\n\".join(x)"));
+    assert_eq!(p["attp"]["code"], "__result__ = \"\\n\".join(x)\n");
+}

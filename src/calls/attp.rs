@@ -693,6 +693,89 @@ fn unfence(text: &str) -> (String, String, bool) {
     (doc, outside, close.is_none())
 }
 
+/// The `code` string of a parsed document's `[tool_call]`, if any (keys
+/// in any case).
+fn code_of(table: &toml::Table) -> Option<&str> {
+    fn ci<'a>(t: &'a toml::Table, key: &str) -> Option<&'a toml::Value> {
+        t.iter().find(|(k, _)| k.eq_ignore_ascii_case(key)).map(|(_, v)| v)
+    }
+    let tool_call = ci(table, "tool_call")?.as_table()?;
+    ci(tool_call, "code")?.as_str()
+}
+
+/// Whether Python code has a one-line string literal that a line break
+/// cuts ("unterminated string literal"): what TOML's reading of `"\n"` in
+/// a `"""` string makes of Python's `"\n".join(lines)`.
+fn has_cut_string(code: &str) -> bool {
+    let bytes = code.as_bytes();
+    let mut i = 0;
+    while let Some(&c) = bytes.get(i) {
+        match c {
+            b'#' => i = crate::scan::find_byte(b'\n', &bytes[i..]).map_or(bytes.len(), |n| i + n),
+            b'"' | b'\'' => {
+                let triple = bytes.get(i + 1) == Some(&c) && bytes.get(i + 2) == Some(&c);
+                if !triple {
+                    let mut j = i + 1;
+                    loop {
+                        match bytes.get(j) {
+                            Some(b'\\') => j += 2,
+                            Some(&q) if q == c => break,
+                            Some(b'\n') => return true,
+                            Some(_) => j += 1,
+                            None => return false,
+                        }
+                    }
+                    i = j + 1;
+                } else {
+                    i = string_at(code, i).0;
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    false
+}
+
+/// The document with its `code = """…"""` rewritten as `code = '''…'''`,
+/// when that changes what `code` says: the string has a backslash (TOML
+/// reads `\n` in a `"""` string as a line break, `\d` as an error) and
+/// holds no `'''` (a literal string cannot). Spec 001 writes `code` in
+/// `'''`; a model that writes `"""` still writes Python's escapes
+/// (`"\n".join(lines)`, `re.findall(r"\d+", s)`), not TOML's. `None` when
+/// there is nothing to rewrite.
+fn code_as_literal(doc: &str) -> Option<String> {
+    const QUOTES: &str = "\"\"\"";
+    // The `code` key at the start of a line, then `=` and `"""`.
+    let mut at = 0;
+    let open = loop {
+        let line_end = doc[at..].find('\n').map_or(doc.len(), |n| at + n);
+        let after = doc[at..line_end]
+            .trim_start()
+            .strip_prefix("code")
+            .map(str::trim_start)
+            .and_then(|r| r.strip_prefix('='))
+            .map(str::trim_start);
+        if let Some(after) = after
+            && after.starts_with(QUOTES)
+        {
+            break line_end - after.len();
+        }
+        if line_end == doc.len() {
+            return None;
+        }
+        at = line_end + 1;
+    };
+    let body_start = open + QUOTES.len();
+    let close = body_start + doc[body_start..].find(QUOTES)?;
+    // `""""` and `"""""` end with one or two quotes of the string.
+    let extra = doc[close + QUOTES.len()..].bytes().take(2).take_while(|b| *b == b'"').count();
+    let body = &doc[body_start..close + extra];
+    if !body.contains('\\') || body.contains("'''") {
+        return None;
+    }
+    Some(format!("{}'''{body}'''{}", &doc[..open], &doc[close + extra + QUOTES.len()..]))
+}
+
 /// Reads a complete ATTP document into a call.
 ///
 /// ```
@@ -728,7 +811,27 @@ pub fn parse_attp(text: &str) -> (ToolCall, Findings) {
         violations: Vec::new(),
         calls: Vec::new(),
     };
-    let table = match doc.parse::<toml::Table>() {
+    // `code` written as a `"""` string with Python's escapes in it rather
+    // than TOML's: read as written when TOML's reading fails or cuts a
+    // Python string, and the written form reads.
+    let mut parsed = doc.parse::<toml::Table>();
+    let toml_breaks_code = match &parsed {
+        Ok(table) => code_of(table).is_some_and(has_cut_string),
+        Err(_) => true,
+    };
+    if toml_breaks_code
+        && let Some(table) = code_as_literal(&doc).and_then(|raw| raw.parse::<toml::Table>().ok())
+        && (parsed.is_err() || !code_of(&table).is_some_and(has_cut_string))
+    {
+        f.warn(
+            DiagnosticCode::CodeReadRaw,
+            "`code` is a \"\"\" string with Python's escapes in it: read as written (as in '''), since TOML's \
+             escapes break it (a \\n in a Python string becomes a line break, \\d is refused)"
+                .into(),
+        );
+        parsed = Ok(table);
+    }
+    let table = match parsed {
         Ok(t) => t,
         Err(e) => {
             let at = e
