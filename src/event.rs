@@ -545,6 +545,9 @@ named_enum! {
         /// An ATTP `code` written as a `"""` string with backslashes in it
         /// was read as written (with Python's escapes), not through TOML's.
         CodeReadRaw => "code_read_raw",
+        /// An ATTP `code` wrapped in a Markdown fence: the fence lines
+        /// were dropped.
+        CodeFenceDropped => "code_fence_dropped",
         DataAfterDone => "data_after_done",
         DataAfterFinish => "data_after_finish",
         DetailsWithoutSummary => "details_without_summary",

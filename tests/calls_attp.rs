@@ -420,3 +420,26 @@ fn code_in_a_basic_string_is_read_as_written() {
     let (p, _) = attp(&doc("__result__ = \"\\n\".join(x)"));
     assert_eq!(p["attp"]["code"], "__result__ = \"\\n\".join(x)\n");
 }
+
+/// Code fenced inside its string (with the document fenced or not): the
+/// fence lines go, the code stays; a ```` ```python ```` line inside `code`
+/// does not end the document's own fence.
+#[test]
+fn fenced_code_inside_the_document() {
+    let doc = "thought = '''t'''\n[tool_call]\nstatus = \"success\"\ntarget = \"t\"\ncode = '''\n```python\nx = 1\n__result__ = x\n```\n'''\n";
+    let code = |call: &spindle::calls::ToolCall| call.attp.as_ref().and_then(|a| a.code.clone()).unwrap_or_default();
+    for (text, outside) in [(doc.to_string(), false), (format!("Here:\n```toml\n{doc}```\nDone."), true)] {
+        let (call, f) = parse_attp(&text);
+        assert!(call.error.is_none(), "{text}: {call:?}");
+        assert_eq!(code(&call), "x = 1\n__result__ = x\n", "{text}");
+        assert!(f.warnings.contains(&"code_fence_dropped".to_string()), "{f:?}");
+        assert_eq!(f.warnings.contains(&"text_outside_toml".to_string()), outside, "{f:?}");
+    }
+    // Unfenced code: as it is, no warning.
+    let (call, f) = parse_attp("[tool_call]\nstatus = \"success\"\ntarget = \"t\"\ncode = '''\n__result__ = 1\n'''\n");
+    assert_eq!(code(&call), "__result__ = 1\n");
+    assert!(!f.warnings.contains(&"code_fence_dropped".to_string()));
+    // Through the whole parser, at every split.
+    let (p, _) = attp(doc);
+    assert_eq!(p["attp"]["code"], "x = 1\n__result__ = x\n");
+}

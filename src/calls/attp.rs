@@ -676,13 +676,41 @@ pub fn check_code(code: &str) -> CodeReport {
     report
 }
 
-/// Splits a possibly fenced document: `(toml, text outside the fence)`.
+/// Splits a possibly fenced document: `(toml, text outside the fence,
+/// whether the fence is left open)`. Only a fence line outside TOML's
+/// multi-line strings counts: a ```` ```python ```` line inside `code`
+/// is the code's (see [`unfence_code`]).
 fn unfence(text: &str) -> (String, String, bool) {
     let lines: Vec<&str> = text.split('\n').collect();
-    let Some(open) = lines.iter().position(|l| l.trim_start().starts_with("```")) else {
+    let mut fences = Vec::new();
+    let mut inside: Option<&str> = None;
+    for (i, line) in lines.iter().enumerate() {
+        if inside.is_none() && line.trim_start().starts_with("```") {
+            fences.push(i);
+            continue;
+        }
+        // Where the line leaves the `'''` / `"""` strings it opens or
+        // closes (a line break ends no other TOML string).
+        let mut rest = *line;
+        while let Some(at) = rest.find(['\'', '"']) {
+            let after = &rest[at..];
+            match inside {
+                Some(q) if after.starts_with(q) => {
+                    inside = None;
+                    rest = &after[3..];
+                }
+                None if after.starts_with("'''") || after.starts_with("\"\"\"") => {
+                    inside = Some(&after[..3]);
+                    rest = &after[3..];
+                }
+                _ => rest = &after[1..],
+            }
+        }
+    }
+    let Some(&open) = fences.first() else {
         return (text.to_string(), String::new(), false);
     };
-    let close = lines.iter().enumerate().skip(open + 1).rev().find(|(_, l)| l.trim() == "```").map(|(i, _)| i);
+    let close = fences.iter().skip(1).rev().find(|i| lines[**i].trim() == "```").copied();
     let end = close.unwrap_or(lines.len());
     let doc = lines[open + 1..end].join("\n");
     let mut outside: Vec<&str> = lines[..open].to_vec();
@@ -693,14 +721,32 @@ fn unfence(text: &str) -> (String, String, bool) {
     (doc, outside, close.is_none())
 }
 
+/// `code` without the Markdown fence a model wrapped it in (```` ```python ````
+/// and a closing ```` ``` ````, each on a line of its own): no Python line
+/// begins with ```` ``` ````. `None` when the code is not fenced.
+fn unfence_code(code: &str) -> Option<String> {
+    let body = code.trim_start_matches(['\n', '\r', ' ', '\t']);
+    let first = body.lines().next()?;
+    let lang = first.trim().strip_prefix("```")?;
+    if !lang.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '+') {
+        return None;
+    }
+    let rest = body.get(first.len()..)?.strip_prefix(['\n', '\r']).unwrap_or("");
+    let rest = rest.strip_prefix('\n').unwrap_or(rest);
+    let trimmed = rest.trim_end();
+    let inner = match trimmed.strip_suffix("```") {
+        Some(before) if before.is_empty() || before.ends_with('\n') => before,
+        _ => rest,
+    };
+    Some(inner.to_string())
+}
+
 /// The `code` string of a parsed document's `[tool_call]`, if any (keys
 /// in any case).
 fn code_of(table: &toml::Table) -> Option<&str> {
-    fn ci<'a>(t: &'a toml::Table, key: &str) -> Option<&'a toml::Value> {
-        t.iter().find(|(k, _)| k.eq_ignore_ascii_case(key)).map(|(_, v)| v)
-    }
-    let tool_call = ci(table, "tool_call")?.as_table()?;
-    ci(tool_call, "code")?.as_str()
+    // The key-case warnings come when the document is read for real.
+    let quiet = &mut Findings::default();
+    get_ci(get_ci(table, "tool_call", quiet)?.as_table()?, "code", quiet)?.as_str()
 }
 
 /// Whether Python code has a one-line string literal that a line break
@@ -894,7 +940,17 @@ pub fn parse_attp(text: &str) -> (ToolCall, Findings) {
         f.warn(DiagnosticCode::UnknownKey, format!("[tool_call] key {key:?} is not part of ATTP and was ignored"));
     }
     attp.target = string("target");
-    attp.code = string("code");
+    attp.code = string("code").map(|code| match unfence_code(&code) {
+        Some(inner) => {
+            f.warn(
+                DiagnosticCode::CodeFenceDropped,
+                "`code` was wrapped in a ``` fence: the fence lines were dropped (the string is the code itself)"
+                    .into(),
+            );
+            inner
+        }
+        None => code,
+    });
     attp.message = string("message");
     let status = string("status").map(|s| s.trim().to_lowercase());
     let success = match status.as_deref() {
