@@ -609,6 +609,9 @@ named_enum! {
         MvuFormat => "mvu_format",
         NoFinishReason => "no_finish_reason",
         NoOps => "no_ops",
+        /// ATTP code that never assigns `__result__` (its last expression's
+        /// value, or what it prints, is its result).
+        NoResult => "no_result",
         OpAlias => "op_alias",
         OpsNotWrapped => "ops_not_wrapped",
         OrderViolation => "order_violation",

@@ -75,7 +75,6 @@ fn policy_violations_are_listed() {
         ("forbidden_module", Some("os")),
         ("forbidden_call", Some("eval")),
         ("forbidden_call", Some("__import__")),
-        ("no_result", None),
     ];
     let want: Vec<(String, Option<String>)> =
         want.iter().map(|(r, n)| (r.to_string(), n.map(str::to_string))).collect();
@@ -91,9 +90,8 @@ fn code_policy_table() {
         ("__result__ = 1", &[]),
         ("__result__: int = 1", &[]),
         ("for __result__ in range(3): pass", &[]),
-        ("x = 1", &["no_result"]),
-        ("__result__ == 1", &["no_result"]),
-        ("f(__result__=1)", &["no_result"]),
+        // Not assigning `__result__` is no breach (see below).
+        ("x = 1", &[]),
         // The pre-injected libraries may be imported (the names are there
         // already); nothing else, nothing dotted or relative, no `_` name.
         ("import math\n__result__ = 1", &[]),
@@ -142,6 +140,18 @@ fn code_policy_table() {
     for (code, want) in cases {
         let got: Vec<String> = check_code(code).violations.into_iter().map(|v| v.rule).collect();
         assert_eq!(got, *want, "{code:?}");
+    }
+    // Whether `__result__` is assigned (code that does not still runs: its
+    // last expression, or what it prints, is its result).
+    for (code, assigns) in [
+        ("__result__ = 1", true),
+        ("__result__: int = 1", true),
+        ("for __result__ in range(3): pass", true),
+        ("x = 1", false),
+        ("__result__ == 1", false),
+        ("f(__result__=1)", false),
+    ] {
+        assert_eq!(check_code(code).assigns_result, assigns, "{code:?}");
     }
     let r = check_code(
         "def helper(x):\n    return search_web(x)\nitems = [helper(q) for q in qs]\n__result__ = summarize(items, n=len(items))",

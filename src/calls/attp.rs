@@ -19,7 +19,6 @@
 //! | `forbidden_call` | `open`, `exec`, `eval`, `compile`, `__import__` |
 //! | `forbidden_module` | `os`, `subprocess`, `socket`, `requests`, `http`, `pathlib` (spec 001), and the siblings `sys`, `shutil`, `urllib`, `importlib`, `ctypes`, `builtins` |
 //! | `sandbox_escape` | `__builtins__`, `__subclasses__`, `__globals__`, `__code__`, `__bases__`, `__mro__` |
-//! | `no_result` | `__result__` is never assigned |
 //!
 //! Names are matched as bare names only: `x.open()` (a method of a tool's
 //! result) and `f(open=True)` (a keyword argument) are allowed.
@@ -36,12 +35,12 @@ pub const PYTHON_TOOL: &str = "python";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Violation {
     /// The rule (`import`, `forbidden_call`, `forbidden_module`,
-    /// `sandbox_escape`, `no_result`).
+    /// `sandbox_escape`).
     pub rule: String,
     /// The offending name, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    /// 1-based line in the code (0 for `no_result`).
+    /// 1-based line in the code.
     pub line: usize,
     /// A sentence for people (and for the model's next turn).
     pub message: String,
@@ -552,6 +551,10 @@ pub struct CodeReport {
     /// pre-injected libraries or defined in the code: the tools the code
     /// uses. In order of first call.
     pub calls: Vec<String>,
+    /// Whether the code assigns `__result__`. Code that does not is still
+    /// run (a `no_result` warning): the value of its last expression, or
+    /// else what it printed, is its result, as in a notebook.
+    pub assigns_result: bool,
 }
 
 /// Checks ATTP code against the policy of spec 001.
@@ -565,7 +568,8 @@ pub struct CodeReport {
 ///
 /// let bad = check_code("import os\nprint(eval('1'))");
 /// let rules: Vec<&str> = bad.violations.iter().map(|v| v.rule.as_str()).collect();
-/// assert_eq!(rules, ["import", "forbidden_call", "no_result"]);
+/// assert_eq!(rules, ["import", "forbidden_call"]);
+/// assert!(!bad.assigns_result);
 /// ```
 pub fn check_code(code: &str) -> CodeReport {
     let mut toks = Vec::new();
@@ -665,14 +669,7 @@ pub fn check_code(code: &str) -> CodeReport {
         }
     }
     report.calls.retain(|c| !defined.contains(&c.as_str()));
-    if !assigned {
-        report.violations.push(Violation {
-            rule: "no_result".into(),
-            name: None,
-            line: 0,
-            message: "the code never assigns `__result__`".into(),
-        });
-    }
+    report.assigns_result = assigned;
     report
 }
 
@@ -977,6 +974,14 @@ pub fn parse_attp(text: &str) -> (ToolCall, Findings) {
         match &attp.code {
             Some(code) => {
                 let report = check_code(code);
+                if !report.assigns_result {
+                    f.warn(
+                        DiagnosticCode::NoResult,
+                        "the code never assigns `__result__`: the value of its last expression, or else what it \
+                         prints, is its result"
+                            .into(),
+                    );
+                }
                 for v in &report.violations {
                     f.warn(DiagnosticCode::PolicyViolation, v.message.clone());
                 }

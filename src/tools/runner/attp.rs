@@ -270,6 +270,24 @@ mod tests {
     }
 
     #[test]
+    fn code_without_result_ends_with_its_last_expression_or_its_print() {
+        let end = sandbox("x = 2\nx * 21");
+        assert_eq!(end, json!({"done": true, "result": 42, "printed": ""}));
+        let end = sandbox("print('a', 1)\nprint('b')");
+        assert_eq!(end, json!({"done": true, "result": "a 1\nb\n", "printed": ""}));
+        // An assigned `__result__` wins over the last expression.
+        let end = sandbox("__result__ = 1\n2");
+        assert_eq!(end["result"], 1);
+        let end = sandbox("x = 1");
+        assert_eq!(end["done"], false, "{end}");
+        assert!(end["error"].as_str().is_some_and(|e| e.contains("never assigned __result__")), "{end}");
+        // A syntax error still says where.
+        let end = sandbox("x = (\n");
+        assert_eq!(end["done"], false, "{end}");
+        assert!(end["error"].as_str().is_some_and(|e| e.starts_with("SyntaxError")), "{end}");
+    }
+
+    #[test]
     fn imports_reach_only_the_injected_libraries() {
         let ok = sandbox(
             "import math, json as j\nfrom datetime import datetime, timedelta\nfrom statistics import *\n\

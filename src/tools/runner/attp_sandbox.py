@@ -20,6 +20,7 @@
 # nothing else can be imported. Classes can be defined. spindle's policy
 # check (calls::attp::check_code) has already refused code that reaches
 # for more; this namespace and the process limits are the second wall.
+import ast
 import builtins
 import datetime as _datetime
 import io
@@ -157,8 +158,17 @@ def main():
     for name, (tool, params) in job.get("functions", {}).items():
         scope[name] = tool_function(name, tool, params)
     sys.stdout = printed
+    last = "__attp_last__"
     try:
-        exec(compile(job["code"], "<attp>", "exec"), scope)
+        # Code that never assigns __result__ ends, as in a notebook, with
+        # the value of its last expression: kept under a name of its own.
+        tree = ast.parse(job["code"], "<attp>")
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            expr = tree.body[-1]
+            tree.body[-1] = ast.copy_location(
+                ast.Assign(targets=[ast.Name(id=last, ctx=ast.Store())], value=expr.value), expr)
+            ast.fix_missing_locations(tree)
+        exec(compile(tree, "<attp>", "exec"), scope)
     except BaseException as e:  # everything, as the spec asks: the error goes back
         line = None
         for frame in traceback.extract_tb(e.__traceback__):
@@ -171,11 +181,16 @@ def main():
             message = "MemoryError: the code used more memory than it may"
         send({"done": False, "error": message, "line": line, "printed": printed.getvalue()[-4096:]})
         return
-    if "__result__" not in scope:
-        send({"done": False, "error": "the code never assigned __result__", "line": None,
-              "printed": printed.getvalue()[-4096:]})
-        return
-    send({"done": True, "result": scope["__result__"], "printed": printed.getvalue()[-4096:]})
+    if "__result__" in scope:
+        send({"done": True, "result": scope["__result__"], "printed": printed.getvalue()[-4096:]})
+    elif scope.get(last) is not None:
+        send({"done": True, "result": scope[last], "printed": printed.getvalue()[-4096:]})
+    elif printed.getvalue():
+        # What it printed is what it has to say.
+        send({"done": True, "result": printed.getvalue()[-4096:], "printed": ""})
+    else:
+        send({"done": False, "error": "the code never assigned __result__, and printed nothing", "line": None,
+              "printed": ""})
 
 
 main()
