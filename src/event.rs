@@ -625,6 +625,9 @@ named_enum! {
         ResponseTextTruncated => "response_text_truncated",
         ResponseTooLarge => "response_too_large",
         SecondActionBlock => "second_action_block",
+        /// Several calls in one `<tool_call>` element (one JSON object after
+        /// another, or a list): each is read as a call of its own.
+        SeveralCalls => "several_calls",
         SseEventTooLarge => "sse_event_too_large",
         SseIgnoredField => "sse_ignored_field",
         SseInvalidUtf8 => "sse_invalid_utf8",

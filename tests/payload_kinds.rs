@@ -2,6 +2,7 @@
 //! sizes whole, 1 and 7 (the payload must not depend on the chunking).
 
 use serde_json::{Value, json};
+use spindle::calls::OnError;
 use spindle::event::{Event, Level, RepairKind};
 use spindle::{Parser, Registry};
 
@@ -568,4 +569,44 @@ fn a_call_past_the_size_limit_streams_each_byte_once() {
         assert_eq!(format!("{}{deltas}", el.text), body, "{chunk}");
         assert!(call_args.len() <= 100, "{chunk}: {} bytes of call arguments", call_args.len());
     }
+}
+
+/// Several calls in one `<tool_call>` (one object after another, or a
+/// list): the first is the payload's call, the others `more_calls`, and
+/// `filament_call` makes a step of each, independent of the others.
+#[test]
+fn several_calls_in_one_tool_call() {
+    let a = json!({"name": "Echo", "arguments": {"text": "a"}});
+    let b = json!({"name": "Add", "arguments": {"a": 1, "b": 2}});
+    let both = json!({"name": "Echo", "arguments": {"text": "a"}, "more_calls": [b]});
+    let table: &[(&str, Value)] = &[
+        (
+            "<tool_call>\n{\"name\": \"Echo\", \"arguments\": {\"text\": \"a\"}}\n{\"name\": \"Add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call>",
+            both.clone(),
+        ),
+        (
+            "<tool_call>[{\"name\": \"Echo\", \"arguments\": {\"text\": \"a\"}}, {\"name\": \"Add\", \"arguments\": \"{\\\"a\\\": 1, \\\"b\\\": 2}\"}]</tool_call>",
+            both.clone(),
+        ),
+        ("<tool_call>[{\"name\": \"Echo\", \"arguments\": {\"text\": \"a\"}}]</tool_call>", a.clone()),
+    ];
+    let registry = Registry::filament();
+    for (input, want) in table {
+        let (p, events) = payload_in(&registry, input, "tool_call");
+        assert_eq!(&p, want, "{input}");
+        assert!(codes(&events).contains(&"several_calls".to_string()), "{input}: {:?}", codes(&events));
+        let el = events.iter().filter_map(Event::as_element).find(|e| &*e.tag == "tool_call").unwrap();
+        let call = spindle::calls::filament_call(el);
+        let steps: Vec<(&str, OnError)> = call.steps.iter().map(|s| (s.tool_id.as_str(), s.on_error)).collect();
+        let want: Vec<(&str, OnError)> = match p.get("more_calls") {
+            Some(_) => vec![("Echo", OnError::Continue), ("Add", OnError::Continue)],
+            None => vec![("Echo", OnError::Stop)],
+        };
+        assert_eq!(steps, want, "{input}");
+    }
+    // Prose after one call, or a list of what are not calls: as before.
+    let p = payload("<tool_call>{\"name\": \"Echo\", \"arguments\": {}} and that is all</tool_call>", "tool_call");
+    assert_eq!(p, json!({"name": "Echo", "arguments": {}}));
+    let p = payload("<tool_call>[1, 2]</tool_call>", "tool_call");
+    assert_eq!(p["name"], Value::Null);
 }

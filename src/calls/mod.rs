@@ -137,7 +137,8 @@ pub struct Step {
     #[serde(default)]
     pub uris: BTreeMap<String, String>,
     /// The step number as written (`command_3` -> 3), `null` for an
-    /// unnumbered `command` and for ACTION/ATTP.
+    /// unnumbered `command` and for ACTION/ATTP; for several calls in one
+    /// `tool_call` element, 1, 2, ... in order.
     #[serde(default)]
     pub index: Option<u64>,
     /// A `comment_N` note for this step.
@@ -526,7 +527,8 @@ fn too_large(call: &mut ToolCall, findings: &mut Findings, kept: usize, what: &s
 /// The call of a completed `tool_call` element (Filament `<tool_call
 /// name="...">{json}</tool_call>`, or the Hermes/Qwen form): one step whose
 /// tool id is the payload's `name` and whose parameters are its
-/// `arguments`. A body that did not parse, a missing name or arguments that
+/// `arguments`, and one more for each of its `more_calls` (several calls
+/// written in one element; each step then goes on when another fails). A body that did not parse, a missing name or arguments that
 /// are not a JSON object give a call with `error` and the `Malformed
 /// <tool_call>` observation, and no step.
 ///
@@ -569,6 +571,23 @@ pub fn filament_call(el: &Element) -> ToolCall {
     let mut step = Step::new(name);
     step.params = params;
     call.steps.push(step);
+    // More calls in the same element (`more_calls`): steps of their own,
+    // independent of each other as parallel calls are.
+    let more = payload.get("more_calls").and_then(serde_json::Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    for extra in more {
+        let name = extra.get("name").and_then(serde_json::Value::as_str).map(str::trim).unwrap_or_default();
+        let mut step = Step::new(name);
+        if let Some(serde_json::Value::Object(m)) = extra.get("arguments") {
+            step.params = m.clone();
+        }
+        call.steps.push(step);
+    }
+    if call.steps.len() > 1 {
+        for (n, step) in (1..).zip(call.steps.iter_mut()) {
+            step.on_error = OnError::Continue;
+            step.index = Some(n);
+        }
+    }
     call
 }
 

@@ -33,7 +33,7 @@ pub(crate) fn tool_call(el: &Element) -> Payload {
     if let Some(payload) = function_call(el).or_else(|| arg_key_call(el)) {
         return payload;
     }
-    named_json(
+    let one = named_json(
         el,
         NamedJson {
             tag: "tool_call",
@@ -45,7 +45,59 @@ pub(crate) fn tool_call(el: &Element) -> Payload {
             not_object: DiagnosticCode::ArgumentsNotObject,
             without_name: DiagnosticCode::ToolCallWithoutName,
         },
-    )
+    );
+    // Text after the call, or a body that is a list: perhaps several calls
+    // in one element (looked at only then: the common body is one call).
+    let suspect = one.diagnostics.iter().any(|d| d.code == DiagnosticCode::JsonSurroundingProse)
+        || one.value.get("arguments").is_some_and(Value::is_array);
+    match suspect.then(|| several_calls(el)).flatten() {
+        Some(several) => several,
+        None => one,
+    }
+}
+
+/// Several calls in one `<tool_call>` body, as models write them: one
+/// JSON object after another, or a list of them. The payload is the first
+/// call's `{name, arguments}` with the others in `more_calls` (each a
+/// `{name, arguments}` too), and an info `several_calls` says so. `None`
+/// unless every value is an object that names a tool, there is no name
+/// attribute, and there is more than one call or a list.
+fn several_calls(el: &Element) -> Option<Payload> {
+    if attr(el, NAME_KEYS).is_some() {
+        return None;
+    }
+    let (values, leniencies) = super::json::parse_values(&el.text).ok()?;
+    let listed = matches!(values.as_slice(), [Value::Array(_)]);
+    let values = match values.as_slice() {
+        [Value::Array(items)] => items.clone(),
+        _ => values,
+    };
+    if values.len() < 2 && !listed {
+        return None;
+    }
+    let mut out = Payload::none();
+    out.diagnostics.extend(super::leniency_diagnostics(&leniencies, 0));
+    let mut calls = Vec::with_capacity(values.len());
+    for value in values {
+        let Value::Object(mut map) = value else { return None };
+        let name = NAME_KEYS.iter().find_map(|k| map.get(*k).and_then(Value::as_str).map(str::to_string))?;
+        take(&mut map, NAME_KEYS);
+        let args = match ARG_KEYS.iter().find(|k| map.contains_key(**k)) {
+            Some(k) => unwrap_args(map.shift_remove(*k).unwrap_or(Value::Null), &mut out),
+            None => Value::Object(map),
+        };
+        calls.push(object!([("name", Value::String(name)), ("arguments", args)]));
+    }
+    let message = format!("the <tool_call> body holds {} calls; each is read as a call of its own", calls.len());
+    out.diagnostics.push(diag(Level::Info, DiagnosticCode::SeveralCalls, &message));
+    let mut calls = calls.into_iter();
+    let Some(Value::Object(mut first)) = calls.next() else { return None };
+    let more: Vec<Value> = calls.collect();
+    if !more.is_empty() {
+        first.insert("more_calls".into(), Value::Array(more));
+    }
+    out.value = Value::Object(first);
+    Some(out)
 }
 
 /// Qwen3-Coder's call form, the body of a `<tool_call>` without a name

@@ -34,6 +34,7 @@
 //! | the call | `--invalid-calls pass` (default) | `--invalid-calls drop` |
 //! |---|---|---|
 //! | Hermes/Filament `<tool_call>` | streamed: name as soon as it is complete, then argument fragments | sent whole when complete and checked |
+//! | several calls in one `<tool_call>` (one JSON object after another, or a list) | the first streamed, the others sent when the element ends | each sent whole and checked |
 //! | Qwen3-Coder's `<tool_call><function=NAME><parameter=KEY>VALUE</parameter></function></tool_call>`, GLM's `<tool_call>NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value></tool_call>` | sent whole when its element ends, the parameters typed by the schema (`"2"` becomes `2` for an integer) | the same, after the check |
 //! | TAM / ACTION block | one tool call per step at the end of the block (arguments converted to the schema's types) | the same, after the check |
 //! | name not in `tools`, arguments failing the schema | sent as written | left out; its did-you-mean observation in the content |

@@ -391,6 +391,13 @@ impl CallConverter {
                             let empty = ToolCall { steps: Vec::new(), ..call };
                             self.complete(&empty, el.id, cut, choice, response_id, &mut out);
                         }
+                        // The first call went out as it streamed; the
+                        // others written in the same element go now.
+                        Some(Slot::Streaming { .. }) if call.steps.len() > 1 => {
+                            let steps = call.steps[1..].to_vec();
+                            let rest = ToolCall { steps, ..call };
+                            self.complete(&rest, el.id, cut, choice, response_id, &mut out);
+                        }
                         Some(Slot::Streaming { .. }) => {}
                         None | Some(Slot::Held) => self.complete(&call, el.id, cut, choice, response_id, &mut out),
                     }
@@ -734,6 +741,35 @@ mod tests {
                 let args: Value = serde_json::from_str(calls[0]["function"]["arguments"].as_str().unwrap_or(""))
                     .unwrap_or(Value::Null);
                 assert_eq!(args, json!({"city": "Oslo", "days": 2}), "split {n} {invalid:?}");
+            }
+        }
+    }
+
+    /// Two calls written in one `<tool_call>` (one object after the other,
+    /// or a list) are two `tool_calls`, the first streamed as it arrives
+    /// when calls pass, both sent whole and checked when they are dropped.
+    #[test]
+    fn several_calls_in_one_element_are_several_tool_calls() {
+        let texts = [
+            "On it.<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Bergen\"}}\n</tool_call>",
+            "On it.<tool_call>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}, {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Bergen\"}}]</tool_call>",
+        ];
+        for text in texts {
+            for n in [1, 5, text.len()] {
+                let pieces = split(text, n);
+                let refs: Vec<&str> = pieces.iter().map(String::as_str).collect();
+                for invalid in [InvalidCalls::Pass, InvalidCalls::Drop] {
+                    let (content, calls, made) = run("chat", &refs, invalid, "stop");
+                    assert_eq!((content.as_str(), made), ("On it.", 2), "{text} split {n} {invalid:?}");
+                    let cities: Vec<Value> = calls
+                        .iter()
+                        .map(|c| {
+                            let args = c["function"]["arguments"].as_str().unwrap_or("");
+                            serde_json::from_str::<Value>(args).unwrap_or(Value::Null)["city"].clone()
+                        })
+                        .collect();
+                    assert_eq!(cities, [json!("Oslo"), json!("Bergen")], "{text} split {n} {invalid:?}: {calls:?}");
+                }
             }
         }
     }
