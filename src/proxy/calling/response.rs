@@ -707,40 +707,28 @@ mod tests {
     }
 
     /// Qwen3-Coder writes its calls as `<function=…><parameter=…>` inside
-    /// `<tool_call>`: they become `tool_calls`, the parameters typed by the
-    /// tool's schema, at any split.
+    /// `<tool_call>`, GLM as `name<arg_key>…</arg_key><arg_value>…`: they
+    /// become `tool_calls`, the parameters typed by the tool's schema, at
+    /// any split.
     #[test]
-    fn qwen3_coder_calls_become_tool_calls() {
-        let text = "Checking.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>";
-        for n in [1, 4, 11, text.len()] {
-            let pieces = split(text, n);
-            let refs: Vec<&str> = pieces.iter().map(String::as_str).collect();
-            for invalid in [InvalidCalls::Pass, InvalidCalls::Drop] {
-                let (content, calls, made) = run("chat", &refs, invalid, "stop");
-                assert_eq!((content.as_str(), made), ("Checking.\n", 1), "split {n} {invalid:?}");
-                assert_eq!(calls[0]["function"]["name"], "get_weather");
-                let args: Value = serde_json::from_str(calls[0]["function"]["arguments"].as_str().unwrap_or(""))
-                    .unwrap_or(Value::Null);
-                assert_eq!(args, json!({"city": "Oslo", "days": 2}), "split {n} {invalid:?}");
-            }
-        }
-    }
-
-    /// GLM writes its calls as `name<arg_key>…</arg_key><arg_value>…` inside
-    /// `<tool_call>`: they become `tool_calls` too, typed by the schema.
-    #[test]
-    fn glm_calls_become_tool_calls() {
-        let text = "Checking.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>\n<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n</tool_call>";
-        for n in [1, 4, 11, text.len()] {
-            let pieces = split(text, n);
-            let refs: Vec<&str> = pieces.iter().map(String::as_str).collect();
-            for invalid in [InvalidCalls::Pass, InvalidCalls::Drop] {
-                let (content, calls, made) = run("chat", &refs, invalid, "stop");
-                assert_eq!((content.as_str(), made, calls.len()), ("Checking.\n", 1, 1), "split {n} {invalid:?}");
-                assert_eq!(calls[0]["function"]["name"], "get_weather");
-                let args: Value = serde_json::from_str(calls[0]["function"]["arguments"].as_str().unwrap_or(""))
-                    .unwrap_or(Value::Null);
-                assert_eq!(args, json!({"city": "Oslo", "days": 2}), "split {n} {invalid:?}");
+    fn markup_calls_become_tool_calls() {
+        let texts = [
+            "Checking.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>",
+            "Checking.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>\n<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n</tool_call>",
+        ];
+        for text in texts {
+            for n in [1, 4, 11, text.len()] {
+                let pieces = split(text, n);
+                let refs: Vec<&str> = pieces.iter().map(String::as_str).collect();
+                for invalid in [InvalidCalls::Pass, InvalidCalls::Drop] {
+                    let (content, calls, made) = run("chat", &refs, invalid, "stop");
+                    let got = (content.as_str(), made, calls.len());
+                    assert_eq!(got, ("Checking.\n", 1, 1), "{text} split {n} {invalid:?}");
+                    assert_eq!(calls[0]["function"]["name"], "get_weather");
+                    let args: Value = serde_json::from_str(calls[0]["function"]["arguments"].as_str().unwrap_or(""))
+                        .unwrap_or(Value::Null);
+                    assert_eq!(args, json!({"city": "Oslo", "days": 2}), "{text} split {n} {invalid:?}");
+                }
             }
         }
     }
