@@ -168,6 +168,13 @@ fn cases() -> Vec<(&'static str, Protocol, Calls, &'static str)> {
         ),
         ("tools/hermes-until-eos", Protocol::Hermes, vec![("final_answer", json!({"trigger": true}))], "<tools>"),
         (
+            "tools/hermes-two-in-one",
+            Protocol::Hermes,
+            vec![(w, json!({"city": "Tokyo", "unit": "celsius"})), (w, json!({"city": "Osaka", "unit": "celsius"}))],
+            "<tools>",
+        ),
+        ("tools/glm-weather", Protocol::Hermes, vec![(w, json!({"city": "Oslo", "unit": "celsius"}))], "<tools>"),
+        (
             "tools/hermes-arguments-string",
             Protocol::Hermes,
             vec![(w, json!({"city": "Paris", "unit": "celsius"}))],
