@@ -453,3 +453,14 @@ fn fenced_code_inside_the_document() {
     let (p, _) = attp(doc);
     assert_eq!(p["attp"]["code"], "x = 1\n__result__ = x\n");
 }
+
+/// A thought that quotes a `code = """` line does not hide the real one.
+#[test]
+fn a_quoted_code_line_in_the_thought_is_not_the_code() {
+    let doc = "thought = '''I could write\ncode = \"\"\" like this\"\"\"\n'''\r\n[tool_call]\r\nstatus = \"success\"\r\ntarget = \"t\"\r\ncode = \"\"\"\r\n__result__ = re.findall(r\"\\d+\", \"a1\")\r\n\"\"\"\r\n";
+    let (call, f) = parse_attp(doc);
+    assert!(call.error.is_none(), "{call:?}");
+    assert!(f.warnings.contains(&"code_read_raw".to_string()), "{f:?}");
+    let code = call.attp.and_then(|a| a.code).unwrap_or_default();
+    assert_eq!(code, "__result__ = re.findall(r\"\\d+\", \"a1\")\r\n");
+}

@@ -788,8 +788,20 @@ fn has_cut_string(code: &str) -> bool {
 /// there is nothing to rewrite.
 fn code_as_literal(doc: &str) -> Option<String> {
     const QUOTES: &str = "\"\"\"";
-    // The `code` key at the start of a line, then `=` and `"""`.
-    let mut at = 0;
+    // The `code` key at the start of a line, then `=` and `"""`: after the
+    // `[tool_call]` header when there is one (the thought before it may
+    // quote such a line).
+    let header = doc.split('\n').scan(0, |at, line| {
+        let start = *at;
+        *at += line.len() + 1;
+        Some((start, line))
+    });
+    let mut at = header
+        .filter(|(_, line)| line.trim().eq_ignore_ascii_case("[tool_call]"))
+        .map(|(start, line)| start + line.len())
+        .next()
+        .unwrap_or(0)
+        .min(doc.len());
     let open = loop {
         let line_end = doc[at..].find('\n').map_or(doc.len(), |n| at + n);
         let after = doc[at..line_end]
