@@ -165,6 +165,7 @@ fn function_call(el: &Element) -> Option<Payload> {
 /// (Qwen3-Coder's `<function=…>`, GLM's `name<arg_key>…`): its arguments
 /// are strings until a tool's schema types them, so the call is sent
 /// whole, not streamed as JSON fragments.
+#[cfg(feature = "proxy")]
 pub(crate) fn is_markup_call(text: &str) -> bool {
     text.trim_start().starts_with("<function=") || glm_name(text).is_some()
 }

@@ -80,6 +80,7 @@
 pub mod html;
 pub mod json;
 mod kinds;
+#[cfg(feature = "proxy")]
 pub(crate) use kinds::is_markup_call;
 mod net;
 mod style;
