@@ -610,3 +610,23 @@ fn several_calls_in_one_tool_call() {
     let p = payload("<tool_call>[1, 2]</tool_call>", "tool_call");
     assert_eq!(p["name"], Value::Null);
 }
+
+/// OpenAI's wire form written inside the tag (`{"type": "function",
+/// "function": {"name", "arguments"}}`, the arguments a JSON string or an
+/// object), alone or several in a list: read as the calls it describes.
+#[test]
+fn tool_call_in_openais_wire_form() {
+    let one = "<tool_call>{\"type\": \"function\", \"function\": {\"name\": \"Echo\", \"arguments\": \"{\\\"text\\\": \\\"a\\\"}\"}}</tool_call>";
+    let (p, events) = payload_in(&Registry::filament(), one, "tool_call");
+    assert_eq!(p, json!({"name": "Echo", "arguments": {"text": "a"}}));
+    assert!(!codes(&events).contains(&"tool_call_without_name".to_string()), "{:?}", codes(&events));
+    let list = "<tool_call>[{\"type\": \"function\", \"function\": {\"name\": \"Echo\", \"arguments\": {\"text\": \"a\"}}}, {\"function\": {\"name\": \"Add\", \"arguments\": {\"a\": 1}}}]</tool_call>";
+    assert_eq!(
+        payload(list, "tool_call"),
+        json!({"name": "Echo", "arguments": {"text": "a"}, "more_calls": [{"name": "Add", "arguments": {"a": 1}}]})
+    );
+    // A top-level name wins over an argument that happens to be called
+    // `function`.
+    let named = "<tool_call>{\"name\": \"define\", \"arguments\": {\"function\": {\"name\": \"f\"}}}</tool_call>";
+    assert_eq!(payload(named, "tool_call"), json!({"name": "define", "arguments": {"function": {"name": "f"}}}));
+}

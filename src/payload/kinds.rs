@@ -50,10 +50,50 @@ pub(crate) fn tool_call(el: &Element) -> Payload {
     // in one element (looked at only then: the common body is one call).
     let suspect = one.diagnostics.iter().any(|d| d.code == DiagnosticCode::JsonSurroundingProse)
         || one.value.get("arguments").is_some_and(Value::is_array);
-    match suspect.then(|| several_calls(el)).flatten() {
-        Some(several) => several,
+    match suspect.then(|| several_calls(el)).flatten().or_else(|| openai_form(&one)) {
+        Some(read) => read,
         None => one,
     }
+}
+
+/// The name and arguments of one call object: `{"name", "arguments"}` (or
+/// another of the name and argument keys, the arguments as a JSON string
+/// too), or OpenAI's wire form `{"type": "function", "function": {"name",
+/// "arguments"}}`. `None` when it names no tool.
+fn call_parts(mut map: Map<String, Value>, out: &mut Payload) -> Option<(String, Value)> {
+    let Some(name) = NAME_KEYS.iter().find_map(|k| map.get(*k).and_then(Value::as_str).map(str::to_string)) else {
+        return match map.shift_remove("function") {
+            Some(Value::Object(function)) if function.get("name").is_some_and(Value::is_string) => {
+                call_parts(function, out)
+            }
+            _ => None,
+        };
+    };
+    take(&mut map, NAME_KEYS);
+    let args = match ARG_KEYS.iter().find(|k| map.contains_key(**k)) {
+        Some(k) => unwrap_args(map.shift_remove(*k).unwrap_or(Value::Null), out),
+        None => Value::Object(map),
+    };
+    Some((name, args))
+}
+
+/// OpenAI's wire form written inside the tag, `<tool_call>{"type":
+/// "function", "function": {"name": "f", "arguments": "{…}"}}</tool_call>`,
+/// as the call it describes. `None` for any other payload.
+fn openai_form(one: &Payload) -> Option<Payload> {
+    if !one.value.get("name").is_some_and(Value::is_null) {
+        return None;
+    }
+    let Some(Value::Object(body)) = one.value.get("arguments") else { return None };
+    if !body.get("function").is_some_and(Value::is_object) {
+        return None;
+    }
+    let mut out = Payload::none();
+    out.diagnostics =
+        one.diagnostics.iter().filter(|d| d.code != DiagnosticCode::ToolCallWithoutName).cloned().collect();
+    let (name, args) = call_parts(body.clone(), &mut out)?;
+    out.value = object!([("name", Value::String(name)), ("arguments", args)]);
+    Some(out)
 }
 
 /// Several calls in one `<tool_call>` body, as models write them: one
@@ -79,13 +119,8 @@ fn several_calls(el: &Element) -> Option<Payload> {
     out.diagnostics.extend(super::leniency_diagnostics(&leniencies, 0));
     let mut calls = Vec::with_capacity(values.len());
     for value in values {
-        let Value::Object(mut map) = value else { return None };
-        let name = NAME_KEYS.iter().find_map(|k| map.get(*k).and_then(Value::as_str).map(str::to_string))?;
-        take(&mut map, NAME_KEYS);
-        let args = match ARG_KEYS.iter().find(|k| map.contains_key(**k)) {
-            Some(k) => unwrap_args(map.shift_remove(*k).unwrap_or(Value::Null), &mut out),
-            None => Value::Object(map),
-        };
+        let Value::Object(map) = value else { return None };
+        let (name, args) = call_parts(map, &mut out)?;
         calls.push(object!([("name", Value::String(name)), ("arguments", args)]));
     }
     let message = format!("the <tool_call> body holds {} calls; each is read as a call of its own", calls.len());

@@ -741,6 +741,7 @@ mod tests {
         let texts = [
             "On it.<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Bergen\"}}\n</tool_call>",
             "On it.<tool_call>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}, {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Bergen\"}}]</tool_call>",
+            "On it.<tool_call>{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Oslo\\\"}\"}}</tool_call><tool_call>{\"function\": {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Bergen\"}}}</tool_call>",
         ];
         for text in texts {
             for n in [1, 5, text.len()] {
