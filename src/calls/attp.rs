@@ -436,6 +436,15 @@ struct Refused {
     why: String,
 }
 
+/// Tokens as written, without the spaces between them (`os.path`).
+fn spelled(toks: &[Tok<'_>]) -> String {
+    toks.iter()
+        .map(|t| match t {
+            Tok::Name { text, .. } | Tok::Op { text } => *text,
+        })
+        .collect()
+}
+
 /// Reads the `import` statement whose `import` keyword is token `at`:
 /// `import a [as b], ...` or `from a import x [as y], ...` (in
 /// parentheses or not, `*` too). Only a pre-injected library, named
@@ -490,12 +499,7 @@ fn import_statement<'a>(toks: &[Tok<'a>], at: usize) -> ImportStatement<'a> {
     let tail = &toks[at + 1..end];
     match from {
         Some(j) => {
-            let module: String = toks[j + 1..at]
-                .iter()
-                .map(|t| match t {
-                    Tok::Name { text, .. } | Tok::Op { text } => *text,
-                })
-                .collect();
+            let module = spelled(&toks[j + 1..at]);
             if !LIBRARIES.contains(&module.as_str()) {
                 out.refused = Some(if module.is_empty() || module.starts_with('.') {
                     Refused { name: module, why: "relative imports are not allowed".into() }
@@ -521,14 +525,7 @@ fn import_statement<'a>(toks: &[Tok<'a>], at: usize) -> ImportStatement<'a> {
         None => {
             for part in tail.split(|t| matches!(t, Tok::Op { text: "," })) {
                 let mut parts = part.splitn(2, |t| matches!(t, Tok::Name { text: "as", .. }));
-                let module: String = parts
-                    .next()
-                    .unwrap_or_default()
-                    .iter()
-                    .map(|t| match t {
-                        Tok::Name { text, .. } | Tok::Op { text } => *text,
-                    })
-                    .collect();
+                let module = spelled(parts.next().unwrap_or_default());
                 if !LIBRARIES.contains(&module.as_str()) && out.refused.is_none() {
                     out.refused = Some(not_a_library(if module.is_empty() { "import" } else { &module }));
                 }
