@@ -611,6 +611,43 @@ fn several_calls_in_one_tool_call() {
     assert_eq!(p["name"], Value::Null);
 }
 
+/// Among several calls in one `<tool_call>`, one whose arguments are not a
+/// JSON object (a string that is not JSON, a list) is a step
+/// marked `malformed_arguments`, wherever it stands; the others still run.
+/// A lone call with such arguments is a malformed call, as before.
+#[test]
+fn a_malformed_call_among_several_does_not_stop_the_others() {
+    let registry = Registry::filament();
+    let table: &[(&str, &[(&str, Option<&str>)])] = &[
+        (
+            "<tool_call>[{\"name\": \"Echo\", \"arguments\": {\"text\": \"a\"}}, {\"name\": \"Add\", \"arguments\": \"a=1, b=2\"}]</tool_call>",
+            &[("Echo", None), ("Add", Some("malformed_arguments"))],
+        ),
+        (
+            "<tool_call>\n{\"name\": \"Add\", \"arguments\": [1, 2]}\n{\"name\": \"Echo\", \"arguments\": {\"text\": \"a\"}}\n</tool_call>",
+            &[("Add", Some("malformed_arguments")), ("Echo", None)],
+        ),
+    ];
+    for (input, want) in table {
+        let (_, events) = payload_in(&registry, input, "tool_call");
+        let el = events.iter().filter_map(Event::as_element).find(|e| &*e.tag == "tool_call").unwrap();
+        let call = spindle::calls::filament_call(el);
+        assert!(call.error.is_none(), "{input}: {:?}", call.error);
+        let steps: Vec<(&str, Option<&str>)> =
+            call.steps.iter().map(|s| (s.tool_id.as_str(), s.not_runnable.as_deref())).collect();
+        assert_eq!(&steps, want, "{input}");
+        assert!(call.steps.iter().all(|s| s.on_error == OnError::Continue), "{input}");
+        let runnable = call.steps.iter().find(|s| s.not_runnable.is_none()).unwrap();
+        assert!(!runnable.params.is_empty(), "{input}");
+    }
+    let (_, events) =
+        payload_in(&registry, "<tool_call>{\"name\": \"Add\", \"arguments\": [1, 2]}</tool_call>", "tool_call");
+    let el = events.iter().filter_map(Event::as_element).find(|e| &*e.tag == "tool_call").unwrap();
+    let call = spindle::calls::filament_call(el);
+    assert!(call.steps.is_empty());
+    assert_eq!(call.error.as_deref(), Some("the arguments of Add are an array, not a JSON object"));
+}
+
 /// OpenAI's wire form written inside the tag (`{"type": "function",
 /// "function": {"name", "arguments"}}`, the arguments a JSON string or an
 /// object), alone or several in a list: read as the calls it describes.

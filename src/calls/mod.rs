@@ -146,8 +146,9 @@ pub struct Step {
     pub comment: Option<String>,
     /// Why this step must not be run, as a code (`cut_off`: its block was
     /// cut off by the end of the output, so its values may be incomplete;
-    /// `too_large`: its block passed the element size limit);
-    /// `None` for a runnable step. A runner reports such a step instead of
+    /// `too_large`: its block passed the element size limit;
+    /// `malformed_arguments`: one of several calls in a `<tool_call>` whose
+    /// arguments are not a JSON object); `None` for a runnable step. A runner reports such a step instead of
     /// running it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_runnable: Option<String>,
@@ -528,9 +529,12 @@ fn too_large(call: &mut ToolCall, findings: &mut Findings, kept: usize, what: &s
 /// name="...">{json}</tool_call>`, or the Hermes/Qwen form): one step whose
 /// tool id is the payload's `name` and whose parameters are its
 /// `arguments`, and one more for each of its `more_calls` (several calls
-/// written in one element; each step then goes on when another fails). A body that did not parse, a missing name or arguments that
-/// are not a JSON object give a call with `error` and the `Malformed
-/// <tool_call>` observation, and no step.
+/// written in one element; each step then goes on when another fails). A
+/// body that did not parse, a missing name, or the arguments of a lone
+/// call that are not a JSON object give a call with `error` and the
+/// `Malformed <tool_call>` observation, and no step. Among several calls,
+/// one whose arguments are not an object is a step of its own marked
+/// `not_runnable: malformed_arguments`, and the others still run.
 ///
 /// ```
 /// use spindle::calls::{filament_call, CallFormat};
@@ -559,36 +563,48 @@ pub fn filament_call(el: &Element) -> ToolCall {
         malformed(&mut call, "it names no tool (no name attribute and no \"name\" in its body)".into());
         return call;
     };
-    let params = match payload.get("arguments") {
+    // More calls in the same element (`more_calls`): steps of their own,
+    // independent of each other as parallel calls are.
+    let more = payload.get("more_calls").and_then(serde_json::Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    if more.is_empty() {
+        match call_step(name, payload.get("arguments")) {
+            Ok(step) => call.steps.push(step),
+            Err(why) => malformed(&mut call, why),
+        }
+        return call;
+    }
+    let calls = std::iter::once((name, payload.get("arguments"))).chain(more.iter().map(|extra| {
+        let name = extra.get("name").and_then(serde_json::Value::as_str).map(str::trim).unwrap_or_default();
+        (name, extra.get("arguments"))
+    }));
+    for (n, (name, args)) in (1..).zip(calls) {
+        let mut step = call_step(name, args).unwrap_or_else(|_| {
+            let mut step = Step::new(name);
+            step.not_runnable = Some("malformed_arguments".into());
+            step
+        });
+        step.on_error = OnError::Continue;
+        step.index = Some(n);
+        call.steps.push(step);
+    }
+    call
+}
+
+/// The step of one `{name, arguments}` call: no arguments (or `null`) are
+/// no parameters, an object is the parameters; anything else is why the
+/// call is malformed.
+fn call_step(name: &str, args: Option<&serde_json::Value>) -> Result<Step, String> {
+    let params = match args {
         None | Some(serde_json::Value::Null) => serde_json::Map::new(),
         Some(serde_json::Value::Object(m)) => m.clone(),
         Some(other) => {
             let kind = crate::state::type_name(other);
-            malformed(&mut call, format!("the arguments of {name} are {kind}, not a JSON object"));
-            return call;
+            return Err(format!("the arguments of {name} are {kind}, not a JSON object"));
         }
     };
     let mut step = Step::new(name);
     step.params = params;
-    call.steps.push(step);
-    // More calls in the same element (`more_calls`): steps of their own,
-    // independent of each other as parallel calls are.
-    let more = payload.get("more_calls").and_then(serde_json::Value::as_array).map(Vec::as_slice).unwrap_or_default();
-    for extra in more {
-        let name = extra.get("name").and_then(serde_json::Value::as_str).map(str::trim).unwrap_or_default();
-        let mut step = Step::new(name);
-        if let Some(serde_json::Value::Object(m)) = extra.get("arguments") {
-            step.params = m.clone();
-        }
-        call.steps.push(step);
-    }
-    if call.steps.len() > 1 {
-        for (n, step) in (1..).zip(call.steps.iter_mut()) {
-            step.on_error = OnError::Continue;
-            step.index = Some(n);
-        }
-    }
-    call
+    Ok(step)
 }
 
 /// The [`ToolCall`] of any completed call element: the payload of a `tam`,

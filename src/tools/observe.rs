@@ -294,7 +294,8 @@ pub fn pending(tool_id: &str, task_id: &str) -> String {
 }
 
 /// Why a step was not run, as an observation; `reason` is the
-/// `not_runnable` code (`cut_off`, `too_large`, `second_action_block`) or a code of
+/// `not_runnable` code (`cut_off`, `too_large`, `second_action_block`,
+/// `malformed_arguments`) or a code of
 /// the runner's (`previous_step_failed`, `invalid_call`, `no_runner`,
 /// `attp_code`).
 pub fn not_run(tool_id: &str, reason: &str, detail: &str) -> String {
@@ -302,6 +303,7 @@ pub fn not_run(tool_id: &str, reason: &str, detail: &str) -> String {
         "cut_off" => "its block was cut off by the end of the output, so its values may be incomplete; write the whole block again".to_string(),
         "second_action_block" => "only the first <ACTION> block of an answer runs (spec 004 §3.2.1); this was a later one".to_string(),
         "too_large" => "its block passed the element size limit, so its values may be incomplete; write a shorter block".to_string(),
+        "malformed_arguments" => "its arguments are not a JSON object; write them as one, as in {\"name\": \"tool\", \"arguments\": {\"key\": \"value\"}}".to_string(),
         "previous_step_failed" => format!("{detail}, and on_error for it is stop"),
         "invalid_call" => format!("{detail}, and no step of a call runs unless every step is valid"),
         _ if detail.is_empty() => reason.replace('_', " "),
