@@ -618,7 +618,9 @@ fn several_calls_in_one_tool_call() {
 #[test]
 fn a_malformed_call_among_several_does_not_stop_the_others() {
     let registry = Registry::filament();
-    let table: &[(&str, &[(&str, Option<&str>)])] = &[
+    // Each input, and its steps: the tool and why it is not runnable.
+    type Steps = &'static [(&'static str, Option<&'static str>)];
+    let table: &[(&str, Steps)] = &[
         (
             "<tool_call>[{\"name\": \"Echo\", \"arguments\": {\"text\": \"a\"}}, {\"name\": \"Add\", \"arguments\": \"a=1, b=2\"}]</tool_call>",
             &[("Echo", None), ("Add", Some("malformed_arguments"))],
