@@ -325,3 +325,40 @@ fn spindle_parse_jsonl_shows_filtered_html() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Text that an HTML tokenizer would read as a tag of an HTML element, but
+/// that no writer of markup means as one (`if a<b {}`, `a<b and c>d`, a tag
+/// across a blank line, one never ended), is shown as text: before, its
+/// "attributes" were removed, and the text with them. Tags that are meant
+/// (bare attributes that mean something, values) are filtered as before.
+#[test]
+fn text_that_reads_like_a_tag_is_shown_not_dropped() {
+    let cases: &[(&str, &str)] = &[
+        ("if a<b {}\n```\n\nand <b>bold</b>", "if a&lt;b {}\n```\n\nand <b>bold</b>"),
+        ("when a<b and c>d, stop", "when a&lt;b and c>d, stop"),
+        ("p<q or q>p", "p&lt;q or q>p"),
+        ("x <i\n\nsee> y", "x &lt;i\n\nsee> y"),
+        ("a <b title=\"t\" (x)>b", "a &lt;b title=\"t\" (x)>b"),
+        ("cut <span class", "cut &lt;span class"),
+        ("<p hidden>o</p> <span data-x>r</span>", "o <span>r</span>"),
+        ("<b class=\"c\" id=x>t</b>", "<b>t</b>"),
+        ("<B TITLE='a'>t</B>", "<B>t</B>"),
+    ];
+    for (input, want) in cases {
+        for chunk in [usize::MAX, 1, 3] {
+            let (html, deltas, _) = content(&format!("<content>{input}</content>"), chunk);
+            assert_eq!(&html, want, "{input} at chunk {chunk}");
+            assert_eq!(html, deltas, "{input} at chunk {chunk}");
+        }
+    }
+    // What an attacker writes bare is shown as text, and stays inert.
+    for input in ["<img src onerror=alert(1)>", "<b \"x\" onclick=alert(1)>t</b>", "<a href=x y onclick=alert(1)>"] {
+        let (html, _, events) = content(&format!("<content>{input}</content>"), usize::MAX);
+        assert!(problems(&html).is_empty(), "{input}: {html}: {:?}", problems(&html));
+        let report = events.iter().find_map(|e| match e {
+            Event::Diagnostic(d) if d.code == "html_filtered" => Some(d.message.clone()),
+            _ => None,
+        });
+        assert!(report.is_some_and(|m| m.contains("tags shown as text")), "{input}: {html}");
+    }
+}

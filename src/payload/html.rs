@@ -107,8 +107,10 @@ pub struct FilterReport {
     pub comments: usize,
     /// Tags interrupted by a `<` that were ended there.
     pub broken_tags: usize,
-    /// Tags with names that are not HTML (`<user>`), shown as text, by
-    /// name.
+    /// Tags shown as text, by name: names that are not HTML (`<user>`),
+    /// and text that an HTML tokenizer would read as a tag but no writer
+    /// of markup means as one (`if a<b {}`, `a<b and c>d`, a tag across a
+    /// blank line).
     pub text_tags: BTreeMap<String, usize>,
     /// `<` escaped by the safety net.
     pub escaped: usize,
@@ -177,7 +179,7 @@ impl FilterReport {
             parts.push(format!("{} comment(s) or doctype(s) removed", self.comments));
         }
         if !self.text_tags.is_empty() {
-            parts.push(format!("non-HTML tags shown as text: {}", list(&self.text_tags)));
+            parts.push(format!("tags shown as text: {}", list(&self.text_tags)));
         }
         if self.broken_tags > 0 {
             parts.push(format!("{} tag(s) interrupted by '<' ended there", self.broken_tags));
@@ -397,8 +399,12 @@ struct TagCloser {
     pending: Vec<u8>,
     /// The name passed 16 bytes (no HTML element is that long).
     long_name: bool,
-    /// Tags with a non-HTML name, escaped as text, by name.
+    /// Tags shown as text, by name: a non-HTML name, or an HTML name
+    /// whose attributes read as text ([`HeldTag`]).
     text_tags: BTreeMap<String, usize>,
+    /// A start tag of an HTML element held (in `pending`) while its
+    /// attributes are read.
+    held: Option<HeldTag>,
     /// `<` that start nothing, escaped here.
     escaped: usize,
     /// Whether its states still follow the tokenizer's.
@@ -470,6 +476,109 @@ fn reserve_fresh(out: &mut Vec<u8>, additional: usize) {
 /// Longest tag start held while its name is read.
 const MAX_PENDING: usize = 40;
 
+/// Longest start tag held while its attributes are read ([`HeldTag`]); a
+/// longer one is taken for markup, as every tag was before tags were held.
+const MAX_HELD_TAG: usize = 512;
+
+/// Longest attribute name a [`HeldTag`] keeps (none that means something
+/// bare is longer).
+const MAX_ATTR_NAME: usize = 32;
+
+/// Attributes that mean something without a value (`<details open>`), so
+/// that a bare word in a tag (`<b and c>`) tells prose from markup.
+/// Sorted, for a binary search.
+const BARE_ATTRIBUTES: &[&str] = &[
+    "allowfullscreen",
+    "async",
+    "autofocus",
+    "autoplay",
+    "checked",
+    "compact",
+    "contenteditable",
+    "controls",
+    "declare",
+    "default",
+    "defer",
+    "disabled",
+    "download",
+    "draggable",
+    "formnovalidate",
+    "hidden",
+    "inert",
+    "ismap",
+    "itemscope",
+    "loop",
+    "multiple",
+    "muted",
+    "nohref",
+    "nomodule",
+    "noresize",
+    "noshade",
+    "novalidate",
+    "nowrap",
+    "open",
+    "playsinline",
+    "popover",
+    "readonly",
+    "required",
+    "reversed",
+    "selected",
+    "shadowrootclonable",
+    "shadowrootdelegatesfocus",
+    "shadowrootserializable",
+    "spellcheck",
+    "translate",
+    "truespeed",
+];
+
+/// A start tag of an HTML element held while its attributes are read,
+/// until they show whether the model meant markup.
+///
+/// To an HTML tokenizer `if a<b {}` and `a<b and c>d` hold start tags of
+/// `<b>`, whose attributes (`{}`, `and`, `c`) the allowlist removes, and
+/// with them text the reader should see; the tag may run on to the next
+/// `>`, lines later. Such a tag is shown as text instead (`&lt;b {}`,
+/// always safe), when an attribute name holds a byte no attribute name has
+/// (`{`, `(`, a quote), when a bare word is not an attribute that means
+/// something bare (`and`; `hidden`, `data-x` and `@click` are), or when a
+/// blank line falls inside it (where Markdown ends the paragraph, so no
+/// renderer reads a tag across it).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct HeldTag {
+    /// The attribute being read, lower case (its first
+    /// [`MAX_ATTR_NAME`] bytes).
+    attr: Vec<u8>,
+    /// Whether that attribute has a value (`=` read).
+    valued: bool,
+    /// Line breaks since the last byte that is not white space.
+    breaks: u8,
+}
+
+/// What a [`HeldTag`] turned out to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    /// A tag: its bytes go on to the allowlist.
+    Markup,
+    /// Text that reads like a tag: shown as text.
+    Text,
+}
+
+/// Whether `b` may be part of an attribute name as markup writes them
+/// (`style`, `data-x`, `xml:lang`, `@click`).
+fn attr_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b':' | b'.' | b'@')
+}
+
+/// Whether the attribute `name` (lower case) means something without a
+/// value: one of [`BARE_ATTRIBUTES`], or a name of the kinds that are
+/// often bare (`data-x`, `aria-x`, `v-cloak`, `:x`, `@x`).
+fn bare_attribute(name: &[u8]) -> bool {
+    name.contains(&b'-')
+        || name.contains(&b':')
+        || name.first() == Some(&b'@')
+        || std::str::from_utf8(name).is_ok_and(|n| BARE_ATTRIBUTES.binary_search(&n).is_ok())
+}
+
 impl TagCloser {
     fn new() -> TagCloser {
         TagCloser {
@@ -482,6 +591,7 @@ impl TagCloser {
             pending: Vec::new(),
             long_name: false,
             text_tags: BTreeMap::new(),
+            held: None,
             escaped: 0,
             mirror: Mirror::Exact,
             wrote_lt: false,
@@ -574,7 +684,14 @@ impl TagCloser {
             i += 1;
             let name_ends = matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b'\x0c' | b'/' | b'>' | b'<');
             if self.state == Pre::TagName && name_ends {
-                self.decide(out);
+                // A start tag whose attributes follow is held while they
+                // are read.
+                self.decide(out, !matches!(b, b'>' | b'<'));
+            }
+            // Reading a tag again as text may hold another, which reads
+            // `b` in turn.
+            while let Some(reading) = self.read_held(b) {
+                self.settle(reading, out);
             }
             if b == b'<' && self.in_tag() {
                 out.push(b'>');
@@ -591,7 +708,12 @@ impl TagCloser {
                 self.pending.push(b);
                 if self.pending.len() > MAX_PENDING {
                     self.long_name = true;
-                    self.decide(out);
+                    self.decide(out, false);
+                }
+            } else if self.held.is_some() {
+                self.pending.push(b);
+                if self.pending.len() > MAX_HELD_TAG {
+                    self.settle(Reading::Markup, out);
                 }
             } else {
                 if was_lt && self.state == Pre::Text {
@@ -640,22 +762,110 @@ impl TagCloser {
 
     /// The name of the tag being read is complete: an HTML element keeps
     /// its `<`; any other name (`<user>`, `<char>`, `<xss>`) is not markup
-    /// a renderer knows, so it is shown as text (`&lt;user>`).
-    fn decide(&mut self, out: &mut Vec<u8>) {
+    /// a renderer knows, so it is shown as text (`&lt;user>`). A start tag
+    /// of an HTML element stays held while its attributes are read when
+    /// `hold` (they follow): see [`HeldTag`].
+    fn decide(&mut self, out: &mut Vec<u8>, hold: bool) {
         let html = !self.long_name && is_html_element(&self.name);
-        if html || self.pending.is_empty() {
+        if html && hold && !self.end_tag && !self.pending.is_empty() {
+            self.held = Some(HeldTag::default());
+        } else if html || self.pending.is_empty() {
             self.wrote_lt |= !self.pending.is_empty();
             out.append(&mut self.pending);
         } else {
-            count_name(&mut self.text_tags, std::str::from_utf8(&self.name).unwrap_or_default(), 1);
-            let rest = self.pending.get(1..).unwrap_or_default();
-            self.wrote_lt |= rest.contains(&b'<');
-            out.extend_from_slice(b"&lt;");
-            out.extend_from_slice(rest);
-            self.pending.clear();
-            self.state = Pre::Text;
+            let rest = std::mem::take(&mut self.pending);
+            self.show_as_text(&rest, out);
         }
         self.long_name = false;
+    }
+
+    /// Shows the tag start `tag` (held, so not written yet) as text: its
+    /// `<` escaped, the rest as it is.
+    fn show_as_text(&mut self, tag: &[u8], out: &mut Vec<u8>) {
+        count_name(&mut self.text_tags, std::str::from_utf8(&self.name).unwrap_or_default(), 1);
+        let rest = tag.get(1..).unwrap_or_default();
+        self.wrote_lt |= rest.contains(&b'<');
+        out.extend_from_slice(b"&lt;");
+        out.extend_from_slice(rest);
+        self.state = Pre::Text;
+    }
+
+    /// Reads byte `b` of a held start tag before the steps do: what the
+    /// tag turned out to be once `b` shows it (see [`HeldTag`]), `None`
+    /// while that is still open or no tag is held. `b` ends a tag as
+    /// markup when it ends it for the tokenizer (`>`, or a `<` that
+    /// interrupts it).
+    fn read_held(&mut self, b: u8) -> Option<Reading> {
+        let held = self.held.as_mut()?;
+        let ws = matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b'\x0c');
+        if b == b'\n' {
+            held.breaks = held.breaks.saturating_add(1);
+            if held.breaks >= 2 {
+                return Some(Reading::Text);
+            }
+        } else if !ws {
+            held.breaks = 0;
+        }
+        if ws || matches!(self.state, Pre::DoubleQuoted | Pre::SingleQuoted) {
+            return None;
+        }
+        // A bare attribute ends here: the tag ends, or another begins.
+        let bare_ends = match self.state {
+            Pre::AttrName => matches!(b, b'>' | b'/' | b'<'),
+            Pre::AfterAttrName => b != b'=',
+            _ => false,
+        };
+        if bare_ends && !held.valued && !bare_attribute(&held.attr) {
+            return Some(Reading::Text);
+        }
+        match (self.state, b) {
+            (_, b'>' | b'<') => return Some(Reading::Markup),
+            (Pre::AttrName | Pre::AfterAttrName, b'=') => held.valued = true,
+            (_, b'/') | (Pre::BeforeValue | Pre::Unquoted, _) => {}
+            (Pre::AttrName, _) => {
+                if !attr_byte(b) {
+                    return Some(Reading::Text);
+                }
+                if held.attr.len() < MAX_ATTR_NAME {
+                    held.attr.push(b.to_ascii_lowercase());
+                }
+            }
+            // An attribute begins.
+            _ => {
+                if !attr_byte(b) {
+                    return Some(Reading::Text);
+                }
+                held.attr.clear();
+                held.attr.push(b.to_ascii_lowercase());
+                held.valued = false;
+            }
+        }
+        None
+    }
+
+    /// Ends holding a start tag. As markup its bytes go on as they were
+    /// read; as text its `<` is escaped and the rest is read again as
+    /// what follows text (so that the states still follow the
+    /// tokenizer's, which reads it so: a `<` in a quoted value may start a
+    /// tag there).
+    fn settle(&mut self, reading: Reading, out: &mut Vec<u8>) {
+        if self.held.take().is_none() {
+            return;
+        }
+        let tag = std::mem::take(&mut self.pending);
+        match reading {
+            Reading::Markup => {
+                self.wrote_lt = true;
+                out.extend_from_slice(&tag);
+                // Its buffer, to hold the next tag.
+                self.pending = tag;
+                self.pending.clear();
+            }
+            Reading::Text => {
+                self.show_as_text(&tag[..tag.len().min(1)], out);
+                self.transform(tag.get(1..).unwrap_or_default(), out);
+            }
+        }
     }
 
     /// Releases a held `<` that starts nothing (`<<`, `< `, `<3`) as
@@ -680,8 +890,13 @@ impl TagCloser {
         self.state == Pre::Text && self.pending.is_empty() && self.mirror == Mirror::Exact
     }
 
-    /// Releases a tag start still held at the end of the input.
+    /// Releases a tag start still held at the end of the input: a start
+    /// tag never ended is text.
     fn finish(&mut self, out: &mut Vec<u8>) {
+        // Reading the rest of one again may hold another.
+        while self.held.is_some() {
+            self.settle(Reading::Text, out);
+        }
         self.wrote_lt |= !self.pending.is_empty();
         out.append(&mut self.pending);
     }
@@ -2057,6 +2272,7 @@ mod tests {
             prop_assert_eq!(&whole_out, &steps_out);
             prop_assert_eq!(whole.state, steps.state);
             prop_assert_eq!(&whole.pending, &steps.pending);
+            prop_assert_eq!(&whole.held, &steps.held);
             prop_assert_eq!((whole.raw, whole.escaped, whole.mirror), (steps.raw, steps.escaped, steps.mirror));
             // Which kind of tag is being read matters only while one is
             // (a whole tag leaves no trace of it).
