@@ -362,3 +362,33 @@ fn text_that_reads_like_a_tag_is_shown_not_dropped() {
         assert!(report.is_some_and(|m| m.contains("tags shown as text")), "{input}: {html}");
     }
 }
+
+/// Markdown shows code verbatim, `&lt;` included: inside a fenced code
+/// block or a code span, a `<` that is inert as HTML (`a < b`, `Vec<u8>`)
+/// stays as written; every other `<` there is filtered as anywhere else,
+/// and outside code nothing changes. The output is its own fixed point.
+#[test]
+fn inert_angle_brackets_in_markdown_code_stay_as_written() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "Use `Vec<u8>` when `a < b`, not a < b.\n\n```rust\nlet v: Vec<u8> = f(|a| a < b && c > d);\nfn longest<'a>(w: &[String]) {}\n```\nthen a < b",
+            "Use `Vec<u8>` when `a < b`, not a &lt; b.\n\n```rust\nlet v: Vec<u8> = f(|a| a < b && c > d);\nfn longest<'a>(w: &[String]) {}\n```\nthen a &lt; b",
+        ),
+        (
+            "```html\n<script>alert(1)</script><b>x</b> <img src=x onerror=alert(1)> <x-y> <u8 a=1>\n```",
+            "```html\n<b>x</b>  &lt;x-y> &lt;u8 a=1>\n```",
+        ),
+        ("`<!-- c -->x` and `<user>` and <user>", "`x` and `<user>` and &lt;user>"),
+        ("~~~\n<<3\n~~~", "~~~\n<<3\n~~~"),
+    ];
+    for (input, want) in cases {
+        for chunk in [usize::MAX, 1, 5] {
+            let (html, deltas, _) = content(&format!("<content>{input}</content>"), chunk);
+            assert_eq!(&html, want, "{input} at chunk {chunk}");
+            assert_eq!(html, deltas, "{input} at chunk {chunk}");
+        }
+        let once = spindle::payload::html::sanitize(input).html;
+        assert_eq!(&once, want, "{input}");
+        assert_eq!(spindle::payload::html::sanitize(&once).html, once, "{input}: not a fixed point");
+    }
+}

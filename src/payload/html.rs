@@ -19,8 +19,15 @@
 //! * A tag whose name is not an HTML element (`<user>`, `<char>`, the
 //!   pseudo-tags of role-play cards) is not markup any renderer knows: it
 //!   is shown as text (`&lt;user>`), so the reader still sees it.
+//! * Text that an HTML tokenizer would read as a tag of an HTML element,
+//!   but that no writer of markup means as one (`if a<b {}`, `a<b and c>d`),
+//!   is shown as text too (see `HeldTag`), instead of losing its
+//!   "attributes".
 //! * The `net` (private) pass then escapes any `<` that is not a whitelisted
 //!   tag and breaks `javascript:`, `expression(`, `url(`, `on*=` patterns.
+//! * Last, the `code` (private) stage writes a `<` inside a Markdown fenced
+//!   code block as it was written, where it is inert as HTML (`a < b`,
+//!   `Vec<u8>`): Markdown shows code verbatim, `&lt;` included.
 //!
 //! An element whose content is removed but which is never closed would
 //! swallow the rest of the text, as it does in a browser. Instead its
@@ -42,7 +49,8 @@
 //! assert_eq!(html, "Hi <b>there</b> <span style=\"color: red\">!</span>");
 //! ```
 
-use super::net::{HTML_ELEMENTS, Net, PlainByte, plain_table};
+use super::code::{CodeBlocks, ESCAPE};
+use super::net::{Net, PlainByte, is_html_element, plain_table};
 use super::style::{StyleVerdict, filter_style, style_is_safe};
 use crate::scan::{find_byte, find_byte3, run_of};
 use lol_html::html_content::{ContentType, TextType};
@@ -429,11 +437,6 @@ enum Mirror {
     Foreign,
 }
 
-/// The HTML elements content really uses (the allowlist, `p`, `div`),
-/// checked before the binary search of [`HTML_ELEMENTS`].
-const COMMON_ELEMENTS: [&[u8]; 13] =
-    [b"b", b"i", b"u", b"s", b"em", b"strong", b"span", b"br", b"p", b"div", b"ruby", b"rt", b"rp"];
-
 /// An attribute-free start or end tag at the start of `bytes` (`<b>`,
 /// `</SPAN>`) whose name is a letter and then letters or digits, at most
 /// `max_name` of them: whether it is an end tag, the name as written, and
@@ -449,11 +452,6 @@ fn bare_tag(bytes: &[u8], max_name: usize) -> Option<(bool, &[u8], usize)> {
         && bytes[start].is_ascii_alphabetic()
         && bytes.get(len - 1) == Some(&b'>');
     fits.then(|| (end_tag, &bytes[start..start + name_len], len))
-}
-
-/// Whether `name` (lower case) is an HTML element.
-fn is_html_element(name: &[u8]) -> bool {
-    COMMON_ELEMENTS.contains(&name) || std::str::from_utf8(name).is_ok_and(|n| HTML_ELEMENTS.binary_search(&n).is_ok())
 }
 
 /// Room left in a filtered buffer for what the end of the input usually
@@ -604,13 +602,13 @@ impl TagCloser {
     }
 
     fn transform(&mut self, bytes: &[u8], out: &mut Vec<u8>) {
-        /// `&lt;` sixty-four times: a run of `<` is written a block at a
-        /// time.
-        const ESCAPED_LTS: &[u8; 256] = &{
-            let mut block = [0u8; 256];
+        /// The escape of `<` ([`ESCAPE`]) sixty-four times: a run of `<`
+        /// is written a block at a time.
+        const ESCAPED_LTS: &[u8; 64 * ESCAPE.len()] = &{
+            let mut block = [0u8; 64 * ESCAPE.len()];
             let mut i = 0;
-            while i < 256 {
-                block[i] = b"&lt;"[i % 4];
+            while i < block.len() {
+                block[i] = ESCAPE[i % ESCAPE.len()];
                 i += 1;
             }
             block
@@ -667,13 +665,13 @@ impl TagCloser {
                 // before it as `&lt;` and is held in turn (what the steps
                 // below do one byte at a time), in one tight loop.
                 let run = run_of(b'<', &bytes[i..]);
-                // Room for the escapes at once (each `<` grows to four),
+                // Room for the escapes at once (each `<` grows to five),
                 // and for what the end may add.
-                reserve_fresh(out, 4 * run + END_SLACK);
+                reserve_fresh(out, ESCAPE.len() * run + END_SLACK);
                 let mut left = run;
                 while left > 0 {
-                    let n = left.min(ESCAPED_LTS.len() / 4);
-                    out.extend_from_slice(&ESCAPED_LTS[..4 * n]);
+                    let n = left.min(ESCAPED_LTS.len() / ESCAPE.len());
+                    out.extend_from_slice(&ESCAPED_LTS[..ESCAPE.len() * n]);
                     left -= n;
                 }
                 self.escaped += run;
@@ -785,7 +783,7 @@ impl TagCloser {
         count_name(&mut self.text_tags, std::str::from_utf8(&self.name).unwrap_or_default(), 1);
         let rest = tag.get(1..).unwrap_or_default();
         self.wrote_lt |= rest.contains(&b'<');
-        out.extend_from_slice(b"&lt;");
+        out.extend_from_slice(ESCAPE);
         out.extend_from_slice(rest);
         self.state = Pre::Text;
     }
@@ -875,7 +873,7 @@ impl TagCloser {
     fn release_lt(&mut self, out: &mut Vec<u8>) {
         if self.pending == b"<" {
             self.pending.clear();
-            out.extend_from_slice(b"&lt;");
+            out.extend_from_slice(ESCAPE);
             self.escaped += 1;
         } else {
             self.wrote_lt |= !self.pending.is_empty();
@@ -1867,6 +1865,8 @@ pub struct HtmlFilter {
     degraded: bool,
     /// Whether its passes let balanced runs bypass the rewriter.
     bypass: Bypass,
+    /// The last stage: escapes in Markdown code blocks.
+    code: CodeBlocks,
 }
 
 impl std::fmt::Debug for HtmlFilter {
@@ -1902,17 +1902,21 @@ impl HtmlFilter {
             tail: Vec::new(),
             degraded: false,
             scratch: Vec::new(),
+            code: CodeBlocks::default(),
         }
     }
 
     /// Filters the next chunk of raw text; returns the filtered text that is
     /// certain so far (possibly empty).
     pub fn push(&mut self, chunk: &str) -> String {
-        if self.take_plain(chunk.as_bytes()) {
-            return chunk.to_string();
-        }
-        let bytes = self.filter_bytes(chunk.as_bytes());
-        self.text(bytes)
+        let mut text = if self.take_plain(chunk.as_bytes()) {
+            chunk.to_string()
+        } else {
+            let bytes = self.filter_bytes(chunk.as_bytes());
+            self.text(bytes)
+        };
+        self.code.push(&mut text, false);
+        text
     }
 
     /// Runs the allowlist pass and the net over `chunk`: the output that is
@@ -1952,6 +1956,12 @@ impl HtmlFilter {
     /// the common case), `text` is not touched: no copy, no allocation, no
     /// write.
     pub fn push_in_place(&mut self, text: &mut String) {
+        self.filter_in_place(text);
+        self.code.push(text, false);
+    }
+
+    /// The passes of [`HtmlFilter::push_in_place`] before the last stage.
+    fn filter_in_place(&mut self, text: &mut String) {
         if self.take_plain(text.as_bytes()) {
             return;
         }
@@ -2071,6 +2081,7 @@ impl HtmlFilter {
         if !self.tail.is_empty() {
             text.push_str(&String::from_utf8_lossy(&std::mem::take(&mut self.tail)));
         }
+        self.code.push(&mut text, true);
         text
     }
 
@@ -2190,15 +2201,6 @@ mod tests {
         (out, f.report().clone())
     }
 
-    #[test]
-    fn the_direct_matches_are_html_elements() {
-        for name in COMMON_ELEMENTS {
-            let name = std::str::from_utf8(name).unwrap_or_default();
-            assert!(HTML_ELEMENTS.binary_search(&name).is_ok(), "{name}");
-        }
-        assert!(is_html_element(b"table") && !is_html_element(b"user") && !is_html_element(b"bb"));
-    }
-
     /// A tag closer fed `input` in pieces of `chunk` bytes, and its output
     /// (without `finish`).
     fn close_in_pieces(input: &str, chunk: usize) -> (TagCloser, Vec<u8>) {
@@ -2218,21 +2220,21 @@ mod tests {
             ("<img alt='<b>' <i>", "<img alt='<b>' ><i>"),
             ("<script>if (a<b) x</script><b>", "<script>if (a<b) x</script><b>"),
             ("<!-- <b x <i -->", "<!-- <b x <i -->"),
-            ("<user> and </user>", "&lt;user> and &lt;/user>"),
-            ("<User-Name x=1>", "&lt;User-Name x=1>"),
-            ("a < b << c <3", "a &lt; b &lt;&lt; c &lt;3"),
-            ("x<<<<<y", "x&lt;&lt;&lt;&lt;<y"),
+            ("<user> and </user>", "&#60;user> and &#60;/user>"),
+            ("<User-Name x=1>", "&#60;User-Name x=1>"),
+            ("a < b << c <3", "a &#60; b &#60;&#60; c &#60;3"),
+            ("x<<<<<y", "x&#60;&#60;&#60;&#60;<y"),
             ("<!-- a <b x - -- y --><i>", "<!-- a <b x - -- y --><i>"),
             ("<? a <b ><i>", "<? a <b ><i>"),
             ("<script>a <b x</script><i>", "<script>a <b x</script><i>"),
             ("<textarea><b x </textarea ><i", "<textarea><b x </textarea ><i"),
-            ("x<<<< <<3", "x&lt;&lt;&lt;&lt; &lt;&lt;3"),
-            ("<<<<b>t</b>", "&lt;&lt;&lt;<b>t</b>"),
-            ("<<<</b>", "&lt;&lt;&lt;</b>"),
-            ("<<<<", "&lt;&lt;&lt;<"),
+            ("x<<<< <<3", "x&#60;&#60;&#60;&#60; &#60;&#60;3"),
+            ("<<<<b>t</b>", "&#60;&#60;&#60;<b>t</b>"),
+            ("<<<</b>", "&#60;&#60;&#60;</b>"),
+            ("<<<<", "&#60;&#60;&#60;<"),
             ("<b", "<b"),
-            ("<averyveryverylongtagnamethatisnothtmlatall>", "&lt;averyveryverylongtagnamethatisnothtmlatall>"),
-            ("<B>x</SPAN><H1><user>", "<B>x</SPAN><H1>&lt;user>"),
+            ("<averyveryverylongtagnamethatisnothtmlatall>", "&#60;averyveryverylongtagnamethatisnothtmlatall>"),
+            ("<B>x</SPAN><H1><user>", "<B>x</SPAN><H1>&#60;user>"),
             ("<script><b></script><b>", "<script><b></script><b>"),
         ];
         for (input, want) in table {

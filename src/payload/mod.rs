@@ -77,6 +77,7 @@
 //! assert_eq!(payload("variable_update").unwrap()["ops"], serde_json::json!([["SET", "mood", "happy"], ["ADD", "hp", 5]]));
 //! ```
 
+mod code;
 pub mod html;
 pub mod json;
 mod kinds;

@@ -32,6 +32,16 @@ const BREAK: &[u8] = b"&#8203;";
 /// Tags that pass (the spec 003 §3.1.3 allowlist; `rt`/`rp` for `ruby`).
 const ALLOWED: &[&str] = &["b", "strong", "i", "em", "u", "s", "br", "span", "ruby", "rt", "rp"];
 
+/// The HTML elements content really uses (the allowlist, `p`, `div`),
+/// checked before the binary search of [`HTML_ELEMENTS`].
+pub(crate) const COMMON_ELEMENTS: [&[u8]; 13] =
+    [b"b", b"i", b"u", b"s", b"em", b"strong", b"span", b"br", b"p", b"div", b"ruby", b"rt", b"rp"];
+
+/// Whether `name` (lower case) is an HTML element.
+pub(crate) fn is_html_element(name: &[u8]) -> bool {
+    COMMON_ELEMENTS.contains(&name) || std::str::from_utf8(name).is_ok_and(|n| HTML_ELEMENTS.binary_search(&n).is_ok())
+}
+
 /// HTML element names (current and obsolete), sorted: tags with these
 /// names are markup; any other name is text.
 pub(crate) const HTML_ELEMENTS: &[&str] = &[
@@ -1162,6 +1172,15 @@ fn match_on_handler(buf: &[u8], pos: usize, last: bool) -> Decision {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn the_direct_matches_are_html_elements() {
+        for name in COMMON_ELEMENTS {
+            let name = std::str::from_utf8(name).unwrap_or_default();
+            assert!(HTML_ELEMENTS.binary_search(&name).is_ok(), "{name}");
+        }
+        assert!(is_html_element(b"table") && !is_html_element(b"user") && !is_html_element(b"bb"));
+    }
 
     proptest! {
         /// The stretches the specials skip hold only positions the matcher

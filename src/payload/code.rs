@@ -1,0 +1,415 @@
+//! Markdown code blocks in filtered content HTML (private): the last
+//! stage of [`super::html::HtmlFilter`], over its output.
+//!
+//! Content is Markdown with inline HTML (spec 003 §3.1.2), and Markdown
+//! shows the text of a fenced code block as written: there `&lt;` is seen
+//! as the four characters `&lt;`, so `Vec<u8>` or `while lo < hi`, escaped
+//! by the filter, would read `Vec&lt;u8>` and `lo &lt; hi`. This stage
+//! writes such a `<` back as it was, inside a fenced code block only, and
+//! only where it is inert as HTML too: a `<` that starts no tag (`a < b`,
+//! `<=`, `<3`), or the attribute-free tag of a name that is no
+//! HTML element (`<u8>`, `</T>`). Should a renderer read the block's
+//! structure otherwise than this stage (an HTML block around it, a list's
+//! indentation), such a `<` still runs nothing and hides at most the tag
+//! itself; every other `<` stays escaped.
+//!
+//! The filter's own escapes reach this stage as `&#60;` (the same
+//! character as `&lt;`); this stage writes each `&#60;` as `<` where the
+//! rules above allow, and as `&lt;` everywhere else, so that output
+//! outside code blocks is what it was. (A `&#60;` the model wrote itself
+//! is read the same way.) It owns nothing else: it never looks at tags.
+//!
+//! Fences are read as CommonMark writes them: a line of at least three
+//! backticks or tildes, after spaces (any number: fences in list items are
+//! indented), with an info string that holds no backtick after backticks;
+//! the block ends at a line of at least as many of the same character and
+//! nothing but white space after them, or at the end of the content.
+//!
+//! Code spans are read on one line: a run of backticks opens one, the
+//! next run as long closes it. (CommonMark also lets a span cross a line
+//! break inside a paragraph, and reads a run that finds no closer as text
+//! and looks again after it; here such escapes stay escaped, as outside
+//! code.)
+//!
+//! The stage is incremental and split-invariant: it holds back only an
+//! escape whose next bytes are not all there yet (a few bytes).
+
+use super::net::is_html_element;
+
+/// The filter's escape of `<`, read here.
+pub(crate) const ESCAPE: &[u8] = b"&#60;";
+
+/// Longest tag name an inert tag may have (no HTML element is longer).
+const MAX_NAME: usize = 16;
+
+/// Most output held for one code span, waiting for its closing backticks;
+/// past it the span is taken for text.
+const MAX_SPAN_HOLD: usize = 4096;
+
+/// A code fence: its character and the length of its run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Fence {
+    ch: u8,
+    len: usize,
+}
+
+/// Where the current line is, as far as fences go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Line {
+    /// At its start, after spaces only.
+    Start,
+    /// In a run of fence characters right after the spaces.
+    Run(Fence),
+    /// After a run that opens a fence (outside one): the info string.
+    Info(Fence),
+    /// After a run that closes the open fence: white space may follow.
+    Closing,
+    /// The rest of the line is ordinary.
+    Rest,
+}
+
+/// A code span on the current line (outside fenced blocks).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Span {
+    /// None is open.
+    Closed,
+    /// A run of this many backticks opened one; nothing is held.
+    Open(usize),
+    /// One is open and holds an escape: the output from the first escape
+    /// on is held, with where each escape is in it and whether it is
+    /// inert, until the span closes (or the line ends, and it was none).
+    Holding { ticks: usize, held: Vec<u8>, escapes: Vec<(usize, bool)> },
+}
+
+/// The code-block stage (see the module docs).
+#[derive(Debug, Clone)]
+pub(crate) struct CodeBlocks {
+    /// The fenced block the output is in, if any.
+    open: Option<Fence>,
+    line: Line,
+    /// Backticks in the run being read (outside fenced blocks).
+    ticks: usize,
+    span: Span,
+    /// Output held back: an escape and the bytes after it, while they do
+    /// not yet show whether it is inert.
+    lookahead: Vec<u8>,
+}
+
+impl Default for CodeBlocks {
+    fn default() -> Self {
+        CodeBlocks { open: None, line: Line::Start, ticks: 0, span: Span::Closed, lookahead: Vec::new() }
+    }
+}
+
+/// Whether a `<` followed by `after` is inert as HTML: `Some(true)` when
+/// it starts no tag or the attribute-free tag of a name that is no HTML
+/// element (nor one that begins like `script` or `iframe`, which a check
+/// by substring would take for them), `Some(false)` when it may start
+/// markup, `None` when `after` is too short to tell (at the `end` of the
+/// content it always tells). A `<` that ends the content is not written
+/// back: the filter gives one there as `&lt;` (its last pass escapes it),
+/// and the output must read the same when filtered again.
+fn inert(after: &[u8], end: bool) -> Option<bool> {
+    let Some(&first) = after.first() else { return end.then_some(false) };
+    if first == b'!' || first == b'?' {
+        return Some(false);
+    }
+    if !first.is_ascii_alphabetic() && first != b'/' {
+        return Some(true);
+    }
+    let name = &after[usize::from(first == b'/')..];
+    let len = name.iter().take(MAX_NAME + 1).take_while(|b| b.is_ascii_alphanumeric()).count();
+    if len > MAX_NAME {
+        return Some(false);
+    }
+    let Some(&next) = name.get(len) else { return if end { Some(false) } else { None } };
+    if len == 0 || !name[0].is_ascii_alphabetic() || next != b'>' {
+        return Some(false);
+    }
+    let mut lower = [0u8; MAX_NAME];
+    let lower = &mut lower[..len];
+    lower.copy_from_slice(&name[..len]);
+    lower.make_ascii_lowercase();
+    Some(!is_html_element(lower) && !lower.starts_with(b"script") && !lower.starts_with(b"iframe"))
+}
+
+/// Writes an escape: as `<` in code where it is inert, else as `&lt;`.
+fn write_escape(out: &mut Vec<u8>, in_code: bool, inert: bool) {
+    out.extend_from_slice(if in_code && inert { b"<" } else { b"&lt;" });
+}
+
+impl CodeBlocks {
+    /// Passes the next piece of filtered output through the stage: `text`
+    /// becomes what is certain so far. At the `end` of the content nothing
+    /// stays held.
+    pub(crate) fn push(&mut self, text: &mut String, end: bool) {
+        let idle = self.lookahead.is_empty()
+            && !matches!(self.span, Span::Holding { .. })
+            && memchr::memchr(b'&', text.as_bytes()).is_none();
+        if idle && !end {
+            // Nothing written differently, nothing held: only the lines
+            // and spans are followed.
+            self.run(text.as_bytes(), None, false);
+            return;
+        }
+        let mut input = std::mem::take(&mut self.lookahead);
+        input.extend_from_slice(text.as_bytes());
+        let mut out = Vec::with_capacity(input.len());
+        self.run(&input, Some(&mut out), end);
+        if end {
+            self.end_ticks(&mut out);
+            self.end_span(&mut out, false);
+        }
+        // ASCII replaced by ASCII, and held bytes start at an ASCII `&`
+        // or at a place the input was cut: still UTF-8.
+        *text = String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+    }
+
+    /// Reads `input`, writing to `out` (`None`: it holds no escape and
+    /// nothing is held, so the output is the input and only the states
+    /// move).
+    fn run(&mut self, input: &[u8], mut out: Option<&mut Vec<u8>>, end: bool) {
+        let mut i = 0;
+        while i < input.len() {
+            if self.line == Line::Rest && self.ticks == 0 {
+                // Ordinary text up to the next byte that matters.
+                let stop = memchr::memchr3(b'\n', b'`', b'&', &input[i..]).map_or(input.len(), |at| i + at);
+                if let Some(out) = out.as_deref_mut() {
+                    self.emit(&input[i..stop], out);
+                }
+                i = stop;
+                if i == input.len() {
+                    break;
+                }
+            }
+            let b = input[i];
+            if b == b'&'
+                && let Some(out) = out.as_deref_mut()
+            {
+                let rest = &input[i..];
+                if rest.len() < ESCAPE.len() && ESCAPE.starts_with(rest) && !end {
+                    self.lookahead.extend_from_slice(rest);
+                    return;
+                }
+                if rest.starts_with(ESCAPE) {
+                    let Some(inert) = inert(&rest[ESCAPE.len()..], end) else {
+                        self.lookahead.extend_from_slice(rest);
+                        return;
+                    };
+                    self.end_ticks(out);
+                    // Not a fence's byte: the line is ordinary from here.
+                    self.line_byte(b'<');
+                    self.escape(inert, out);
+                    i += ESCAPE.len();
+                    continue;
+                }
+            }
+            if b != b'`' {
+                if let Some(out) = out.as_deref_mut() {
+                    self.end_ticks(out);
+                } else {
+                    self.end_ticks(&mut Vec::new());
+                }
+            } else if self.open.is_none() {
+                self.ticks += 1;
+            }
+            if b == b'\n' {
+                if let Some(out) = out.as_deref_mut() {
+                    self.end_span(out, false);
+                } else {
+                    self.span = Span::Closed;
+                }
+                self.end_line();
+            } else {
+                self.line_byte(b);
+            }
+            if let Some(out) = out.as_deref_mut() {
+                self.emit(&input[i..=i], out);
+            }
+            i += 1;
+        }
+    }
+
+    /// Writes output bytes: into a code span's hold while one holds.
+    fn emit(&mut self, bytes: &[u8], out: &mut Vec<u8>) {
+        match &mut self.span {
+            Span::Holding { held, .. } => {
+                held.extend_from_slice(bytes);
+                if held.len() > MAX_SPAN_HOLD {
+                    // Too long to wait for: taken for text.
+                    self.end_span(out, false);
+                }
+            }
+            _ => out.extend_from_slice(bytes),
+        }
+    }
+
+    /// An escape whose `<` is `inert` or not.
+    fn escape(&mut self, inert: bool, out: &mut Vec<u8>) {
+        match &mut self.span {
+            _ if self.open.is_some() => write_escape(out, true, inert),
+            Span::Closed => write_escape(out, false, inert),
+            Span::Open(ticks) => {
+                let ticks = *ticks;
+                self.span = Span::Holding { ticks, held: ESCAPE.to_vec(), escapes: vec![(0, inert)] };
+            }
+            Span::Holding { held, escapes, .. } => {
+                escapes.push((held.len(), inert));
+                held.extend_from_slice(ESCAPE);
+            }
+        }
+    }
+
+    /// A run of backticks ended (the byte after it is not one): it opens a
+    /// span when none is open, closes the open one when as long.
+    fn end_ticks(&mut self, out: &mut Vec<u8>) {
+        let ticks = std::mem::take(&mut self.ticks);
+        // A fence's own run, or backticks in its info string, open no
+        // span.
+        let fence_line = match self.line {
+            Line::Info(_) => true,
+            Line::Run(f) => self.after_run(f) != Line::Rest,
+            _ => false,
+        };
+        if ticks == 0 || self.open.is_some() || fence_line {
+            return;
+        }
+        match &self.span {
+            Span::Closed => self.span = Span::Open(ticks),
+            Span::Open(n) | Span::Holding { ticks: n, .. } if *n == ticks => self.end_span(out, true),
+            _ => {}
+        }
+    }
+
+    /// Ends the open span, if any: its held output is written, its escapes
+    /// as `<` where inert if it was `closed` (a span), as `&lt;` if not.
+    fn end_span(&mut self, out: &mut Vec<u8>, closed: bool) {
+        if let Span::Holding { held, escapes, .. } = std::mem::replace(&mut self.span, Span::Closed) {
+            let mut from = 0;
+            for (at, inert) in escapes {
+                out.extend_from_slice(&held[from..at]);
+                write_escape(out, closed, inert);
+                from = at + ESCAPE.len();
+            }
+            out.extend_from_slice(&held[from..]);
+        }
+    }
+
+    /// Follows the fence state of the line through byte `b` (not a line
+    /// break).
+    fn line_byte(&mut self, b: u8) {
+        self.line = match self.line {
+            Line::Start if b == b' ' || b == b'\t' => Line::Start,
+            Line::Start if b == b'`' || b == b'~' => Line::Run(Fence { ch: b, len: 1 }),
+            Line::Run(f) if b == f.ch => Line::Run(Fence { len: f.len + 1, ..f }),
+            Line::Run(f) => match self.after_run(f) {
+                Line::Info(f) if b == b'`' && f.ch == b'`' => Line::Rest,
+                Line::Closing if !b.is_ascii_whitespace() => Line::Rest,
+                line => line,
+            },
+            Line::Info(f) if b == b'`' && f.ch == b'`' => Line::Rest,
+            Line::Info(f) => Line::Info(f),
+            Line::Closing if b.is_ascii_whitespace() => Line::Closing,
+            _ => Line::Rest,
+        };
+    }
+
+    /// What a line is after the run of fence characters `f` at its start.
+    fn after_run(&self, f: Fence) -> Line {
+        match self.open {
+            _ if f.len < 3 => Line::Rest,
+            None => Line::Info(f),
+            Some(open) if f.ch == open.ch && f.len >= open.len => Line::Closing,
+            Some(_) => Line::Rest,
+        }
+    }
+
+    /// A line ended: a fence it opened or closed takes effect.
+    fn end_line(&mut self) {
+        let line = match self.line {
+            Line::Run(f) => self.after_run(f),
+            line => line,
+        };
+        match line {
+            Line::Info(f) => self.open = Some(f),
+            Line::Closing => self.open = None,
+            _ => {}
+        }
+        self.line = Line::Start;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn through(pieces: &[&str]) -> String {
+        let mut stage = CodeBlocks::default();
+        let mut out = String::new();
+        for (n, piece) in pieces.iter().enumerate() {
+            let mut text = piece.to_string();
+            stage.push(&mut text, n + 1 == pieces.len());
+            out.push_str(&text);
+        }
+        out
+    }
+
+    #[test]
+    fn escapes_in_fenced_code_are_written_back_where_inert() {
+        let cases: &[(&str, &str)] = &[
+            ("a &#60; b", "a &lt; b"),
+            ("```\na &#60; b\n```\na &#60; b", "```\na < b\n```\na &lt; b"),
+            (
+                "```rust\nVec&#60;u8> x; &#60;/T> &#60;b> &#60;div> &#60;!-- &#60;x y>\n```",
+                "```rust\nVec<u8> x; </T> &lt;b> &lt;div> &lt;!-- &lt;x y>\n```",
+            ),
+            ("~~~~\n```\n&#60;3\n~~~\n&#60;3\n~~~~~\n&#60;3", "~~~~\n```\n<3\n~~~\n<3\n~~~~~\n&lt;3"),
+            ("``` `x`\n&#60;3", "``` `x`\n&lt;3"),
+            ("~~~ `x`\n&#60;3", "~~~ `x`\n<3"),
+            ("   - item\n     ```\n     x &#60;= y\n     ```", "   - item\n     ```\n     x <= y\n     ```"),
+            ("```\nend &#60;", "```\nend &lt;"),
+            ("```\n&#60;scriptx> &#60;IFRAMEs> &#60;Script2>", "```\n&lt;scriptx> &lt;IFRAMEs> &lt;Script2>"),
+            ("```\nend &#60;u8", "```\nend &lt;u8"),
+            ("``\n&#60;3", "``\n&lt;3"),
+            ("```\n``` x\n&#60;3", "```\n``` x\n<3"),
+            ("x &amp; y &#61; &#6", "x &amp; y &#61; &#6"),
+            // Code spans, on one line.
+            ("`Vec&#60;u8>` and `a &#60; b` but a &#60; b", "`Vec<u8>` and `a < b` but a &lt; b"),
+            ("``a ` &#60;3`` x", "``a ` <3`` x"),
+            ("``a &#60;3` x", "``a &lt;3` x"),
+            ("`a &#60;3\nb` &#60;3", "`a &lt;3\nb` &lt;3"),
+            ("`&#60;b>` `&#60;!--` `&#60;x>`", "`&lt;b>` `&lt;!--` `<x>`"),
+            ("`unclosed &#60;3", "`unclosed &lt;3"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(&through(&[input]), want, "{input}");
+        }
+    }
+
+    proptest! {
+        /// Any split gives the same output.
+        #[test]
+        fn any_split_gives_the_same_output(
+            parts in proptest::collection::vec(prop_oneof![
+                Just("```"), Just("~~~"), Just("`"), Just("\n"), Just(" "), Just("&#60;"), Just("&"), Just("#60;"),
+                Just("u8>"), Just("b>"), Just("/"), Just("x"), Just("é"), Just("<"), Just("&lt;"), Just("``"),
+            ], 0..24),
+            cuts in proptest::collection::vec(0usize..64, 0..6),
+        ) {
+            let text = parts.concat();
+            let whole = through(&[&text]);
+            let mut at: Vec<usize> = cuts.into_iter().map(|c| c % (text.len() + 1)).filter(|&c| text.is_char_boundary(c)).collect();
+            at.sort_unstable();
+            at.dedup();
+            let mut pieces = Vec::new();
+            let mut from = 0;
+            for cut in at {
+                pieces.push(&text[from..cut]);
+                from = cut;
+            }
+            pieces.push(&text[from..]);
+            prop_assert_eq!(through(&pieces), whole);
+        }
+    }
+}
