@@ -146,9 +146,10 @@ impl CodeBlocks {
         let idle = self.lookahead.is_empty()
             && !matches!(self.span, Span::Holding { .. })
             && memchr::memchr(b'&', text.as_bytes()).is_none();
-        if idle && !end {
+        if idle {
             // Nothing written differently, nothing held: only the lines
-            // and spans are followed.
+            // and spans are followed (a span open at the end holds
+            // nothing to write).
             self.run(text.as_bytes(), None, false);
             return;
         }
