@@ -35,9 +35,10 @@
 //! escape whose next bytes are not all there yet (a few bytes).
 
 use super::net::is_html_element;
+use crate::scan::{find_byte, find_byte3};
 
 /// The filter's escape of `<`, read here.
-pub(crate) const ESCAPE: &[u8] = b"&#60;";
+pub(crate) const ESCAPE: &str = "&#60;";
 
 /// Longest tag name an inert tag may have (no HTML element is longer).
 const MAX_NAME: usize = 16;
@@ -78,7 +79,7 @@ enum Span {
     /// One is open and holds an escape: the output from the first escape
     /// on is held, with where each escape is in it and whether it is
     /// inert, until the span closes (or the line ends, and it was none).
-    Holding { ticks: usize, held: Vec<u8>, escapes: Vec<(usize, bool)> },
+    Holding { ticks: usize, held: String, escapes: Vec<(usize, bool)> },
 }
 
 /// The code-block stage (see the module docs).
@@ -92,12 +93,12 @@ pub(crate) struct CodeBlocks {
     span: Span,
     /// Output held back: an escape and the bytes after it, while they do
     /// not yet show whether it is inert.
-    lookahead: Vec<u8>,
+    lookahead: String,
 }
 
 impl Default for CodeBlocks {
     fn default() -> Self {
-        CodeBlocks { open: None, line: Line::Start, ticks: 0, span: Span::Closed, lookahead: Vec::new() }
+        CodeBlocks { open: None, line: Line::Start, ticks: 0, span: Span::Closed, lookahead: String::new() }
     }
 }
 
@@ -134,8 +135,8 @@ fn inert(after: &[u8], end: bool) -> Option<bool> {
 }
 
 /// Writes an escape: as `<` in code where it is inert, else as `&lt;`.
-fn write_escape(out: &mut Vec<u8>, in_code: bool, inert: bool) {
-    out.extend_from_slice(if in_code && inert { b"<" } else { b"&lt;" });
+fn write_escape(out: &mut String, in_code: bool, inert: bool) {
+    out.push_str(if in_code && inert { "<" } else { "&lt;" });
 }
 
 impl CodeBlocks {
@@ -143,58 +144,64 @@ impl CodeBlocks {
     /// becomes what is certain so far. At the `end` of the content nothing
     /// stays held.
     pub(crate) fn push(&mut self, text: &mut String, end: bool) {
-        let idle = self.lookahead.is_empty()
-            && !matches!(self.span, Span::Holding { .. })
-            && memchr::memchr(b'&', text.as_bytes()).is_none();
+        let quiet = self.lookahead.is_empty() && !matches!(self.span, Span::Holding { .. });
+        let stop = find_byte3(b'\n', b'`', b'&', text.as_bytes());
+        if quiet && stop.is_none() && self.line == Line::Rest && self.ticks == 0 {
+            // The common delta: within an ordinary line, nothing this
+            // stage reads.
+            return;
+        }
+        let idle = quiet && find_byte(b'&', text.as_bytes().get(stop.unwrap_or(0)..).unwrap_or_default()).is_none();
         if idle {
             // Nothing written differently, nothing held: only the lines
             // and spans are followed (a span open at the end holds
             // nothing to write).
-            self.run(text.as_bytes(), None, false);
+            self.run(text, None, false);
             return;
         }
         let mut input = std::mem::take(&mut self.lookahead);
-        input.extend_from_slice(text.as_bytes());
-        let mut out = Vec::with_capacity(input.len());
+        input.push_str(text);
+        let mut out = String::with_capacity(input.len());
         self.run(&input, Some(&mut out), end);
         if end {
             self.end_ticks(&mut out);
             self.end_span(&mut out, false);
         }
-        // ASCII replaced by ASCII, and held bytes start at an ASCII `&`
-        // or at a place the input was cut: still UTF-8.
-        *text = String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+        *text = out;
     }
 
     /// Reads `input`, writing to `out` (`None`: it holds no escape and
     /// nothing is held, so the output is the input and only the states
-    /// move).
-    fn run(&mut self, input: &[u8], mut out: Option<&mut Vec<u8>>, end: bool) {
+    /// move). Every place it cuts `input` at is an ASCII byte's, or a
+    /// whole character's end.
+    fn run(&mut self, input: &str, mut out: Option<&mut String>, end: bool) {
+        let bytes = input.as_bytes();
         let mut i = 0;
-        while i < input.len() {
+        while i < bytes.len() {
             if self.line == Line::Rest && self.ticks == 0 {
                 // Ordinary text up to the next byte that matters.
-                let stop = memchr::memchr3(b'\n', b'`', b'&', &input[i..]).map_or(input.len(), |at| i + at);
+                let stop = find_byte3(b'\n', b'`', b'&', &bytes[i..]).map_or(bytes.len(), |at| i + at);
                 if let Some(out) = out.as_deref_mut() {
                     self.emit(&input[i..stop], out);
                 }
                 i = stop;
-                if i == input.len() {
+                if i == bytes.len() {
                     break;
                 }
             }
-            let b = input[i];
+            let b = bytes[i];
             if b == b'&'
                 && let Some(out) = out.as_deref_mut()
             {
                 let rest = &input[i..];
                 if rest.len() < ESCAPE.len() && ESCAPE.starts_with(rest) && !end {
-                    self.lookahead.extend_from_slice(rest);
+                    self.lookahead.push_str(rest);
                     return;
                 }
-                if rest.starts_with(ESCAPE) {
-                    let Some(inert) = inert(&rest[ESCAPE.len()..], end) else {
-                        self.lookahead.extend_from_slice(rest);
+                if let Some(after) = rest.strip_prefix(ESCAPE) {
+                    let Some(inert) = inert(after.as_bytes(), end) else {
+                        // What follows is ASCII so far (a name's start).
+                        self.lookahead.push_str(rest);
                         return;
                     };
                     self.end_ticks(out);
@@ -209,7 +216,7 @@ impl CodeBlocks {
                 if let Some(out) = out.as_deref_mut() {
                     self.end_ticks(out);
                 } else {
-                    self.end_ticks(&mut Vec::new());
+                    self.end_ticks(&mut String::new());
                 }
             } else if self.open.is_none() {
                 self.ticks += 1;
@@ -224,46 +231,48 @@ impl CodeBlocks {
             } else {
                 self.line_byte(b);
             }
+            // The whole character that `b` starts.
+            let len = input[i..].chars().next().map_or(1, char::len_utf8);
             if let Some(out) = out.as_deref_mut() {
-                self.emit(&input[i..=i], out);
+                self.emit(&input[i..i + len], out);
             }
-            i += 1;
+            i += len;
         }
     }
 
-    /// Writes output bytes: into a code span's hold while one holds.
-    fn emit(&mut self, bytes: &[u8], out: &mut Vec<u8>) {
+    /// Writes output: into a code span's hold while one holds.
+    fn emit(&mut self, text: &str, out: &mut String) {
         match &mut self.span {
             Span::Holding { held, .. } => {
-                held.extend_from_slice(bytes);
+                held.push_str(text);
                 if held.len() > MAX_SPAN_HOLD {
                     // Too long to wait for: taken for text.
                     self.end_span(out, false);
                 }
             }
-            _ => out.extend_from_slice(bytes),
+            _ => out.push_str(text),
         }
     }
 
     /// An escape whose `<` is `inert` or not.
-    fn escape(&mut self, inert: bool, out: &mut Vec<u8>) {
+    fn escape(&mut self, inert: bool, out: &mut String) {
         match &mut self.span {
             _ if self.open.is_some() => write_escape(out, true, inert),
             Span::Closed => write_escape(out, false, inert),
             Span::Open(ticks) => {
                 let ticks = *ticks;
-                self.span = Span::Holding { ticks, held: ESCAPE.to_vec(), escapes: vec![(0, inert)] };
+                self.span = Span::Holding { ticks, held: ESCAPE.to_string(), escapes: vec![(0, inert)] };
             }
             Span::Holding { held, escapes, .. } => {
                 escapes.push((held.len(), inert));
-                held.extend_from_slice(ESCAPE);
+                held.push_str(ESCAPE);
             }
         }
     }
 
     /// A run of backticks ended (the byte after it is not one): it opens a
     /// span when none is open, closes the open one when as long.
-    fn end_ticks(&mut self, out: &mut Vec<u8>) {
+    fn end_ticks(&mut self, out: &mut String) {
         let ticks = std::mem::take(&mut self.ticks);
         // A fence's own run, or backticks in its info string, open no
         // span.
@@ -284,15 +293,15 @@ impl CodeBlocks {
 
     /// Ends the open span, if any: its held output is written, its escapes
     /// as `<` where inert if it was `closed` (a span), as `&lt;` if not.
-    fn end_span(&mut self, out: &mut Vec<u8>, closed: bool) {
+    fn end_span(&mut self, out: &mut String, closed: bool) {
         if let Span::Holding { held, escapes, .. } = std::mem::replace(&mut self.span, Span::Closed) {
             let mut from = 0;
             for (at, inert) in escapes {
-                out.extend_from_slice(&held[from..at]);
+                out.push_str(&held[from..at]);
                 write_escape(out, closed, inert);
                 from = at + ESCAPE.len();
             }
-            out.extend_from_slice(&held[from..]);
+            out.push_str(&held[from..]);
         }
     }
 

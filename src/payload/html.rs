@@ -608,7 +608,7 @@ impl TagCloser {
             let mut block = [0u8; 64 * ESCAPE.len()];
             let mut i = 0;
             while i < block.len() {
-                block[i] = ESCAPE[i % ESCAPE.len()];
+                block[i] = ESCAPE.as_bytes()[i % ESCAPE.len()];
                 i += 1;
             }
             block
@@ -783,7 +783,7 @@ impl TagCloser {
         count_name(&mut self.text_tags, std::str::from_utf8(&self.name).unwrap_or_default(), 1);
         let rest = tag.get(1..).unwrap_or_default();
         self.wrote_lt |= rest.contains(&b'<');
-        out.extend_from_slice(ESCAPE);
+        out.extend_from_slice(ESCAPE.as_bytes());
         out.extend_from_slice(rest);
         self.state = Pre::Text;
     }
@@ -873,7 +873,7 @@ impl TagCloser {
     fn release_lt(&mut self, out: &mut Vec<u8>) {
         if self.pending == b"<" {
             self.pending.clear();
-            out.extend_from_slice(ESCAPE);
+            out.extend_from_slice(ESCAPE.as_bytes());
             self.escaped += 1;
         } else {
             self.wrote_lt |= !self.pending.is_empty();
