@@ -144,20 +144,37 @@ impl CodeBlocks {
     /// becomes what is certain so far. At the `end` of the content nothing
     /// stays held.
     pub(crate) fn push(&mut self, text: &mut String, end: bool) {
-        let quiet = self.lookahead.is_empty() && !matches!(self.span, Span::Holding { .. });
-        let stop = find_byte3(b'\n', b'`', b'&', text.as_bytes());
-        if quiet && stop.is_none() && self.line == Line::Rest && self.ticks == 0 {
-            // The common delta: within an ordinary line, nothing this
-            // stage reads.
-            return;
+        let holds = !self.lookahead.is_empty() || matches!(self.span, Span::Holding { .. });
+        let bytes = text.as_bytes();
+        if !holds && self.ticks == 0 && find_byte3(b'\n', b'`', b'&', bytes).is_none() {
+            // The common delta, within a line: nothing this stage reads,
+            // but a line's first bytes.
+            match self.line {
+                Line::Rest => return,
+                Line::Start => match bytes.iter().position(|&b| b != b' ' && b != b'\t') {
+                    None => return,
+                    Some(at) if bytes[at] != b'~' => {
+                        self.line = Line::Rest;
+                        return;
+                    }
+                    Some(_) => {}
+                },
+                _ => {}
+            }
         }
-        let idle = quiet && find_byte(b'&', text.as_bytes().get(stop.unwrap_or(0)..).unwrap_or_default()).is_none();
-        if idle {
+        if !holds {
             // Nothing written differently, nothing held: only the lines
             // and spans are followed (a span open at the end holds
             // nothing to write).
-            self.run(text, None, false);
-            return;
+            let plain_line = self.ticks == 0 && matches!(self.line, Line::Start | Line::Rest);
+            if plain_line && find_byte3(b'&', b'`', b'~', bytes).is_none() {
+                self.follow_plain(bytes);
+                return;
+            }
+            if find_byte(b'&', bytes).is_none() {
+                self.run(text, None, false);
+                return;
+            }
         }
         let mut input = std::mem::take(&mut self.lookahead);
         input.push_str(text);
@@ -172,19 +189,18 @@ impl CodeBlocks {
 
     /// Reads `input`, writing to `out` (`None`: it holds no escape and
     /// nothing is held, so the output is the input and only the states
-    /// move). Every place it cuts `input` at is an ASCII byte's, or a
-    /// whole character's end.
+    /// move). Input is written a stretch at a time: up to where the
+    /// target (the output, or a span's hold) may change. Every place it
+    /// cuts `input` at is an ASCII byte's, or a whole character's end.
     fn run(&mut self, input: &str, mut out: Option<&mut String>, end: bool) {
         let bytes = input.as_bytes();
+        // `input[from..i]` is read but not written yet.
+        let mut from = 0;
         let mut i = 0;
         while i < bytes.len() {
             if self.line == Line::Rest && self.ticks == 0 {
                 // Ordinary text up to the next byte that matters.
-                let stop = find_byte3(b'\n', b'`', b'&', &bytes[i..]).map_or(bytes.len(), |at| i + at);
-                if let Some(out) = out.as_deref_mut() {
-                    self.emit(&input[i..stop], out);
-                }
-                i = stop;
+                i = find_byte3(b'\n', b'`', b'&', &bytes[i..]).map_or(bytes.len(), |at| i + at);
                 if i == bytes.len() {
                     break;
                 }
@@ -195,10 +211,12 @@ impl CodeBlocks {
             {
                 let rest = &input[i..];
                 if rest.len() < ESCAPE.len() && ESCAPE.starts_with(rest) && !end {
+                    self.emit(&input[from..i], out);
                     self.lookahead.push_str(rest);
                     return;
                 }
                 if let Some(after) = rest.strip_prefix(ESCAPE) {
+                    self.emit(&input[from..i], out);
                     let Some(inert) = inert(after.as_bytes(), end) else {
                         // What follows is ASCII so far (a name's start).
                         self.lookahead.push_str(rest);
@@ -209,34 +227,63 @@ impl CodeBlocks {
                     self.line_byte(b'<');
                     self.escape(inert, out);
                     i += ESCAPE.len();
+                    from = i;
                     continue;
                 }
             }
             if b != b'`' {
-                if let Some(out) = out.as_deref_mut() {
-                    self.end_ticks(out);
-                } else {
-                    self.end_ticks(&mut String::new());
+                if self.ticks > 0 {
+                    match out.as_deref_mut() {
+                        Some(out) => {
+                            self.emit(&input[from..i], out);
+                            from = i;
+                            self.end_ticks(out);
+                        }
+                        None => self.end_ticks(&mut String::new()),
+                    }
                 }
             } else if self.open.is_none() {
                 self.ticks += 1;
             }
             if b == b'\n' {
-                if let Some(out) = out.as_deref_mut() {
-                    self.end_span(out, false);
-                } else {
-                    self.span = Span::Closed;
+                match out.as_deref_mut() {
+                    Some(out) if matches!(self.span, Span::Holding { .. }) => {
+                        self.emit(&input[from..i], out);
+                        from = i;
+                        self.end_span(out, false);
+                    }
+                    _ => self.span = Span::Closed,
                 }
                 self.end_line();
             } else {
                 self.line_byte(b);
             }
             // The whole character that `b` starts.
-            let len = input[i..].chars().next().map_or(1, char::len_utf8);
-            if let Some(out) = out.as_deref_mut() {
-                self.emit(&input[i..i + len], out);
+            i += input[i..].chars().next().map_or(1, char::len_utf8);
+        }
+        if let Some(out) = out {
+            self.emit(&input[from..], out);
+        }
+    }
+
+    /// Follows text with no backtick, tilde or `&`, from a line that is
+    /// no fence's and with no run of backticks being read: it can open or
+    /// close no fence and no span, only end lines (and with them an open
+    /// span) and begin the last one. Two searches where [`CodeBlocks::run`]
+    /// would stop at each line.
+    fn follow_plain(&mut self, bytes: &[u8]) {
+        let last =
+            if bytes.len() < 16 { bytes.iter().rposition(|&b| b == b'\n') } else { memchr::memrchr(b'\n', bytes) };
+        let tail = match last {
+            Some(at) => {
+                self.span = Span::Closed;
+                self.line = Line::Start;
+                &bytes[at + 1..]
             }
-            i += len;
+            None => bytes,
+        };
+        if self.line == Line::Start && !tail.iter().all(|&b| b == b' ' || b == b'\t') {
+            self.line = Line::Rest;
         }
     }
 
