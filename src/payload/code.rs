@@ -143,7 +143,22 @@ impl CodeBlocks {
     /// Passes the next piece of filtered output through the stage: `text`
     /// becomes what is certain so far. At the `end` of the content nothing
     /// stays held.
+    #[inline]
     pub(crate) fn push(&mut self, text: &mut String, end: bool) {
+        // The common delta, inside an ordinary line with nothing this
+        // stage reads: decided here, without a call.
+        let quiet = self.line == Line::Rest
+            && self.ticks == 0
+            && self.lookahead.is_empty()
+            && !matches!(self.span, Span::Holding { .. });
+        if quiet && find_byte3(b'\n', b'`', b'&', text.as_bytes()).is_none() {
+            return;
+        }
+        self.push_any(text, end);
+    }
+
+    /// [`CodeBlocks::push`] past its common case.
+    fn push_any(&mut self, text: &mut String, end: bool) {
         let holds = !self.lookahead.is_empty() || matches!(self.span, Span::Holding { .. });
         let bytes = text.as_bytes();
         if !holds && self.ticks == 0 && find_byte3(b'\n', b'`', b'&', bytes).is_none() {
