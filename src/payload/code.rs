@@ -2,13 +2,15 @@
 //! stage of [`super::html::HtmlFilter`], over its output.
 //!
 //! Content is Markdown with inline HTML (spec 003 §3.1.2), and Markdown
-//! shows the text of a fenced code block as written: there `&lt;` is seen
-//! as the four characters `&lt;`, so `Vec<u8>` or `while lo < hi`, escaped
-//! by the filter, would read `Vec&lt;u8>` and `lo &lt; hi`. This stage
-//! writes such a `<` back as it was, inside a fenced code block only, and
-//! only where it is inert as HTML too: a `<` that starts no tag (`a < b`,
-//! `<=`, `<3`), or the attribute-free tag of a name that is no
-//! HTML element (`<u8>`, `</T>`). Should a renderer read the block's
+//! shows the text of a fenced code block or a code span as written: there
+//! `&lt;` is seen as the four characters `&lt;`, so `Vec<u8>` or
+//! `while lo < hi`, escaped by the filter, would read `Vec&lt;u8>` and
+//! `lo &lt; hi`. This stage writes such a `<` back as it was, inside code
+//! only, and only where it is inert as HTML too: a `<` that starts no tag
+//! (`a < b`, `<=`, `<3`), or the attribute-free tag of a name that is no
+//! HTML element and no custom element (`<u8>`, `</T>`, `<user_name/>`;
+//! not a name that begins like `script` or `iframe`). Should a renderer
+//! read the block's
 //! structure otherwise than this stage (an HTML block around it, a list's
 //! indentation), such a `<` still runs nothing and hides at most the tag
 //! itself; every other `<` stays escaped.
@@ -40,8 +42,8 @@ use crate::scan::{find_byte, find_byte3};
 /// The filter's escape of `<`, read here.
 pub(crate) const ESCAPE: &str = "&#60;";
 
-/// Longest tag name an inert tag may have (no HTML element is longer).
-const MAX_NAME: usize = 16;
+/// Longest tag name an inert tag may have.
+const MAX_NAME: usize = 32;
 
 /// Most output held for one code span, waiting for its closing backticks;
 /// past it the span is taken for text.
@@ -119,12 +121,18 @@ fn inert(after: &[u8], end: bool) -> Option<bool> {
         return Some(true);
     }
     let name = &after[usize::from(first == b'/')..];
-    let len = name.iter().take(MAX_NAME + 1).take_while(|b| b.is_ascii_alphanumeric()).count();
+    let len = name.iter().take(MAX_NAME + 1).take_while(|&&b| b.is_ascii_alphanumeric() || b == b'_').count();
     if len > MAX_NAME {
         return Some(false);
     }
-    let Some(&next) = name.get(len) else { return if end { Some(false) } else { None } };
-    if len == 0 || !name[0].is_ascii_alphabetic() || next != b'>' {
+    // The name, then `>` or `/>` (a self-closing tag of an unknown
+    // element is as inert).
+    let close = match name.get(len..) {
+        Some([b'>', ..] | [b'/', b'>', ..]) => true,
+        Some([] | [b'/']) if !end => return None,
+        _ => false,
+    };
+    if len == 0 || !name[0].is_ascii_alphabetic() || !close {
         return Some(false);
     }
     let mut lower = [0u8; MAX_NAME];
@@ -451,7 +459,10 @@ mod tests {
             ("``a ` &#60;3`` x", "``a ` <3`` x"),
             ("``a &#60;3` x", "``a &lt;3` x"),
             ("`a &#60;3\nb` &#60;3", "`a &lt;3\nb` &lt;3"),
-            ("`&#60;b>` `&#60;!--` `&#60;x>`", "`&lt;b>` `&lt;!--` `<x>`"),
+            (
+                "`&#60;b>` `&#60;!--` `&#60;x>` `&#60;a_b/>` `&#60;x-y>` `&#60;x/ >`",
+                "`&lt;b>` `&lt;!--` `<x>` `<a_b/>` `&lt;x-y>` `&lt;x/ >`",
+            ),
             ("`unclosed &#60;3", "`unclosed &lt;3"),
         ];
         for (input, want) in cases {
