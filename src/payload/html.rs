@@ -26,8 +26,8 @@
 //! * The `net` (private) pass then escapes any `<` that is not a whitelisted
 //!   tag and breaks `javascript:`, `expression(`, `url(`, `on*=` patterns.
 //! * Last, the `code` (private) stage writes a `<` inside a Markdown fenced
-//!   code block as it was written, where it is inert as HTML (`a < b`,
-//!   `Vec<u8>`): Markdown shows code verbatim, `&lt;` included.
+//!   code block or code span as it was written, where it is inert as HTML
+//!   (`a < b`, `Vec<u8>`): Markdown shows code verbatim, `&lt;` included.
 //!
 //! An element whose content is removed but which is never closed would
 //! swallow the rest of the text, as it does in a browser. Instead its
