@@ -5,6 +5,7 @@
 use crate::event::Event;
 use crate::machine::{Machine, MachineLimits};
 use crate::payload::Stage;
+use crate::payload::html::FilterLimits;
 use crate::registry::Registry;
 use crate::scan::{ScanLimits, Scanner};
 use std::sync::Arc;
@@ -20,6 +21,8 @@ pub struct ParserOptions {
     pub scan: ScanLimits,
     /// Element size limit (see [`MachineLimits`]).
     pub machine: MachineLimits,
+    /// Limits of the content HTML filter (see [`FilterLimits`]).
+    pub html: FilterLimits,
     /// Also build the corrected text, read with [`Parser::take_rewrite`].
     pub rewrite: bool,
     /// Whether tool-call elements stay in the corrected text (the default)
@@ -111,7 +114,7 @@ impl Parser {
         Parser {
             scanner: Scanner::new(options.scan),
             machine,
-            stage: Stage::new(registry, options.machine.max_element_len, options.payloads),
+            stage: Stage::new(registry, options.machine.max_element_len, options.html, options.payloads),
             batch: Vec::new(),
         }
     }

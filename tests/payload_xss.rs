@@ -5,7 +5,7 @@
 
 use spindle::event::{Event, Level};
 use spindle::scan::decode_entities;
-use spindle::{Parser, Registry};
+use spindle::{FilterLimits, Parser, ParserOptions, Registry};
 
 const VECTORS: &[&str] = &[
     r#"<SCRIPT SRC=https://cdn.jsdelivr.net/gh/Moksh45/host-xss.rocks/index.js></SCRIPT>"#,
@@ -141,7 +141,12 @@ const FORBIDDEN: &[&str] = &[
 /// The content element's `payload.html` and joined deltas, parsing
 /// `input` in chunks of `chunk` bytes.
 fn content(input: &str, chunk: usize) -> (String, String, Vec<Event>) {
-    let mut parser = Parser::new(Registry::filament());
+    content_with(ParserOptions::default(), input, chunk)
+}
+
+/// [`content`] with a parser of these options.
+fn content_with(options: ParserOptions, input: &str, chunk: usize) -> (String, String, Vec<Event>) {
+    let mut parser = Parser::with_options(std::sync::Arc::new(Registry::filament()), options);
     let mut events = Vec::new();
     for c in input.as_bytes().chunks(chunk.max(1)) {
         events.extend(parser.feed(c));
@@ -391,5 +396,37 @@ fn filters_to(cases: &[(&str, &str)]) {
         let once = spindle::payload::html::sanitize(input).html;
         assert_eq!(&once, want, "{input}");
         assert_eq!(spindle::payload::html::sanitize(&once).html, once, "{input}: not a fixed point");
+    }
+}
+
+/// The HTML filter's limits are the parser's to set: past the held-tag and
+/// code-span limits the content degrades (a long tag is markup, a long
+/// code span keeps `&lt;`) and the `html_filtered` diagnostic says so.
+#[test]
+fn the_html_filter_limits_are_parser_options() {
+    let input = "<content>when a<b c=\"a long quoted value\" and d>e; `Vec<u8> and more words`</content>";
+    let report = |events: &[Event]| {
+        events
+            .iter()
+            .find_map(|e| match e {
+                Event::Diagnostic(d) if d.code == "html_filtered" => Some(d.message.clone()),
+                _ => None,
+            })
+            .unwrap_or_default()
+    };
+    let (html, _, events) = content(input, 3);
+    assert_eq!(html, "when a&lt;b c=\"a long quoted value\" and d>e; `Vec<u8> and more words`");
+    assert!(!report(&events).contains("limit"), "{}", report(&events));
+    let options = ParserOptions {
+        html: FilterLimits { max_held_tag: 8, max_code_span: 10, ..FilterLimits::default() },
+        ..ParserOptions::default()
+    };
+    for chunk in [usize::MAX, 1, 3] {
+        let (html, deltas, events) = content_with(options, input, chunk);
+        assert_eq!(html, "when a<b>e; `Vec&lt;u8> and more words`", "chunk {chunk}");
+        assert_eq!(html, deltas);
+        let report = report(&events);
+        assert!(report.contains("1 start tag(s) past the held-tag limit"), "{report}");
+        assert!(report.contains("1 code span(s) past the hold limit"), "{report}");
     }
 }

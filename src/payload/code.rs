@@ -45,10 +45,6 @@ pub(crate) const ESCAPE: &str = "&#60;";
 /// Longest tag name an inert tag may have.
 const MAX_NAME: usize = 32;
 
-/// Most output held for one code span, waiting for its closing backticks;
-/// past it the span is taken for text.
-const MAX_SPAN_HOLD: usize = 4096;
-
 /// A code fence: its character and the length of its run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Fence {
@@ -96,12 +92,12 @@ pub(crate) struct CodeBlocks {
     /// Output held back: an escape and the bytes after it, while they do
     /// not yet show whether it is inert.
     lookahead: String,
-}
-
-impl Default for CodeBlocks {
-    fn default() -> Self {
-        CodeBlocks { open: None, line: Line::Start, ticks: 0, span: Span::Closed, lookahead: String::new() }
-    }
+    /// Most output held for one code span, waiting for its closing
+    /// backticks ([`super::html::FilterLimits::max_code_span`]); past it
+    /// the span is taken for text.
+    max_span: usize,
+    /// Spans taken for text at that limit.
+    long_spans: usize,
 }
 
 /// Whether a `<` followed by `after` is inert as HTML: `Some(true)` when
@@ -148,6 +144,25 @@ fn write_escape(out: &mut String, in_code: bool, inert: bool) {
 }
 
 impl CodeBlocks {
+    /// A stage at the start of the content, holding at most `max_span`
+    /// bytes of one code span.
+    pub(crate) fn new(max_span: usize) -> CodeBlocks {
+        CodeBlocks {
+            open: None,
+            line: Line::Start,
+            ticks: 0,
+            span: Span::Closed,
+            lookahead: String::new(),
+            max_span,
+            long_spans: 0,
+        }
+    }
+
+    /// Code spans taken for text because they held more than the limit.
+    pub(crate) fn long_spans(&self) -> usize {
+        self.long_spans
+    }
+
     /// Passes the next piece of filtered output through the stage: `text`
     /// becomes what is certain so far. At the `end` of the content nothing
     /// stays held.
@@ -315,8 +330,9 @@ impl CodeBlocks {
         match &mut self.span {
             Span::Holding { held, .. } => {
                 held.push_str(text);
-                if held.len() > MAX_SPAN_HOLD {
+                if held.len() > self.max_span {
                     // Too long to wait for: taken for text.
+                    self.long_spans += 1;
                     self.end_span(out, false);
                 }
             }
@@ -425,7 +441,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn through(pieces: &[&str]) -> String {
-        let mut stage = CodeBlocks::default();
+        let mut stage = CodeBlocks::new(4096);
         let mut out = String::new();
         for (n, piece) in pieces.iter().enumerate() {
             let mut text = piece.to_string();

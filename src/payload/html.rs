@@ -96,11 +96,22 @@ pub struct FilterLimits {
     /// Memory limit of the HTML tokenizer (a single tag longer than this
     /// makes the filter fall back to escaping all markup). Default 1 MiB.
     pub max_tokenizer: usize,
+    /// Most bytes of a start tag with attributes held while they are read,
+    /// to tell a tag from text that reads like one (`if a<b {}`: see the
+    /// module docs). A longer tag is taken for markup, its attributes
+    /// filtered, and counted in [`FilterReport::long_tags`]. Default 512;
+    /// 0 takes every such tag for markup at once.
+    pub max_held_tag: usize,
+    /// Most bytes of a Markdown code span held, from its first `<` to its
+    /// closing backticks, to write that `<` back as it was (see the module
+    /// docs). Past it the span's `<` stay escaped (`&lt;`), counted in
+    /// [`FilterReport::long_code_spans`]. Default 4 KiB.
+    pub max_code_span: usize,
 }
 
 impl Default for FilterLimits {
     fn default() -> Self {
-        FilterLimits { max_held: 256 * 1024, max_tokenizer: 1024 * 1024 }
+        FilterLimits { max_held: 256 * 1024, max_tokenizer: 1024 * 1024, max_held_tag: 512, max_code_span: 4096 }
     }
 }
 
@@ -122,6 +133,12 @@ pub struct FilterReport {
     pub text_tags: BTreeMap<String, usize>,
     /// `<` escaped by the safety net.
     pub escaped: usize,
+    /// Start tags longer than [`FilterLimits::max_held_tag`], taken for
+    /// markup without telling whether they were text.
+    pub long_tags: usize,
+    /// Code spans that passed [`FilterLimits::max_code_span`] before their
+    /// closing backticks: their `<` stayed escaped.
+    pub long_code_spans: usize,
     /// End tags that closed nothing, dropped.
     pub stray_end_tags: usize,
     /// Dangerous text patterns neutralised by the safety net.
@@ -157,6 +174,8 @@ impl FilterReport {
             broken_tags,
             text_tags,
             escaped,
+            long_tags,
+            long_code_spans,
             stray_end_tags,
             neutralised,
             unclosed,
@@ -168,7 +187,9 @@ impl FilterReport {
             && text_tags.is_empty()
             && unclosed.is_empty()
             && degraded.is_none()
-            && [broken_tags, escaped, stray_end_tags, neutralised, dropped_bytes].iter().all(|n| **n == 0)
+            && [broken_tags, escaped, long_tags, long_code_spans, stray_end_tags, neutralised, dropped_bytes]
+                .iter()
+                .all(|n| **n == 0)
     }
 
     /// One sentence saying what was done, for a diagnostic.
@@ -197,6 +218,15 @@ impl FilterReport {
         }
         if self.escaped > 0 {
             parts.push(format!("{} stray '<' escaped", self.escaped));
+        }
+        if self.long_tags > 0 {
+            parts.push(format!(
+                "{} start tag(s) past the held-tag limit taken for markup, their attributes filtered",
+                self.long_tags
+            ));
+        }
+        if self.long_code_spans > 0 {
+            parts.push(format!("{} code span(s) past the hold limit left with '<' escaped", self.long_code_spans));
         }
         if self.neutralised > 0 {
             parts.push(format!(
@@ -231,6 +261,8 @@ impl FilterReport {
         self.comments += other.comments;
         self.broken_tags += other.broken_tags;
         self.escaped += other.escaped;
+        self.long_tags += other.long_tags;
+        self.long_code_spans += other.long_code_spans;
         add_counts(&mut self.text_tags, other.text_tags);
         let room = MAX_NAMES.saturating_sub(self.unclosed.len());
         self.unclosed.extend(other.unclosed.into_iter().take(room));
@@ -415,6 +447,12 @@ struct TagCloser {
     held: Option<HeldTag>,
     /// `<` that start nothing, escaped here.
     escaped: usize,
+    /// Longest start tag held while its attributes are read
+    /// ([`FilterLimits::max_held_tag`]); a longer one is taken for markup,
+    /// as every tag was before tags were held.
+    max_held_tag: usize,
+    /// Held tags taken for markup at that limit.
+    long_tags: usize,
     /// Whether its states still follow the tokenizer's.
     mirror: Mirror,
     /// Whether it may have written a `<` since [`TagCloser::take_lt`]: its
@@ -473,10 +511,6 @@ fn reserve_fresh(out: &mut Vec<u8>, additional: usize) {
 
 /// Longest tag start held while its name is read.
 const MAX_PENDING: usize = 40;
-
-/// Longest start tag held while its attributes are read ([`HeldTag`]); a
-/// longer one is taken for markup, as every tag was before tags were held.
-const MAX_HELD_TAG: usize = 512;
 
 /// Longest attribute name a [`HeldTag`] keeps (none that means something
 /// bare is longer).
@@ -578,8 +612,10 @@ fn bare_attribute(name: &[u8]) -> bool {
 }
 
 impl TagCloser {
-    fn new() -> TagCloser {
+    fn new(max_held_tag: usize) -> TagCloser {
         TagCloser {
+            max_held_tag,
+            long_tags: 0,
             state: Pre::Text,
             name: Vec::new(),
             end_tag: false,
@@ -711,7 +747,8 @@ impl TagCloser {
                 }
             } else if self.held.is_some() {
                 self.pending.push(b);
-                if self.pending.len() > MAX_HELD_TAG {
+                if self.pending.len() > self.max_held_tag {
+                    self.long_tags += 1;
                     self.settle(Reading::Markup, out);
                 }
             } else {
@@ -1342,7 +1379,7 @@ impl std::fmt::Debug for Pass {
 impl Pass {
     fn new(limits: FilterLimits, bypass: Bypass) -> Pass {
         Pass {
-            closer: TagCloser::new(),
+            closer: TagCloser::new(limits.max_held_tag),
             bypass,
             elision: Elision::None,
             elided_comments: 0,
@@ -1696,6 +1733,7 @@ impl Pass {
         report.comments += self.elided_comments + usize::from(self.elision == Elision::Comment);
         report.broken_tags += self.closer.inserted;
         report.escaped += self.closer.escaped;
+        report.long_tags += self.closer.long_tags;
         add_counts(&mut report.text_tags, std::mem::take(&mut self.closer.text_tags));
         let again = match &dropping {
             Some(d) if self.overflowed != Some(d.generation) => {
@@ -1903,7 +1941,7 @@ impl HtmlFilter {
             tail: Vec::new(),
             degraded: false,
             scratch: Vec::new(),
-            code: CodeBlocks::default(),
+            code: CodeBlocks::new(limits.max_code_span),
         }
     }
 
@@ -2078,6 +2116,7 @@ impl HtmlFilter {
         self.report.escaped += self.net.report.escaped;
         self.report.stray_end_tags = self.net.report.stray;
         self.report.neutralised = self.net.report.neutralised;
+        self.report.long_code_spans = self.code.long_spans();
         let mut text = self.text(bytes);
         if !self.tail.is_empty() {
             text.push_str(&String::from_utf8_lossy(&std::mem::take(&mut self.tail)));
@@ -2205,7 +2244,7 @@ mod tests {
     /// A tag closer fed `input` in pieces of `chunk` bytes, and its output
     /// (without `finish`).
     fn close_in_pieces(input: &str, chunk: usize) -> (TagCloser, Vec<u8>) {
-        let mut c = TagCloser::new();
+        let mut c = TagCloser::new(FilterLimits::default().max_held_tag);
         let mut out = Vec::new();
         for piece in input.as_bytes().chunks(chunk.min(input.len().max(1))) {
             c.transform(piece, &mut out);
@@ -2276,10 +2315,10 @@ mod tests {
             ], 0..24),
         ) {
             let text = parts.concat();
-            let mut whole = TagCloser::new();
+            let mut whole = TagCloser::new(FilterLimits::default().max_held_tag);
             let mut whole_out = Vec::new();
             whole.transform(text.as_bytes(), &mut whole_out);
-            let mut steps = TagCloser::new();
+            let mut steps = TagCloser::new(FilterLimits::default().max_held_tag);
             let mut steps_out = Vec::new();
             for b in text.as_bytes().chunks(1) {
                 steps.transform(b, &mut steps_out);
@@ -2471,7 +2510,7 @@ mod tests {
 
     #[test]
     fn a_tag_past_the_tokenizer_limit_degrades_to_escaping() {
-        let limits = FilterLimits { max_held: 1024, max_tokenizer: 4096 };
+        let limits = FilterLimits { max_held: 1024, max_tokenizer: 4096, ..FilterLimits::default() };
         let text = format!("ok <b>b</b> <span title=\"{}\">x</span> <i>i</i>", "y".repeat(20_000));
         let (out, report) = filter_with(limits, &text, 512);
         assert!(report.degraded.is_some(), "{report:?}");
@@ -2483,7 +2522,7 @@ mod tests {
 
     #[test]
     fn unclosed_removed_elements_past_the_hold_limit_are_dropped_and_reported() {
-        let limits = FilterLimits { max_held: 100, max_tokenizer: 1 << 20 };
+        let limits = FilterLimits { max_held: 100, max_tokenizer: 1 << 20, ..FilterLimits::default() };
         let (out, report) = filter_with(limits, &format!("a <svg>{}", "z".repeat(500)), 7);
         assert_eq!(out, "a ");
         assert!(report.dropped_bytes >= 400, "{report:?}");
@@ -2506,5 +2545,38 @@ mod tests {
         // A few nested ones are all peeled.
         let (out, _) = filter_with(FilterLimits::default(), "<svg><svg><svg><b>end</b>", 3);
         assert_eq!(out, "<b>end</b>");
+    }
+
+    #[test]
+    fn held_tags_and_code_spans_past_their_limits_degrade_and_are_reported() {
+        // Within the held-tag limit, `a<b` followed by words is text.
+        let text = "when a<b c=\"a long quoted value\" and d>e";
+        for chunk in [1, 3, usize::MAX] {
+            let (out, report) = filter_with(FilterLimits::default(), text, chunk);
+            assert_eq!(out, "when a&lt;b c=\"a long quoted value\" and d>e");
+            assert_eq!(report.long_tags, 0);
+        }
+        // Past it, the tag is markup (its "attributes" filtered) and the
+        // report says so.
+        let limits = FilterLimits { max_held_tag: 8, ..FilterLimits::default() };
+        for chunk in [1, 3, usize::MAX] {
+            let (out, report) = filter_with(limits, text, chunk);
+            assert_eq!(out, "when a<b>e", "chunk {chunk}");
+            assert_eq!(report.long_tags, 1);
+            assert!(report.summary().contains("1 start tag(s) past the held-tag limit"), "{}", report.summary());
+        }
+        // A code span's `<` is written back within the span limit, and
+        // stays escaped past it.
+        let text = "see `Vec<u8> and more words` here";
+        let (out, report) = filter_with(FilterLimits::default(), text, 2);
+        assert_eq!(out, text);
+        assert_eq!(report.long_code_spans, 0);
+        let limits = FilterLimits { max_code_span: 10, ..FilterLimits::default() };
+        for chunk in [1, 2, usize::MAX] {
+            let (out, report) = filter_with(limits, text, chunk);
+            assert_eq!(out, "see `Vec&lt;u8> and more words` here", "chunk {chunk}");
+            assert_eq!(report.long_code_spans, 1);
+            assert!(report.summary().contains("1 code span(s) past the hold limit"), "{}", report.summary());
+        }
     }
 }

@@ -450,16 +450,24 @@ pub(crate) struct Stage {
     max_element_len: usize,
     /// When payloads are built.
     payloads: Payloads,
+    /// The limits of every content element's HTML filter.
+    html: html::FilterLimits,
 }
 
 impl Stage {
-    pub(crate) fn new(registry: Arc<Registry>, max_element_len: usize, payloads: Payloads) -> Stage {
+    pub(crate) fn new(
+        registry: Arc<Registry>,
+        max_element_len: usize,
+        html: html::FilterLimits,
+        payloads: Payloads,
+    ) -> Stage {
         Stage {
             calls: crate::calls::CallTracker::new(registry.clone()),
             registry,
             open: OpenStates::default(),
             max_element_len,
             payloads,
+            html,
         }
     }
 
@@ -615,7 +623,7 @@ impl Stage {
                                 // deltas (filtered); what follows is content.
                                 let LeadText { text, cut } = std::mem::take(&mut **lead);
                                 let mut content = ContentState {
-                                    filter: html::HtmlFilter::new(),
+                                    filter: html::HtmlFilter::with_limits(self.html),
                                     html: String::new(),
                                     truncated: cut,
                                     finished: false,
@@ -658,7 +666,7 @@ impl Stage {
             BodyState::Lead(Box::default())
         } else if self.is_content(&o.tag) {
             BodyState::Content(Box::new(ContentState {
-                filter: html::HtmlFilter::new(),
+                filter: html::HtmlFilter::with_limits(self.html),
                 html: String::new(),
                 truncated: false,
                 finished: false,
