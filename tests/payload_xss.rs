@@ -375,10 +375,40 @@ fn inert_angle_brackets_in_markdown_code_stay_as_written() {
         ),
         (
             "```html\n<script>alert(1)</script><b>x</b> <img src=x onerror=alert(1)> <x-y> <u8 a=1>\n```",
-            "```html\n<b>x</b>  &lt;x-y> &lt;u8 a=1>\n```",
+            "```html\n&lt;script>alert(1)&lt;/script><b>x</b> &lt;img src=x onerror=alert(1)> &lt;x-y> &lt;u8 a=1>\n```",
         ),
-        ("`<!-- c -->x` and `<user>` and <user>", "`x` and `<user>` and &lt;user>"),
+        ("`<!-- c -->x` and `<user>` and <user>", "`<!-- c -->x` and `<user>` and &lt;user>"),
         ("~~~\n<<3\n~~~", "~~~\n<<3\n~~~"),
+    ];
+    filters_to(cases);
+}
+
+/// Markdown code is code to show, not markup to filter: inside a fenced
+/// block or a code span, tags are kept as written where they could do
+/// nothing but show themselves were they read as HTML (JSX, HTML examples,
+/// generics), and the safety net's zero-width breaks of `url(` and
+/// `on<word>=` are not written into code (where Markdown would show them
+/// as `&#8203;`). Tags that act stay escaped, `javascript:` stays broken,
+/// and outside code nothing changes.
+#[test]
+fn markup_in_markdown_code_is_shown_as_written() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "```jsx\nreturn <div className=\"app\"><Header title=\"Hi\" /><img src=\"x\" onerror=\"alert(1)\"/></div>;\n```",
+            "```jsx\nreturn <div className=\"app\"><Header title=\"Hi\" />&lt;img src=\"x\" onerror=\"alert(1)\"/></div>;\n```",
+        ),
+        (
+            "```html\n<ul><li>One</li></ul><a href=\"javascript:alert(1)\">x</a> <p hidden>h</p>\n```",
+            "```html\n<ul><li>One</li></ul>&lt;a href=\"javascript&#8203;:alert(1)\">x</a> &lt;p hidden>h</p>\n```",
+        ),
+        (
+            "```css\n.a { background: url(x.png); }\n```\n```python\nresponse = requests.get(url, json=data)\n```",
+            "```css\n.a { background: url(x.png); }\n```\n```python\nresponse = requests.get(url, json=data)\n```",
+        ),
+        (
+            "Use `HashMap<String, Vec<u8>>`, `Option<A>`, `<T: Clone>` and `[x](javascript:alert(1))`; outside: <div>a</div> conn = db <b>b</b>",
+            "Use `HashMap<String, Vec<u8>>`, `Option<A>`, `<T: Clone>` and `[x](javascript&#8203;:alert(1))`; outside: a conn &#8203;= db <b>b</b>",
+        ),
     ];
     filters_to(cases);
 }

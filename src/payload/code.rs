@@ -1,25 +1,41 @@
-//! Markdown code blocks in filtered content HTML (private): the last
-//! stage of [`super::html::HtmlFilter`], over its output.
+//! Markdown code in content (private): the first and the last stage of
+//! [`super::html::HtmlFilter`], one over its input and one over its
+//! output.
 //!
 //! Content is Markdown with inline HTML (spec 003 §3.1.2), and Markdown
 //! shows the text of a fenced code block or a code span as written: there
-//! `&lt;` is seen as the four characters `&lt;`, so `Vec<u8>` or
-//! `while lo < hi`, escaped by the filter, would read `Vec&lt;u8>` and
-//! `lo &lt; hi`. This stage writes such a `<` back as it was, inside code
-//! only, and only where it is inert as HTML too: a `<` that starts no tag
-//! (`a < b`, `<=`, `<3`), or the attribute-free tag of a name that is no
-//! HTML element and no custom element (`<u8>`, `</T>`, `<user_name/>`;
-//! not a name that begins like `script` or `iframe`). Should a renderer
-//! read the block's
-//! structure otherwise than this stage (an HTML block around it, a list's
-//! indentation), such a `<` still runs nothing and hides at most the tag
-//! itself; every other `<` stays escaped.
+//! `<div>` is code to show, not markup to filter, and `&lt;` is seen as the
+//! four characters `&lt;`. Left to the HTML filter alone, `return
+//! <div>{x}</div>` in a JSX block would lose its tags, `Vec<u8>` would read
+//! `Vec&lt;u8>`, and `conn = db` would read `conn &#8203;= db` (the net's
+//! break of `on<word>=`).
 //!
-//! The filter's own escapes reach this stage as `&#60;` (the same
-//! character as `&lt;`); this stage writes each `&#60;` as `<` where the
-//! rules above allow, and as `&lt;` everywhere else, so that output
-//! outside code blocks is what it was. (A `&#60;` the model wrote itself
-//! is read the same way.) It owns nothing else: it never looks at tags.
+//! * **Before the filter** ([`Side::Input`]), every `<` inside code is
+//!   written as [`ESCAPE`] (`&#60;`, the same character as `&lt;`), so the
+//!   filter reads no markup in code: it neither removes nor keeps tags
+//!   there.
+//! * **After the filter** ([`Side::Output`]), inside code, an [`ESCAPE`] is
+//!   written back as `<` where it is inert as HTML, and the net's break
+//!   before `=` or `(` (of `on<word>=`, `url(`, `expression(`, text in
+//!   code) is dropped. Everywhere else an [`ESCAPE`] is written `&lt;` and
+//!   the break stays, so output outside code is what the filter gave.
+//!
+//! A `<` is inert ([`inert`]) when it starts no tag (`a < b`, `<=`, `<3`,
+//! `<'a>`), or starts a whole tag on one line that could do nothing but
+//! show itself were it read as HTML: the tag of a harmless element (`<b>`,
+//! `<div>`, `<P as Trait>`; not `<img>`, `<script>`, `<style>`, `<iframe>`,
+//! `<textarea>`, `<details>` ...) or of a name that is no HTML element and
+//! no custom element (`<u8>`, `<T: Clone>`, `<String, Vec<u8>>`), with no
+//! attribute that acts (no `on*`, `href`, `src`, `style`, `hidden` ...;
+//! values only on a few, such as `title` and `className`). Should a
+//! renderer read the block structure otherwise than these stages (an HTML
+//! block around it, a list's indentation), such a `<` still runs nothing,
+//! loads nothing and hides nothing; every other `<` stays escaped. The
+//! break before `:` (`javascript:`) is never dropped: in text that a
+//! renderer took for Markdown it would be a link's scheme.
+//!
+//! The filter's own escapes reach the output side as `&#60;` too; a
+//! `&#60;` (or a break) the model wrote itself is read the same way.
 //!
 //! Fences are read as CommonMark writes them: a line of at least three
 //! backticks or tildes, after spaces (any number: fences in list items are
@@ -28,22 +44,230 @@
 //! nothing but white space after them, or at the end of the content.
 //!
 //! Code spans are read on one line: a run of backticks opens one, the
-//! next run as long closes it. (CommonMark also lets a span cross a line
-//! break inside a paragraph, and reads a run that finds no closer as text
-//! and looks again after it; here such escapes stay escaped, as outside
-//! code.)
+//! next run as long closes it. What a span holds from its first mark on
+//! is held until it closes, since only then is it code (at most
+//! [`super::html::FilterLimits::max_code_span`] bytes; the end of the line
+//! or of the content ends it as text). (CommonMark also lets a span cross
+//! a line break inside a paragraph, and reads a run that finds no closer as
+//! text and looks again after it; here such text is not code.)
 //!
-//! The stage is incremental and split-invariant: it holds back only an
-//! escape whose next bytes are not all there yet (a few bytes).
+//! Both sides are incremental and split-invariant, and the output side
+//! reads the output's lines and spans as the input side read the input's,
+//! so that the filter's output is its own fixed point.
 
 use super::net::is_html_element;
 use crate::scan::{find_byte, find_byte3};
 
-/// The filter's escape of `<`, read here.
+/// The escape of `<` in code, written before the filter and read after
+/// it; also the filter's own escape of `<`.
 pub(crate) const ESCAPE: &str = "&#60;";
 
-/// Longest tag name an inert tag may have.
-const MAX_NAME: usize = 32;
+/// The net's break of a dangerous pattern (a zero-width space).
+const BREAK: &str = "&#8203;";
+
+/// Longest tag that may be inert, from its `<` to its `>`.
+const MAX_TAG: usize = 256;
+
+/// HTML elements whose tags do nothing but show their content: inert in
+/// code, with the attributes [`attribute_is_inert`] allows. Sorted.
+const HARMLESS: &[&str] = &[
+    "a",
+    "abbr",
+    "acronym",
+    "address",
+    "article",
+    "aside",
+    "b",
+    "bdi",
+    "bdo",
+    "big",
+    "blockquote",
+    "br",
+    "caption",
+    "center",
+    "cite",
+    "code",
+    "col",
+    "colgroup",
+    "dd",
+    "del",
+    "dfn",
+    "div",
+    "dl",
+    "dt",
+    "em",
+    "figcaption",
+    "figure",
+    "footer",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "header",
+    "hgroup",
+    "hr",
+    "i",
+    "ins",
+    "kbd",
+    "label",
+    "li",
+    "main",
+    "mark",
+    "nav",
+    "ol",
+    "p",
+    "pre",
+    "q",
+    "rb",
+    "rp",
+    "rt",
+    "rtc",
+    "ruby",
+    "s",
+    "samp",
+    "section",
+    "small",
+    "span",
+    "strike",
+    "strong",
+    "sub",
+    "sup",
+    "table",
+    "tbody",
+    "td",
+    "tfoot",
+    "th",
+    "thead",
+    "time",
+    "tr",
+    "tt",
+    "u",
+    "ul",
+    "var",
+    "wbr",
+];
+
+/// Attributes that may have a value in an inert tag: they change nothing
+/// but text a reader may see. Sorted.
+const VALUED: &[&str] = &[
+    "align",
+    "alt",
+    "classname",
+    "colspan",
+    "datetime",
+    "dir",
+    "for",
+    "height",
+    "htmlfor",
+    "key",
+    "label",
+    "lang",
+    "ref",
+    "role",
+    "rowspan",
+    "title",
+    "type",
+    "value",
+    "width",
+];
+
+/// Attributes that act even bare (hide, focus, load, run): never in an
+/// inert tag. Sorted. (`on*` too, and any value not in [`VALUED`].)
+const ACTING: &[&str] = &[
+    "action",
+    "autofocus",
+    "background",
+    "content",
+    "contenteditable",
+    "data",
+    "formaction",
+    "hidden",
+    "href",
+    "http-equiv",
+    "inert",
+    "is",
+    "popover",
+    "popovertarget",
+    "poster",
+    "slot",
+    "src",
+    "srcdoc",
+    "srcset",
+    "style",
+    "xlink:href",
+];
+
+/// URL schemes that run or load what follows them: a name that begins
+/// with one (`<data:...>`) could be a Markdown autolink.
+const SCHEMES: &[&str] = &["data:", "javascript:", "livescript:", "vbscript:"];
+
+/// Which side of the filter a stage works on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Side {
+    /// Before the filter, over the raw content: a `<` in code becomes
+    /// [`ESCAPE`].
+    Input,
+    /// After the filter, over its output: an [`ESCAPE`] in code becomes
+    /// `<` where inert, a [`BREAK`] before `=` or `(` in code is dropped;
+    /// an [`ESCAPE`] elsewhere becomes `&lt;`.
+    Output,
+}
+
+impl Side {
+    /// The byte every mark of this side begins with.
+    fn trigger(self) -> u8 {
+        match self {
+            Side::Input => b'<',
+            Side::Output => b'&',
+        }
+    }
+}
+
+/// What a stage reads and writes differently in code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mark {
+    /// A `<` (on the input side), or its [`ESCAPE`] (on the output side),
+    /// `inert` or not (always `true` on the input side, which does not
+    /// judge).
+    Lt { inert: bool },
+    /// The net's [`BREAK`] before `=` or `(` (output side only).
+    Break,
+}
+
+impl Mark {
+    /// The text of the mark as read.
+    fn read(self, side: Side) -> &'static str {
+        match (self, side) {
+            (Mark::Lt { .. }, Side::Input) => "<",
+            (Mark::Lt { .. }, Side::Output) => ESCAPE,
+            (Mark::Break, _) => BREAK,
+        }
+    }
+
+    /// Writes the mark, `in_code` or not.
+    fn write(self, side: Side, in_code: bool, out: &mut String) {
+        out.push_str(match (self, side, in_code) {
+            (Mark::Lt { .. }, Side::Input, true) => ESCAPE,
+            (Mark::Lt { .. }, Side::Input, false) => "<",
+            (Mark::Lt { inert: true }, Side::Output, true) => "<",
+            (Mark::Lt { .. }, Side::Output, _) => "&lt;",
+            (Mark::Break, _, true) => "",
+            (Mark::Break, _, false) => BREAK,
+        });
+    }
+}
+
+/// What the text at a trigger byte is.
+enum Read {
+    /// A mark of this many bytes.
+    Mark(Mark, usize),
+    /// Not yet known: the rest of the text is too short to tell.
+    Wait,
+    /// Ordinary text.
+    Text,
+}
 
 /// A code fence: its character and the length of its run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,80 +298,176 @@ enum Span {
     Closed,
     /// A run of this many backticks opened one; nothing is held.
     Open(usize),
-    /// One is open and holds an escape: the output from the first escape
-    /// on is held, with where each escape is in it and whether it is
-    /// inert, until the span closes (or the line ends, and it was none).
-    Holding { ticks: usize, held: String, escapes: Vec<(usize, bool)> },
+    /// One is open and holds a mark: the text from the first mark on is
+    /// held, with where each mark is in it, until the span closes (or the
+    /// line ends, and it was none).
+    Holding { ticks: usize, held: String, marks: Vec<(usize, Mark)> },
 }
 
-/// The code-block stage (see the module docs).
+/// A code stage (see the module docs).
 #[derive(Debug, Clone)]
 pub(crate) struct CodeBlocks {
-    /// The fenced block the output is in, if any.
+    side: Side,
+    /// The fenced block the text is in, if any.
     open: Option<Fence>,
     line: Line,
     /// Backticks in the run being read (outside fenced blocks).
     ticks: usize,
     span: Span,
-    /// Output held back: an escape and the bytes after it, while they do
-    /// not yet show whether it is inert.
+    /// Text held back: a mark's start and the bytes after it, while they
+    /// do not yet show what it is.
     lookahead: String,
-    /// Most output held for one code span, waiting for its closing
+    /// Most text held for one code span, waiting for its closing
     /// backticks ([`super::html::FilterLimits::max_code_span`]); past it
     /// the span is taken for text.
     max_span: usize,
     /// Spans taken for text at that limit.
     long_spans: usize,
+    /// The net's breaks dropped in code.
+    dropped_breaks: usize,
 }
 
-/// Whether a `<` followed by `after` is inert as HTML: `Some(true)` when
-/// it starts no tag or the attribute-free tag of a name that is no HTML
-/// element (nor one that begins like `script` or `iframe`, which a check
-/// by substring would take for them), `Some(false)` when it may start
-/// markup, `None` when `after` is too short to tell (at the `end` of the
-/// content it always tells). A `<` that ends the content is not written
-/// back: the filter gives one there as `&lt;` (its last pass escapes it),
-/// and the output must read the same when filtered again.
+/// Whether a `<` followed by `after` is inert as HTML (see the module
+/// docs): `Some(true)` when it starts no tag or an inert one, `Some(false)`
+/// when it may start markup that acts, `None` when `after` is too short to
+/// tell (at the `end` of the content it always tells). A `<` that ends the
+/// content is not written back: the filter gives one there as `&lt;` (its
+/// last pass escapes it), and the output must read the same when filtered
+/// again.
 fn inert(after: &[u8], end: bool) -> Option<bool> {
     let Some(&first) = after.first() else { return end.then_some(false) };
+    let more = !end && after.len() < MAX_TAG;
+    if first == b'!' && b"!--".starts_with(&after[..after.len().min(3)]) {
+        // A comment ended on its line: read as HTML, it hides only
+        // itself.
+        let window = &after[..after.len().min(MAX_TAG)];
+        let line = &window[..window.iter().position(|&b| b == b'\n').unwrap_or(window.len())];
+        if line.len() >= 3 && line[..3] == *b"!--" && contains(&line[3..], b"-->") {
+            return Some(true);
+        }
+        return if more && line.len() == window.len() { None } else { Some(false) };
+    }
     if first == b'!' || first == b'?' {
         return Some(false);
     }
     if !first.is_ascii_alphabetic() && first != b'/' {
         return Some(true);
     }
-    let name = &after[usize::from(first == b'/')..];
-    let len = name.iter().take(MAX_NAME + 1).take_while(|&&b| b.is_ascii_alphanumeric() || b == b'_').count();
-    if len > MAX_NAME {
-        return Some(false);
+    // Read as the HTML tokenizer reads a tag, on one line; `None` where
+    // the text runs out before the tag ends.
+    let window = &after[..after.len().min(MAX_TAG)];
+    let verdict = read_tag(window);
+    match verdict {
+        None if more => None,
+        None => Some(false),
+        Some(inert) => Some(inert),
     }
-    // The name, then `>` or `/>` (a self-closing tag of an unknown
-    // element is as inert).
-    let close = match name.get(len..) {
-        Some([b'>', ..] | [b'/', b'>', ..]) => true,
-        Some([] | [b'/']) if !end => return None,
-        _ => false,
-    };
-    if len == 0 || !name[0].is_ascii_alphabetic() || !close {
-        return Some(false);
-    }
-    let mut lower = [0u8; MAX_NAME];
-    let lower = &mut lower[..len];
-    lower.copy_from_slice(&name[..len]);
-    lower.make_ascii_lowercase();
-    Some(!is_html_element(lower) && !lower.starts_with(b"script") && !lower.starts_with(b"iframe"))
 }
 
-/// Writes an escape: as `<` in code where it is inert, else as `&lt;`.
-fn write_escape(out: &mut String, in_code: bool, inert: bool) {
-    out.push_str(if in_code && inert { "<" } else { "&lt;" });
+/// Whether the tag in `tag` (the text after its `<`) is inert: `None` when
+/// `tag` ends before the tag does.
+fn read_tag(tag: &[u8]) -> Option<bool> {
+    let end_tag = tag.first() == Some(&b'/');
+    let name_at = usize::from(end_tag);
+    if !tag.get(name_at)?.is_ascii_alphabetic() {
+        // `</3`, `</>`: a bogus comment or nothing, not a tag.
+        return Some(false);
+    }
+    let name_len = tag[name_at..].iter().position(|&b| is_space(b) || b == b'/' || b == b'>')?;
+    let name = &tag[name_at..name_at + name_len];
+    if !name_is_inert(name) {
+        return Some(false);
+    }
+    let mut i = name_at + name_len;
+    loop {
+        let b = *tag.get(i)?;
+        match b {
+            b'\n' | b'\r' => return Some(false),
+            _ if is_space(b) => i += 1,
+            b'>' => return Some(true),
+            b'/' if end_tag => return Some(false),
+            // `/>`, or a stray `/` the tokenizer skips.
+            b'/' => i += 1,
+            // An end tag's attributes are errors a checker may read
+            // otherwise: none is inert.
+            _ if end_tag => return Some(false),
+            _ => {
+                let len = tag[i..].iter().position(|&b| is_space(b) || b == b'/' || b == b'>' || b == b'=')?;
+                if len == 0 {
+                    // `=` where a name starts.
+                    return Some(false);
+                }
+                let attr = &tag[i..i + len];
+                i += len;
+                while is_space(*tag.get(i)?) {
+                    i += 1;
+                }
+                let valued = tag[i] == b'=';
+                if !attribute_is_inert(attr, valued) {
+                    return Some(false);
+                }
+                if valued {
+                    i += 1;
+                    while is_space(*tag.get(i)?) {
+                        i += 1;
+                    }
+                    i += match tag.get(i)? {
+                        &q @ (b'"' | b'\'') => 2 + tag[i + 1..].iter().position(|&b| b == q)?,
+                        _ => tag[i..].iter().position(|&b| is_space(b) || b == b'>')?,
+                    };
+                    if tag[..i].contains(&b'\n') {
+                        return Some(false);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// White space between a tag's parts.
+fn is_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b'\x0c')
+}
+
+/// Whether a tag of this name may be inert: a harmless HTML element, or a
+/// name that is none (nor a custom element, nor one that begins like
+/// `script` or `iframe`, which a check by substring would take for them,
+/// nor one that begins with a scheme that runs what follows, which could
+/// be a Markdown autolink), with no break of the net in it.
+fn name_is_inert(name: &[u8]) -> bool {
+    let lower = name.to_ascii_lowercase();
+    if is_html_element(&lower) {
+        return std::str::from_utf8(&lower).is_ok_and(|n| HARMLESS.binary_search(&n).is_ok());
+    }
+    !lower.contains(&b'-')
+        && !lower.starts_with(b"script")
+        && !lower.starts_with(b"iframe")
+        && !SCHEMES.iter().any(|s| lower.starts_with(s.as_bytes()))
+        && !contains(&lower, BREAK.as_bytes())
+}
+
+/// Whether an attribute of this name (`valued` or bare) may be in an
+/// inert tag.
+fn attribute_is_inert(name: &[u8], valued: bool) -> bool {
+    let lower = name.to_ascii_lowercase();
+    let Ok(lower) = std::str::from_utf8(&lower) else { return false };
+    if lower.starts_with("on") || lower.contains(BREAK) || ACTING.binary_search(&lower).is_ok() {
+        return false;
+    }
+    !valued || VALUED.binary_search(&lower).is_ok()
+}
+
+/// Whether `needle` occurs in `hay`.
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
 }
 
 impl CodeBlocks {
-    /// A stage at the start of the content, holding at most `max_span`
-    /// bytes of one code span.
-    pub(crate) fn new(max_span: usize) -> CodeBlocks {
+    /// A stage on `side` at the start of the content, holding at most
+    /// `max_span` bytes of one code span.
+    pub(crate) fn new(side: Side, max_span: usize) -> CodeBlocks {
         CodeBlocks {
+            side,
             open: None,
             line: Line::Start,
             ticks: 0,
@@ -155,6 +475,7 @@ impl CodeBlocks {
             lookahead: String::new(),
             max_span,
             long_spans: 0,
+            dropped_breaks: 0,
         }
     }
 
@@ -163,9 +484,23 @@ impl CodeBlocks {
         self.long_spans
     }
 
-    /// Passes the next piece of filtered output through the stage: `text`
-    /// becomes what is certain so far. At the `end` of the content nothing
-    /// stays held.
+    /// The net's breaks dropped in code (each the net counted as a
+    /// pattern neutralised).
+    pub(crate) fn dropped_breaks(&self) -> usize {
+        self.dropped_breaks
+    }
+
+    /// Writes `mark`, `in_code` or not, counting the breaks dropped.
+    fn write_mark(&mut self, mark: Mark, in_code: bool, out: &mut String) {
+        if in_code && mark == Mark::Break {
+            self.dropped_breaks += 1;
+        }
+        mark.write(self.side, in_code, out);
+    }
+
+    /// Passes the next piece of text through the stage: `text` becomes
+    /// what is certain so far. At the `end` of the content nothing stays
+    /// held.
     #[inline]
     pub(crate) fn push(&mut self, text: &mut String, end: bool) {
         // The common delta, inside an ordinary line with nothing this
@@ -174,7 +509,7 @@ impl CodeBlocks {
             && self.ticks == 0
             && self.lookahead.is_empty()
             && !matches!(self.span, Span::Holding { .. });
-        if quiet && find_byte3(b'\n', b'`', b'&', text.as_bytes()).is_none() {
+        if quiet && find_byte3(b'\n', b'`', self.side.trigger(), text.as_bytes()).is_none() {
             return;
         }
         self.push_any(text, end);
@@ -182,9 +517,10 @@ impl CodeBlocks {
 
     /// [`CodeBlocks::push`] past its common case.
     fn push_any(&mut self, text: &mut String, end: bool) {
+        let trigger = self.side.trigger();
         let holds = !self.lookahead.is_empty() || matches!(self.span, Span::Holding { .. });
         let bytes = text.as_bytes();
-        if !holds && self.ticks == 0 && find_byte3(b'\n', b'`', b'&', bytes).is_none() {
+        if !holds && self.ticks == 0 && find_byte3(b'\n', b'`', trigger, bytes).is_none() {
             // The common delta, within a line: nothing this stage reads,
             // but a line's first bytes.
             match self.line {
@@ -205,18 +541,18 @@ impl CodeBlocks {
             // and spans are followed (a span open at the end holds
             // nothing to write).
             let plain_line = self.ticks == 0 && matches!(self.line, Line::Start | Line::Rest);
-            if plain_line && find_byte3(b'&', b'`', b'~', bytes).is_none() {
+            if plain_line && find_byte3(trigger, b'`', b'~', bytes).is_none() {
                 self.follow_plain(bytes);
                 return;
             }
-            if find_byte(b'&', bytes).is_none() {
+            if find_byte(trigger, bytes).is_none() {
                 self.run(text, None, false);
                 return;
             }
         }
         let mut input = std::mem::take(&mut self.lookahead);
         input.push_str(text);
-        let mut out = String::with_capacity(input.len());
+        let mut out = String::with_capacity(input.len() + 8);
         self.run(&input, Some(&mut out), end);
         if end {
             self.end_ticks(&mut out);
@@ -225,12 +561,37 @@ impl CodeBlocks {
         *text = out;
     }
 
-    /// Reads `input`, writing to `out` (`None`: it holds no escape and
+    /// What the text `rest`, which begins with the trigger byte, is.
+    fn read(&self, rest: &str, end: bool) -> Read {
+        if self.side == Side::Input {
+            return Read::Mark(Mark::Lt { inert: true }, 1);
+        }
+        if let Some(after) = rest.strip_prefix(ESCAPE) {
+            return match inert(after.as_bytes(), end) {
+                Some(inert) => Read::Mark(Mark::Lt { inert }, ESCAPE.len()),
+                None => Read::Wait,
+            };
+        }
+        if let Some(after) = rest.strip_prefix(BREAK) {
+            return match after.as_bytes().first() {
+                Some(b'=' | b'(') => Read::Mark(Mark::Break, BREAK.len()),
+                None if !end => Read::Wait,
+                _ => Read::Text,
+            };
+        }
+        if !end && rest.len() < BREAK.len() && (ESCAPE.starts_with(rest) || BREAK.starts_with(rest)) {
+            return Read::Wait;
+        }
+        Read::Text
+    }
+
+    /// Reads `input`, writing to `out` (`None`: it holds no mark and
     /// nothing is held, so the output is the input and only the states
     /// move). Input is written a stretch at a time: up to where the
     /// target (the output, or a span's hold) may change. Every place it
     /// cuts `input` at is an ASCII byte's, or a whole character's end.
     fn run(&mut self, input: &str, mut out: Option<&mut String>, end: bool) {
+        let trigger = self.side.trigger();
         let bytes = input.as_bytes();
         // `input[from..i]` is read but not written yet.
         let mut from = 0;
@@ -238,35 +599,34 @@ impl CodeBlocks {
         while i < bytes.len() {
             if self.line == Line::Rest && self.ticks == 0 {
                 // Ordinary text up to the next byte that matters.
-                i = find_byte3(b'\n', b'`', b'&', &bytes[i..]).map_or(bytes.len(), |at| i + at);
+                i = find_byte3(b'\n', b'`', trigger, &bytes[i..]).map_or(bytes.len(), |at| i + at);
                 if i == bytes.len() {
                     break;
                 }
             }
             let b = bytes[i];
-            if b == b'&'
+            if b == trigger
                 && let Some(out) = out.as_deref_mut()
             {
                 let rest = &input[i..];
-                if rest.len() < ESCAPE.len() && ESCAPE.starts_with(rest) && !end {
-                    self.emit(&input[from..i], out);
-                    self.lookahead.push_str(rest);
-                    return;
-                }
-                if let Some(after) = rest.strip_prefix(ESCAPE) {
-                    self.emit(&input[from..i], out);
-                    let Some(inert) = inert(after.as_bytes(), end) else {
-                        // What follows is ASCII so far (a name's start).
+                match self.read(rest, end) {
+                    Read::Wait => {
+                        self.emit(&input[from..i], out);
                         self.lookahead.push_str(rest);
                         return;
-                    };
-                    self.end_ticks(out);
-                    // Not a fence's byte: the line is ordinary from here.
-                    self.line_byte(b'<');
-                    self.escape(inert, out);
-                    i += ESCAPE.len();
-                    from = i;
-                    continue;
+                    }
+                    Read::Mark(mark, len) => {
+                        self.emit(&input[from..i], out);
+                        self.end_ticks(out);
+                        // Not a fence's byte: the line is ordinary from
+                        // here.
+                        self.line_byte(b'<');
+                        self.mark(mark, out);
+                        i += len;
+                        from = i;
+                        continue;
+                    }
+                    Read::Text => {}
                 }
             }
             if b != b'`' {
@@ -304,11 +664,11 @@ impl CodeBlocks {
         }
     }
 
-    /// Follows text with no backtick, tilde or `&`, from a line that is
-    /// no fence's and with no run of backticks being read: it can open or
-    /// close no fence and no span, only end lines (and with them an open
-    /// span) and begin the last one. Two searches where [`CodeBlocks::run`]
-    /// would stop at each line.
+    /// Follows text with no backtick, tilde or trigger byte, from a line
+    /// that is no fence's and with no run of backticks being read: it can
+    /// open or close no fence and no span, only end lines (and with them
+    /// an open span) and begin the last one. Two searches where
+    /// [`CodeBlocks::run`] would stop at each line.
     fn follow_plain(&mut self, bytes: &[u8]) {
         let last =
             if bytes.len() < 16 { bytes.iter().rposition(|&b| b == b'\n') } else { memchr::memrchr(b'\n', bytes) };
@@ -325,7 +685,7 @@ impl CodeBlocks {
         }
     }
 
-    /// Writes output: into a code span's hold while one holds.
+    /// Writes text: into a code span's hold while one holds.
     fn emit(&mut self, text: &str, out: &mut String) {
         match &mut self.span {
             Span::Holding { held, .. } => {
@@ -340,18 +700,20 @@ impl CodeBlocks {
         }
     }
 
-    /// An escape whose `<` is `inert` or not.
-    fn escape(&mut self, inert: bool, out: &mut String) {
+    /// A mark: written at once in a fenced block or outside a span, held
+    /// in an open span.
+    fn mark(&mut self, mark: Mark, out: &mut String) {
+        let side = self.side;
         match &mut self.span {
-            _ if self.open.is_some() => write_escape(out, true, inert),
-            Span::Closed => write_escape(out, false, inert),
+            _ if self.open.is_some() => self.write_mark(mark, true, out),
+            Span::Closed => self.write_mark(mark, false, out),
             Span::Open(ticks) => {
                 let ticks = *ticks;
-                self.span = Span::Holding { ticks, held: ESCAPE.to_string(), escapes: vec![(0, inert)] };
+                self.span = Span::Holding { ticks, held: mark.read(side).to_string(), marks: vec![(0, mark)] };
             }
-            Span::Holding { held, escapes, .. } => {
-                escapes.push((held.len(), inert));
-                held.push_str(ESCAPE);
+            Span::Holding { held, marks, .. } => {
+                marks.push((held.len(), mark));
+                held.push_str(mark.read(side));
             }
         }
     }
@@ -377,15 +739,15 @@ impl CodeBlocks {
         }
     }
 
-    /// Ends the open span, if any: its held output is written, its escapes
-    /// as `<` where inert if it was `closed` (a span), as `&lt;` if not.
+    /// Ends the open span, if any: its held text is written, its marks as
+    /// in code if it was `closed` (a span), as outside it if not.
     fn end_span(&mut self, out: &mut String, closed: bool) {
-        if let Span::Holding { held, escapes, .. } = std::mem::replace(&mut self.span, Span::Closed) {
+        if let Span::Holding { held, marks, .. } = std::mem::replace(&mut self.span, Span::Closed) {
             let mut from = 0;
-            for (at, inert) in escapes {
+            for (at, mark) in marks {
                 out.push_str(&held[from..at]);
-                write_escape(out, closed, inert);
-                from = at + ESCAPE.len();
+                self.write_mark(mark, closed, out);
+                from = at + mark.read(self.side).len();
             }
             out.push_str(&held[from..]);
         }
@@ -441,7 +803,11 @@ mod tests {
     use proptest::prelude::*;
 
     fn through(pieces: &[&str]) -> String {
-        let mut stage = CodeBlocks::new(4096);
+        through_side(Side::Output, pieces)
+    }
+
+    fn through_side(side: Side, pieces: &[&str]) -> String {
+        let mut stage = CodeBlocks::new(side, 4096);
         let mut out = String::new();
         for (n, piece) in pieces.iter().enumerate() {
             let mut text = piece.to_string();
@@ -452,13 +818,58 @@ mod tests {
     }
 
     #[test]
+    fn a_long_tag_is_not_inert() {
+        let long = format!("```\n&#60;div title=\"{}\">", "x".repeat(MAX_TAG));
+        assert_eq!(through(&[&long]), long.replace("&#60;", "&lt;"));
+        let short = format!("```\n&#60;div title=\"{}\">", "x".repeat(MAX_TAG - 20));
+        assert_eq!(through(&[&short[..30], &short[30..]]), short.replace("&#60;", "<"));
+    }
+
+    #[test]
+    fn the_lists_are_sorted() {
+        for list in [HARMLESS, VALUED, ACTING] {
+            assert!(list.windows(2).all(|w| w[0] < w[1]), "{list:?}");
+        }
+        // Every harmless name is an HTML element (else the list is not
+        // read for it).
+        for name in HARMLESS {
+            assert!(is_html_element(name.as_bytes()), "{name}");
+        }
+    }
+
+    /// The input side: `<` in code becomes the escape, and only there.
+    #[test]
+    fn the_input_side_escapes_every_lt_in_code() {
+        let cases: &[(&str, &str)] = &[
+            ("```\n<div>\n```\n<div> `a<b` `x<y\n", "```\n&#60;div>\n```\n<div> `a&#60;b` `x<y\n"),
+            ("~~~\n<<3 &#60;\n", "~~~\n&#60;&#60;3 &#60;\n"),
+            ("``a ` <b>`` <b> `<i>", "``a ` &#60;b>`` <b> `<i>"),
+        ];
+        for (input, want) in cases {
+            for cut in 0..=input.len() {
+                if !input.is_char_boundary(cut) {
+                    continue;
+                }
+                let mut stage = CodeBlocks::new(Side::Input, 4096);
+                let mut out = String::new();
+                for (piece, end) in [(&input[..cut], false), (&input[cut..], true)] {
+                    let mut text = piece.to_string();
+                    stage.push(&mut text, end);
+                    out.push_str(&text);
+                }
+                assert_eq!(&out, want, "{input} cut at {cut}");
+            }
+        }
+    }
+
+    #[test]
     fn escapes_in_fenced_code_are_written_back_where_inert() {
         let cases: &[(&str, &str)] = &[
             ("a &#60; b", "a &lt; b"),
             ("```\na &#60; b\n```\na &#60; b", "```\na < b\n```\na &lt; b"),
             (
                 "```rust\nVec&#60;u8> x; &#60;/T> &#60;b> &#60;div> &#60;!-- &#60;x y>\n```",
-                "```rust\nVec<u8> x; </T> &lt;b> &lt;div> &lt;!-- &lt;x y>\n```",
+                "```rust\nVec<u8> x; </T> <b> <div> &lt;!-- <x y>\n```",
             ),
             ("~~~~\n```\n&#60;3\n~~~\n&#60;3\n~~~~~\n&#60;3", "~~~~\n```\n<3\n~~~\n<3\n~~~~~\n&lt;3"),
             ("``` `x`\n&#60;3", "``` `x`\n&lt;3"),
@@ -477,9 +888,39 @@ mod tests {
             ("`a &#60;3\nb` &#60;3", "`a &lt;3\nb` &lt;3"),
             (
                 "`&#60;b>` `&#60;!--` `&#60;x>` `&#60;a_b/>` `&#60;x-y>` `&#60;x/ >`",
-                "`&lt;b>` `&lt;!--` `<x>` `<a_b/>` `&lt;x-y>` `&lt;x/ >`",
+                "`<b>` `&lt;!--` `<x>` `<a_b/>` `&lt;x-y>` `<x/ >`",
             ),
             ("`unclosed &#60;3", "`unclosed &lt;3"),
+            // A comment ended on its line hides only itself.
+            ("`&#60;!-- c -->` `&#60;!-->` `&#60;!x>` `&#60;!-- c`", "`<!-- c -->` `&lt;!-->` `&lt;!x>` `&lt;!-- c`"),
+            ("```\n&#60;!-- c\n-->", "```\n&lt;!-- c\n-->"),
+            // Tags that act, or may, stay escaped; harmless ones do not.
+            (
+                "```\n&#60;img src=x> &#60;a href=x>y&#60;/a> &#60;p hidden> &#60;b onclick> &#60;b\tOnClick=x>",
+                "```\n&lt;img src=x> &lt;a href=x>y</a> &lt;p hidden> &lt;b onclick> &lt;b\tOnClick=x>",
+            ),
+            (
+                "```\n&#60;div title=\"a > b\" dir=rtl> &#60;div class=x> &#60;Header key='k' /> &#60;/div x> &#60;/3",
+                "```\n<div title=\"a > b\" dir=rtl> &lt;div class=x> <Header key='k' /> &lt;/div x> &lt;/3",
+            ),
+            (
+                "`HashMap&#60;String, Vec&#60;u8>>` `&#60;T: Clone>` `&#60;P as Trait>` `&#60;data:x>` `&#60;javascript&#8203;:x>`",
+                "`HashMap<String, Vec<u8>>` `<T: Clone>` `<P as Trait>` `&lt;data:x>` `&lt;javascript&#8203;:x>`",
+            ),
+            (
+                "`&#60;x-y>` `&#60;scripts>` `&#60;textarea>` `&#60;style>` `&#60;details>`",
+                "`&lt;x-y>` `&lt;scripts>` `&lt;textarea>` `&lt;style>` `&lt;details>`",
+            ),
+            // A tag must end on its line, within MAX_TAG bytes.
+            ("```\n&#60;div\ntitle=x> &#60;div title=\"x\ny\">", "```\n&lt;div\ntitle=x> &lt;div title=\"x\ny\">"),
+            ("```\n&#60;div title=\"x", "```\n&lt;div title=\"x"),
+            // The net's breaks before `=` and `(` are dropped in code, not
+            // the one before `:`, and none outside code.
+            (
+                "```\nconn &#8203;= db; url&#8203;(x) javascript&#8203;:x &#8203;a &#8203;\n```\nconn &#8203;= db",
+                "```\nconn = db; url(x) javascript&#8203;:x &#8203;a &#8203;\n```\nconn &#8203;= db",
+            ),
+            ("`conn &#8203;= db` and conn &#8203;= db `x &#8203;= y", "`conn = db` and conn &#8203;= db `x &#8203;= y"),
         ];
         for (input, want) in cases {
             assert_eq!(&through(&[input]), want, "{input}");
@@ -493,11 +934,14 @@ mod tests {
             parts in proptest::collection::vec(prop_oneof![
                 Just("```"), Just("~~~"), Just("`"), Just("\n"), Just(" "), Just("&#60;"), Just("&"), Just("#60;"),
                 Just("u8>"), Just("b>"), Just("/"), Just("x"), Just("é"), Just("<"), Just("&lt;"), Just("``"),
+                Just("&#8203;"), Just("="), Just("("), Just("div"), Just(" title=\"t\""), Just("'"), Just(">"),
             ], 0..24),
+            input_side in any::<bool>(),
             cuts in proptest::collection::vec(0usize..64, 0..6),
         ) {
+            let side = if input_side { Side::Input } else { Side::Output };
             let text = parts.concat();
-            let whole = through(&[&text]);
+            let whole = through_side(side, &[&text]);
             let mut at: Vec<usize> = cuts.into_iter().map(|c| c % (text.len() + 1)).filter(|&c| text.is_char_boundary(c)).collect();
             at.sort_unstable();
             at.dedup();
@@ -508,7 +952,7 @@ mod tests {
                 from = cut;
             }
             pieces.push(&text[from..]);
-            prop_assert_eq!(through(&pieces), whole);
+            prop_assert_eq!(through_side(side, &pieces), whole);
         }
     }
 }

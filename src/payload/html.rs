@@ -25,9 +25,12 @@
 //!   "attributes".
 //! * The `net` (private) pass then escapes any `<` that is not a whitelisted
 //!   tag and breaks `javascript:`, `expression(`, `url(`, `on*=` patterns.
-//! * Last, the `code` (private) stage writes a `<` inside a Markdown fenced
-//!   code block or code span as it was written, where it is inert as HTML
-//!   (`a < b`, `Vec<u8>`): Markdown shows code verbatim, `&lt;` included.
+//! * Markdown code is shown, not filtered: the `code` (private) stages
+//!   escape every `<` inside a fenced code block or code span before the
+//!   passes above, and after them write back as it was each `<` there
+//!   that is inert as HTML (`a < b`, `Vec<u8>`, `<div className="app">`),
+//!   and leave the net's breaks of `url(` and `on<word>=` out of code:
+//!   Markdown shows code verbatim, `&lt;` and `&#8203;` included.
 //!
 //! An element whose content is removed but which is never closed would
 //! swallow the rest of the text, as it does in a browser. Instead its
@@ -49,7 +52,7 @@
 //! assert_eq!(html, "Hi <b>there</b> <span style=\"color: red\">!</span>");
 //! ```
 
-use super::code::{CodeBlocks, ESCAPE};
+use super::code::{CodeBlocks, ESCAPE, Side};
 use super::net::{Net, PlainByte, is_html_element, plain_table};
 use super::style::{StyleVerdict, filter_style, style_is_safe};
 use crate::scan::{find_byte, find_byte3, run_of};
@@ -1904,7 +1907,10 @@ pub struct HtmlFilter {
     degraded: bool,
     /// Whether its passes let balanced runs bypass the rewriter.
     bypass: Bypass,
-    /// The last stage: escapes in Markdown code blocks.
+    /// The first stage: `<` in Markdown code escaped, so that no markup is
+    /// read there.
+    code_in: CodeBlocks,
+    /// The last stage: escapes in Markdown code written back where inert.
     code: CodeBlocks,
 }
 
@@ -1941,20 +1947,16 @@ impl HtmlFilter {
             tail: Vec::new(),
             degraded: false,
             scratch: Vec::new(),
-            code: CodeBlocks::new(limits.max_code_span),
+            code_in: CodeBlocks::new(Side::Input, limits.max_code_span),
+            code: CodeBlocks::new(Side::Output, limits.max_code_span),
         }
     }
 
     /// Filters the next chunk of raw text; returns the filtered text that is
     /// certain so far (possibly empty).
     pub fn push(&mut self, chunk: &str) -> String {
-        let mut text = if self.take_plain(chunk.as_bytes()) {
-            chunk.to_string()
-        } else {
-            let bytes = self.filter_bytes(chunk.as_bytes());
-            self.text(bytes)
-        };
-        self.code.push(&mut text, false);
+        let mut text = chunk.to_string();
+        self.push_in_place(&mut text);
         text
     }
 
@@ -1995,6 +1997,7 @@ impl HtmlFilter {
     /// the common case), `text` is not touched: no copy, no allocation, no
     /// write.
     pub fn push_in_place(&mut self, text: &mut String) {
+        self.code_in.push(text, false);
         self.filter_in_place(text);
         self.code.push(text, false);
     }
@@ -2080,7 +2083,12 @@ impl HtmlFilter {
 
     /// Ends the input; returns the rest of the filtered text.
     pub fn finish(&mut self) -> String {
-        self.finish_after(Vec::new())
+        // What the first stage held (a code span's text) goes through the
+        // filter first.
+        let mut rest = String::new();
+        self.code_in.push(&mut rest, true);
+        let bytes = if rest.is_empty() { Vec::new() } else { self.filter_bytes(rest.as_bytes()) };
+        self.finish_after(bytes)
     }
 
     /// Ends the input, appending the rest of the filtered bytes to `bytes`
@@ -2115,13 +2123,15 @@ impl HtmlFilter {
         self.net.finish(&mut bytes);
         self.report.escaped += self.net.report.escaped;
         self.report.stray_end_tags = self.net.report.stray;
-        self.report.neutralised = self.net.report.neutralised;
-        self.report.long_code_spans = self.code.long_spans();
         let mut text = self.text(bytes);
         if !self.tail.is_empty() {
             text.push_str(&String::from_utf8_lossy(&std::mem::take(&mut self.tail)));
         }
         self.code.push(&mut text, true);
+        // Breaks in code are the net's count, but were dropped again.
+        self.report.neutralised = self.net.report.neutralised.saturating_sub(self.code.dropped_breaks());
+        // A long span usually passes the limit on both sides: counted once.
+        self.report.long_code_spans = self.code_in.long_spans().max(self.code.long_spans());
         text
     }
 
@@ -2170,6 +2180,8 @@ impl HtmlFilter {
 /// ```
 pub fn sanitize(text: &str) -> Sanitized {
     let mut filter = HtmlFilter::new();
+    let mut text = text.to_string();
+    filter.code_in.push(&mut text, true);
     // One buffer from the first pass to the end: a large text is not
     // copied again to append the end.
     let bytes = filter.filter_bytes(text.as_bytes());
