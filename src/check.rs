@@ -355,9 +355,19 @@ pub fn text_entry_points(text: &str) -> Result<(), String> {
     }
     let sanitized = crate::payload::html::sanitize(text);
     let lower = sanitized.html.to_ascii_lowercase();
-    for bad in ["<script", "<iframe", "javascript:", "expression(", "url("] {
+    for bad in ["<script", "<iframe", "javascript:"] {
         if lower.contains(bad) {
             return Err(format!("filtered HTML still holds {bad:?}"));
+        }
+    }
+    // `url(` and `expression(` only as text (Markdown code shows them as
+    // written), never inside a tag.
+    for bad in ["expression(", "url("] {
+        for (at, _) in lower.match_indices(bad) {
+            let before = &lower[..at];
+            if before.rfind('<').is_some_and(|lt| !before[lt..].contains('>')) {
+                return Err(format!("filtered HTML holds {bad:?} inside a tag at {at}"));
+            }
         }
     }
     // The filter's output is its own fixed point: filtered again, it is

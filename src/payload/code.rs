@@ -56,7 +56,7 @@
 //! so that the filter's output is its own fixed point.
 
 use super::net::is_html_element;
-use crate::scan::{find_byte, find_byte3};
+use crate::scan::{find_byte, find_byte2, find_byte3};
 
 /// The escape of `<` in code, written before the filter and read after
 /// it; also the filter's own escape of `<`.
@@ -202,6 +202,26 @@ const ACTING: &[&str] = &[
 /// URL schemes that run or load what follows them: a name that begins
 /// with one (`<data:...>`) could be a Markdown autolink.
 const SCHEMES: &[&str] = &["data:", "javascript:", "livescript:", "vbscript:"];
+
+/// The bytes either side reads (line breaks, backticks, and both
+/// triggers).
+static READ: [bool; 256] = {
+    let mut table = [false; 256];
+    table[b'\n' as usize] = true;
+    table[b'`' as usize] = true;
+    table[b'<' as usize] = true;
+    table[b'&' as usize] = true;
+    table
+};
+
+/// Whether `bytes`, a short text (a streamed delta), holds no byte that
+/// either side reads: one look at each byte for both sides, where a
+/// [`CodeBlocks::is_quiet`] stage would leave it as it is. `false` for a
+/// longer text, which the sides' own searches skip faster.
+#[inline]
+pub(crate) fn reads_nothing(bytes: &[u8]) -> bool {
+    bytes.len() < 16 && !bytes.iter().any(|&b| READ[usize::from(b)])
+}
 
 /// Which side of the filter a stage works on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -505,14 +525,32 @@ impl CodeBlocks {
     pub(crate) fn push(&mut self, text: &mut String, end: bool) {
         // The common delta, inside an ordinary line with nothing this
         // stage reads: decided here, without a call.
-        let quiet = self.line == Line::Rest
-            && self.ticks == 0
-            && self.lookahead.is_empty()
-            && !matches!(self.span, Span::Holding { .. });
-        if quiet && find_byte3(b'\n', b'`', self.side.trigger(), text.as_bytes()).is_none() {
+        if self.is_quiet() && self.find_with(b'\n', b'`', text.as_bytes()).is_none() {
             return;
         }
         self.push_any(text, end);
+    }
+
+    /// Inside an ordinary line, with nothing held or pending: text that
+    /// holds no byte of [`reads_nothing`] passes unread and unchanged.
+    #[inline]
+    pub(crate) fn is_quiet(&self) -> bool {
+        self.line == Line::Rest
+            && self.ticks == 0
+            && self.lookahead.is_empty()
+            && !matches!(self.span, Span::Holding { .. })
+    }
+
+    /// Whether a mark would be written here as it is read: on the input
+    /// side, outside code (no fenced block, no span open), a `<` stays.
+    fn marks_stay(&self) -> bool {
+        self.side == Side::Input && self.open.is_none() && self.span == Span::Closed
+    }
+
+    /// The first of `a`, `b` and the trigger byte in `bytes`, the trigger
+    /// left out where marks stay as they are.
+    fn find_with(&self, a: u8, b: u8, bytes: &[u8]) -> Option<usize> {
+        if self.marks_stay() { find_byte2(a, b, bytes) } else { find_byte3(a, b, self.side.trigger(), bytes) }
     }
 
     /// [`CodeBlocks::push`] past its common case.
@@ -520,7 +558,9 @@ impl CodeBlocks {
         let trigger = self.side.trigger();
         let holds = !self.lookahead.is_empty() || matches!(self.span, Span::Holding { .. });
         let bytes = text.as_bytes();
-        if !holds && self.ticks == 0 && find_byte3(b'\n', b'`', trigger, bytes).is_none() {
+        // (Text with no backtick and no line break opens no span and no
+        // fence: where marks stay, their search is left out.)
+        if !holds && self.ticks == 0 && self.find_with(b'\n', b'`', bytes).is_none() {
             // The common delta, within a line: nothing this stage reads,
             // but a line's first bytes.
             match self.line {
@@ -541,7 +581,7 @@ impl CodeBlocks {
             // and spans are followed (a span open at the end holds
             // nothing to write).
             let plain_line = self.ticks == 0 && matches!(self.line, Line::Start | Line::Rest);
-            if plain_line && find_byte3(trigger, b'`', b'~', bytes).is_none() {
+            if plain_line && self.find_with(b'`', b'~', bytes).is_none() {
                 self.follow_plain(bytes);
                 return;
             }

@@ -52,7 +52,7 @@
 //! assert_eq!(html, "Hi <b>there</b> <span style=\"color: red\">!</span>");
 //! ```
 
-use super::code::{CodeBlocks, ESCAPE, Side};
+use super::code::{self, CodeBlocks, ESCAPE, Side};
 use super::net::{Net, PlainByte, is_html_element, plain_table};
 use super::style::{StyleVerdict, filter_style, style_is_safe};
 use crate::scan::{find_byte, find_byte3, run_of};
@@ -1997,15 +1997,23 @@ impl HtmlFilter {
     /// the common case), `text` is not touched: no copy, no allocation, no
     /// write.
     pub fn push_in_place(&mut self, text: &mut String) {
-        self.code_in.push(text, false);
-        self.filter_in_place(text);
-        self.code.push(text, false);
+        // The common streamed delta: neither code stage reads it, and
+        // where the passes leave it as it is, it needs no second look.
+        let quiet = self.code_in.is_quiet() && self.code.is_quiet() && code::reads_nothing(text.as_bytes());
+        if !quiet {
+            self.code_in.push(text, false);
+        }
+        let untouched = self.filter_in_place(text);
+        if !(quiet && untouched) {
+            self.code.push(text, false);
+        }
     }
 
     /// The passes of [`HtmlFilter::push_in_place`] before the last stage.
-    fn filter_in_place(&mut self, text: &mut String) {
+    /// `true` when `text` is left as it was.
+    fn filter_in_place(&mut self, text: &mut String) -> bool {
         if self.take_plain(text.as_bytes()) {
-            return;
+            return true;
         }
         let passed = self.allowlist(text.as_bytes());
         // The common delta: both passes leave it as it is.
@@ -2013,7 +2021,7 @@ impl HtmlFilter {
             && self.tail.is_empty()
             && self.net.pass_whole(text.as_bytes())
         {
-            return;
+            return true;
         }
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
@@ -2030,9 +2038,13 @@ impl HtmlFilter {
                 *text = self.text(scratch);
             }
             // Written after held bytes, and still the same text.
-            (None, _) if self.tail.is_empty() && scratch == text.as_bytes() => self.scratch = scratch,
+            (None, _) if self.tail.is_empty() && scratch == text.as_bytes() => {
+                self.scratch = scratch;
+                return true;
+            }
             (None, _) => *text = self.text(scratch),
         }
+        false
     }
 
     /// Takes a short chunk of plain prose that both passes leave as it is
