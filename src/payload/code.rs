@@ -27,7 +27,9 @@
 //! `<textarea>`, `<details>` ...) or of a name that is no HTML element and
 //! no custom element (`<u8>`, `<T: Clone>`, `<String, Vec<u8>>`), with no
 //! attribute that acts (no `on*`, `href`, `src`, `style`, `hidden` ...;
-//! values only on a few, such as `title` and `className`). Should a
+//! values only on a few, such as `title` and `className`; not `class`,
+//! `id` or `name`, through which a page's own styles and scripts would
+//! reach the element). Should a
 //! renderer read the block structure otherwise than these stages (an HTML
 //! block around it, a list's indentation), such a `<` still runs nothing,
 //! loads nothing and hides nothing; every other `<` stays escaped. The
