@@ -365,7 +365,13 @@ pub fn text_entry_points(text: &str) -> Result<(), String> {
     for bad in ["expression(", "url("] {
         for (at, _) in lower.match_indices(bad) {
             let before = &lower[..at];
-            if before.rfind('<').is_some_and(|lt| !before[lt..].contains('>')) {
+            // The last `<` before it, if it starts a tag (a letter, or
+            // `/` and a letter, after it) that has not ended.
+            let in_tag = before.rfind('<').is_some_and(|lt| {
+                let name = before[lt + 1..].strip_prefix('/').unwrap_or(&before[lt + 1..]);
+                name.starts_with(|c: char| c.is_ascii_alphabetic()) && !before[lt..].contains('>')
+            });
+            if in_tag {
                 return Err(format!("filtered HTML holds {bad:?} inside a tag at {at}"));
             }
         }
