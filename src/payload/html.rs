@@ -106,8 +106,9 @@ pub struct FilterLimits {
     /// 0 takes every such tag for markup at once.
     pub max_held_tag: usize,
     /// Most bytes of a Markdown code span held, from its first `<` to its
-    /// closing backticks, to write that `<` back as it was (see the module
-    /// docs). Past it the span's `<` stay escaped (`&lt;`), counted in
+    /// closing backticks, to show its markup as written (see the module
+    /// docs). Past it the span is read as text: its markup is filtered as
+    /// anywhere else, its `<` escaped (`&lt;`), and it is counted in
     /// [`FilterReport::long_code_spans`]. Default 4 KiB.
     pub max_code_span: usize,
 }
@@ -140,7 +141,7 @@ pub struct FilterReport {
     /// markup without telling whether they were text.
     pub long_tags: usize,
     /// Code spans that passed [`FilterLimits::max_code_span`] before their
-    /// closing backticks: their `<` stayed escaped.
+    /// closing backticks: their markup was filtered as outside code.
     pub long_code_spans: usize,
     /// End tags that closed nothing, dropped.
     pub stray_end_tags: usize,
