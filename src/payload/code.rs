@@ -5,10 +5,10 @@
 //! Content is Markdown with inline HTML (spec 003 §3.1.2), and Markdown
 //! shows the text of a fenced code block or a code span as written: there
 //! `<div>` is code to show, not markup to filter, and `&lt;` is seen as the
-//! four characters `&lt;`. Left to the HTML filter alone, `return
-//! <div>{x}</div>` in a JSX block would lose its tags, `Vec<u8>` would read
-//! `Vec&lt;u8>`, and `conn = db` would read `conn &#8203;= db` (the net's
-//! break of `on<word>=`).
+//! four characters `&lt;`. Left to the HTML filter alone,
+//! `<div>{x}</div>` in a JSX block would lose its tags, `Vec<u8>` would
+//! read `Vec&lt;u8>`, and `conn = db` would read `conn &#8203;= db` (the
+//! net's break of `on<word>=`).
 //!
 //! * **Before the filter** ([`Side::Input`]), every `<` inside code is
 //!   written as [`ESCAPE`] (`&#60;`, the same character as `&lt;`), so the
