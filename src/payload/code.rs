@@ -358,16 +358,19 @@ pub(crate) struct CodeBlocks {
 /// again.
 fn inert(after: &[u8], end: bool) -> Option<bool> {
     let Some(&first) = after.first() else { return end.then_some(false) };
-    let more = !end && after.len() < MAX_TAG;
-    if first == b'!' && b"!--".starts_with(&after[..after.len().min(3)]) {
+    // What is read: the rest of the line, within MAX_TAG bytes. It waits
+    // for more text only while neither has ended.
+    let window = &after[..after.len().min(MAX_TAG)];
+    let line_end = window.iter().position(|&b| b == b'\n');
+    let line = &window[..line_end.unwrap_or(window.len())];
+    let wait = !end && after.len() < MAX_TAG && line_end.is_none();
+    if first == b'!' && b"!--".starts_with(&line[..line.len().min(3)]) {
         // A comment ended on its line: read as HTML, it hides only
         // itself.
-        let window = &after[..after.len().min(MAX_TAG)];
-        let line = &window[..window.iter().position(|&b| b == b'\n').unwrap_or(window.len())];
-        if line.len() >= 3 && line[..3] == *b"!--" && contains(&line[3..], b"-->") {
+        if line.len() >= 3 && contains(&line[3..], b"-->") {
             return Some(true);
         }
-        return if more && line.len() == window.len() { None } else { Some(false) };
+        return if wait { None } else { Some(false) };
     }
     if first == b'!' || first == b'?' {
         return Some(false);
@@ -375,19 +378,16 @@ fn inert(after: &[u8], end: bool) -> Option<bool> {
     if !first.is_ascii_alphabetic() && first != b'/' {
         return Some(true);
     }
-    // Read as the HTML tokenizer reads a tag, on one line; `None` where
-    // the text runs out before the tag ends.
-    let window = &after[..after.len().min(MAX_TAG)];
-    let verdict = read_tag(window);
-    match verdict {
-        None if more => None,
+    // Read as the HTML tokenizer reads a tag, on its line.
+    match read_tag(line) {
+        None if wait => None,
         None => Some(false),
         Some(inert) => Some(inert),
     }
 }
 
-/// Whether the tag in `tag` (the text after its `<`) is inert: `None` when
-/// `tag` ends before the tag does.
+/// Whether the tag in `tag` (the text after its `<`, up to the end of its
+/// line at most) is inert: `None` when `tag` ends before the tag does.
 fn read_tag(tag: &[u8]) -> Option<bool> {
     let end_tag = tag.first() == Some(&b'/');
     let name_at = usize::from(end_tag);
@@ -404,7 +404,7 @@ fn read_tag(tag: &[u8]) -> Option<bool> {
     loop {
         let b = *tag.get(i)?;
         match b {
-            b'\n' | b'\r' => return Some(false),
+            b'\r' => return Some(false),
             _ if is_space(b) => i += 1,
             b'>' => return Some(true),
             b'/' if end_tag => return Some(false),
@@ -437,9 +437,6 @@ fn read_tag(tag: &[u8]) -> Option<bool> {
                         &q @ (b'"' | b'\'') => 2 + tag[i + 1..].iter().position(|&b| b == q)?,
                         _ => tag[i..].iter().position(|&b| is_space(b) || b == b'>')?,
                     };
-                    if tag[..i].contains(&b'\n') {
-                        return Some(false);
-                    }
                 }
             }
         }
@@ -956,6 +953,7 @@ mod tests {
             // A tag must end on its line, within MAX_TAG bytes.
             ("```\n&#60;div\ntitle=x> &#60;div title=\"x\ny\">", "```\n&lt;div\ntitle=x> &lt;div title=\"x\ny\">"),
             ("```\n&#60;div title=\"x", "```\n&lt;div title=\"x"),
+            ("```\n&#60;b x\n> &#60;b x=\n1>", "```\n&lt;b x\n> &lt;b x=\n1>"),
             // The net's breaks before `=` and `(` are dropped in code, not
             // the one before `:`, and none outside code.
             (

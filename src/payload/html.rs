@@ -2010,7 +2010,7 @@ impl HtmlFilter {
         }
     }
 
-    /// The passes of [`HtmlFilter::push_in_place`] before the last stage.
+    /// The passes of [`HtmlFilter::push_in_place`] between the code stages.
     /// `true` when `text` is left as it was.
     fn filter_in_place(&mut self, text: &mut String) -> bool {
         if self.take_plain(text.as_bytes()) {
