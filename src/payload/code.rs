@@ -58,7 +58,8 @@
 //! so that the filter's output is its own fixed point.
 
 use super::net::is_html_element;
-use crate::scan::{find_byte, find_byte2, find_byte3};
+use crate::scan::{find_byte, find_byte2, find_byte3, is_space};
+use memchr::memmem;
 
 /// The escape of `<` in code, written before the filter and read after
 /// it; also the filter's own escape of `<`.
@@ -367,7 +368,7 @@ fn inert(after: &[u8], end: bool) -> Option<bool> {
     if first == b'!' && b"!--".starts_with(&line[..line.len().min(3)]) {
         // A comment ended on its line: read as HTML, it hides only
         // itself.
-        if line.len() >= 3 && contains(&line[3..], b"-->") {
+        if line.len() >= 3 && memmem::find(&line[3..], b"-->").is_some() {
             return Some(true);
         }
         return if wait { None } else { Some(false) };
@@ -443,11 +444,6 @@ fn read_tag(tag: &[u8]) -> Option<bool> {
     }
 }
 
-/// White space between a tag's parts.
-fn is_space(b: u8) -> bool {
-    matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b'\x0c')
-}
-
 /// Whether a tag of this name may be inert: a harmless HTML element, or a
 /// name that is none (nor a custom element, nor one that begins like
 /// `script` or `iframe`, which a check by substring would take for them,
@@ -462,7 +458,7 @@ fn name_is_inert(name: &[u8]) -> bool {
         && !lower.starts_with(b"script")
         && !lower.starts_with(b"iframe")
         && !SCHEMES.iter().any(|s| lower.starts_with(s.as_bytes()))
-        && !contains(&lower, BREAK.as_bytes())
+        && memmem::find(&lower, BREAK.as_bytes()).is_none()
 }
 
 /// Whether an attribute of this name (`valued` or bare) may be in an
@@ -474,11 +470,6 @@ fn attribute_is_inert(name: &[u8], valued: bool) -> bool {
         return false;
     }
     !valued || VALUED.binary_search(&lower).is_ok()
-}
-
-/// Whether `needle` occurs in `hay`.
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
 }
 
 impl CodeBlocks {

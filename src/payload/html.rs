@@ -55,7 +55,7 @@
 use super::code::{self, CodeBlocks, ESCAPE, Side};
 use super::net::{Net, PlainByte, is_html_element, plain_table};
 use super::style::{StyleVerdict, filter_style, style_is_safe};
-use crate::scan::{find_byte, find_byte3, run_of};
+use crate::scan::{find_byte, find_byte3, is_space, run_of};
 use lol_html::html_content::{ContentType, TextType};
 use lol_html::send::{HtmlRewriter, Settings};
 use lol_html::{DocumentContentHandlers, ElementContentHandlers, MemorySettings, Selector};
@@ -837,7 +837,7 @@ impl TagCloser {
     /// interrupts it).
     fn read_held(&mut self, b: u8) -> Option<Reading> {
         let held = self.held.as_mut()?;
-        let ws = matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b'\x0c');
+        let ws = is_space(b);
         if b == b'\n' {
             held.breaks = held.breaks.saturating_add(1);
             if held.breaks >= 2 {
@@ -981,7 +981,7 @@ impl TagCloser {
     }
 
     fn step(&mut self, b: u8) {
-        let ws = matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b'\x0c');
+        let ws = is_space(b);
         self.state = match self.state {
             Pre::Text => {
                 if b == b'<' {

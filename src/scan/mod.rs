@@ -529,7 +529,8 @@ fn is_special_char(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':' | b'[' | b']' | b' ' | b'\t')
 }
 
-fn is_space(b: u8) -> bool {
+/// HTML's white space (between a tag's parts).
+pub(crate) fn is_space(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b'\x0c')
 }
 
