@@ -636,6 +636,10 @@ named_enum! {
         StatusBarLines => "status_bar_lines",
         StepNumberMismatch => "step_number_mismatch",
         StrayText => "stray_text",
+        /// A registry tag inside Markdown code (a fenced block or a code
+        /// span) in a streamed element was read as the code's text, not
+        /// as an element (given once per element).
+        TagInCode => "tag_in_code",
         TextOutsideToml => "text_outside_toml",
         TooManyChoices => "too_many_choices",
         ToolCallFragmentAfterComplete => "tool_call_fragment_after_complete",

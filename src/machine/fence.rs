@@ -146,20 +146,6 @@ pub(super) fn closing_fence(text: &[u8], at_end: bool) -> Closing {
     }
 }
 
-/// Whether `text` (an element's text so far) leaves a Markdown code block
-/// open: an odd number of lines start with ```` ``` ````. A fence met then
-/// closes that block and belongs to the text.
-pub(super) fn inside_code_block(text: &[u8]) -> bool {
-    let mut open = false;
-    for line in text.split(|&b| b == b'\n') {
-        let trimmed = line.iter().position(|&b| !matches!(b, b' ' | b'\t')).map_or(&[][..], |i| &line[i..]);
-        if trimmed.starts_with(b"```") {
-            open = !open;
-        }
-    }
-    open
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,13 +188,5 @@ mod tests {
         assert_eq!(closing_fence(b"```py\n", false), Closing::No);
         assert_eq!(closing_fence(b"Done", false), Closing::No);
         assert_eq!(closing_fence(b"`x", false), Closing::No);
-    }
-
-    #[test]
-    fn code_block_parity() {
-        assert!(!inside_code_block(b"plain"));
-        assert!(inside_code_block(b"see:\n```rust\nfn main() {}\n"));
-        assert!(!inside_code_block(b"see:\n```rust\nfn main() {}\n```\n"));
-        assert!(!inside_code_block(b"inline ``` not at a line start"));
     }
 }

@@ -50,10 +50,9 @@ use crate::event::{
     AttrMap, Close, Comment, Delta, Diagnostic, Element, Event, Gap, Level, Open, Repair, RepairKind, TagName,
 };
 use crate::registry::{BodyKind, LeadOpen, MarkerRole, Registry, TagId};
+use crate::scan::markdown::MarkdownCode;
 use crate::scan::{JsonString, ScanNotice, Span, TagKind, TagToken, Token, TokenSink, UnfinishedKind};
-use fence::{
-    Closing, FENCE_HOLD_LIMIT, FenceWatch, closing_fence, indentation_suffix, inside_code_block, opening_suffix,
-};
+use fence::{Closing, FENCE_HOLD_LIMIT, FenceWatch, closing_fence, indentation_suffix, opening_suffix};
 use rewrite::Rewrite;
 use std::sync::Arc;
 
@@ -107,6 +106,16 @@ struct OpenElement {
     /// Where a JSON body's text is: inside a string, markup is the string's
     /// text, not a tag (`{"content": "<think> tags"}`).
     quote: JsonString,
+    /// Where a streamed body's text is: inside Markdown code (a fenced
+    /// block, a code span), a registry tag is the code's text, not an
+    /// element (`` `<thought>` ``, an HTML example with `<details>`).
+    /// Followed over `text[..code_read]` only when a tag asks
+    /// ([`code_so_far`]): text costs nothing for it as it arrives.
+    code: MarkdownCode,
+    code_read: usize,
+    /// Whether the `tag_in_code` diagnostic was given for this element
+    /// (once per element).
+    tag_in_code_noted: bool,
 }
 
 /// A close tag of a mergeable element, waiting for the next non-space byte
@@ -520,7 +529,21 @@ impl Machine {
         // output are under 64 bytes) instead of growing 8, 16, 32, 64.
         let text = Vec::with_capacity(64);
         let body = self.registry.tag(tag).body;
-        OpenElement { id, tag, body, raw_tag, attrs, start: at, opened, text, truncated: false, quote: JsonString::Out }
+        OpenElement {
+            id,
+            tag,
+            body,
+            raw_tag,
+            attrs,
+            start: at,
+            opened,
+            text,
+            truncated: false,
+            quote: JsonString::Out,
+            code: MarkdownCode::default(),
+            code_read: 0,
+            tag_in_code_noted: false,
+        }
     }
 
     /// Opens the lead (at the start of output) or the default tag (between
@@ -1058,13 +1081,19 @@ impl Machine {
         let Some(id) = self.registry.lookup(tag.name) else {
             return self.on_markup_text(tag.span, tag.raw);
         };
-        if let State::Open(el) = &self.state {
+        if let State::Open(el) = &mut self.state {
             let body = self.registry.tag(el.tag).body;
             let own_close = tag.kind == TagKind::Close && id == el.tag;
             if (body.is_opaque() && !own_close)
                 || in_json_string(el, own_close)
                 || self.registry.is_child(el.tag, tag.name)
             {
+                return self.on_markup_text(tag.span, tag.raw);
+            }
+            // Calls keep their own reading of code (an example in an open
+            // block, see `on_open`).
+            if !own_close && code_so_far(el).in_code() && !self.is_call_tag(id) {
+                self.note_tag_in_code(id, tag.span.start);
                 return self.on_markup_text(tag.span, tag.raw);
             }
         }
@@ -1079,6 +1108,29 @@ impl Machine {
             }
             TagKind::Close => self.on_close(id, tag.name, tag.span, tag.raw, false),
         }
+    }
+
+    /// Says once per element that registry tags inside its Markdown code
+    /// are read as the code's text (the first is `tag`, at `at`).
+    fn note_tag_in_code(&mut self, tag: TagId, at: usize) {
+        let State::Open(el) = &mut self.state else { return };
+        if std::mem::replace(&mut el.tag_in_code_noted, true) {
+            return;
+        }
+        let (id, open) = (el.id, el.tag);
+        let message = format!(
+            "<{}> and any other registry tag inside Markdown code in <{}> is the code's text, not an element",
+            self.name(tag),
+            self.name(open)
+        );
+        self.emit(Event::Diagnostic(Diagnostic {
+            level: Level::Info,
+            code: DiagnosticCode::TagInCode,
+            tag: Some(self.name(open)),
+            element: Some(id),
+            at: Some(at),
+            message,
+        }));
     }
 
     fn on_special(&mut self, span: Span, raw: &[u8], name: &[u8]) {
@@ -1128,8 +1180,9 @@ impl Machine {
     /// `</thin `), only a registry name or alias makes it a marker.
     fn on_unfinished(&mut self, span: Span, raw: &[u8], kind: UnfinishedKind, name: &[u8]) {
         let reg = self.registry.clone();
-        let opaque_tag = match &self.state {
-            State::Open(el) if reg.tag(el.tag).body.is_opaque() => Some(el.tag),
+        // Inside Markdown code, too, only the element's own close ends it.
+        let opaque_tag = match &mut self.state {
+            State::Open(el) => (reg.tag(el.tag).body.is_opaque() || code_so_far(el).in_code()).then_some(el.tag),
             _ => None,
         };
         // A close inside an opaque body can only be the element's own.
@@ -1608,9 +1661,9 @@ impl Machine {
 
     /// Whether the open element's text leaves a Markdown code block open,
     /// so that a fence closes it rather than opening a call block's.
-    fn inside_code_block(&self) -> bool {
-        match &self.state {
-            State::Open(el) => inside_code_block(&el.text),
+    fn inside_code_block(&mut self) -> bool {
+        match &mut self.state {
+            State::Open(el) => code_so_far(el).in_block(),
             _ => false,
         }
     }
@@ -1796,9 +1849,20 @@ fn in_json_string(el: &OpenElement, own_close: bool) -> bool {
     el.quote != JsonString::Out && !own_close
 }
 
+/// Where a streamed element's text so far is with respect to Markdown
+/// code, followed from where it was last asked (each byte is read once).
+/// Past the element size limit only the kept text is read. Other bodies
+/// have no Markdown: never in code.
+fn code_so_far(el: &mut OpenElement) -> MarkdownCode {
+    if el.body == BodyKind::Stream {
+        el.code.push(&el.text[el.code_read.min(el.text.len())..]);
+        el.code_read = el.text.len();
+    }
+    el.code
+}
+
 /// Follows a JSON body's strings over `bytes` (out of line: text of other
-/// bodies, the hot path, pays one comparison for it and stays small enough
-/// to be inlined).
+/// bodies, the hot path, stays small enough to be inlined).
 #[inline(never)]
 fn follow_quotes(el: &mut OpenElement, bytes: &[u8]) {
     el.quote = el.quote.after(bytes);

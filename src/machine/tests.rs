@@ -845,3 +845,68 @@ fn a_fence_after_bare_text_opening_an_unwatched_default_is_not_held() {
     let input = "```xml\n<ACTION><ls/></ACTION>";
     check(&registry, input, &[("action", "<ls/>")], &[FenceDropped]);
 }
+
+/// A registry tag inside Markdown code in a streamed element (a fenced
+/// block, a code span) is the code's text: an HTML example with
+/// `<details>` or `<option>`, a sentence about `<thought>` tags. The
+/// element's own close still ends it (a block the model left open does
+/// not swallow the rest of the response), and calls keep their own
+/// reading of code.
+#[test]
+fn registry_tags_inside_markdown_code_are_text() {
+    let filament = Registry::filament();
+    let block = "<content>Use:\n\n```html\n<details><summary>More</summary>x</details>\n<select><option>A</option></select>\n```\n</content>";
+    let events = check(
+        &filament,
+        block,
+        &[(
+            "content",
+            "Use:\n\n```html\n<details><summary>More</summary>x</details>\n<select><option>A</option></select>\n```\n",
+        )],
+        &[],
+    );
+    assert_eq!(diagnostics(&events).iter().filter(|d| *d == "tag_in_code").count(), 1);
+    let cases: &[(&str, &[(&str, &str)])] = &[
+        // A block the model left open ends with the element.
+        (
+            "<content>```\n<details>x</details>\n</content>\n<status_bar><hp>1</hp></status_bar>",
+            &[("content", "```\n<details>x</details>\n"), ("status_bar", "<hp>1</hp>")],
+        ),
+        (
+            "<content>A `<thought>` tag and ``<content>`` too; then <b>bold</b>.</content>",
+            &[("content", "A `<thought>` tag and ``<content>`` too; then <b>bold</b>.")],
+        ),
+        (
+            "<content>~~~\n<status_bar><hp>1</hp></status_bar>\n~~~\nDone.</content><status_bar><hp>2</hp></status_bar>",
+            &[("content", "~~~\n<status_bar><hp>1</hp></status_bar>\n~~~\nDone."), ("status_bar", "<hp>2</hp>")],
+        ),
+        // A span ends with its line; a closed span or block is no code.
+        (
+            "<content>a `b\n<choice><option>x</option></choice>",
+            &[("content", "a `b\n"), ("choice", "<option>x</option>")],
+        ),
+        ("<content>```\ncode\n```\n<thought>t</thought>", &[("content", "```\ncode\n```\n"), ("thought", "t")]),
+        // Not a fence: a backtick in its info string, a run too short.
+        ("<content>```a`b\n<thought>t</thought>", &[("content", "```a`b\n"), ("thought", "t")]),
+        ("<content>``\n<thought>t</thought>", &[("content", "``\n"), ("thought", "t")]),
+        // A fence in a list item, indented.
+        (
+            "<content>1. Run:\n   ```\n   <thought>\n   ```\n</content>",
+            &[("content", "1. Run:\n   ```\n   <thought>\n   ```\n")],
+        ),
+    ];
+    for &(input, want) in cases {
+        let repairs: Vec<RepairKind> = repairs(&run(&filament, input.as_bytes(), usize::MAX));
+        check(&filament, input, want, &repairs);
+    }
+    // Cut off inside code at the end of input: a registry tag's start is
+    // text, not a cut marker.
+    let input = "<content>See `<thou";
+    check(&filament, input, &[("content", "See `<thou")], &[ClosedAtEof]);
+    // A call in an open block is still an element (an example where calls
+    // are left out, see `rewrite_can_omit_call_elements`).
+    let chat = Registry::chat();
+    let input = "E:\n```\n<tool_call>{\"name\": \"f\"}</tool_call>\n```\nend";
+    let events = run(&chat, input.as_bytes(), usize::MAX);
+    assert!(elements(&events).iter().any(|(tag, _)| tag == "tool_call"), "{events:?}");
+}

@@ -39,11 +39,13 @@
 //! The filter's own escapes reach the output side as `&#60;` too; a
 //! `&#60;` (or a break) the model wrote itself is read the same way.
 //!
-//! Fences are read as CommonMark writes them: a line of at least three
-//! backticks or tildes, after spaces (any number: fences in list items are
-//! indented), with an info string that holds no backtick after backticks;
-//! the block ends at a line of at least as many of the same character and
-//! nothing but white space after them, or at the end of the content.
+//! Fences are read by `scan::markdown::Fences`, as the state machine reads
+//! them (where a registry tag in code is text), and as CommonMark writes
+//! them: a line of at least three backticks or tildes, after spaces (any
+//! number: fences in list items are indented), with an info string that
+//! holds no backtick after backticks; the block ends at a line of at least
+//! as many of the same character and nothing but white space after them,
+//! or at the end of the content.
 //!
 //! Code spans are read on one line: a run of backticks opens one, the
 //! next run as long closes it. What a span holds from its first mark on
@@ -58,6 +60,7 @@
 //! so that the filter's output is its own fixed point.
 
 use super::net::is_html_element;
+use crate::scan::markdown::{Fences, Line};
 use crate::scan::{find_byte, find_byte2, find_byte3, is_space};
 use memchr::memmem;
 
@@ -292,50 +295,28 @@ enum Read {
     Text,
 }
 
-/// A code fence: its character and the length of its run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Fence {
-    ch: u8,
-    len: usize,
-}
-
-/// Where the current line is, as far as fences go.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Line {
-    /// At its start, after spaces only.
-    Start,
-    /// In a run of fence characters right after the spaces.
-    Run(Fence),
-    /// After a run that opens a fence (outside one): the info string.
-    Info(Fence),
-    /// After a run that closes the open fence: white space may follow.
-    Closing,
-    /// The rest of the line is ordinary.
-    Rest,
-}
-
 /// A code span on the current line (outside fenced blocks).
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Span {
     /// None is open.
     Closed,
     /// A run of this many backticks opened one; nothing is held.
-    Open(usize),
+    Open(u32),
     /// One is open and holds a mark: the text from the first mark on is
     /// held, with where each mark is in it, until the span closes (or the
     /// line ends, and it was none).
-    Holding { ticks: usize, held: String, marks: Vec<(usize, Mark)> },
+    Holding { ticks: u32, held: String, marks: Vec<(usize, Mark)> },
 }
 
 /// A code stage (see the module docs).
 #[derive(Debug, Clone)]
 pub(crate) struct CodeBlocks {
     side: Side,
-    /// The fenced block the text is in, if any.
-    open: Option<Fence>,
-    line: Line,
-    /// Backticks in the run being read (outside fenced blocks).
-    ticks: usize,
+    /// The fenced block the text is in, and the current line.
+    fences: Fences,
+    /// Backticks in the run being read (outside fenced blocks), up to
+    /// `u32::MAX`.
+    ticks: u32,
     span: Span,
     /// Text held back: a mark's start and the bytes after it, while they
     /// do not yet show what it is.
@@ -478,8 +459,7 @@ impl CodeBlocks {
     pub(crate) fn new(side: Side, max_span: usize) -> CodeBlocks {
         CodeBlocks {
             side,
-            open: None,
-            line: Line::Start,
+            fences: Fences::default(),
             ticks: 0,
             span: Span::Closed,
             lookahead: String::new(),
@@ -525,7 +505,7 @@ impl CodeBlocks {
     /// holds no byte of [`reads_nothing`] passes unread and unchanged.
     #[inline]
     pub(crate) fn is_quiet(&self) -> bool {
-        self.line == Line::Rest
+        self.fences.line == Line::Rest
             && self.ticks == 0
             && self.lookahead.is_empty()
             && !matches!(self.span, Span::Holding { .. })
@@ -534,7 +514,7 @@ impl CodeBlocks {
     /// Whether a mark would be written here as it is read: on the input
     /// side, outside code (no fenced block, no span open), a `<` stays.
     fn marks_stay(&self) -> bool {
-        self.side == Side::Input && self.open.is_none() && self.span == Span::Closed
+        self.side == Side::Input && self.fences.open.is_none() && self.span == Span::Closed
     }
 
     /// The first of `a`, `b` and the trigger byte in `bytes`, the trigger
@@ -553,12 +533,12 @@ impl CodeBlocks {
         if !holds && self.ticks == 0 && self.find_with(b'\n', b'`', bytes).is_none() {
             // The common delta, within a line: nothing this stage reads,
             // but a line's first bytes.
-            match self.line {
+            match self.fences.line {
                 Line::Rest => return,
                 Line::Start => match bytes.iter().position(|&b| b != b' ' && b != b'\t') {
                     None => return,
                     Some(at) if bytes[at] != b'~' => {
-                        self.line = Line::Rest;
+                        self.fences.line = Line::Rest;
                         return;
                     }
                     Some(_) => {}
@@ -570,7 +550,7 @@ impl CodeBlocks {
             // Nothing written differently, nothing held: only the lines
             // and spans are followed (a span open at the end holds
             // nothing to write).
-            let plain_line = self.ticks == 0 && matches!(self.line, Line::Start | Line::Rest);
+            let plain_line = self.ticks == 0 && matches!(self.fences.line, Line::Start | Line::Rest);
             if plain_line && self.find_with(b'`', b'~', bytes).is_none() {
                 self.follow_plain(bytes);
                 return;
@@ -627,7 +607,7 @@ impl CodeBlocks {
         let mut from = 0;
         let mut i = 0;
         while i < bytes.len() {
-            if self.line == Line::Rest && self.ticks == 0 {
+            if self.fences.line == Line::Rest && self.ticks == 0 {
                 // Ordinary text up to the next byte that matters.
                 i = find_byte3(b'\n', b'`', trigger, &bytes[i..]).map_or(bytes.len(), |at| i + at);
                 if i == bytes.len() {
@@ -650,7 +630,7 @@ impl CodeBlocks {
                         self.end_ticks(out);
                         // Not a fence's byte: the line is ordinary from
                         // here.
-                        self.line_byte(b'<');
+                        self.fences.line_byte(b'<');
                         self.mark(mark, out);
                         i += len;
                         from = i;
@@ -670,8 +650,8 @@ impl CodeBlocks {
                         None => self.end_ticks(&mut String::new()),
                     }
                 }
-            } else if self.open.is_none() {
-                self.ticks += 1;
+            } else if self.fences.open.is_none() {
+                self.ticks = self.ticks.saturating_add(1);
             }
             if b == b'\n' {
                 match out.as_deref_mut() {
@@ -682,9 +662,9 @@ impl CodeBlocks {
                     }
                     _ => self.span = Span::Closed,
                 }
-                self.end_line();
+                self.fences.end_line();
             } else {
-                self.line_byte(b);
+                self.fences.line_byte(b);
             }
             // The whole character that `b` starts.
             i += input[i..].chars().next().map_or(1, char::len_utf8);
@@ -705,13 +685,13 @@ impl CodeBlocks {
         let tail = match last {
             Some(at) => {
                 self.span = Span::Closed;
-                self.line = Line::Start;
+                self.fences.line = Line::Start;
                 &bytes[at + 1..]
             }
             None => bytes,
         };
-        if self.line == Line::Start && !tail.iter().all(|&b| b == b' ' || b == b'\t') {
-            self.line = Line::Rest;
+        if self.fences.line == Line::Start && !tail.iter().all(|&b| b == b' ' || b == b'\t') {
+            self.fences.line = Line::Rest;
         }
     }
 
@@ -735,7 +715,7 @@ impl CodeBlocks {
     fn mark(&mut self, mark: Mark, out: &mut String) {
         let side = self.side;
         match &mut self.span {
-            _ if self.open.is_some() => self.write_mark(mark, true, out),
+            _ if self.fences.open.is_some() => self.write_mark(mark, true, out),
             Span::Closed => self.write_mark(mark, false, out),
             Span::Open(ticks) => {
                 let ticks = *ticks;
@@ -752,14 +732,7 @@ impl CodeBlocks {
     /// span when none is open, closes the open one when as long.
     fn end_ticks(&mut self, out: &mut String) {
         let ticks = std::mem::take(&mut self.ticks);
-        // A fence's own run, or backticks in its info string, open no
-        // span.
-        let fence_line = match self.line {
-            Line::Info(_) => true,
-            Line::Run(f) => self.after_run(f) != Line::Rest,
-            _ => false,
-        };
-        if ticks == 0 || self.open.is_some() || fence_line {
+        if ticks == 0 || !self.fences.reads_spans() {
             return;
         }
         match &self.span {
@@ -781,49 +754,6 @@ impl CodeBlocks {
             }
             out.push_str(&held[from..]);
         }
-    }
-
-    /// Follows the fence state of the line through byte `b` (not a line
-    /// break).
-    fn line_byte(&mut self, b: u8) {
-        self.line = match self.line {
-            Line::Start if b == b' ' || b == b'\t' => Line::Start,
-            Line::Start if b == b'`' || b == b'~' => Line::Run(Fence { ch: b, len: 1 }),
-            Line::Run(f) if b == f.ch => Line::Run(Fence { len: f.len + 1, ..f }),
-            Line::Run(f) => match self.after_run(f) {
-                Line::Info(f) if b == b'`' && f.ch == b'`' => Line::Rest,
-                Line::Closing if !b.is_ascii_whitespace() => Line::Rest,
-                line => line,
-            },
-            Line::Info(f) if b == b'`' && f.ch == b'`' => Line::Rest,
-            Line::Info(f) => Line::Info(f),
-            Line::Closing if b.is_ascii_whitespace() => Line::Closing,
-            _ => Line::Rest,
-        };
-    }
-
-    /// What a line is after the run of fence characters `f` at its start.
-    fn after_run(&self, f: Fence) -> Line {
-        match self.open {
-            _ if f.len < 3 => Line::Rest,
-            None => Line::Info(f),
-            Some(open) if f.ch == open.ch && f.len >= open.len => Line::Closing,
-            Some(_) => Line::Rest,
-        }
-    }
-
-    /// A line ended: a fence it opened or closed takes effect.
-    fn end_line(&mut self) {
-        let line = match self.line {
-            Line::Run(f) => self.after_run(f),
-            line => line,
-        };
-        match line {
-            Line::Info(f) => self.open = Some(f),
-            Line::Closing => self.open = None,
-            _ => {}
-        }
-        self.line = Line::Start;
     }
 }
 

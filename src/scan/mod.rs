@@ -52,6 +52,7 @@
 //! held by the scanner is therefore bounded by the larger of the two limits.
 
 mod json;
+pub(crate) mod markdown;
 mod tag;
 
 pub(crate) use json::JsonString;
