@@ -124,6 +124,9 @@ fn prose() -> impl Strategy<Value = String> {
         Just("Vec<String>".to_string()),
         Just("&amp;".to_string()),
         Just("->".to_string()),
+        // Registry tags in code spans: the code's text (spaces around, so
+        // that no run of backticks joins the next piece's).
+        Just(" `<thought>` and ``<status_bar>`` ".to_string()),
         "[a-z]{1,8}",
     ];
     let sep = prop_oneof![Just(" "), Just("\n"), Just(" "), Just("\n\n"), Just("")];
@@ -370,6 +373,7 @@ proptest! {
             Just(b"<tool_call>".to_vec()), Just(b"</tool_call>".to_vec()), Just(b"{\"name\": \"f\", \"arguments\": {".to_vec()),
             Just(b"\"a\": [1, ".to_vec()), Just(b"}}".to_vec()), Just("<|[REQUEST_TOOL]|>\ncommand:»»»T«««\n".as_bytes().to_vec()),
             Just(b"<|[END_TOOL]|>".to_vec()), Just(b"<ACTION><T><p>".to_vec()), Just(b"</ACTION>".to_vec()), Just(b"<thin is".to_vec()),
+            Just(b"```\n".to_vec()), Just(b"~~~".to_vec()), Just(b"`".to_vec()), Just(b"\n".to_vec()),
         ], 0..40), cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..10), profile in profile()) {
         let input: Vec<u8> = parts.concat();
         let registry = Arc::new(Registry::profile(profile).unwrap());
