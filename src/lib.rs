@@ -161,7 +161,7 @@ pub use jsonl::JsonLines;
 pub use machine::MachineLimits;
 pub use parser::{CallText, Parser, ParserOptions, parse};
 pub use payload::Payloads;
-pub use payload::html::FilterLimits;
+pub use payload::html::{CodeMarkup, FilterLimits};
 pub use registry::Registry;
 #[cfg(feature = "route")]
 pub use route::{Router, RouterOptions, SubscribeOptions, Subscription, Topic};

@@ -5,8 +5,9 @@
 use proptest::prelude::*;
 use serde_json::Value;
 use spindle::event::Event;
+use spindle::payload::html::HtmlFilter;
 use spindle::state::{Op, OpCode, Path, apply};
-use spindle::{Parser, Registry};
+use spindle::{CodeMarkup, FilterLimits, Parser, Registry};
 
 const TAGS: &[&str] = &[
     "content",
@@ -137,12 +138,15 @@ const ACTING: &[&str] = &[
 /// The filtered `html` runs nothing: outside Markdown code only the
 /// allowlist's tags and no script-like pattern; inside code (shown as
 /// written) also tags that could do nothing but show themselves, should a
-/// renderer read them as HTML. A description of the first problem.
-fn unsafe_html(html: &str) -> Option<String> {
+/// renderer read them as HTML, unless the code is `AsWritten` (then a
+/// renderer that shows code as text is trusted with anything in it). A
+/// description of the first problem.
+fn unsafe_html(html: &str, markup: CodeMarkup) -> Option<String> {
     let lower = html.to_ascii_lowercase();
     let code = code_bytes(&lower);
-    if lower.contains("javascript:") {
-        return Some("javascript:".into());
+    let trusted = markup == CodeMarkup::AsWritten;
+    if let Some((at, _)) = lower.match_indices("javascript:").find(|(at, _)| !(trusted && code[*at])) {
+        return Some(format!("javascript: at {at}"));
     }
     for bad in ["url(", "expression("] {
         if let Some((at, _)) = lower.match_indices(bad).find(|(at, _)| !code[*at]) {
@@ -157,6 +161,9 @@ fn unsafe_html(html: &str) -> Option<String> {
         }
         if !code[i] {
             return Some(format!("markup <{name} outside code at {i}"));
+        }
+        if trusted {
+            continue;
         }
         let line = &rest[..rest.find('\n').unwrap_or(rest.len())];
         if line.strip_prefix("!--").is_some_and(|c| c.contains("-->")) {
@@ -194,10 +201,38 @@ proptest! {
         }
         for el in whole.iter().filter_map(Event::as_element) {
             if let Some(html) = el.payload.get("html").and_then(Value::as_str) {
-                let problem = unsafe_html(html);
+                let problem = unsafe_html(html, CodeMarkup::Inert);
                 prop_assert!(problem.is_none(), "{}: {}", problem.unwrap_or_default(), html);
             }
         }
+    }
+
+    /// With code shown as written, the filter's output is safe outside
+    /// code, the same at every split, and its own fixed point.
+    #[test]
+    fn code_as_written_is_safe_outside_code(text in body(), cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..6)) {
+        let limits = FilterLimits { code_markup: CodeMarkup::AsWritten, ..FilterLimits::default() };
+        let run = |pieces: &[&str]| {
+            let mut filter = HtmlFilter::with_limits(limits);
+            let mut out: String = pieces.iter().map(|p| filter.push(p)).collect();
+            out.push_str(&filter.finish());
+            out
+        };
+        let whole = run(&[&text]);
+        let mut at: Vec<usize> = cuts.iter().map(|c| c.index(text.len() + 1)).filter(|&c| text.is_char_boundary(c)).collect();
+        at.sort_unstable();
+        at.dedup();
+        let mut pieces = Vec::new();
+        let mut from = 0;
+        for cut in at {
+            pieces.push(&text[from..cut]);
+            from = cut;
+        }
+        pieces.push(&text[from..]);
+        prop_assert_eq!(&run(&pieces), &whole, "{:?}", text);
+        let problem = unsafe_html(&whole, CodeMarkup::AsWritten);
+        prop_assert!(problem.is_none(), "{}: {}", problem.unwrap_or_default(), whole);
+        prop_assert_eq!(run(&[&whole]), whole.clone(), "not a fixed point: {:?}", text);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use spindle::event::{Event, Level};
 use spindle::scan::decode_entities;
-use spindle::{FilterLimits, Parser, ParserOptions, Registry};
+use spindle::{CodeMarkup, FilterLimits, Parser, ParserOptions, Registry};
 
 const VECTORS: &[&str] = &[
     r#"<SCRIPT SRC=https://cdn.jsdelivr.net/gh/Moksh45/host-xss.rocks/index.js></SCRIPT>"#,
@@ -459,4 +459,29 @@ fn the_html_filter_limits_are_parser_options() {
         assert!(report.contains("1 start tag(s) past the held-tag limit"), "{report}");
         assert!(report.contains("1 code span(s) past the hold limit"), "{report}");
     }
+}
+
+/// `CodeMarkup::AsWritten`: a front end that renders content with a
+/// CommonMark renderer gets code exactly as the model wrote it (acting
+/// tags, `class`, `javascript:` and all); outside code the filter works as
+/// ever, and the output is still its own fixed point.
+#[test]
+fn code_can_be_shown_exactly_as_written() {
+    let input = "<content>Load it like this:\n\n```html\n<div class=\"app\" onclick=\"go()\"><img src=x></div>\n<script src=\"/app.js\"></script>\n<a href=\"javascript:void(0)\">x</a>\n```\n\nor `<script src=\"/app.js\">`, never <script>alert(1)</script><img src=x onerror=alert(1)>.</content>";
+    let options = ParserOptions {
+        html: FilterLimits { code_markup: CodeMarkup::AsWritten, ..FilterLimits::default() },
+        ..ParserOptions::default()
+    };
+    let want = "Load it like this:\n\n```html\n<div class=\"app\" onclick=\"go()\"><img src=x></div>\n<script src=\"/app.js\"></script>\n<a href=\"javascript:void(0)\">x</a>\n```\n\nor `<script src=\"/app.js\">`, never .";
+    for chunk in [usize::MAX, 1, 3, 5] {
+        let (html, deltas, _) = content_with(options, input, chunk);
+        assert_eq!(html, want, "chunk {chunk}");
+        assert_eq!(deltas, want, "chunk {chunk}");
+    }
+    // The default keeps what could act escaped.
+    let (html, _, _) = content(input, 1);
+    assert!(html.contains("&lt;script src=\"/app.js\">&lt;/script>"), "{html}");
+    // A fixed point: filtering the output again changes nothing.
+    let again = content_with(options, &format!("<content>{want}</content>"), 2).0;
+    assert_eq!(again, want);
 }

@@ -64,6 +64,41 @@ use crate::scan::markdown::{Fences, Line};
 use crate::scan::{find_byte, find_byte2, find_byte3, is_space};
 use memchr::memmem;
 
+/// What the filter writes for markup inside Markdown code (fenced code
+/// blocks and code spans), which a Markdown renderer shows as written.
+/// Outside code the filter works the same either way.
+///
+/// ```
+/// use spindle::payload::html::HtmlFilter;
+/// use spindle::{CodeMarkup, FilterLimits};
+///
+/// let text = "Load it with `<script src=\"app.js\">`, not <script>alert(1)</script>.";
+/// let inert = HtmlFilter::with_limits(FilterLimits::default()).push(text);
+/// assert!(inert.starts_with("Load it with `&lt;script src=\"app.js\">`"));
+/// let limits = FilterLimits { code_markup: CodeMarkup::AsWritten, ..FilterLimits::default() };
+/// let mut filter = HtmlFilter::with_limits(limits);
+/// let mut shown = filter.push(text);
+/// shown.push_str(&filter.finish());
+/// assert_eq!(shown, "Load it with `<script src=\"app.js\">`, not .");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CodeMarkup {
+    /// A `<` in code is written back where it is inert as HTML (`<div>`,
+    /// `Vec<u8>`, `<T: Clone>`) and stays `&lt;` elsewhere (`<script>`,
+    /// `<img src=x>`, `<div class="x">`); the net's break stays before `:`
+    /// (`javascript:`). Safe also where the text reaches a page without a
+    /// Markdown renderer, or one that reads the block otherwise. The
+    /// default.
+    #[default]
+    Inert,
+    /// Every `<` in code is written back and every break of the net in
+    /// code is dropped: code reads exactly as the model wrote it. For a
+    /// front end that renders the content with a CommonMark renderer, which
+    /// shows code as text. Where the content may reach a page as HTML
+    /// without one, markup in code is live: do not use it there.
+    AsWritten,
+}
+
 /// The escape of `<` in code, written before the filter and read after
 /// it; also the filter's own escape of `<`.
 pub(crate) const ESCAPE: &str = "&#60;";
@@ -312,6 +347,8 @@ enum Span {
 #[derive(Debug, Clone)]
 pub(crate) struct CodeBlocks {
     side: Side,
+    /// What a mark in code is written as (output side).
+    markup: CodeMarkup,
     /// The fenced block the text is in, and the current line.
     fences: Fences,
     /// Backticks in the run being read (outside fenced blocks), up to
@@ -456,9 +493,10 @@ fn attribute_is_inert(name: &[u8], valued: bool) -> bool {
 impl CodeBlocks {
     /// A stage on `side` at the start of the content, holding at most
     /// `max_span` bytes of one code span.
-    pub(crate) fn new(side: Side, max_span: usize) -> CodeBlocks {
+    pub(crate) fn new(side: Side, max_span: usize, markup: CodeMarkup) -> CodeBlocks {
         CodeBlocks {
             side,
+            markup,
             fences: Fences::default(),
             ticks: 0,
             span: Span::Closed,
@@ -577,12 +615,24 @@ impl CodeBlocks {
             return Read::Mark(Mark::Lt { inert: true }, 1);
         }
         if let Some(after) = rest.strip_prefix(ESCAPE) {
+            if self.markup == CodeMarkup::AsWritten {
+                // Every `<` is written back, but one that ends the
+                // content (see `inert`).
+                return match (after.is_empty(), end) {
+                    (true, false) => Read::Wait,
+                    (true, true) => Read::Mark(Mark::Lt { inert: false }, ESCAPE.len()),
+                    (false, _) => Read::Mark(Mark::Lt { inert: true }, ESCAPE.len()),
+                };
+            }
             return match inert(after.as_bytes(), end) {
                 Some(inert) => Read::Mark(Mark::Lt { inert }, ESCAPE.len()),
                 None => Read::Wait,
             };
         }
         if let Some(after) = rest.strip_prefix(BREAK) {
+            if self.markup == CodeMarkup::AsWritten {
+                return Read::Mark(Mark::Break, BREAK.len());
+            }
             return match after.as_bytes().first() {
                 Some(b'=' | b'(') => Read::Mark(Mark::Break, BREAK.len()),
                 None if !end => Read::Wait,
@@ -767,7 +817,11 @@ mod tests {
     }
 
     fn through_side(side: Side, pieces: &[&str]) -> String {
-        let mut stage = CodeBlocks::new(side, 4096);
+        through_with(side, CodeMarkup::Inert, pieces)
+    }
+
+    fn through_with(side: Side, markup: CodeMarkup, pieces: &[&str]) -> String {
+        let mut stage = CodeBlocks::new(side, 4096, markup);
         let mut out = String::new();
         for (n, piece) in pieces.iter().enumerate() {
             let mut text = piece.to_string();
@@ -775,6 +829,30 @@ mod tests {
             out.push_str(&text);
         }
         out
+    }
+
+    /// `CodeMarkup::AsWritten`: in code every escape is `<` again and
+    /// every break is dropped, at every cut; outside code nothing changes.
+    #[test]
+    fn as_written_code_reads_as_the_model_wrote_it() {
+        let cases: &[(&str, &str)] = &[
+            (
+                "```\n&#60;script src=x>&#60;/script> &#60;img src=x onerror&#8203;=y> javascript&#8203;:x\n```\n",
+                "```\n<script src=x></script> <img src=x onerror=y> javascript:x\n```\n",
+            ),
+            ("`&#60;div class=\"x\">` &#60;div> javascript&#8203;:", "`<div class=\"x\">` &lt;div> javascript&#8203;:"),
+            // A `<` that ends the content stays escaped, as in `Inert`.
+            ("```\n&#60;", "```\n&lt;"),
+        ];
+        for (input, want) in cases {
+            for cut in 0..=input.len() {
+                if !input.is_char_boundary(cut) {
+                    continue;
+                }
+                let got = through_with(Side::Output, CodeMarkup::AsWritten, &[&input[..cut], &input[cut..]]);
+                assert_eq!(&got, want, "{input:?} cut at {cut}");
+            }
+        }
     }
 
     #[test]
@@ -810,7 +888,7 @@ mod tests {
                 if !input.is_char_boundary(cut) {
                     continue;
                 }
-                let mut stage = CodeBlocks::new(Side::Input, 4096);
+                let mut stage = CodeBlocks::new(Side::Input, 4096, CodeMarkup::Inert);
                 let mut out = String::new();
                 for (piece, end) in [(&input[..cut], false), (&input[cut..], true)] {
                     let mut text = piece.to_string();
@@ -898,11 +976,13 @@ mod tests {
                 Just("&#8203;"), Just("="), Just("("), Just("div"), Just(" title=\"t\""), Just("'"), Just(">"),
             ], 0..24),
             input_side in any::<bool>(),
+            as_written in any::<bool>(),
             cuts in proptest::collection::vec(0usize..64, 0..6),
         ) {
             let side = if input_side { Side::Input } else { Side::Output };
+            let markup = if as_written { CodeMarkup::AsWritten } else { CodeMarkup::Inert };
             let text = parts.concat();
-            let whole = through_side(side, &[&text]);
+            let whole = through_with(side, markup, &[&text]);
             let mut at: Vec<usize> = cuts.into_iter().map(|c| c % (text.len() + 1)).filter(|&c| text.is_char_boundary(c)).collect();
             at.sort_unstable();
             at.dedup();
@@ -913,7 +993,7 @@ mod tests {
                 from = cut;
             }
             pieces.push(&text[from..]);
-            prop_assert_eq!(through_side(side, &pieces), whole);
+            prop_assert_eq!(through_with(side, markup, &pieces), whole);
         }
     }
 }

@@ -89,7 +89,9 @@ const DROPPED: &[&str] = &[
     "head",
 ];
 
-/// Limits of one filter.
+pub use super::code::CodeMarkup;
+
+/// Limits and settings of one filter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FilterLimits {
     /// Most bytes of an unclosed removed element's content held for
@@ -111,11 +113,20 @@ pub struct FilterLimits {
     /// anywhere else, its `<` escaped (`&lt;`), and it is counted in
     /// [`FilterReport::long_code_spans`]. Default 4 KiB.
     pub max_code_span: usize,
+    /// What markup inside Markdown code becomes (see [`CodeMarkup`]).
+    /// Default [`CodeMarkup::Inert`].
+    pub code_markup: CodeMarkup,
 }
 
 impl Default for FilterLimits {
     fn default() -> Self {
-        FilterLimits { max_held: 256 * 1024, max_tokenizer: 1024 * 1024, max_held_tag: 512, max_code_span: 4096 }
+        FilterLimits {
+            max_held: 256 * 1024,
+            max_tokenizer: 1024 * 1024,
+            max_held_tag: 512,
+            max_code_span: 4096,
+            code_markup: CodeMarkup::Inert,
+        }
     }
 }
 
@@ -1948,8 +1959,8 @@ impl HtmlFilter {
             tail: Vec::new(),
             degraded: false,
             scratch: Vec::new(),
-            code_in: CodeBlocks::new(Side::Input, limits.max_code_span),
-            code: CodeBlocks::new(Side::Output, limits.max_code_span),
+            code_in: CodeBlocks::new(Side::Input, limits.max_code_span, limits.code_markup),
+            code: CodeBlocks::new(Side::Output, limits.max_code_span, limits.code_markup),
         }
     }
 

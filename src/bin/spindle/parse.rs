@@ -17,6 +17,26 @@ use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// Arguments of `spindle parse`.
+/// `--code-markup`: see [`spindle::CodeMarkup`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum CodeMarkupArg {
+    /// `<` written back where it is inert as HTML, `&lt;` where it could
+    /// act (safe without a Markdown renderer too)
+    Inert,
+    /// Code exactly as the model wrote it (for a front end that renders
+    /// content with a CommonMark renderer, which shows code as text)
+    AsWritten,
+}
+
+impl From<CodeMarkupArg> for spindle::CodeMarkup {
+    fn from(arg: CodeMarkupArg) -> Self {
+        match arg {
+            CodeMarkupArg::Inert => spindle::CodeMarkup::Inert,
+            CodeMarkupArg::AsWritten => spindle::CodeMarkup::AsWritten,
+        }
+    }
+}
+
 #[derive(Debug, clap::Args)]
 pub(crate) struct ParseArgs {
     /// The response to parse; `-` or nothing reads stdin.
@@ -43,6 +63,10 @@ pub(crate) struct ParseArgs {
     #[arg(long, value_name = "BYTES", default_value_t = spindle::ScanLimits::default().max_marker_len,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub(crate) max_marker: usize,
+    /// What markup inside Markdown code becomes in content's filtered HTML
+    /// (its `payload.html` and deltas).
+    #[arg(long, value_enum, default_value_t = CodeMarkupArg::Inert)]
+    pub(crate) code_markup: CodeMarkupArg,
     /// Check every completed tool call (TAM, ACTION, ATTP) against the tools
     /// of a plugins directory (plugin.yaml + *.tool.json); for each invalid
     /// call, its observation text goes to stderr, one line each (stdout
@@ -580,6 +604,7 @@ pub(crate) fn run(args: ParseArgs) -> Result<ExitCode> {
     let mut options = ParserOptions { rewrite: args.format == Format::Rewrite, ..ParserOptions::default() };
     options.machine.max_element_len = args.max_element;
     options.scan.max_marker_len = args.max_marker;
+    options.html.code_markup = args.code_markup.into();
     let state = args.state.as_deref().map(StateFile::load).transpose()?;
     let started = Instant::now();
     let file = args.file.as_deref().filter(|p| p.as_os_str() != "-");
