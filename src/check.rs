@@ -354,27 +354,8 @@ pub fn text_entry_points(text: &str) -> Result<(), String> {
         return Err(format!("the lenient reader reads the JSON {text:?} as {lenient:?}, not {strict:?}"));
     }
     let sanitized = crate::payload::html::sanitize(text);
-    let lower = sanitized.html.to_ascii_lowercase();
-    for bad in ["<script", "<iframe", "javascript:"] {
-        if lower.contains(bad) {
-            return Err(format!("filtered HTML still holds {bad:?}"));
-        }
-    }
-    // `url(` and `expression(` only as text (Markdown code shows them as
-    // written), never inside a tag.
-    for bad in ["expression(", "url("] {
-        for (at, _) in lower.match_indices(bad) {
-            let before = &lower[..at];
-            // The last `<` before it, if it starts a tag (a letter, or
-            // `/` and a letter, after it) that has not ended.
-            let in_tag = before.rfind('<').is_some_and(|lt| {
-                let name = before[lt + 1..].strip_prefix('/').unwrap_or(&before[lt + 1..]);
-                name.starts_with(|c: char| c.is_ascii_alphabetic()) && !before[lt..].contains('>')
-            });
-            if in_tag {
-                return Err(format!("filtered HTML holds {bad:?} inside a tag at {at}"));
-            }
-        }
+    if let Some(problem) = filtered_html_problem(&sanitized.html, crate::CodeMarkup::Inert) {
+        return Err(format!("filtered HTML {:?}: {problem}", sanitized.html));
     }
     // The filter's output is its own fixed point: filtered again, it is
     // unchanged (anything the filter would still change is markup it let
@@ -388,6 +369,36 @@ pub fn text_entry_points(text: &str) -> Result<(), String> {
     if let Some(why) = crate::payload::html::bypass_disagreement(text, chunk) {
         return Err(format!("HTML filter: {why}"));
     }
+    // With code shown as written: safe outside code, the same whole and
+    // split, and its own fixed point.
+    let limits = crate::FilterLimits { code_markup: crate::CodeMarkup::AsWritten, ..crate::FilterLimits::default() };
+    let as_written = |input: &str, chunk: usize| {
+        let mut filter = crate::payload::html::HtmlFilter::with_limits(limits);
+        let mut out = String::new();
+        let mut rest = input;
+        while !rest.is_empty() {
+            let mut cut = chunk.min(rest.len());
+            while !rest.is_char_boundary(cut) {
+                cut += 1;
+            }
+            out.push_str(&filter.push(&rest[..cut]));
+            rest = &rest[cut..];
+        }
+        out.push_str(&filter.finish());
+        out
+    };
+    let shown = as_written(text, usize::MAX);
+    if let Some(problem) = filtered_html_problem(&shown, crate::CodeMarkup::AsWritten) {
+        return Err(format!("filtered HTML (code as written) {shown:?}: {problem}"));
+    }
+    let split = as_written(text, chunk);
+    if split != shown {
+        return Err(format!("HTML filter (code as written): at {chunk}-byte chunks {split:?}, whole {shown:?}"));
+    }
+    let again = as_written(&shown, usize::MAX);
+    if again != shown {
+        return Err(format!("HTML filter (code as written): filtering {shown:?} again changes it to {again:?}"));
+    }
     let _ = crate::calls::tam::parse_tam(text);
     let _ = crate::calls::action::parse_action(text);
     let _ = crate::calls::attp::parse_attp(text);
@@ -397,6 +408,142 @@ pub fn text_entry_points(text: &str) -> Result<(), String> {
         let _ = crate::state::apply(&mut state, &ops);
     }
     Ok(())
+}
+
+/// Which bytes of `html` are inside Markdown code, read independently of
+/// spindle's readers (`scan::markdown`, `payload::code`) by the rules the
+/// `payload` docs give: fenced blocks
+/// (a line of three or more backticks or tildes after spaces, closed by a
+/// line of at least as many of the same), and code spans on one line
+/// (a run of backticks closed by the next run as long).
+fn code_bytes(html: &str) -> Vec<bool> {
+    let b = html.as_bytes();
+    let mut code = vec![false; b.len()];
+    let mut fence: Option<(u8, usize)> = None;
+    let mut start = 0;
+    while start < b.len() {
+        let end = b[start..].iter().position(|&c| c == b'\n').map_or(b.len(), |n| start + n);
+        let line = &b[start..end];
+        let indent = line.iter().take_while(|&&c| c == b' ' || c == b'\t').count();
+        let run_ch = line.get(indent).copied().filter(|&c| c == b'`' || c == b'~');
+        let run = run_ch.map_or(0, |ch| line[indent..].iter().take_while(|&&c| c == ch).count());
+        let after = &line[(indent + run).min(line.len())..];
+        match (fence, run_ch) {
+            (Some((ch, len)), Some(c)) if c == ch && run >= len && after.iter().all(u8::is_ascii_whitespace) => {
+                fence = None;
+            }
+            (Some(_), _) => code[start..end].iter_mut().for_each(|c| *c = true),
+            (None, Some(ch)) if run >= 3 && !(ch == b'`' && after.contains(&b'`')) => fence = Some((ch, run)),
+            (None, _) => {
+                // Spans: each run of backticks, closed by the next run as
+                // long on the line; a fence's run that opens no fence
+                // (a backtick in its info string) opens no span either.
+                let mut i = if run_ch == Some(b'`') && run >= 3 { indent + run } else { 0 };
+                let mut open: Option<(usize, usize)> = None;
+                while i < line.len() {
+                    if line[i] != b'`' {
+                        i += 1;
+                        continue;
+                    }
+                    let n = line[i..].iter().take_while(|&&c| c == b'`').count();
+                    match open {
+                        None => open = Some((i + n, n)),
+                        Some((from, len)) if len == n => {
+                            code[start + from..start + i].iter_mut().for_each(|c| *c = true);
+                            open = None;
+                        }
+                        Some(_) => {}
+                    }
+                    i += n;
+                }
+            }
+        }
+        start = end + 1;
+    }
+    code
+}
+
+/// Elements and attributes that act even when written bare.
+const ACTING: &[&str] = &[
+    "script",
+    "style",
+    "iframe",
+    "img",
+    "svg",
+    "math",
+    "object",
+    "embed",
+    "textarea",
+    "title",
+    "xmp",
+    "plaintext",
+    "noscript",
+    "template",
+    "link",
+    "meta",
+    "base",
+    "form",
+    "input",
+    "button",
+    "details",
+    "dialog",
+    "image",
+    "frame",
+];
+
+/// The filtered `html` runs nothing: outside Markdown code only the
+/// allowlist's tags and no script-like pattern; inside code (shown as
+/// written) also tags that could do nothing but show themselves, should a
+/// renderer read them as HTML, unless the code is `AsWritten` (then a
+/// renderer that shows code as text is trusted with anything in it). A
+/// description of the first problem.
+pub fn filtered_html_problem(html: &str, markup: crate::CodeMarkup) -> Option<String> {
+    let lower = html.to_ascii_lowercase();
+    let code = code_bytes(&lower);
+    let trusted = markup == crate::CodeMarkup::AsWritten;
+    if let Some((at, _)) = lower.match_indices("javascript:").find(|(at, _)| !(trusted && code[*at])) {
+        return Some(format!("javascript: at {at}"));
+    }
+    for bad in ["url(", "expression("] {
+        if let Some((at, _)) = lower.match_indices(bad).find(|(at, _)| !code[*at]) {
+            return Some(format!("{bad} outside code at {at}"));
+        }
+    }
+    for (i, _) in lower.match_indices('<') {
+        let rest = &lower[i + 1..];
+        let name: String = rest.trim_start_matches('/').chars().take_while(|c| c.is_ascii_alphanumeric()).collect();
+        if ["b", "strong", "i", "em", "u", "s", "br", "span", "ruby", "rt", "rp"].contains(&name.as_str()) {
+            continue;
+        }
+        if !code[i] {
+            return Some(format!("markup <{name} outside code at {i}"));
+        }
+        if trusted {
+            continue;
+        }
+        let line = &rest[..rest.find('\n').unwrap_or(rest.len())];
+        if line.strip_prefix("!--").is_some_and(|c| c.contains("-->")) {
+            // A comment ended on its line hides only itself.
+            continue;
+        }
+        if rest.starts_with('!') || rest.starts_with('?') || ACTING.contains(&name.as_str()) {
+            return Some(format!("<{name} in code at {i}"));
+        }
+        // The tag, up to its `>` (a quoted `>` does not end it here, which
+        // only reads more).
+        let tag = &rest[..rest.find('>').unwrap_or(rest.len())];
+        let acting_attribute =
+            tag.trim_start_matches('/').split(|c: char| c.is_ascii_whitespace() || c == '/').skip(1).any(|attr| {
+                ["on", "href", "src", "style", "action", "formaction", "hidden", "srcdoc", "data", "is="]
+                    .iter()
+                    .any(|a| attr.starts_with(a))
+            });
+        let is_tag = name.starts_with(|c: char| c.is_ascii_alphabetic());
+        if is_tag && (acting_attribute || tag.contains("url(") || tag.contains("expression(")) {
+            return Some(format!("acting tag <{tag}> in code at {i}"));
+        }
+    }
+    None
 }
 
 /// Runs every prompt-side entry point on `data`: the bytes as a Jinja2

@@ -4,6 +4,7 @@
 
 use proptest::prelude::*;
 use serde_json::Value;
+use spindle::check::filtered_html_problem;
 use spindle::event::Event;
 use spindle::payload::html::HtmlFilter;
 use spindle::state::{Op, OpCode, Path, apply};
@@ -55,140 +56,6 @@ fn payloads(events: &[Event]) -> Vec<Value> {
     events.iter().filter_map(Event::as_element).map(|e| e.payload.clone()).collect()
 }
 
-/// Which bytes of `html` are inside Markdown code, read independently of
-/// spindle's reader by the rules its `payload` docs give: fenced blocks
-/// (a line of three or more backticks or tildes after spaces, closed by a
-/// line of at least as many of the same), and code spans on one line
-/// (a run of backticks closed by the next run as long).
-fn code_bytes(html: &str) -> Vec<bool> {
-    let b = html.as_bytes();
-    let mut code = vec![false; b.len()];
-    let mut fence: Option<(u8, usize)> = None;
-    let mut start = 0;
-    while start < b.len() {
-        let end = b[start..].iter().position(|&c| c == b'\n').map_or(b.len(), |n| start + n);
-        let line = &b[start..end];
-        let indent = line.iter().take_while(|&&c| c == b' ' || c == b'\t').count();
-        let run_ch = line.get(indent).copied().filter(|&c| c == b'`' || c == b'~');
-        let run = run_ch.map_or(0, |ch| line[indent..].iter().take_while(|&&c| c == ch).count());
-        let after = &line[(indent + run).min(line.len())..];
-        match (fence, run_ch) {
-            (Some((ch, len)), Some(c)) if c == ch && run >= len && after.iter().all(u8::is_ascii_whitespace) => {
-                fence = None;
-            }
-            (Some(_), _) => code[start..end].iter_mut().for_each(|c| *c = true),
-            (None, Some(ch)) if run >= 3 && !(ch == b'`' && after.contains(&b'`')) => fence = Some((ch, run)),
-            (None, _) => {
-                // Spans: each run of backticks, closed by the next run as
-                // long on the line; a fence's run that opens no fence
-                // (a backtick in its info string) opens no span either.
-                let mut i = if run_ch == Some(b'`') && run >= 3 { indent + run } else { 0 };
-                let mut open: Option<(usize, usize)> = None;
-                while i < line.len() {
-                    if line[i] != b'`' {
-                        i += 1;
-                        continue;
-                    }
-                    let n = line[i..].iter().take_while(|&&c| c == b'`').count();
-                    match open {
-                        None => open = Some((i + n, n)),
-                        Some((from, len)) if len == n => {
-                            code[start + from..start + i].iter_mut().for_each(|c| *c = true);
-                            open = None;
-                        }
-                        Some(_) => {}
-                    }
-                    i += n;
-                }
-            }
-        }
-        start = end + 1;
-    }
-    code
-}
-
-/// Elements and attributes that act even when written bare.
-const ACTING: &[&str] = &[
-    "script",
-    "style",
-    "iframe",
-    "img",
-    "svg",
-    "math",
-    "object",
-    "embed",
-    "textarea",
-    "title",
-    "xmp",
-    "plaintext",
-    "noscript",
-    "template",
-    "link",
-    "meta",
-    "base",
-    "form",
-    "input",
-    "button",
-    "details",
-    "dialog",
-    "image",
-    "frame",
-];
-
-/// The filtered `html` runs nothing: outside Markdown code only the
-/// allowlist's tags and no script-like pattern; inside code (shown as
-/// written) also tags that could do nothing but show themselves, should a
-/// renderer read them as HTML, unless the code is `AsWritten` (then a
-/// renderer that shows code as text is trusted with anything in it). A
-/// description of the first problem.
-fn unsafe_html(html: &str, markup: CodeMarkup) -> Option<String> {
-    let lower = html.to_ascii_lowercase();
-    let code = code_bytes(&lower);
-    let trusted = markup == CodeMarkup::AsWritten;
-    if let Some((at, _)) = lower.match_indices("javascript:").find(|(at, _)| !(trusted && code[*at])) {
-        return Some(format!("javascript: at {at}"));
-    }
-    for bad in ["url(", "expression("] {
-        if let Some((at, _)) = lower.match_indices(bad).find(|(at, _)| !code[*at]) {
-            return Some(format!("{bad} outside code at {at}"));
-        }
-    }
-    for (i, _) in lower.match_indices('<') {
-        let rest = &lower[i + 1..];
-        let name: String = rest.trim_start_matches('/').chars().take_while(|c| c.is_ascii_alphanumeric()).collect();
-        if ["b", "strong", "i", "em", "u", "s", "br", "span", "ruby", "rt", "rp"].contains(&name.as_str()) {
-            continue;
-        }
-        if !code[i] {
-            return Some(format!("markup <{name} outside code at {i}"));
-        }
-        if trusted {
-            continue;
-        }
-        let line = &rest[..rest.find('\n').unwrap_or(rest.len())];
-        if line.strip_prefix("!--").is_some_and(|c| c.contains("-->")) {
-            // A comment ended on its line hides only itself.
-            continue;
-        }
-        if rest.starts_with('!') || rest.starts_with('?') || ACTING.contains(&name.as_str()) {
-            return Some(format!("<{name} in code at {i}"));
-        }
-        // The tag, up to its `>` (a quoted `>` does not end it here, which
-        // only reads more).
-        let tag = &rest[..rest.find('>').unwrap_or(rest.len())];
-        let acting_attribute = tag.split(|c: char| c.is_ascii_whitespace() || c == '/').skip(1).any(|attr| {
-            ["on", "href", "src", "style", "action", "formaction", "hidden", "srcdoc", "data", "is="]
-                .iter()
-                .any(|a| attr.starts_with(a))
-        });
-        let is_tag = name.starts_with(|c: char| c.is_ascii_alphabetic());
-        if is_tag && (acting_attribute || tag.contains("url(") || tag.contains("expression(")) {
-            return Some(format!("acting tag <{tag}> in code at {i}"));
-        }
-    }
-    None
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(ProptestConfig::default().cases.min(128)))]
 
@@ -201,7 +68,7 @@ proptest! {
         }
         for el in whole.iter().filter_map(Event::as_element) {
             if let Some(html) = el.payload.get("html").and_then(Value::as_str) {
-                let problem = unsafe_html(html, CodeMarkup::Inert);
+                let problem = filtered_html_problem(html, CodeMarkup::Inert);
                 prop_assert!(problem.is_none(), "{}: {}", problem.unwrap_or_default(), html);
             }
         }
@@ -230,7 +97,7 @@ proptest! {
         }
         pieces.push(&text[from..]);
         prop_assert_eq!(&run(&pieces), &whole, "{:?}", text);
-        let problem = unsafe_html(&whole, CodeMarkup::AsWritten);
+        let problem = filtered_html_problem(&whole, CodeMarkup::AsWritten);
         prop_assert!(problem.is_none(), "{}: {}", problem.unwrap_or_default(), whole);
         prop_assert_eq!(run(&[&whole]), whole.clone(), "not a fixed point: {:?}", text);
     }
