@@ -511,7 +511,13 @@ pub fn filtered_html_problem(html: &str, markup: crate::CodeMarkup) -> Option<St
     }
     for (i, _) in lower.match_indices('<') {
         let rest = &lower[i + 1..];
-        let name: String = rest.trim_start_matches('/').chars().take_while(|c| c.is_ascii_alphanumeric()).collect();
+        // The name as an HTML tokenizer reads it: up to white space, `/` or
+        // `>` (`<frame<<x>` is an element named `frame<<x`, no frame).
+        let name: String = rest
+            .trim_start_matches('/')
+            .chars()
+            .take_while(|&c| !c.is_ascii_whitespace() && c != '/' && c != '>')
+            .collect();
         if ["b", "strong", "i", "em", "u", "s", "br", "span", "ruby", "rt", "rp"].contains(&name.as_str()) {
             continue;
         }

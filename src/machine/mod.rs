@@ -1090,9 +1090,11 @@ impl Machine {
             {
                 return self.on_markup_text(tag.span, tag.raw);
             }
-            // Calls keep their own reading of code (an example in an open
-            // block, see `on_open`).
-            if !own_close && code_so_far(el).in_code() && !self.is_call_tag(id) {
+            // A call in an open code block keeps its own reading (an
+            // example, see `on_open`); in a code span it is text as any
+            // tag (`` wrap the JSON in `<tool_call>` tags ``).
+            let code = if own_close { MarkdownCode::default() } else { code_so_far(el) };
+            if code.in_code() && !(code.in_block() && self.is_call_tag(id)) {
                 self.note_tag_in_code(id, tag.span.start);
                 return self.on_markup_text(tag.span, tag.raw);
             }

@@ -903,9 +903,12 @@ fn registry_tags_inside_markdown_code_are_text() {
     // text, not a cut marker.
     let input = "<content>See `<thou";
     check(&filament, input, &[("content", "See `<thou")], &[ClosedAtEof]);
+    // A call named in a code span is text too.
+    let chat = Registry::chat();
+    let input = "Wrap the JSON in `<tool_call>` tags, then `</tool_call>`.\n\nThen wait.";
+    check(&chat, input, &[("content", input)], &[]);
     // A call in an open block is still an element (an example where calls
     // are left out, see `rewrite_can_omit_call_elements`).
-    let chat = Registry::chat();
     let input = "E:\n```\n<tool_call>{\"name\": \"f\"}</tool_call>\n```\nend";
     let events = run(&chat, input.as_bytes(), usize::MAX);
     assert!(elements(&events).iter().any(|(tag, _)| tag == "tool_call"), "{events:?}");
