@@ -106,16 +106,25 @@ struct OpenElement {
     /// Where a JSON body's text is: inside a string, markup is the string's
     /// text, not a tag (`{"content": "<think> tags"}`).
     quote: JsonString,
-    /// Where a streamed body's text is: inside Markdown code (a fenced
-    /// block, a code span), a registry tag is the code's text, not an
-    /// element (`` `<thought>` ``, an HTML example with `<details>`).
-    /// Followed over `text[..code_read]` only when a tag asks
-    /// ([`code_so_far`]): text costs nothing for it as it arrives.
+    /// Where a streamed body's text is with respect to Markdown code
+    /// (see [`CodeWatch`]); made when a tag first asks.
+    code: Option<Box<CodeWatch>>,
+}
+
+/// Where a streamed element's text is: inside Markdown code (a fenced
+/// block, a code span), a registry tag is the code's text, not an element
+/// (`` `<thought>` ``, an HTML example with `<details>`). Followed over the
+/// element's text only when a tag asks ([`code_so_far`]): text costs
+/// nothing for it as it arrives, and an element no tag asks about holds
+/// none (boxed: most elements never need one).
+#[derive(Debug, Default)]
+struct CodeWatch {
     code: MarkdownCode,
-    code_read: usize,
+    /// How much of the element's text `code` has followed.
+    read: usize,
     /// Whether the `tag_in_code` diagnostic was given for this element
     /// (once per element).
-    tag_in_code_noted: bool,
+    noted: bool,
 }
 
 /// A close tag of a mergeable element, waiting for the next non-space byte
@@ -540,9 +549,7 @@ impl Machine {
             text,
             truncated: false,
             quote: JsonString::Out,
-            code: MarkdownCode::default(),
-            code_read: 0,
-            tag_in_code_noted: false,
+            code: None,
         }
     }
 
@@ -1116,7 +1123,7 @@ impl Machine {
     /// are read as the code's text (the first is `tag`, at `at`).
     fn note_tag_in_code(&mut self, tag: TagId, at: usize) {
         let State::Open(el) = &mut self.state else { return };
-        if std::mem::replace(&mut el.tag_in_code_noted, true) {
+        if el.code.as_mut().is_none_or(|watch| std::mem::replace(&mut watch.noted, true)) {
             return;
         }
         let (id, open) = (el.id, el.tag);
@@ -1857,10 +1864,12 @@ fn in_json_string(el: &OpenElement, own_close: bool) -> bool {
 /// have no Markdown: never in code.
 fn code_so_far(el: &mut OpenElement) -> MarkdownCode {
     if el.body == BodyKind::Stream {
-        el.code.push(&el.text[el.code_read.min(el.text.len())..]);
-        el.code_read = el.text.len();
+        let watch = el.code.get_or_insert_with(Box::default);
+        watch.code.push(&el.text[watch.read.min(el.text.len())..]);
+        watch.read = el.text.len();
+        return watch.code;
     }
-    el.code
+    MarkdownCode::default()
 }
 
 /// Follows a JSON body's strings over `bytes` (out of line: text of other
