@@ -369,15 +369,34 @@ pub fn text_entry_points(text: &str) -> Result<(), String> {
     if let Some(why) = crate::payload::html::bypass_disagreement(text, chunk) {
         return Err(format!("HTML filter: {why}"));
     }
-    // With code shown as written: safe outside code, the same whole and
-    // split, and its own fixed point.
+    code_as_written(text, chunk)?;
+    let _ = crate::calls::tam::parse_tam(text);
+    let _ = crate::calls::action::parse_action(text);
+    let _ = crate::calls::attp::parse_attp(text);
+    if let Ok(read) = crate::payload::json::parse(text) {
+        let ops = crate::state::ops_from_payload(&serde_json::json!({ "ops": read.value }));
+        let mut state = serde_json::json!({});
+        let _ = crate::state::apply(&mut state, &ops);
+    }
+    Ok(())
+}
+
+/// The HTML filter with code shown as written
+/// ([`crate::CodeMarkup::AsWritten`]) over `text`, whole and in
+/// `chunk`-byte pieces: safe outside Markdown code, the same either way,
+/// and its own fixed point.
+///
+/// # Errors
+///
+/// A description of the first broken promise.
+pub fn code_as_written(text: &str, chunk: usize) -> Result<(), String> {
     let limits = crate::FilterLimits { code_markup: crate::CodeMarkup::AsWritten, ..crate::FilterLimits::default() };
     let as_written = |input: &str, chunk: usize| {
         let mut filter = crate::payload::html::HtmlFilter::with_limits(limits);
         let mut out = String::new();
         let mut rest = input;
         while !rest.is_empty() {
-            let mut cut = chunk.min(rest.len());
+            let mut cut = chunk.clamp(1, rest.len());
             while !rest.is_char_boundary(cut) {
                 cut += 1;
             }
@@ -398,14 +417,6 @@ pub fn text_entry_points(text: &str) -> Result<(), String> {
     let again = as_written(&shown, usize::MAX);
     if again != shown {
         return Err(format!("HTML filter (code as written): filtering {shown:?} again changes it to {again:?}"));
-    }
-    let _ = crate::calls::tam::parse_tam(text);
-    let _ = crate::calls::action::parse_action(text);
-    let _ = crate::calls::attp::parse_attp(text);
-    if let Ok(read) = crate::payload::json::parse(text) {
-        let ops = crate::state::ops_from_payload(&serde_json::json!({ "ops": read.value }));
-        let mut state = serde_json::json!({});
-        let _ = crate::state::apply(&mut state, &ops);
     }
     Ok(())
 }

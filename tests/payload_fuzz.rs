@@ -6,9 +6,8 @@ use proptest::prelude::*;
 use serde_json::Value;
 use spindle::check::filtered_html_problem;
 use spindle::event::Event;
-use spindle::payload::html::HtmlFilter;
 use spindle::state::{Op, OpCode, Path, apply};
-use spindle::{CodeMarkup, FilterLimits, Parser, Registry};
+use spindle::{CodeMarkup, Parser, Registry};
 
 const TAGS: &[&str] = &[
     "content",
@@ -77,29 +76,9 @@ proptest! {
     /// With code shown as written, the filter's output is safe outside
     /// code, the same at every split, and its own fixed point.
     #[test]
-    fn code_as_written_is_safe_outside_code(text in body(), cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..6)) {
-        let limits = FilterLimits { code_markup: CodeMarkup::AsWritten, ..FilterLimits::default() };
-        let run = |pieces: &[&str]| {
-            let mut filter = HtmlFilter::with_limits(limits);
-            let mut out: String = pieces.iter().map(|p| filter.push(p)).collect();
-            out.push_str(&filter.finish());
-            out
-        };
-        let whole = run(&[&text]);
-        let mut at: Vec<usize> = cuts.iter().map(|c| c.index(text.len() + 1)).filter(|&c| text.is_char_boundary(c)).collect();
-        at.sort_unstable();
-        at.dedup();
-        let mut pieces = Vec::new();
-        let mut from = 0;
-        for cut in at {
-            pieces.push(&text[from..cut]);
-            from = cut;
-        }
-        pieces.push(&text[from..]);
-        prop_assert_eq!(&run(&pieces), &whole, "{:?}", text);
-        let problem = filtered_html_problem(&whole, CodeMarkup::AsWritten);
-        prop_assert!(problem.is_none(), "{}: {}", problem.unwrap_or_default(), whole);
-        prop_assert_eq!(run(&[&whole]), whole.clone(), "not a fixed point: {:?}", text);
+    fn code_as_written_is_safe_outside_code(text in body(), chunk in 1usize..17) {
+        let checked = spindle::check::code_as_written(&text, chunk);
+        prop_assert!(checked.is_ok(), "{}", checked.unwrap_err());
     }
 
     #[test]
