@@ -17,8 +17,10 @@
 //! * **After the filter** ([`Side::Output`]), inside code, an [`ESCAPE`] is
 //!   written back as `<` where it is inert as HTML, and the net's break
 //!   before `=` or `(` (of `on<word>=`, `url(`, `expression(`, text in
-//!   code) is dropped. Everywhere else an [`ESCAPE`] is written `&lt;` and
-//!   the break stays, so output outside code is what the filter gave.
+//!   code) is dropped; with [`CodeMarkup::AsWritten`], every [`ESCAPE`]
+//!   and every break in code. Everywhere else an [`ESCAPE`] is written
+//!   `&lt;` and the break stays, so output outside code is what the filter
+//!   gave.
 //!
 //! A `<` is inert ([`inert`]) when it starts no tag (`a < b`, `<=`, `<3`,
 //! `<'a>`), or starts a whole tag on one line that could do nothing but

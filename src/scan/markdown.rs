@@ -24,8 +24,8 @@ use super::find_byte2;
 pub(crate) struct Fence {
     /// `` ` `` or `~`.
     pub(crate) ch: u8,
-    /// How many of them (counted up to `u32::MAX`: the state stays small,
-    /// as it lives in every open element).
+    /// How many of them (counted up to `u32::MAX`, which keeps the state
+    /// small).
     pub(crate) len: u32,
 }
 
