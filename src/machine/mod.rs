@@ -721,8 +721,10 @@ impl Machine {
     /// `<B>` (a registry tag, or a registry special marker) opens.
     fn on_open(&mut self, tag: TagId, raw_tag: TagName, attrs: AttrMap, span: Span, raw: &[u8], self_closing: bool) {
         // A call inside an open code block is an example the model shows
-        // (read from the text of what is open, before it closes).
-        let in_code_block = self.call_omit != CallOmit::Off && self.is_call_tag(tag) && self.inside_code_block();
+        // (read from the text of what is open, before it closes): wherever
+        // calls are read, not only where they are left out of the text, so
+        // that no runtime runs it.
+        let in_code_block = self.is_call_tag(tag) && self.inside_code_block();
         let state = std::mem::replace(&mut self.state, State::Between);
         match state {
             State::Start | State::Between => {}
@@ -757,7 +759,7 @@ impl Machine {
         // Decided now that what was open is closed: a call that ends an
         // open call is left out too.
         let omitted_call = self.call_omit == CallOmit::Idle && self.is_call_tag(tag);
-        let example = omitted_call && in_code_block;
+        let example = in_code_block && matches!(self.call_omit, CallOmit::Off | CallOmit::Idle);
         if omitted_call
             && !example
             && let Some(r) = &mut self.rewrite
@@ -1097,11 +1099,13 @@ impl Machine {
             {
                 return self.on_markup_text(tag.span, tag.raw);
             }
-            // A call in an open code block keeps its own reading (an
-            // example, see `on_open`); in a code span it is text as any
-            // tag (`` wrap the JSON in `<tool_call>` tags ``).
+            // Where calls are left out of the text (the proxy), a call in
+            // an open code block keeps its own reading there (an example
+            // element, see `on_open`); elsewhere, and in a code span, it is
+            // text as any tag (`` wrap the JSON in `<tool_call>` tags ``).
             let code = if own_close { MarkdownCode::default() } else { code_so_far(el) };
-            if code.in_code() && !(code.in_block() && self.is_call_tag(id)) {
+            let example_element = self.call_omit != CallOmit::Off && code.in_block() && self.is_call_tag(id);
+            if code.in_code() && !example_element {
                 self.note_tag_in_code(id, tag.span.start);
                 return self.on_markup_text(tag.span, tag.raw);
             }

@@ -907,9 +907,9 @@ fn registry_tags_inside_markdown_code_are_text() {
     let chat = Registry::chat();
     let input = "Wrap the JSON in `<tool_call>` tags, then `</tool_call>`.\n\nThen wait.";
     check(&chat, input, &[("content", input)], &[]);
-    // A call in an open block is still an element (an example where calls
-    // are left out, see `rewrite_can_omit_call_elements`).
+    // A call in an open block is text as well, where calls are read (no
+    // runtime runs an example); where they are left out of the text it is
+    // an example element (see `rewrite_can_omit_call_elements`).
     let input = "E:\n```\n<tool_call>{\"name\": \"f\"}</tool_call>\n```\nend";
-    let events = run(&chat, input.as_bytes(), usize::MAX);
-    assert!(elements(&events).iter().any(|(tag, _)| tag == "tool_call"), "{events:?}");
+    check(&chat, input, &[("content", input)], &[]);
 }
