@@ -40,7 +40,10 @@ pub struct ParserOptions {
 /// TAM, ACTION).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CallText {
-    /// They stay, as written (with their repairs).
+    /// They stay, as written (with their repairs). A `<tool_call>` inside
+    /// Markdown code is then text of the element it is in, and a TAM or
+    /// ACTION block inside an open code block gets a `call_in_code_block`
+    /// diagnostic: examples the model shows, not calls.
     #[default]
     Keep,
     /// They are left out, with the code fences dropped around them: the
