@@ -617,14 +617,10 @@ impl CodeBlocks {
             return Read::Mark(Mark::Lt { inert: true }, 1);
         }
         if let Some(after) = rest.strip_prefix(ESCAPE) {
-            if self.markup == CodeMarkup::AsWritten {
-                // Every `<` is written back, but one that ends the
-                // content (see `inert`).
-                return match (after.is_empty(), end) {
-                    (true, false) => Read::Wait,
-                    (true, true) => Read::Mark(Mark::Lt { inert: false }, ESCAPE.len()),
-                    (false, _) => Read::Mark(Mark::Lt { inert: true }, ESCAPE.len()),
-                };
+            // As written, every `<` is written back but one that ends the
+            // content, which `inert` judges alike for both.
+            if self.markup == CodeMarkup::AsWritten && !after.is_empty() {
+                return Read::Mark(Mark::Lt { inert: true }, ESCAPE.len());
             }
             return match inert(after.as_bytes(), end) {
                 Some(inert) => Read::Mark(Mark::Lt { inert }, ESCAPE.len()),
