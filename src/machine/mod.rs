@@ -1877,7 +1877,8 @@ fn code_so_far(el: &mut OpenElement) -> MarkdownCode {
 }
 
 /// Follows a JSON body's strings over `bytes` (out of line: text of other
-/// bodies, the hot path, stays small enough to be inlined).
+/// bodies, the hot path, pays one comparison for it and stays small enough
+/// to be inlined).
 #[inline(never)]
 fn follow_quotes(el: &mut OpenElement, bytes: &[u8]) {
     el.quote = el.quote.after(bytes);
