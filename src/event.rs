@@ -541,6 +541,11 @@ named_enum! {
         ChoiceWithoutOptions => "choice_without_options",
         ChunkFieldsCoerced => "chunk_fields_coerced",
         ChunkRejoined => "chunk_rejoined",
+        /// The element's own close tag stood inside a value the element was
+        /// writing out (a JSON string, a Qwen3-Coder parameter's value, a
+        /// GLM argument's value) and what followed it went on with the
+        /// value, so it was read as the value's text.
+        CloseInValue => "close_in_value",
         CloseTagCaseMismatch => "close_tag_case_mismatch",
         /// An ATTP `code` written as a `"""` string with backslashes in it
         /// was read as written (with Python's escapes), not through TOML's.
@@ -586,8 +591,9 @@ named_enum! {
         MalformedXml => "malformed_xml",
         MarkerTooLong => "marker_too_long",
         /// More whitespace than the machine holds followed the close of a
-        /// mergeable element: the close stands (no merge with a reopening
-        /// tag after it).
+        /// mergeable element, or an element's own close inside a value: the
+        /// close stands (no merge with a reopening tag after it, no value
+        /// going on).
         MergeSpaceTooLong => "merge_space_too_long",
         MediaSrcRefused => "media_src_refused",
         MediaTypeInferred => "media_type_inferred",

@@ -62,7 +62,10 @@ fn tools() -> Value {
                 "city": {"type": "string"}, "state": {"type": "string"},
                 "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, "required": ["city"]}}},
         {"type": "function", "function": {"name": "final_answer", "description": "Ends the task",
-            "parameters": {"type": "object", "properties": {"trigger": {"type": "boolean"}}}}}
+            "parameters": {"type": "object", "properties": {"trigger": {"type": "boolean"}}}}},
+        {"type": "function", "function": {"name": "write_file", "description": "Writes a file",
+            "parameters": {"type": "object", "properties": {
+                "path": {"type": "string"}, "content": {"type": "string"}}, "required": ["path", "content"]}}}
     ])
 }
 
@@ -144,6 +147,9 @@ fn no_call_text(content: &str) {
     }
 }
 
+/// The file `tools/hermes-close-in-string` writes.
+const NOTES: &str = "# Calls\n\nA call ends with </tool_call> on its own line; then wait for <tool_response>.\n";
+
 /// The calls a transcript makes: (name, arguments).
 type Calls = Vec<(&'static str, Value)>;
 
@@ -174,6 +180,22 @@ fn cases() -> Vec<(&'static str, Protocol, Calls, &'static str)> {
             "<tools>",
         ),
         ("tools/glm-weather", Protocol::Hermes, vec![(w, json!({"city": "Oslo", "unit": "celsius"}))], "<tools>"),
+        // A file about tool calls: `</tool_call>` inside the value written.
+        (
+            "tools/hermes-close-in-string",
+            Protocol::Hermes,
+            vec![("write_file", json!({"path": "notes/calls.md", "content": NOTES}))],
+            "<tools>",
+        ),
+        (
+            "tools/qwen-coder-close-in-value",
+            Protocol::Hermes,
+            vec![(
+                "write_file",
+                json!({"path": "notes/calls.md", "content": "# Calls\n\nA call ends with\n</tool_call>\non its own line."}),
+            )],
+            "<tools>",
+        ),
         (
             "tools/hermes-arguments-string",
             Protocol::Hermes,
@@ -565,6 +587,7 @@ fn hermes_parser_cases_through_spindle_parse() {
         ("hermes-until-eos", vec![("final_answer", json!({"trigger": true}))]),
         ("hermes-arguments-string", vec![(w, json!({"city": "Paris", "unit": "celsius"}))]),
         ("hermes-no-call", vec![]),
+        ("hermes-close-in-string", vec![("write_file", json!({"path": "notes/calls.md", "content": NOTES}))]),
     ];
     for (file, want) in cases {
         let path = corpora().join("tools").join(format!("{file}.txt"));

@@ -14,6 +14,7 @@
 //! | `<B>` top-level while A is open            | `on_open`, `State::Open`                | `auto_closed` |
 //! | `</A>` ws `<A>`, A mergeable               | `on_close` -> `State::CloseHeld`, then `on_open` | `merged_adjacent` |
 //! | `</A>` ws bare text, A the default         | `State::CloseHeld`, `on_text`           | `merged_adjacent` |
+//! | `</A>` inside a value A writes out, the value goes on | `on_close` -> `State::CloseHeld` (`Hold::InValue`), then `settle_held` | none (`close_in_value` diagnostic) |
 //! | `</B>` while A is open                     | `on_close`, `State::Open`               | `mismatched_close` |
 //! | `</B>` with nothing open                   | `on_close`, `State::Start`/`Between`    | `stray_close_dropped` |
 //! | bare text between elements                 | `on_text`, `State::Between`             | `header_inserted` |
@@ -127,12 +128,31 @@ struct CodeWatch {
     noted: bool,
 }
 
-/// A close tag of a mergeable element, waiting for the next non-space byte
-/// (the whitespace read since is in [`Machine::held_space`]).
+/// A close tag waiting for the next non-space byte (the whitespace read
+/// since is in [`Machine::held_space`]).
 #[derive(Debug)]
 struct HeldClose {
     /// The close tag.
     span: Span,
+    /// Why it waits.
+    hold: Hold,
+}
+
+/// Why a close waits for what follows it.
+#[derive(Debug)]
+enum Hold {
+    /// `</A>` of a mergeable element: `<A>` next merges, bare text goes on
+    /// with A when A is the default tag, anything else closes.
+    Merge,
+    /// The element's own close inside a value it was writing out (a JSON
+    /// string, a Qwen3-Coder parameter's value, a GLM argument's value;
+    /// see [`close_in_value`]): `{"content": "end with </tool_call> here"}`.
+    /// Only what ends a call confirms it: a registry tag or special
+    /// marker, a chat-template token, or the end of input (or more
+    /// whitespace than [`MERGE_SPACE_LIMIT`]). Anything else (text, markup
+    /// that is no registry tag, a comment) goes on with the value, and the
+    /// close is its text: these bytes, as written.
+    InValue(Vec<u8>),
 }
 
 /// Where the machine is between two tokens.
@@ -742,7 +762,7 @@ impl Machine {
             State::Open(el) => {
                 self.close_synthetic(el, span.start, RepairKind::AutoClosed, Some(tag));
             }
-            State::CloseHeld(el, held) if el.tag == tag && !self_closing => {
+            State::CloseHeld(el, held) if el.tag == tag && !self_closing && matches!(held.hold, Hold::Merge) => {
                 // `</A>` whitespace `<A>`: one element.
                 let dropped = Span::new(held.span.start, span.end);
                 self.repair(RepairKind::MergedAdjacent, Some(tag), held.span.start, Some(el.id), Some(dropped), None);
@@ -870,6 +890,15 @@ impl Machine {
                     self.close_with_tag(el, span);
                     return;
                 }
+                if close_in_value(&el) {
+                    self.flush_text(true);
+                    if let Some(r) = &mut self.rewrite {
+                        r.hold_raw(raw);
+                    }
+                    self.held_space.clear();
+                    self.state = State::CloseHeld(el, HeldClose { span, hold: Hold::InValue(raw.to_vec()) });
+                    return;
+                }
                 // The rewrite closes in the opening's spelling, so that an
                 // inserted `<think>` is not closed by `</thought>`.
                 let respelled;
@@ -885,7 +914,7 @@ impl Machine {
                         r.hold_raw(close_bytes);
                     }
                     self.held_space.clear();
-                    self.state = State::CloseHeld(el, HeldClose { span });
+                    self.state = State::CloseHeld(el, HeldClose { span, hold: Hold::Merge });
                     return;
                 }
                 self.rewrite_raw(close_bytes);
@@ -1004,12 +1033,18 @@ impl Machine {
                     // Too far apart to be one element cut in two: the
                     // close stands (the whitespace held is a gap).
                     let tag = self.name(el.tag);
+                    let message = match held.hold {
+                        Hold::Merge => format!(
+                            "more than {MERGE_SPACE_LIMIT} bytes of whitespace after </{tag}>: it stays closed, and a <{tag}> after them starts a new element"
+                        ),
+                        Hold::InValue(_) => format!(
+                            "more than {MERGE_SPACE_LIMIT} bytes of whitespace after </{tag}> inside a value: it stays closed, and what follows is not the value's text"
+                        ),
+                    };
                     self.emit(Event::Diagnostic(Diagnostic {
                         level: Level::Info,
                         code: DiagnosticCode::MergeSpaceTooLong,
-                        message: format!(
-                            "more than {MERGE_SPACE_LIMIT} bytes of whitespace after </{tag}>: it stays closed, and a <{tag}> after them starts a new element"
-                        ),
+                        message,
                         tag: Some(tag),
                         element: Some(el.id),
                         at: Some(held.span.end),
@@ -1033,8 +1068,13 @@ impl Machine {
     /// Settles a held close before the first byte after it that is not
     /// whitespace (the byte is the caller's to pass on): after
     /// `</content>` bare text goes on in the same element (merged, the
-    /// whitespace its text); any other close stands (the whitespace a gap).
+    /// whitespace its text); a close inside a value goes on with the value
+    /// (the close and the whitespace its text); any other close stands (the
+    /// whitespace a gap).
     fn settle_held(&mut self, mut el: OpenElement, held: HeldClose) {
+        if let Hold::InValue(raw) = held.hold {
+            return self.value_goes_on(el, held.span, &raw);
+        }
         if Some(el.tag) != self.registry.default_tag() {
             return self.resolve_held(el, held);
         }
@@ -1050,9 +1090,39 @@ impl Machine {
         self.state = State::Open(el);
     }
 
+    /// A close held inside a value turned out to be the value's text: the
+    /// element goes on, with the close as written and the whitespace after
+    /// it as its text.
+    fn value_goes_on(&mut self, mut el: OpenElement, span: Span, raw: &[u8]) {
+        let tag = self.name(el.tag);
+        self.emit(Event::Diagnostic(Diagnostic {
+            level: Level::Info,
+            code: DiagnosticCode::CloseInValue,
+            message: format!("</{tag}> stood inside a value the element was writing out, and the value went on: it is the value's text"),
+            tag: Some(tag),
+            element: Some(el.id),
+            at: Some(span.start),
+        }));
+        if let Some(r) = &mut self.rewrite {
+            r.drop_held();
+        }
+        self.element_text(&mut el, raw);
+        let space = self.take_held_space();
+        if !space.is_empty() {
+            self.element_text(&mut el, &space);
+        }
+        self.keep_held_space(space);
+        self.state = State::Open(el);
+    }
+
     fn on_comment(&mut self, span: Span, raw: &[u8], body: &[u8]) {
         let state = std::mem::replace(&mut self.state, State::Between);
         let state = match state {
+            // A comment inside a value is the value's text.
+            State::CloseHeld(el, held) if matches!(held.hold, Hold::InValue(_)) => {
+                self.settle_held(el, held);
+                std::mem::replace(&mut self.state, State::Between)
+            }
             State::CloseHeld(el, held) => {
                 self.resolve_held(el, held);
                 State::Between
@@ -1855,11 +1925,46 @@ enum Kept {
 }
 
 /// Whether a registry tag inside `el` is the text of a JSON string: any tag
-/// but the element's own close, which ends the element wherever it stands
-/// (as every Hermes reader ends a call at the first `</tool_call>`, and so
-/// that a string the model never closed cannot swallow the rest).
+/// but the element's own close, which waits for what follows it instead
+/// (see [`Hold::InValue`]).
 fn in_json_string(el: &OpenElement, own_close: bool) -> bool {
     el.quote != JsonString::Out && !own_close
+}
+
+/// Whether the element's own close, read now, stands inside a value the
+/// element was writing out, so that it may be the value's text (see
+/// [`Hold::InValue`]): a JSON body (`{` or `[` first) inside a string; a
+/// body in markup (Qwen3-Coder's `<function=…>`, GLM's `name<arg_key>…`)
+/// inside a parameter's or an argument's value, read as the payload reads
+/// it: the value opened by `<parameter=KEY>` ends at `</parameter>`, the
+/// next `<parameter=` or `</function>`, the one opened by `<arg_value>`
+/// at `</arg_value>`, so the last of these markers says where the text is.
+/// Asked once per own close (rare), so the body is read then, not
+/// followed as it arrives.
+fn close_in_value(el: &OpenElement) -> bool {
+    if el.body != BodyKind::Json {
+        return false;
+    }
+    let text = &el.text[leading_space(&el.text)..];
+    match text.first() {
+        None => false,
+        Some(b'{' | b'[') => el.quote != JsonString::Out,
+        Some(_) => markup_value_open(text),
+    }
+}
+
+/// Whether the last value marker in `text` opens a value (see
+/// [`close_in_value`]).
+fn markup_value_open(text: &[u8]) -> bool {
+    use memchr::memmem::rfind;
+    let parameter = rfind(text, b"<parameter=").filter(|&at| memchr::memchr(b'>', &text[at..]).is_some());
+    let last_open = parameter.max(rfind(text, b"<arg_value>"));
+    let last_close =
+        [&b"</parameter>"[..], b"</function>", b"</arg_value>"].iter().filter_map(|m| rfind(text, m)).max();
+    match (last_open, last_close) {
+        (Some(open), Some(close)) => open > close,
+        (open, _) => open.is_some(),
+    }
 }
 
 /// Where a streamed element's text so far is with respect to Markdown

@@ -183,14 +183,80 @@ fn markup_inside_a_json_string_is_its_text() {
         &[("tool_call", "{\"name\": \"f\", \"arguments\": {}}\n"), ("tool_call", "{\"name\": \"g\"}")],
         &[AutoClosed],
     );
-    // The call's own close ends it even inside a string, so that a string
-    // never closed cannot swallow the rest of the output.
-    check(
+}
+
+#[test]
+fn an_own_close_inside_a_value_waits_for_what_follows() {
+    // `</tool_call>` inside a string the call writes out (a file about
+    // tool calls): what follows goes on with the string, so it is text.
+    let body = r#"{"name": "write_file", "arguments": {"content": "end each call with </tool_call>\n, then wait"}}"#;
+    let input = format!("<tool_call>{body}</tool_call>\nDone.");
+    let events = check(&r(), &input, &[("tool_call", body), ("content", "Done.")], &[]);
+    assert_eq!(diagnostics(&events), ["close_in_value"]);
+    let payload = events.iter().find_map(Event::as_element).map(|e| &e.payload);
+    assert_eq!(
+        payload.and_then(|p| p.pointer("/arguments/content")).and_then(|v| v.as_str()),
+        Some("end each call with </tool_call>\n, then wait")
+    );
+    // Whitespace, markup that is no registry tag and comments go on with
+    // the value too.
+    let body = r#"{"name": "f", "arguments": {"a": "x</tool_call>  <b>y</b><!-- z -->"}}"#;
+    check(&r(), &format!("<tool_call>{body}</tool_call>"), &[("tool_call", body)], &[]);
+    // Qwen3-Coder and GLM write values in markup: the same inside them.
+    let qwen = "\n<function=write_file>\n<parameter=content>\nclose with </tool_call>\n</parameter>\n</function>\n";
+    let events = check(
         &r(),
-        "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": \"x</tool_call>more",
-        &[("tool_call", "{\"name\": \"f\", \"arguments\": {\"a\": \"x"), ("content", "more")],
+        &format!("<tool_call>{qwen}</tool_call>\nDone."),
+        &[("tool_call", qwen), ("content", "Done.")],
         &[],
     );
+    assert_eq!(diagnostics(&events), ["close_in_value"]);
+    let glm = "write_file\n<arg_key>content</arg_key>\n<arg_value>a </tool_call> b</arg_value>\n";
+    check(&r(), &format!("<tool_call>{glm}</tool_call>"), &[("tool_call", glm)], &[]);
+    // Between values a close is a close at once, whatever quotes a value
+    // in markup holds.
+    let qwen = "<function=f>\n<parameter=q>\nsay \"hi\n</parameter>\n</function>";
+    check(&r(), &format!("<tool_call>{qwen}</tool_call>Done."), &[("tool_call", qwen), ("content", "Done.")], &[]);
+    // A value never ended: what ends a call confirms the close (the end of
+    // input, a registry tag, a chat-template token), so that a broken
+    // string cannot swallow the next call.
+    let cut = "{\"name\": \"f\", \"arguments\": {\"a\": \"x";
+    for (after, want, repairs) in [
+        ("", vec![("tool_call", cut)], vec![]),
+        ("\n\n", vec![("tool_call", cut)], vec![]),
+        ("\n<tool_call>{}</tool_call>", vec![("tool_call", cut), ("tool_call", "{}")], vec![]),
+        ("<|im_end|>", vec![("tool_call", cut)], vec![SpecialTokenDropped]),
+        ("\n<think>t</think>", vec![("tool_call", cut), ("thought", "t")], vec![]),
+    ] {
+        let events = check(&r(), &format!("<tool_call>{cut}</tool_call>{after}"), &want, &repairs);
+        assert!(!diagnostics(&events).contains(&"close_in_value".to_string()), "{after:?}");
+    }
+    // A second call right after a close inside a value is a second call,
+    // not the first one merged.
+    let events = check(
+        &r(),
+        "<tool_call>{\"a\": \"x</tool_call><tool_call>{}</tool_call>",
+        &[("tool_call", "{\"a\": \"x"), ("tool_call", "{}")],
+        &[],
+    );
+    assert!(repairs(&events).is_empty());
+    // Prose after a value never ended is the price: it goes on with the
+    // value, and the end of input closes the call.
+    check(
+        &r(),
+        &format!("<tool_call>{cut}</tool_call>\nmore"),
+        &[("tool_call", &format!("{cut}</tool_call>\nmore"))],
+        &[ClosedAtEof],
+    );
+    // More whitespace than the machine holds: the close stands.
+    let space = " ".repeat(MERGE_SPACE_LIMIT + 1);
+    let events = check(
+        &r(),
+        &format!("<tool_call>{cut}</tool_call>{space}more"),
+        &[("tool_call", cut), ("content", "more")],
+        &[],
+    );
+    assert_eq!(diagnostics(&events)[0], "merge_space_too_long");
 }
 
 #[test]
