@@ -107,17 +107,26 @@ struct OpenElement {
     /// Where a JSON body's text is: inside a string, markup is the string's
     /// text, not a tag (`{"content": "<think> tags"}`).
     quote: JsonString,
-    /// Where a streamed body's text is with respect to Markdown code
-    /// (see [`CodeWatch`]); made when a tag first asks.
-    code: Option<Box<CodeWatch>>,
+    /// What the element follows of its text when a tag asks (see
+    /// [`Watch`]); made when a tag first asks.
+    watch: Option<Box<Watch>>,
+}
+
+/// What an element follows of its own text, followed only when a tag
+/// asks, from where it last asked: text costs nothing for it as it
+/// arrives, and an element no tag asks about holds none (boxed: most
+/// elements never need one). Which one is fixed by the body: a streamed
+/// body has Markdown, a JSON body may be a call written in markup.
+#[derive(Debug)]
+enum Watch {
+    Code(CodeWatch),
+    Values(ValueWatch),
 }
 
 /// Where a streamed element's text is: inside Markdown code (a fenced
 /// block, a code span), a registry tag is the code's text, not an element
-/// (`` `<thought>` ``, an HTML example with `<details>`). Followed over the
-/// element's text only when a tag asks ([`code_so_far`]): text costs
-/// nothing for it as it arrives, and an element no tag asks about holds
-/// none (boxed: most elements never need one).
+/// (`` `<thought>` ``, an HTML example with `<details>`). See
+/// [`code_so_far`].
 #[derive(Debug, Default)]
 struct CodeWatch {
     code: MarkdownCode,
@@ -126,6 +135,53 @@ struct CodeWatch {
     /// Whether the `tag_in_code` diagnostic was given for this element
     /// (once per element).
     noted: bool,
+}
+
+/// Where a call body written in markup (Qwen3-Coder's `<function=…>`,
+/// GLM's `name<arg_key>…`) is with respect to the values it writes out, as
+/// the payload reads them: the value opened by `<parameter=` ends at
+/// `</parameter>`, the next `<parameter=` or `</function>`; the one opened
+/// by `<arg_value>` at `</arg_value>`. So the last of these markers says
+/// whether a value is open. See [`in_value`].
+#[derive(Debug, Default)]
+struct ValueWatch {
+    /// How much of the element's text was read.
+    read: usize,
+    /// Whether the last marker read opened a value (`None`: no marker yet,
+    /// the body is not written in markup as far as it goes).
+    open: Option<bool>,
+}
+
+/// The markers of [`ValueWatch`], and whether each opens a value.
+const VALUE_MARKERS: [(&[u8], bool); 5] = [
+    (b"<parameter=", true),
+    (b"<arg_value>", true),
+    (b"</parameter>", false),
+    (b"</function>", false),
+    (b"</arg_value>", false),
+];
+
+/// The shortest of [`VALUE_MARKERS`]: a marker cut by the last read ends
+/// in the last `VALUE_MARKER_MIN - 1` bytes read.
+const VALUE_MARKER_MIN: usize = 11;
+
+impl ValueWatch {
+    /// Follows `text` (the element's text so far) from where it last read,
+    /// and re-reads the bytes a marker cut by that read may have begun in.
+    /// The last marker wins, so reading a marker again changes nothing.
+    fn follow(&mut self, text: &[u8]) -> Option<bool> {
+        let from = self.read.min(text.len()).saturating_sub(VALUE_MARKER_MIN - 1);
+        let region = &text[from..];
+        let last = VALUE_MARKERS
+            .iter()
+            .filter_map(|&(marker, opens)| memchr::memmem::rfind(region, marker).map(|at| (at, opens)))
+            .max_by_key(|&(at, _)| at);
+        if let Some((_, opens)) = last {
+            self.open = Some(opens);
+        }
+        self.read = text.len();
+        self.open
+    }
 }
 
 /// A close tag waiting for the next non-space byte (the whitespace read
@@ -569,7 +625,7 @@ impl Machine {
             text,
             truncated: false,
             quote: JsonString::Out,
-            code: None,
+            watch: None,
         }
     }
 
@@ -890,7 +946,7 @@ impl Machine {
                     self.close_with_tag(el, span);
                     return;
                 }
-                if close_in_value(&el) {
+                if in_value(&mut el) {
                     self.flush_text(true);
                     if let Some(r) = &mut self.rewrite {
                         r.hold_raw(raw);
@@ -1163,10 +1219,7 @@ impl Machine {
         if let State::Open(el) = &mut self.state {
             let body = self.registry.tag(el.tag).body;
             let own_close = tag.kind == TagKind::Close && id == el.tag;
-            if (body.is_opaque() && !own_close)
-                || in_json_string(el, own_close)
-                || self.registry.is_child(el.tag, tag.name)
-            {
+            if (!own_close && (body.is_opaque() || in_value(el))) || self.registry.is_child(el.tag, tag.name) {
                 return self.on_markup_text(tag.span, tag.raw);
             }
             // Where calls are left out of the text (the proxy), a call in
@@ -1197,7 +1250,11 @@ impl Machine {
     /// are read as the code's text (the first is `tag`, at `at`).
     fn note_tag_in_code(&mut self, tag: TagId, at: usize) {
         let State::Open(el) = &mut self.state else { return };
-        if el.code.as_mut().is_none_or(|watch| std::mem::replace(&mut watch.noted, true)) {
+        let noted = match el.watch.as_deref_mut() {
+            Some(Watch::Code(watch)) => std::mem::replace(&mut watch.noted, true),
+            _ => true,
+        };
+        if noted {
             return;
         }
         let (id, open) = (el.id, el.tag);
@@ -1220,10 +1277,10 @@ impl Machine {
         let Some((id, role)) = self.registry.lookup_marker(name) else {
             return self.on_unknown_special(span, raw);
         };
-        if let State::Open(el) = &self.state {
+        if let State::Open(el) = &mut self.state {
             let opaque = self.registry.tag(el.tag).body.is_opaque();
             let own_close = role == MarkerRole::Close && id == el.tag;
-            if (opaque && !own_close) || in_json_string(el, own_close) {
+            if !own_close && (opaque || in_value(el)) {
                 return self.on_markup_text(span, raw);
             }
         }
@@ -1924,47 +1981,26 @@ enum Kept {
     Cut(usize),
 }
 
-/// Whether a registry tag inside `el` is the text of a JSON string: any tag
-/// but the element's own close, which waits for what follows it instead
-/// (see [`Hold::InValue`]).
-fn in_json_string(el: &OpenElement, own_close: bool) -> bool {
-    el.quote != JsonString::Out && !own_close
-}
-
-/// Whether the element's own close, read now, stands inside a value the
-/// element was writing out, so that it may be the value's text (see
-/// [`Hold::InValue`]): a JSON body (`{` or `[` first) inside a string; a
-/// body in markup (Qwen3-Coder's `<function=…>`, GLM's `name<arg_key>…`)
-/// inside a parameter's or an argument's value, read as the payload reads
-/// it: the value opened by `<parameter=KEY>` ends at `</parameter>`, the
-/// next `<parameter=` or `</function>`, the one opened by `<arg_value>`
-/// at `</arg_value>`, so the last of these markers says where the text is.
-/// Asked once per own close (rare), so the body is read then, not
-/// followed as it arrives.
-fn close_in_value(el: &OpenElement) -> bool {
+/// Whether `el`'s text so far stands inside a value it writes out, where
+/// a registry tag is the value's text: inside a string of a JSON body
+/// (`{"content": "<think> tags"}`), or inside a parameter's or an
+/// argument's value of a call written in markup (see [`ValueWatch`]). The
+/// element's own close there waits for what follows it instead (see
+/// [`Hold::InValue`]). Other bodies write out no values.
+fn in_value(el: &mut OpenElement) -> bool {
     if el.body != BodyKind::Json {
         return false;
     }
-    let text = &el.text[leading_space(&el.text)..];
-    match text.first() {
-        None => false,
-        Some(b'{' | b'[') => el.quote != JsonString::Out,
-        Some(_) => markup_value_open(text),
+    let json = matches!(el.text.get(leading_space(&el.text)), Some(b'{' | b'['));
+    if !json {
+        let watch = el.watch.get_or_insert_with(|| Box::new(Watch::Values(ValueWatch::default())));
+        if let Watch::Values(values) = &mut **watch
+            && let Some(open) = values.follow(&el.text)
+        {
+            return open;
+        }
     }
-}
-
-/// Whether the last value marker in `text` opens a value (see
-/// [`close_in_value`]).
-fn markup_value_open(text: &[u8]) -> bool {
-    use memchr::memmem::rfind;
-    let parameter = rfind(text, b"<parameter=").filter(|&at| memchr::memchr(b'>', &text[at..]).is_some());
-    let last_open = parameter.max(rfind(text, b"<arg_value>"));
-    let last_close =
-        [&b"</parameter>"[..], b"</function>", b"</arg_value>"].iter().filter_map(|m| rfind(text, m)).max();
-    match (last_open, last_close) {
-        (Some(open), Some(close)) => open > close,
-        (open, _) => open.is_some(),
-    }
+    el.quote != JsonString::Out
 }
 
 /// Where a streamed element's text so far is with respect to Markdown
@@ -1972,13 +2008,17 @@ fn markup_value_open(text: &[u8]) -> bool {
 /// Past the element size limit only the kept text is read. Other bodies
 /// have no Markdown: never in code.
 fn code_so_far(el: &mut OpenElement) -> MarkdownCode {
-    if el.body == BodyKind::Stream {
-        let watch = el.code.get_or_insert_with(Box::default);
-        watch.code.push(&el.text[watch.read.min(el.text.len())..]);
-        watch.read = el.text.len();
-        return watch.code;
+    if el.body != BodyKind::Stream {
+        return MarkdownCode::default();
     }
-    MarkdownCode::default()
+    match &mut **el.watch.get_or_insert_with(|| Box::new(Watch::Code(CodeWatch::default()))) {
+        Watch::Code(watch) => {
+            watch.code.push(&el.text[watch.read.min(el.text.len())..]);
+            watch.read = el.text.len();
+            watch.code
+        }
+        Watch::Values(_) => MarkdownCode::default(),
+    }
 }
 
 /// Follows a JSON body's strings over `bytes` (out of line: text of other

@@ -213,6 +213,14 @@ fn an_own_close_inside_a_value_waits_for_what_follows() {
     assert_eq!(diagnostics(&events), ["close_in_value"]);
     let glm = "write_file\n<arg_key>content</arg_key>\n<arg_value>a </tool_call> b</arg_value>\n";
     check(&r(), &format!("<tool_call>{glm}</tool_call>"), &[("tool_call", glm)], &[]);
+    // Registry tags inside those values are the values' text, asked again
+    // and again as the values go on; between values a tag is a tag.
+    let qwen = "<function=f>\n<parameter=a>\nuse <think> and <content>\n</parameter>\n<parameter=b>\n<content>x</content>\n</parameter>\n</function>";
+    check(&r(), &format!("<tool_call>{qwen}</tool_call>"), &[("tool_call", qwen)], &[]);
+    let glm = "f\n<arg_key>a</arg_key>\n<arg_value><think></arg_value>\n<arg_key>b</arg_key>\n<arg_value></think></arg_value>";
+    check(&r(), &format!("<tool_call>{glm}</tool_call>"), &[("tool_call", glm)], &[]);
+    let qwen = "<function=f>\n<parameter=a>\n1\n</parameter>\n";
+    check(&r(), &format!("<tool_call>{qwen}<think>t</think>"), &[("tool_call", qwen), ("thought", "t")], &[AutoClosed]);
     // Between values a close is a close at once, whatever quotes a value
     // in markup holds.
     let qwen = "<function=f>\n<parameter=q>\nsay \"hi\n</parameter>\n</function>";
