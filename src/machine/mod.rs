@@ -202,7 +202,7 @@ enum Hold {
     Merge,
     /// The element's own close inside a value it was writing out (a JSON
     /// string, a Qwen3-Coder parameter's value, a GLM argument's value;
-    /// see [`close_in_value`]): `{"content": "end with </tool_call> here"}`.
+    /// see [`in_value`]): `{"content": "end with </tool_call> here"}`.
     /// Only what ends a call confirms it: a registry tag or special
     /// marker, a chat-template token, or the end of input (or more
     /// whitespace than [`MERGE_SPACE_LIMIT`]). Anything else (text, markup
