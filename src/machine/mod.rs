@@ -208,7 +208,7 @@ enum Hold {
     /// whitespace than [`MERGE_SPACE_LIMIT`]). Anything else (text, markup
     /// that is no registry tag, a comment) goes on with the value, and the
     /// close is its text: these bytes, as written.
-    InValue(Vec<u8>),
+    InValue(Box<[u8]>),
 }
 
 /// Where the machine is between two tokens.
@@ -952,7 +952,7 @@ impl Machine {
                         r.hold_raw(raw);
                     }
                     self.held_space.clear();
-                    self.state = State::CloseHeld(el, HeldClose { span, hold: Hold::InValue(raw.to_vec()) });
+                    self.state = State::CloseHeld(el, HeldClose { span, hold: Hold::InValue(raw.into()) });
                     return;
                 }
                 // The rewrite closes in the opening's spelling, so that an
@@ -1987,10 +1987,15 @@ enum Kept {
 /// argument's value of a call written in markup (see [`ValueWatch`]). The
 /// element's own close there waits for what follows it instead (see
 /// [`Hold::InValue`]). Other bodies write out no values.
+#[inline]
 fn in_value(el: &mut OpenElement) -> bool {
-    if el.body != BodyKind::Json {
-        return false;
-    }
+    el.body == BodyKind::Json && in_json_body_value(el)
+}
+
+/// [`in_value`] of a JSON body (out of line: other bodies, every close
+/// and every tag inside content, pay one comparison for it).
+#[inline(never)]
+fn in_json_body_value(el: &mut OpenElement) -> bool {
     let json = matches!(el.text.get(leading_space(&el.text)), Some(b'{' | b'['));
     if !json {
         let watch = el.watch.get_or_insert_with(|| Box::new(Watch::Values(ValueWatch::default())));
