@@ -61,7 +61,8 @@
 //! reads the output's lines and spans as the input side read the input's,
 //! so that the filter's output is its own fixed point.
 
-use super::net::is_html_element;
+pub(crate) use super::net::ESCAPE;
+use super::net::{escape_run, is_html_element};
 use crate::scan::markdown::{Fences, Line};
 use crate::scan::{find_byte, find_byte2, find_byte3, is_space};
 use memchr::memmem;
@@ -100,10 +101,6 @@ pub enum CodeMarkup {
     /// without one, markup in code is live: do not use it there.
     AsWritten,
 }
-
-/// The escape of `<` in code, written before the filter and read after
-/// it; also the filter's own escape of `<`.
-pub(crate) const ESCAPE: &str = "&#60;";
 
 /// The net's break of a dangerous pattern (a zero-width space).
 const BREAK: &str = "&#8203;";
@@ -379,25 +376,30 @@ pub(crate) struct CodeBlocks {
 /// again.
 fn inert(after: &[u8], end: bool) -> Option<bool> {
     let Some(&first) = after.first() else { return end.then_some(false) };
+    // Told by the first byte: no line to read (a run of `<` costs one
+    // look each).
+    match first {
+        b'?' => return Some(false),
+        b'!' | b'/' => {}
+        _ if first.is_ascii_alphabetic() => {}
+        _ => return Some(true),
+    }
     // What is read: the rest of the line, within MAX_TAG bytes. It waits
     // for more text only while neither has ended.
     let window = &after[..after.len().min(MAX_TAG)];
-    let line_end = window.iter().position(|&b| b == b'\n');
+    let line_end = memchr::memchr(b'\n', window);
     let line = &window[..line_end.unwrap_or(window.len())];
     let wait = !end && after.len() < MAX_TAG && line_end.is_none();
-    if first == b'!' && b"!--".starts_with(&line[..line.len().min(3)]) {
+    if first == b'!' {
+        if !b"!--".starts_with(&line[..line.len().min(3)]) {
+            return Some(false);
+        }
         // A comment ended on its line: read as HTML, it hides only
         // itself.
         if line.len() >= 3 && memmem::find(&line[3..], b"-->").is_some() {
             return Some(true);
         }
         return if wait { None } else { Some(false) };
-    }
-    if first == b'!' || first == b'?' {
-        return Some(false);
-    }
-    if !first.is_ascii_alphabetic() && first != b'/' {
-        return Some(true);
     }
     // Read as the HTML tokenizer reads a tag, on its line.
     match read_tag(line) {
@@ -612,11 +614,23 @@ impl CodeBlocks {
     }
 
     /// What the text `rest`, which begins with the trigger byte, is.
+    /// Whether a mark read now may turn out to be in code: inside a fenced
+    /// block, inside a span, or after a run of backticks that may open one
+    /// (the run ends at the mark).
+    fn may_be_code(&self) -> bool {
+        self.fences.open.is_some() || self.ticks > 0 || self.span != Span::Closed
+    }
+
     fn read(&self, rest: &str, end: bool) -> Read {
         if self.side == Side::Input {
             return Read::Mark(Mark::Lt { inert: true }, 1);
         }
         if let Some(after) = rest.strip_prefix(ESCAPE) {
+            // Outside code, with no span about to open, a `<` is written
+            // `&lt;` whatever follows it: not read.
+            if !self.may_be_code() {
+                return Read::Mark(Mark::Lt { inert: false }, ESCAPE.len());
+            }
             // As written, every `<` is written back but one that ends the
             // content, which `inert` judges alike for both.
             if self.markup == CodeMarkup::AsWritten && !after.is_empty() {
@@ -656,13 +670,39 @@ impl CodeBlocks {
         let mut i = 0;
         while i < bytes.len() {
             if self.fences.line == Line::Rest && self.ticks == 0 {
-                // Ordinary text up to the next byte that matters.
-                i = find_byte3(b'\n', b'`', trigger, &bytes[i..]).map_or(bytes.len(), |at| i + at);
+                // Ordinary text up to the next byte that matters. Outside
+                // code a `<` of the input is written as it is: only lines
+                // and backticks matter there.
+                let next = match self.side {
+                    Side::Input if !self.may_be_code() => find_byte2(b'\n', b'`', &bytes[i..]),
+                    _ => find_byte3(b'\n', b'`', trigger, &bytes[i..]),
+                };
+                i = next.map_or(bytes.len(), |at| i + at);
                 if i == bytes.len() {
                     break;
                 }
             }
             let b = bytes[i];
+            if b == trigger
+                && self.side == Side::Output
+                && !self.may_be_code()
+                && let Some(out) = out.as_deref_mut()
+            {
+                // A run of the filter's escapes of `<` outside code (a flood
+                // of `<`): each is `&lt;`, written in one go.
+                let run = escape_run(&bytes[i..]);
+                if run > 0 {
+                    self.emit(&input[from..i], out);
+                    out.reserve(run * "&lt;".len());
+                    for _ in 0..run {
+                        out.push_str("&lt;");
+                    }
+                    self.fences.line_byte(b'<');
+                    i += run * ESCAPE.len();
+                    from = i;
+                    continue;
+                }
+            }
             if b == trigger
                 && let Some(out) = out.as_deref_mut()
             {

@@ -53,6 +53,7 @@
 //! ```
 
 use super::code::{self, CodeBlocks, ESCAPE, Side};
+use super::net::ESCAPED_LTS;
 use super::net::{Net, PlainByte, is_html_element, plain_table};
 use super::style::{StyleVerdict, filter_style, style_is_safe};
 use crate::scan::{find_byte, find_byte3, is_space, run_of};
@@ -653,17 +654,6 @@ impl TagCloser {
     }
 
     fn transform(&mut self, bytes: &[u8], out: &mut Vec<u8>) {
-        /// The escape of `<` ([`ESCAPE`]) sixty-four times: a run of `<`
-        /// is written a block at a time.
-        const ESCAPED_LTS: &[u8; 64 * ESCAPE.len()] = &{
-            let mut block = [0u8; 64 * ESCAPE.len()];
-            let mut i = 0;
-            while i < block.len() {
-                block[i] = ESCAPE.as_bytes()[i % ESCAPE.len()];
-                i += 1;
-            }
-            block
-        };
         out.reserve(bytes.len());
         let mut i = 0;
         while i < bytes.len() {

@@ -421,12 +421,16 @@ impl Net {
             // pattern's first character and no position inside it starts
             // a pattern (the decisions the loop below would reach).
             if buf[i] == b'&'
-                && let Some(len) = SAFE_ESCAPES.iter().find(|e| buf[i..].starts_with(e)).map(|e| e.len())
+                && let Some(escape) = SAFE_ESCAPES.iter().find(|e| buf[i..].starts_with(e))
             {
-                i += len;
-                // A run of `&lt;` (the filter's own escape of a flood of
-                // `<`) passes sixteen bytes at a time.
-                i += repeats(*b"&lt;", &buf[i..]);
+                i += escape.len();
+                // A run of the filter's own escape of `<` (`&#60;`, a flood
+                // of `<`), or of `&lt;`, passes without a look at each.
+                i += match *escape {
+                    b"&lt;" => repeats(*b"&lt;", &buf[i..]),
+                    e if e == ESCAPE.as_bytes() => escape_run(&buf[i..]) * escape.len(),
+                    _ => 0,
+                };
                 continue;
             }
             // A decision other than `Pass` needs a special byte (or the end
@@ -552,8 +556,39 @@ fn write_out(out: &mut Vec<u8>, buf: &[u8], from: usize, to: usize) {
     out.extend_from_slice(buf.get(from..to).unwrap_or_default());
 }
 
-/// Character references that pass the net unchanged, whole.
-const SAFE_ESCAPES: [&[u8]; 4] = [b"&lt;", b"&gt;", b"&amp;", b"&quot;"];
+/// The escape of `<` in code, written before the filter and read after
+/// it (see `code`); also the filter's own escape of `<`. Here because the
+/// net passes runs of it (a flood of `<`) and the code stage both writes
+/// and reads it: both use it without the net reading the code stage.
+pub(crate) const ESCAPE: &str = "&#60;";
+
+/// [`ESCAPE`] sixty-four times: a run of `<` (a flood) is written, and
+/// read again, a block at a time.
+pub(crate) const ESCAPED_LTS: &[u8; 64 * ESCAPE.len()] = &{
+    let mut block = [0u8; 64 * ESCAPE.len()];
+    let mut i = 0;
+    while i < block.len() {
+        block[i] = ESCAPE.as_bytes()[i % ESCAPE.len()];
+        i += 1;
+    }
+    block
+};
+
+/// How many whole [`ESCAPE`]s `hay` starts with, compared a block of
+/// [`ESCAPED_LTS`] at a time.
+pub(crate) fn escape_run(hay: &[u8]) -> usize {
+    let mut n = 0;
+    while hay[n * ESCAPE.len()..].starts_with(ESCAPED_LTS) {
+        n += ESCAPED_LTS.len() / ESCAPE.len();
+    }
+    n + hay[n * ESCAPE.len()..].chunks_exact(ESCAPE.len()).take_while(|c| *c == ESCAPE.as_bytes()).count()
+}
+
+/// Character references that pass the net unchanged, whole: the filter's
+/// own escapes ([`ESCAPE`] is its escape of `<`), each
+/// decoding to no pattern's first character, with no position inside that
+/// starts a pattern.
+const SAFE_ESCAPES: [&[u8]; 5] = [ESCAPE.as_bytes(), b"&lt;", b"&gt;", b"&amp;", b"&quot;"];
 
 /// Farthest a pattern match reaches from its first byte before it meets a
 /// special byte: a pattern holds at most `MAX_IGNORED` ignorables and, for
