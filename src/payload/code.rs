@@ -613,7 +613,6 @@ impl CodeBlocks {
         *text = out;
     }
 
-    /// What the text `rest`, which begins with the trigger byte, is.
     /// Whether a mark read now may turn out to be in code: inside a fenced
     /// block, inside a span, or after a run of backticks that may open one
     /// (the run ends at the mark).
@@ -621,6 +620,7 @@ impl CodeBlocks {
         self.fences.open.is_some() || self.ticks > 0 || self.span != Span::Closed
     }
 
+    /// What the text `rest`, which begins with the trigger byte, is.
     fn read(&self, rest: &str, end: bool) -> Read {
         if self.side == Side::Input {
             return Read::Mark(Mark::Lt { inert: true }, 1);

@@ -53,8 +53,7 @@
 //! ```
 
 use super::code::{self, CodeBlocks, ESCAPE, Side};
-use super::net::ESCAPED_LTS;
-use super::net::{Net, PlainByte, is_html_element, plain_table};
+use super::net::{ESCAPED_LTS, Net, PlainByte, is_html_element, plain_table};
 use super::style::{StyleVerdict, filter_style, style_is_safe};
 use crate::scan::{find_byte, find_byte3, is_space, run_of};
 use lol_html::html_content::{ContentType, TextType};

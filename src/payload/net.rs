@@ -585,9 +585,9 @@ pub(crate) fn escape_run(hay: &[u8]) -> usize {
 }
 
 /// Character references that pass the net unchanged, whole: the filter's
-/// own escapes ([`ESCAPE`] is its escape of `<`), each
-/// decoding to no pattern's first character, with no position inside that
-/// starts a pattern.
+/// own escapes ([`ESCAPE`] is its escape of `<`), each decoding to no
+/// pattern's first character, with no position inside that starts a
+/// pattern.
 const SAFE_ESCAPES: [&[u8]; 5] = [ESCAPE.as_bytes(), b"&lt;", b"&gt;", b"&amp;", b"&quot;"];
 
 /// Farthest a pattern match reaches from its first byte before it meets a
