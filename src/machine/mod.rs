@@ -1127,7 +1127,7 @@ impl Machine {
     /// whitespace its text); a close inside a value goes on with the value
     /// (the close and the whitespace its text); any other close stands (the
     /// whitespace a gap).
-    fn settle_held(&mut self, mut el: OpenElement, held: HeldClose) {
+    fn settle_held(&mut self, el: OpenElement, held: HeldClose) {
         if let Hold::InValue(raw) = held.hold {
             return self.value_goes_on(el, held.span, &raw);
         }
@@ -1135,21 +1135,13 @@ impl Machine {
             return self.resolve_held(el, held);
         }
         self.repair(RepairKind::MergedAdjacent, Some(el.tag), held.span.start, Some(el.id), Some(held.span), None);
-        if let Some(r) = &mut self.rewrite {
-            r.drop_held();
-        }
-        let space = self.take_held_space();
-        if !space.is_empty() {
-            self.element_text(&mut el, &space);
-        }
-        self.keep_held_space(space);
-        self.state = State::Open(el);
+        self.goes_on_after_held(el, b"");
     }
 
     /// A close held inside a value turned out to be the value's text: the
     /// element goes on, with the close as written and the whitespace after
     /// it as its text.
-    fn value_goes_on(&mut self, mut el: OpenElement, span: Span, raw: &[u8]) {
+    fn value_goes_on(&mut self, el: OpenElement, span: Span, raw: &[u8]) {
         let tag = self.name(el.tag);
         self.emit(Event::Diagnostic(Diagnostic {
             level: Level::Info,
@@ -1159,10 +1151,19 @@ impl Machine {
             element: Some(el.id),
             at: Some(span.start),
         }));
+        self.goes_on_after_held(el, raw);
+    }
+
+    /// A held close that closed nothing: the element is open again, with
+    /// `close` (what of the close is its text: nothing for a merge) and
+    /// the whitespace held after it as its text.
+    fn goes_on_after_held(&mut self, mut el: OpenElement, close: &[u8]) {
         if let Some(r) = &mut self.rewrite {
             r.drop_held();
         }
-        self.element_text(&mut el, raw);
+        if !close.is_empty() {
+            self.element_text(&mut el, close);
+        }
         let space = self.take_held_space();
         if !space.is_empty() {
             self.element_text(&mut el, &space);

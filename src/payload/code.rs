@@ -308,14 +308,20 @@ impl Mark {
 
     /// Writes the mark, `in_code` or not.
     fn write(self, side: Side, in_code: bool, out: &mut String) {
-        out.push_str(match (self, side, in_code) {
+        out.push_str(self.written(side, in_code));
+    }
+
+    /// What the mark is written as, `in_code` or not.
+    #[inline]
+    const fn written(self, side: Side, in_code: bool) -> &'static str {
+        match (self, side, in_code) {
             (Mark::Lt { .. }, Side::Input, true) => ESCAPE,
             (Mark::Lt { .. }, Side::Input, false) => "<",
             (Mark::Lt { inert: true }, Side::Output, true) => "<",
             (Mark::Lt { .. }, Side::Output, _) => "&lt;",
             (Mark::Break, _, true) => "",
             (Mark::Break, _, false) => BREAK,
-        });
+        }
     }
 }
 
@@ -626,11 +632,6 @@ impl CodeBlocks {
             return Read::Mark(Mark::Lt { inert: true }, 1);
         }
         if let Some(after) = rest.strip_prefix(ESCAPE) {
-            // Outside code, with no span about to open, a `<` is written
-            // `&lt;` whatever follows it: not read.
-            if !self.may_be_code() {
-                return Read::Mark(Mark::Lt { inert: false }, ESCAPE.len());
-            }
             // As written, every `<` is written back but one that ends the
             // content, which `inert` judges alike for both.
             if self.markup == CodeMarkup::AsWritten && !after.is_empty() {
@@ -688,14 +689,17 @@ impl CodeBlocks {
                 && !self.may_be_code()
                 && let Some(out) = out.as_deref_mut()
             {
-                // A run of the filter's escapes of `<` outside code (a flood
-                // of `<`): each is `&lt;`, written in one go.
+                // Outside code, with no span about to open, a `<` is written
+                // as outside code whatever follows it: not read (`read`
+                // reads the escapes that may be in code). A run of them (a
+                // flood of `<`) is written in one go.
                 let run = escape_run(&bytes[i..]);
                 if run > 0 {
                     self.emit(&input[from..i], out);
-                    out.reserve(run * "&lt;".len());
+                    const OUTSIDE: &str = Mark::Lt { inert: false }.written(Side::Output, false);
+                    out.reserve(run * OUTSIDE.len());
                     for _ in 0..run {
-                        out.push_str("&lt;");
+                        out.push_str(OUTSIDE);
                     }
                     self.fences.line_byte(b'<');
                     i += run * ESCAPE.len();
