@@ -325,6 +325,39 @@ impl Mark {
     }
 }
 
+/// What a `<` outside code is written as on the output side.
+const OUTSIDE_LT: &str = Mark::Lt { inert: false }.written(Side::Output, false);
+
+/// [`OUTSIDE_LT`] sixty-four times, as one `str`: a run of escapes
+/// outside code (a flood of `<`) is written a block at a time, not a
+/// `push_str` per `<`.
+const OUTSIDE_LTS: &str = {
+    const BYTES: [u8; 64 * OUTSIDE_LT.len()] = {
+        let mut block = [0u8; 64 * OUTSIDE_LT.len()];
+        let mut i = 0;
+        while i < block.len() {
+            block[i] = OUTSIDE_LT.as_bytes()[i % OUTSIDE_LT.len()];
+            i += 1;
+        }
+        block
+    };
+    match std::str::from_utf8(&BYTES) {
+        Ok(s) => s,
+        Err(_) => panic!("an ASCII escape repeated is UTF-8"),
+    }
+};
+
+/// Writes `run` [`OUTSIDE_LT`]s to `out`.
+fn write_outside_lts(run: usize, out: &mut String) {
+    out.reserve(run * OUTSIDE_LT.len());
+    let mut left = run;
+    while left >= 64 {
+        out.push_str(OUTSIDE_LTS);
+        left -= 64;
+    }
+    out.push_str(&OUTSIDE_LTS[..left * OUTSIDE_LT.len()]);
+}
+
 /// What the text at a trigger byte is.
 enum Read {
     /// A mark of this many bytes.
@@ -608,8 +641,16 @@ impl CodeBlocks {
                 return;
             }
         }
-        let mut input = std::mem::take(&mut self.lookahead);
-        input.push_str(text);
+        // Held text goes first; with none held, the text is read where it
+        // is (not copied: a long element's text is read once at its end).
+        let held = std::mem::take(&mut self.lookahead);
+        let input = if held.is_empty() {
+            std::mem::take(text)
+        } else {
+            let mut held = held;
+            held.push_str(text);
+            held
+        };
         let mut out = String::with_capacity(input.len() + 8);
         self.run(&input, Some(&mut out), end);
         if end {
@@ -696,11 +737,7 @@ impl CodeBlocks {
                 let run = escape_run(&bytes[i..]);
                 if run > 0 {
                     self.emit(&input[from..i], out);
-                    const OUTSIDE: &str = Mark::Lt { inert: false }.written(Side::Output, false);
-                    out.reserve(run * OUTSIDE.len());
-                    for _ in 0..run {
-                        out.push_str(OUTSIDE);
-                    }
+                    write_outside_lts(run, out);
                     self.fences.line_byte(b'<');
                     i += run * ESCAPE.len();
                     from = i;

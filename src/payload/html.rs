@@ -653,7 +653,10 @@ impl TagCloser {
     }
 
     fn transform(&mut self, bytes: &[u8], out: &mut Vec<u8>) {
-        out.reserve(bytes.len());
+        // With room for a few escapes (a `<` the closer writes out as
+        // text is five bytes), so that a long text with one in it does
+        // not copy itself again to grow.
+        out.reserve(bytes.len() + END_SLACK);
         let mut i = 0;
         while i < bytes.len() {
             // In text, a comment, a bogus comment or raw text, with nothing
@@ -2034,7 +2037,14 @@ impl HtmlFilter {
                 text.truncate(n);
                 self.scratch = scratch;
             }
-            (Some(n), passed) => {
+            // Changed by the first pass only: its output is the text (no
+            // copy; the net wrote nothing).
+            (Some(n), Cow::Owned(mut passed)) => {
+                passed.truncate(n);
+                self.scratch = scratch;
+                *text = self.text(passed);
+            }
+            (Some(n), Cow::Borrowed(passed)) => {
                 scratch.extend_from_slice(passed.get(..n).unwrap_or_default());
                 *text = self.text(scratch);
             }

@@ -630,6 +630,10 @@ impl Stage {
                                 };
                                 let mut text = text;
                                 content.filter.push_in_place(&mut text);
+                                // With room for what the filter still holds
+                                // (most often a few bytes at the end): the
+                                // last delta does not copy it all again.
+                                content.html = String::with_capacity(text.len() + 256);
                                 content.html.push_str(&text);
                                 state.body = BodyState::Content(Box::new(content));
                                 let name = r.tag.clone();
