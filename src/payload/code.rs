@@ -332,15 +332,7 @@ const OUTSIDE_LT: &str = Mark::Lt { inert: false }.written(Side::Output, false);
 /// outside code (a flood of `<`) is written a block at a time, not a
 /// `push_str` per `<`.
 const OUTSIDE_LTS: &str = {
-    const BYTES: [u8; 64 * OUTSIDE_LT.len()] = {
-        let mut block = [0u8; 64 * OUTSIDE_LT.len()];
-        let mut i = 0;
-        while i < block.len() {
-            block[i] = OUTSIDE_LT.as_bytes()[i % OUTSIDE_LT.len()];
-            i += 1;
-        }
-        block
-    };
+    const BYTES: [u8; 64 * OUTSIDE_LT.len()] = super::net::repeated(OUTSIDE_LT.as_bytes());
     match std::str::from_utf8(&BYTES) {
         Ok(s) => s,
         Err(_) => panic!("an ASCII escape repeated is UTF-8"),
@@ -643,11 +635,10 @@ impl CodeBlocks {
         }
         // Held text goes first; with none held, the text is read where it
         // is (not copied: a long element's text is read once at its end).
-        let held = std::mem::take(&mut self.lookahead);
+        let mut held = std::mem::take(&mut self.lookahead);
         let input = if held.is_empty() {
             std::mem::take(text)
         } else {
-            let mut held = held;
             held.push_str(text);
             held
         };

@@ -564,15 +564,19 @@ pub(crate) const ESCAPE: &str = "&#60;";
 
 /// [`ESCAPE`] sixty-four times: a run of `<` (a flood) is written, and
 /// read again, a block at a time.
-pub(crate) const ESCAPED_LTS: &[u8; 64 * ESCAPE.len()] = &{
-    let mut block = [0u8; 64 * ESCAPE.len()];
+pub(crate) const ESCAPED_LTS: &[u8; 64 * ESCAPE.len()] = &repeated(ESCAPE.as_bytes());
+
+/// `unit` repeated to fill `N` bytes: a block of escapes, written or
+/// compared at once.
+pub(crate) const fn repeated<const N: usize>(unit: &[u8]) -> [u8; N] {
+    let mut block = [0u8; N];
     let mut i = 0;
-    while i < block.len() {
-        block[i] = ESCAPE.as_bytes()[i % ESCAPE.len()];
+    while i < N {
+        block[i] = unit[i % unit.len()];
         i += 1;
     }
     block
-};
+}
 
 /// How many whole [`ESCAPE`]s `hay` starts with, compared a block of
 /// [`ESCAPED_LTS`] at a time.
