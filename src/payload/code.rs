@@ -62,7 +62,7 @@
 //! so that the filter's output is its own fixed point.
 
 pub(crate) use super::net::ESCAPE;
-use super::net::{escape_run, is_html_element};
+use super::net::{BREAK, escape_run, is_html_element};
 use crate::scan::markdown::{Fences, Line};
 use crate::scan::{find_byte, find_byte2, find_byte3, is_space};
 use memchr::memmem;
@@ -101,9 +101,6 @@ pub enum CodeMarkup {
     /// without one, markup in code is live: do not use it there.
     AsWritten,
 }
-
-/// The net's break of a dangerous pattern (a zero-width space).
-const BREAK: &str = "&#8203;";
 
 /// Longest tag that may be inert, from its `<` to its `>`.
 const MAX_TAG: usize = 256;

@@ -26,8 +26,9 @@ use crate::scan::repeats;
 /// Longest tag the net waits for; a longer `<...` is escaped.
 pub(crate) const MAX_TAG: usize = 512;
 
-/// What the net inserts before the last character of a dangerous pattern.
-const BREAK: &[u8] = b"&#8203;";
+/// What the net inserts before the last character of a dangerous pattern
+/// (a zero-width space; the code stage reads it back out of code).
+pub(crate) const BREAK: &str = "&#8203;";
 
 /// Tags that pass (the spec 003 §3.1.3 allowlist; `rt`/`rp` for `ruby`).
 const ALLOWED: &[&str] = &["b", "strong", "i", "em", "u", "s", "br", "span", "ruby", "rt", "rp"];
@@ -490,7 +491,7 @@ impl Net {
                     // a pattern (`java</p>script:`): unless whitespace or a
                     // tag comes before it, a zero-width space stays.
                     if !matches!(before, None | Some(b' ' | b'\t' | b'\n' | b'\r' | b'>')) {
-                        out.extend_from_slice(BREAK);
+                        out.extend_from_slice(BREAK.as_bytes());
                     }
                     self.report.stray += 1;
                     i += len;
@@ -499,7 +500,7 @@ impl Net {
                 Decision::Break { at, end } => {
                     unchanged = false;
                     write_out(out, buf, copied, at);
-                    out.extend_from_slice(BREAK);
+                    out.extend_from_slice(BREAK.as_bytes());
                     self.report.neutralised += 1;
                     copied = at;
                     i = end;
