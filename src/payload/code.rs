@@ -512,8 +512,14 @@ fn name_is_inert(name: &[u8]) -> bool {
 }
 
 /// Whether an attribute of this name (`valued` or bare) may be in an
-/// inert tag.
+/// inert tag. A name with `"` or `'` in it (`<n style">`) is a parse
+/// error the HTML tokenizer reads into the name (`style"`, which does
+/// nothing), but a reader that recovers otherwise may see `style`: never
+/// inert.
 fn attribute_is_inert(name: &[u8], valued: bool) -> bool {
+    if name.iter().any(|b| matches!(b, b'"' | b'\'')) {
+        return false;
+    }
     let lower = name.to_ascii_lowercase();
     let Ok(lower) = std::str::from_utf8(&lower) else { return false };
     if lower.starts_with("on") || lower.contains(BREAK) || ACTING.binary_search(&lower).is_ok() {
@@ -1020,6 +1026,8 @@ mod tests {
             ("```\n&#60;div\ntitle=x> &#60;div title=\"x\ny\">", "```\n&lt;div\ntitle=x> &lt;div title=\"x\ny\">"),
             ("```\n&#60;div title=\"x", "```\n&lt;div title=\"x"),
             ("```\n&#60;b x\n> &#60;b x=\n1>", "```\n&lt;b x\n> &lt;b x=\n1>"),
+            // An attribute name the tokenizer reads with a parse error.
+            ("```\n&#60;n style\"> &#60;n x'y> &#60;n title=\"t\">", "```\n&lt;n style\"> &lt;n x'y> <n title=\"t\">"),
             // The net's breaks before `=` and `(` are dropped in code, not
             // the one before `:`, and none outside code.
             (
