@@ -236,6 +236,12 @@ const ACTING: &[&str] = &[
     "xlink:href",
 ];
 
+/// Beginnings of attribute names that are never inert (`on*`, and names
+/// that merely begin like an acting one: `style)`, `href<x`,
+/// `action-item`), which a reader that recovers from a malformed tag
+/// otherwise than the HTML tokenizer could take for the acting attribute.
+const ACTING_PREFIXES: &[&str] = &["action", "data", "formaction", "hidden", "href", "on", "src", "style"];
+
 /// URL schemes that run or load what follows them: a name that begins
 /// with one (`<data:...>`) could be a Markdown autolink.
 const SCHEMES: &[&str] = &["data:", "javascript:", "livescript:", "vbscript:"];
@@ -522,7 +528,10 @@ fn attribute_is_inert(name: &[u8], valued: bool) -> bool {
     }
     let lower = name.to_ascii_lowercase();
     let Ok(lower) = std::str::from_utf8(&lower) else { return false };
-    if lower.starts_with("on") || lower.contains(BREAK) || ACTING.binary_search(&lower).is_ok() {
+    if ACTING_PREFIXES.iter().any(|p| lower.starts_with(p))
+        || lower.contains(BREAK)
+        || ACTING.binary_search(&lower).is_ok()
+    {
         return false;
     }
     !valued || VALUED.binary_search(&lower).is_ok()
@@ -1028,6 +1037,11 @@ mod tests {
             ("```\n&#60;b x\n> &#60;b x=\n1>", "```\n&lt;b x\n> &lt;b x=\n1>"),
             // An attribute name the tokenizer reads with a parse error.
             ("```\n&#60;n style\"> &#60;n x'y> &#60;n title=\"t\">", "```\n&lt;n style\"> &lt;n x'y> <n title=\"t\">"),
+            // A name that begins like an acting one.
+            (
+                "```\n&#60;y style)> &#60;a href&#60;x> &#60;e corpora/action-x> &#60;p data-k> &#60;p lang>",
+                "```\n&lt;y style)> &lt;a href<x> &lt;e corpora/action-x> &lt;p data-k> <p lang>",
+            ),
             // The net's breaks before `=` and `(` are dropped in code, not
             // the one before `:`, and none outside code.
             (
