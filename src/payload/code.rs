@@ -39,7 +39,11 @@
 //! renderer took for Markdown it would be a link's scheme.
 //!
 //! The filter's own escapes reach the output side as `&#60;` too; a
-//! `&#60;` (or a break) the model wrote itself is read the same way.
+//! `&#60;` (or a break) the model wrote itself is read the same way. A `<`
+//! of markup the filter kept outside code can land in code in the output,
+//! since a removal can join, split or drop a fence line (`<!--x-->```` is
+//! a fence once the comment is gone): the output side writes such a `<` as
+//! it would an [`ESCAPE`], `<` where inert and `&lt;` where not.
 //!
 //! Fences are read by `scan::markdown::Fences`, as the state machine reads
 //! them (where a registry tag in code is text), and as CommonMark writes
@@ -297,6 +301,13 @@ enum Mark {
     Lt { inert: bool },
     /// The net's [`BREAK`] before `=` or `(` (output side only).
     Break,
+    /// A `<` of markup the filter kept (output side only, `inert` or not):
+    /// kept outside code, where the input side read it, but in code as the
+    /// output's own fences and spans fall (a removal can join, split or
+    /// drop a fence line: `<!--x-->```` is a fence once the comment is
+    /// gone). Written there as an [`ESCAPE`] would be, so that the output
+    /// stays the filter's fixed point.
+    KeptLt { inert: bool },
 }
 
 impl Mark {
@@ -306,6 +317,7 @@ impl Mark {
             (Mark::Lt { .. }, Side::Input) => "<",
             (Mark::Lt { .. }, Side::Output) => ESCAPE,
             (Mark::Break, _) => BREAK,
+            (Mark::KeptLt { .. }, _) => "<",
         }
     }
 
@@ -324,6 +336,8 @@ impl Mark {
             (Mark::Lt { .. }, Side::Output, _) => "&lt;",
             (Mark::Break, _, true) => "",
             (Mark::Break, _, false) => BREAK,
+            (Mark::KeptLt { inert: false }, _, true) => "&lt;",
+            (Mark::KeptLt { .. }, _, _) => "<",
         }
     }
 }
@@ -603,9 +617,31 @@ impl CodeBlocks {
     }
 
     /// The first of `a`, `b` and the trigger byte in `bytes`, the trigger
-    /// left out where marks stay as they are.
+    /// left out where marks stay as they are, and a kept `<` added where
+    /// it is read ([`CodeBlocks::reads_kept`]).
     fn find_with(&self, a: u8, b: u8, bytes: &[u8]) -> Option<usize> {
-        if self.marks_stay() { find_byte2(a, b, bytes) } else { find_byte3(a, b, self.side.trigger(), bytes) }
+        if self.marks_stay() {
+            return find_byte2(a, b, bytes);
+        }
+        let first = find_byte3(a, b, self.side.trigger(), bytes);
+        if !self.reads_kept() {
+            return first;
+        }
+        // Four bytes, two searches: only in code on the output side.
+        find_byte(b'<', &bytes[..first.unwrap_or(bytes.len())]).or(first)
+    }
+
+    /// Whether this side reads the `<` of markup the filter kept
+    /// ([`Mark::KeptLt`]) anywhere: on the output side, unless code is
+    /// shown as written (where every `<` in code is written as it is).
+    fn kept_lts(&self) -> bool {
+        self.side == Side::Output && self.markup == CodeMarkup::Inert
+    }
+
+    /// Whether a kept `<` read now is read as a mark: where
+    /// [`CodeBlocks::kept_lts`], and where it may turn out to be in code.
+    fn reads_kept(&self) -> bool {
+        self.kept_lts() && self.may_be_code()
     }
 
     /// [`CodeBlocks::push`] past its common case.
@@ -640,7 +676,8 @@ impl CodeBlocks {
                 self.follow_plain(bytes);
                 return;
             }
-            if find_byte(trigger, bytes).is_none() {
+            let unread = if self.kept_lts() { find_byte2(trigger, b'<', bytes) } else { find_byte(trigger, bytes) };
+            if unread.is_none() {
                 self.run(text, None, false);
                 return;
             }
@@ -670,10 +707,17 @@ impl CodeBlocks {
         self.fences.open.is_some() || self.ticks > 0 || self.span != Span::Closed
     }
 
-    /// What the text `rest`, which begins with the trigger byte, is.
+    /// What the text `rest`, which begins with the trigger byte (or a
+    /// `<` where [`CodeBlocks::reads_kept`]), is.
     fn read(&self, rest: &str, end: bool) -> Read {
         if self.side == Side::Input {
             return Read::Mark(Mark::Lt { inert: true }, 1);
+        }
+        if let Some(after) = rest.strip_prefix('<') {
+            return match inert(after.as_bytes(), end) {
+                Some(inert) => Read::Mark(Mark::KeptLt { inert }, 1),
+                None => Read::Wait,
+            };
         }
         if let Some(after) = rest.strip_prefix(ESCAPE) {
             // As written, every `<` is written back but one that ends the
@@ -718,11 +762,7 @@ impl CodeBlocks {
                 // Ordinary text up to the next byte that matters. Outside
                 // code a `<` of the input is written as it is: only lines
                 // and backticks matter there.
-                let next = match self.side {
-                    Side::Input if !self.may_be_code() => find_byte2(b'\n', b'`', &bytes[i..]),
-                    _ => find_byte3(b'\n', b'`', trigger, &bytes[i..]),
-                };
-                i = next.map_or(bytes.len(), |at| i + at);
+                i = self.find_with(b'\n', b'`', &bytes[i..]).map_or(bytes.len(), |at| i + at);
                 if i == bytes.len() {
                     break;
                 }
@@ -747,7 +787,7 @@ impl CodeBlocks {
                     continue;
                 }
             }
-            if b == trigger
+            if (b == trigger || b == b'<' && self.reads_kept())
                 && let Some(out) = out.as_deref_mut()
             {
                 let rest = &input[i..];
@@ -932,6 +972,29 @@ mod tests {
                     continue;
                 }
                 let got = through_with(Side::Output, CodeMarkup::AsWritten, &[&input[..cut], &input[cut..]]);
+                assert_eq!(&got, want, "{input:?} cut at {cut}");
+            }
+        }
+    }
+
+    /// A `<` the filter kept outside code that lands in the output's code
+    /// (a removal made a fence) is written as an escape would be, at every
+    /// cut; outside code, and with `AsWritten`, it stays as it is.
+    #[test]
+    fn a_kept_lt_in_the_outputs_code_is_written_as_an_escape() {
+        let cases: &[(CodeMarkup, &str, &str)] = &[
+            (
+                CodeMarkup::Inert,
+                "```\n<span style=\"color:b\"> <b>x</b> a < b\n```\n<i>",
+                "```\n&lt;span style=\"color:b\"> <b>x</b> a < b\n```\n<i>",
+            ),
+            (CodeMarkup::Inert, "`<img src=x>` <img src=x>", "`&lt;img src=x>` <img src=x>"),
+            (CodeMarkup::Inert, "<span style=\"color:b\">", "<span style=\"color:b\">"),
+            (CodeMarkup::AsWritten, "```\n<span style=\"color:b\">", "```\n<span style=\"color:b\">"),
+        ];
+        for (markup, input, want) in cases {
+            for cut in 0..=input.len() {
+                let got = through_with(Side::Output, *markup, &[&input[..cut], &input[cut..]]);
                 assert_eq!(&got, want, "{input:?} cut at {cut}");
             }
         }
