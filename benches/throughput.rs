@@ -21,6 +21,9 @@
 //!   streaming consumer takes them) instead of all held until the end;
 //!   `*_on_demand` the same with the structured payloads left for later
 //!   (`Payloads::OnDemand`), the parse without building them;
+//! * `dense160/*`: the same elements with a paragraph of narration for
+//!   content (an element every ~160 bytes, the shape the issue names),
+//!   whole and at 4 bytes, in bytes per second;
 //! * `kinds/*`: the cost per element by kind: pairs of one element of a kind
 //!   and a short content (so that neither merges with its neighbour), whole;
 //!   criterion reports elements per second;
@@ -159,6 +162,17 @@ fn dense(size: usize) -> (Vec<u8>, usize) {
     repeated(&DENSE, size)
 }
 
+/// The same four elements with a paragraph of narration for content: an
+/// element every ~160 bytes, the shape the issue's target names (status
+/// bars, choices and updates between short paragraphs).
+const DENSE_160: [&str; 4] = [
+    "<content>She nods and steps closer to the fire. The wind has dropped, and somewhere past the pines a branch      cracks under something heavy. \u{300c}They come down from the ridge when the snow is deep,\u{300d} she says,      not looking up. \u{300c}Keep the torch between you and the dark.\u{300d} You feed the fire another log; the sparks climb, \
+     and for a moment the clearing is as bright as noon before the shadows settle back around you both.</content>\n",
+    DENSE[1],
+    DENSE[2],
+    DENSE[3],
+];
+
 fn bench_dense(c: &mut Criterion) {
     let registry = Arc::new(Registry::filament());
     let (input, elements) = dense(1 << 20);
@@ -179,6 +193,21 @@ fn bench_dense(c: &mut Criterion) {
         b.iter(|| parse_with(&registry, black_box(&input), input.len(), on_demand))
     });
     g.bench_function("chunk4_on_demand", |b| b.iter(|| parse_with(&registry, black_box(&input), 4, on_demand)));
+    g.finish();
+}
+
+/// `dense160/*`: the issue's markup-dense shape, an element every ~160
+/// bytes; criterion reports bytes per second (the target is ≥150 MB/s
+/// whole), the cost per element is the time over `elements` (printed).
+fn bench_dense160(c: &mut Criterion) {
+    let registry = Arc::new(Registry::filament());
+    let (input, elements) = repeated(&DENSE_160, 1 << 20);
+    eprintln!("dense160: {} bytes, {elements} elements, {} bytes each", input.len(), input.len() / elements);
+    let mut g = c.benchmark_group("dense160");
+    g.throughput(Throughput::Bytes(input.len() as u64));
+    g.sample_size(10);
+    g.bench_function("whole", |b| b.iter(|| parse(&registry, black_box(&input), input.len())));
+    g.bench_function("chunk4", |b| b.iter(|| parse(&registry, black_box(&input), 4)));
     g.finish();
 }
 
@@ -330,6 +359,7 @@ criterion_group!(
     bench_corpus,
     bench_prose,
     bench_dense,
+    bench_dense160,
     bench_kinds,
     bench_hostile,
     bench_delta,
