@@ -18,7 +18,9 @@
 //!   written back as `<` where it is inert as HTML, and the net's break
 //!   before `=` or `(` (of `on<word>=`, `url(`, `expression(`, text in
 //!   code) is dropped; with [`CodeMarkup::AsWritten`], every [`ESCAPE`]
-//!   and every break in code. Everywhere else an [`ESCAPE`] is written
+//!   and every break in code but one that keeps the code's structure (a
+//!   break before a backtick, or in a line's first bytes, where dropping
+//!   it would join two runs of backticks or make a fence). Everywhere else an [`ESCAPE`] is written
 //!   `&lt;` and the break stays, so output outside code is what the filter
 //!   gave.
 //!
@@ -99,7 +101,9 @@ pub enum CodeMarkup {
     #[default]
     Inert,
     /// Every `<` in code is written back and every break of the net in
-    /// code is dropped: code reads exactly as the model wrote it. For a
+    /// code is dropped: code reads exactly as the model wrote it (but a
+    /// break that keeps two runs of backticks apart, or a line from
+    /// reading as a fence, where the filter removed markup). For a
     /// front end that renders the content with a CommonMark renderer, which
     /// shows code as text. Where the content may reach a page as HTML
     /// without one, markup in code is live: do not use it there.
@@ -732,7 +736,16 @@ impl CodeBlocks {
         }
         if let Some(after) = rest.strip_prefix(BREAK) {
             if self.markup == CodeMarkup::AsWritten {
-                return Read::Mark(Mark::Break, BREAK.len());
+                // Every break but one that keeps the code's structure: one
+                // before a backtick keeps two runs apart (`` `&#8203;`` ``
+                // is a span, ```` ``` ```` a run that opens one), and one in a
+                // line's first bytes keeps them from reading as a fence.
+                return match after.as_bytes().first() {
+                    None if !end => Read::Wait,
+                    Some(b'`') => Read::Text,
+                    _ if self.fences.line != Line::Rest => Read::Text,
+                    _ => Read::Mark(Mark::Break, BREAK.len()),
+                };
             }
             return match after.as_bytes().first() {
                 Some(b'=' | b'(') => Read::Mark(Mark::Break, BREAK.len()),
@@ -965,6 +978,10 @@ mod tests {
             ("`&#60;div class=\"x\">` &#60;div> javascript&#8203;:", "`<div class=\"x\">` &lt;div> javascript&#8203;:"),
             // A `<` that ends the content stays escaped, as in `Inert`.
             ("```\n&#60;", "```\n&lt;"),
+            // A break that keeps two runs of backticks apart, or a line
+            // from reading as a fence, stays.
+            ("`&#8203;``&#60;`", "`&#8203;``<`"),
+            ("```\n&#8203;```\n  &#8203;~~~ x&#8203;=y\n```\n", "```\n&#8203;```\n  &#8203;~~~ x=y\n```\n"),
         ];
         for (input, want) in cases {
             for cut in 0..=input.len() {
