@@ -166,8 +166,11 @@ fn dense(size: usize) -> (Vec<u8>, usize) {
 /// element every ~160 bytes, the shape the issue's target names (status
 /// bars, choices and updates between short paragraphs).
 const DENSE_160: [&str; 4] = [
-    "<content>She nods and steps closer to the fire. The wind has dropped, and somewhere past the pines a branch      cracks under something heavy. \u{300c}They come down from the ridge when the snow is deep,\u{300d} she says,      not looking up. \u{300c}Keep the torch between you and the dark.\u{300d} You feed the fire another log; the sparks climb, \
-     and for a moment the clearing is as bright as noon before the shadows settle back around you both.</content>\n",
+    "<content>She nods and steps closer to the fire. The wind has dropped, and somewhere past the pines a branch \
+     cracks under something heavy. \u{300c}They come down from the ridge when the snow is deep,\u{300d} she says, \
+     not looking up. \u{300c}Keep the torch between you and the dark.\u{300d} You feed the fire another log; the \
+     sparks climb, and for a moment the clearing is as bright as noon before the shadows settle back around you \
+     both.</content>\n",
     DENSE[1],
     DENSE[2],
     DENSE[3],

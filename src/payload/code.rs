@@ -20,9 +20,9 @@
 //!   code) is dropped; with [`CodeMarkup::AsWritten`], every [`ESCAPE`]
 //!   and every break in code but one that keeps the code's structure (a
 //!   break before a backtick, or in a line's first bytes, where dropping
-//!   it would join two runs of backticks or make a fence). Everywhere else an [`ESCAPE`] is written
-//!   `&lt;` and the break stays, so output outside code is what the filter
-//!   gave.
+//!   it would join two runs of backticks or make a fence). Everywhere
+//!   else an [`ESCAPE`] is written `&lt;` and the break stays, so output
+//!   outside code is what the filter gave.
 //!
 //! A `<` is inert ([`inert`]) when it starts no tag (`a < b`, `<=`, `<3`,
 //! `<'a>`), or starts a whole tag on one line that could do nothing but
