@@ -280,6 +280,11 @@ macro_rules! named_enum {
                 #[doc = concat!("`", $name, "`")]
                 $variant,
             )*
+            #[doc = concat!("A ", $what, " this version does not know, read from the JSON of a")]
+            /// newer spindle: deserialising keeps the event instead of failing,
+            /// but not the name it had. Never produced by this version's parser;
+            /// prints as `unknown`; not in `ALL`.
+            Unknown,
         }
 
         impl $enum {
@@ -290,13 +295,15 @@ macro_rules! named_enum {
             pub fn as_str(self) -> &'static str {
                 match self {
                     $($enum::$variant => $name,)*
+                    $enum::Unknown => "unknown",
                 }
             }
 
-            #[doc = concat!("The ", $what, " of a printed name.")]
+            #[doc = concat!("The ", $what, " of a printed name (`unknown` is [`", stringify!($enum), "::Unknown`]).")]
             pub fn from_name(name: &str) -> Option<$enum> {
                 match name {
                     $($name => Some($enum::$variant),)*
+                    "unknown" => Some($enum::Unknown),
                     _ => None,
                 }
             }
@@ -317,9 +324,10 @@ macro_rules! named_enum {
 
         impl<'de> Deserialize<'de> for $enum {
             fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                // Forward compatible: a name a newer version added is
+                // `Unknown`, so that a reader keeps the event around it.
                 let name = String::deserialize(d)?;
-                $enum::from_name(&name)
-                    .ok_or_else(|| serde::de::Error::custom(format!(concat!("unknown ", $what, " {:?}"), name)))
+                Ok($enum::from_name(&name).unwrap_or($enum::Unknown))
             }
         }
     };
@@ -722,12 +730,17 @@ impl Payload {
 
 #[cfg(test)]
 mod code_tests {
-    use super::{DiagnosticCode, RepairKind};
+    use super::{DiagnosticCode, Event, Level, RepairKind};
 
     /// Every value of a [`named_enum!`] serializes as its name, in snake
-    /// case, and parses back; an unknown name does not parse.
-    fn prints_and_parses_as_its_name<T>(all: &[T], as_str: fn(T) -> &'static str, from_name: fn(&str) -> Option<T>)
-    where
+    /// case, and parses back; an unknown name is no value of `from_name`,
+    /// and deserialises as `Unknown` (a newer version's name).
+    fn prints_and_parses_as_its_name<T>(
+        all: &[T],
+        unknown: T,
+        as_str: fn(T) -> &'static str,
+        from_name: fn(&str) -> Option<T>,
+    ) where
         T: Copy + PartialEq + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
     {
         for &value in all {
@@ -738,17 +751,48 @@ mod code_tests {
             assert!(as_str(value).bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'));
         }
         assert_eq!(from_name("no_such_name"), None);
-        assert!(serde_json::from_str::<T>("\"no_such_name\"").is_err());
+        assert_eq!(serde_json::from_str::<T>("\"no_such_name\"").ok(), Some(unknown));
+        assert_eq!(serde_json::to_string(&unknown).unwrap_or_default(), "\"unknown\"");
+        assert_eq!(from_name("unknown"), Some(unknown));
+        assert!(!all.contains(&unknown));
+        assert!(serde_json::from_str::<T>("7").is_err());
     }
 
     #[test]
     fn every_repair_kind_prints_and_parses_as_its_name() {
-        prints_and_parses_as_its_name(RepairKind::ALL, RepairKind::as_str, RepairKind::from_name);
+        prints_and_parses_as_its_name(RepairKind::ALL, RepairKind::Unknown, RepairKind::as_str, RepairKind::from_name);
     }
 
     #[test]
     fn every_code_prints_and_parses_as_its_name() {
-        prints_and_parses_as_its_name(DiagnosticCode::ALL, DiagnosticCode::as_str, DiagnosticCode::from_name);
+        prints_and_parses_as_its_name(
+            DiagnosticCode::ALL,
+            DiagnosticCode::Unknown,
+            DiagnosticCode::as_str,
+            DiagnosticCode::from_name,
+        );
         assert_eq!(DiagnosticCode::MissingMandatory, "missing_mandatory");
+    }
+
+    /// A reader of event JSON (a consumer of `spindle parse` or of a
+    /// proxy's events) keeps the events of a newer spindle whose repair
+    /// kind or diagnostic code it does not know, with every other field.
+    #[test]
+    fn events_with_names_of_a_newer_version_are_kept() {
+        let line = r#"{"type":"repair","kind":"tag_invented_later","tag":"content","at":12,"element":3,"text":"x"}"#;
+        let Ok(Event::Repair(repair)) = serde_json::from_str::<Event>(line) else {
+            panic!("the repair was not read: {line}");
+        };
+        assert_eq!(repair.kind, RepairKind::Unknown);
+        assert_eq!((repair.tag.as_deref(), repair.at, repair.element), (Some("content"), 12, Some(3)));
+        assert_eq!(repair.text.as_deref(), Some("x"));
+        let line = r#"{"type":"diagnostic","level":"warning","code":"code_invented_later","tag":null,"message":"m"}"#;
+        let Ok(Event::Diagnostic(diagnostic)) = serde_json::from_str::<Event>(line) else {
+            panic!("the diagnostic was not read: {line}");
+        };
+        assert_eq!(
+            (diagnostic.code, diagnostic.level, diagnostic.message.as_str()),
+            (DiagnosticCode::Unknown, Level::Warning, "m")
+        );
     }
 }
